@@ -1,0 +1,517 @@
+"""The wire protocol between meshdeck and its agents: NDJSON over any byte stream.
+
+One JSON object per line, UTF-8, at most MAX_LINE_BYTES per line (newline included).
+
+    hello         {"hello": {"protocol": 1, "agent": "0.1.0"}}            first line, both ways
+    request       {"id": 7, "method": "workers.start", "params": {...}}
+    response      {"id": 7, "result": {...}}
+    error reply   {"id": 7, "error": {"code": "bad_params", "message": "..."}}
+    event         {"event": "samples", "data": {...}}                     no id
+
+A peer whose protocol major differs is refused (`VersionMismatch` names both versions).
+Malformed input is answered with an error reply (id null when none could be read); it never
+ends the session. The app imports this module; it must stay stdlib-only and run on Python 3.9.
+
+Samples (`samples` event data is {"samples": [SAMPLE, ...], "dropped": N}; `samples.read` returns
+{"samples": [...], "dropped": N, "first_seq": F, "last_seq": L}):
+
+    SAMPLE = {
+      "seq": 41, "ts": 1764480000.25, "simulated": false,
+      "gpus": [{"index": 0, "uuid": "GPU-...",
+                "memory_used_bytes": .., "memory_total_bytes": .., "memory_reserved_bytes": ..,
+                "utilization_pct": .., "memory_utilization_pct": .., "power_w": .., "power_limit_w": ..,
+                "temperature_c": .., "sm_clock_mhz": .., "mem_clock_mhz": ..,
+                "nvlink_tx_bytes_per_s": .., "nvlink_rx_bytes_per_s": ..,
+                "nvlink_links": [[tx_bytes_per_s, rx_bytes_per_s], ...],   # index = link id
+                "pcie_tx_bytes_per_s": .., "pcie_rx_bytes_per_s": .., "xid_events": [..]}],
+      "host": {"cpu_pct": .., "ram_used_bytes": .., "ram_total_bytes": ..},
+      "nics": [{"name": "mlx5_0/1", "kind": "infiniband" | "roce" | "ethernet",
+                "tx_bytes_per_s": .., "rx_bytes_per_s": ..}],
+      "workers": [{"id": "w1", "engine": "0", "metrics": {"kv_cache_usage_perc": .., ...}}],
+    }
+
+Any numeric value may be null when the hardware or driver does not report it. `flatten_sample`
+turns a sample into (device, metric, value) rows: the single shape the store and charts consume.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+# Requests the agent answers. Params are documented in `METHOD_PARAMS`.
+METHODS = (
+    "inventory",
+    "samples.subscribe",
+    "samples.unsubscribe",
+    "samples.read",
+    "workers.start",
+    "workers.stop",
+    "workers.list",
+    "workers.logs",
+    "checks.files",
+    "checks.versions",
+    "checks.ports_free",
+    "checks.tcp_connect",
+    "agent.time",
+    "agent.shutdown",
+)
+
+# method -> {param: (python type(s), required)}. Validated by `validate_params` on the agent side.
+METHOD_PARAMS: Dict[str, Dict[str, Tuple[Tuple[type, ...], bool]]] = {
+    "inventory": {},
+    "samples.subscribe": {"since_seq": ((int,), False), "interval_s": ((int, float), False)},
+    "samples.unsubscribe": {},
+    "samples.read": {"since_seq": ((int,), True), "limit": ((int,), False)},
+    "workers.start": {"spec": ((dict,), True)},
+    "workers.stop": {"id": ((str,), True), "grace_s": ((int, float), False)},
+    "workers.list": {},
+    "workers.logs": {"id": ((str,), True), "offset": ((int,), False), "limit": ((int,), False)},
+    # {"path": "/models/DeepSeek-V3.2"} -> {"exists": bool, "files": [[relpath, size], ...]}
+    "checks.files": {"path": ((str,), True)},
+    # {"python": "python3"} -> {"python": "3.11.7", "torch": "2.9.0" | null, "vllm": .. | null,
+    #                           "nccl": "2.27.3" | null, "ray": .. | null}
+    "checks.versions": {"python": ((str,), False)},
+    # {"ports": [8000, 29500]} -> {"ports": {"8000": true, "29500": false}}  (true = free)
+    "checks.ports_free": {"ports": ((list,), True), "host": ((str,), False)},
+    # {"host": "10.0.0.1", "port": 29500, "timeout_s": 3} -> {"ok": bool, "error": str | null, "rtt_ms": ..}
+    "checks.tcp_connect": {"host": ((str,), True), "port": ((int,), True), "timeout_s": ((int, float), False)},
+    # {} -> {"time": unix seconds on the agent's clock}
+    "agent.time": {},
+    "agent.shutdown": {},
+}
+
+EVENTS = ("samples", "worker", "log", "alert")
+
+# Error codes an error reply may carry.
+PARSE_ERROR = "parse_error"  # not JSON, not UTF-8, not an object
+LINE_TOO_LONG = "line_too_long"
+BAD_REQUEST = "bad_request"  # JSON object but not a request (no method, bad id, ...)
+UNKNOWN_METHOD = "unknown_method"
+BAD_PARAMS = "bad_params"
+NOT_FOUND = "not_found"
+CONFLICT = "conflict"
+INTERNAL = "internal"
+ERROR_CODES = (PARSE_ERROR, LINE_TOO_LONG, BAD_REQUEST, UNKNOWN_METHOD, BAD_PARAMS, NOT_FOUND, CONFLICT, INTERNAL)
+
+WORKER_STATES = ("starting", "running", "restarting", "exited", "failed", "stopped")
+RESTART_POLICIES = ("never", "on-failure")
+
+
+class ProtocolError(Exception):
+    """A line or message that breaks the protocol. `code` is one of ERROR_CODES."""
+
+    def __init__(self, code: str, message: str, request_id: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+class VersionMismatch(Exception):
+    """The peer speaks another protocol major; the message names both versions."""
+
+    def __init__(self, ours: int, theirs: Any, peer_agent: Optional[str] = None) -> None:
+        who = " (agent %s)" % peer_agent if peer_agent else ""
+        super().__init__(
+            "protocol mismatch: this side speaks meshdeck protocol %d, the peer%s speaks %r; "
+            "re-upload the matching agent" % (ours, who, theirs)
+        )
+        self.ours = ours
+        self.theirs = theirs
+        self.peer_agent = peer_agent
+
+
+@dataclass(frozen=True)
+class Hello:
+    protocol: int
+    agent: str
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    method: str
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Response:
+    id: int
+    result: Any
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    id: Optional[int]
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Event:
+    event: str
+    data: Dict[str, Any]
+
+
+Message = Union[Hello, Request, Response, ErrorReply, Event]
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/Infinity; send them as null so every peer can parse the line."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def encode(obj: Dict[str, Any]) -> bytes:
+    """One wire line (with trailing newline). Raises ProtocolError if it would exceed the limit."""
+    try:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(obj), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    line = text.encode("utf-8") + b"\n"
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError(
+            LINE_TOO_LONG, "message of %d bytes exceeds the %d-byte line limit" % (len(line), MAX_LINE_BYTES)
+        )
+    return line
+
+
+def hello(agent_version: str) -> Dict[str, Any]:
+    return {"hello": {"protocol": PROTOCOL_VERSION, "agent": agent_version}}
+
+
+def request(request_id: int, method: str, params: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    return {"id": request_id, "method": method, "params": params or {}}
+
+
+def response(request_id: int, result: Any) -> Dict[str, Any]:
+    return {"id": request_id, "result": result}
+
+
+def error_reply(request_id: Optional[int], code: str, message: str) -> Dict[str, Any]:
+    return {"id": request_id, "error": {"code": code, "message": message}}
+
+
+def event(name: str, data: Dict[str, Any]) -> Dict[str, Any]:
+    return {"event": name, "data": data}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode(line: Union[bytes, str]) -> Message:
+    """Parse and validate one line. Raises ProtocolError with a code and a message naming the problem."""
+    if isinstance(line, bytes):
+        if len(line) > MAX_LINE_BYTES:
+            raise ProtocolError(
+                LINE_TOO_LONG, "line of %d bytes exceeds the %d-byte limit" % (len(line), MAX_LINE_BYTES)
+            )
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(PARSE_ERROR, "line is not UTF-8: %s" % exc) from None
+    elif len(line) > MAX_LINE_BYTES:
+        raise ProtocolError(LINE_TOO_LONG, "line exceeds the %d-byte limit" % MAX_LINE_BYTES)
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(PARSE_ERROR, "line is not JSON: %s" % str(exc)[:200]) from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(PARSE_ERROR, "line is JSON but not an object (got %s)" % type(obj).__name__)
+    return _classify(obj)
+
+
+def _classify(obj: Dict[str, Any]) -> Message:
+    raw_id = obj.get("id")
+    request_id = raw_id if _is_int(raw_id) else None
+    if "hello" in obj:
+        body = obj["hello"]
+        if not isinstance(body, dict) or not _is_int(body.get("protocol")):
+            raise ProtocolError(BAD_REQUEST, "hello.protocol must be an integer")
+        agent = body.get("agent", "")
+        if not isinstance(agent, str):
+            raise ProtocolError(BAD_REQUEST, "hello.agent must be a string")
+        return Hello(protocol=body["protocol"], agent=agent)
+    if "event" in obj:
+        name, data = obj["event"], obj.get("data", {})
+        if not isinstance(name, str) or name not in EVENTS:
+            raise ProtocolError(BAD_REQUEST, "event must be one of %s, got %r" % (", ".join(EVENTS), name))
+        if not isinstance(data, dict):
+            raise ProtocolError(BAD_REQUEST, "event %s: data must be an object" % name)
+        return Event(event=name, data=data)
+    if "method" in obj:
+        if not _is_int(raw_id) or raw_id < 0:
+            raise ProtocolError(BAD_REQUEST, "request id must be a non-negative integer, got %r" % (raw_id,))
+        method = obj["method"]
+        if not isinstance(method, str):
+            raise ProtocolError(BAD_REQUEST, "method must be a string", raw_id)
+        params = obj.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ProtocolError(BAD_PARAMS, "params must be an object", raw_id)
+        return Request(id=raw_id, method=method, params=params)
+    if "result" in obj:
+        if request_id is None:
+            raise ProtocolError(BAD_REQUEST, "response without an integer id")
+        return Response(id=request_id, result=obj["result"])
+    if "error" in obj:
+        err = obj["error"]
+        if not isinstance(err, dict) or not isinstance(err.get("code"), str) or not isinstance(err.get("message"), str):
+            raise ProtocolError(BAD_REQUEST, "error must be an object with string code and message", request_id)
+        return ErrorReply(id=request_id, code=err["code"], message=err["message"])
+    raise ProtocolError(BAD_REQUEST, "object is none of hello, request, response, error or event", request_id)
+
+
+def check_hello(msg: Message) -> Hello:
+    """The first line from a peer must be a hello with our protocol major."""
+    if not isinstance(msg, Hello):
+        raise ProtocolError(BAD_REQUEST, "expected a hello as the first line, got %s" % type(msg).__name__)
+    if msg.protocol != PROTOCOL_VERSION:
+        raise VersionMismatch(PROTOCOL_VERSION, msg.protocol, msg.agent)
+    return msg
+
+
+def validate_params(req: Request) -> Dict[str, Any]:
+    """Check a request's method and params against METHOD_PARAMS; unknown params are refused by name."""
+    if req.method not in METHOD_PARAMS:
+        raise ProtocolError(UNKNOWN_METHOD, "unknown method %r; known: %s" % (req.method, ", ".join(METHODS)), req.id)
+    schema = METHOD_PARAMS[req.method]
+    for name in req.params:
+        if name not in schema:
+            raise ProtocolError(
+                BAD_PARAMS,
+                "%s: unknown param %r (allowed: %s)" % (req.method, name, ", ".join(schema) or "none"),
+                req.id,
+            )
+    for name, (types, required) in schema.items():
+        if name not in req.params:
+            if required:
+                raise ProtocolError(BAD_PARAMS, "%s: missing required param %r" % (req.method, name), req.id)
+            continue
+        value = req.params[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            allowed = " or ".join(t.__name__ for t in types)
+            raise ProtocolError(
+                BAD_PARAMS,
+                "%s: param %r must be %s, got %s" % (req.method, name, allowed, type(value).__name__),
+                req.id,
+            )
+        if types in ((int,), (int, float)) and value < 0:
+            raise ProtocolError(BAD_PARAMS, "%s: param %r must be >= 0, got %r" % (req.method, name, value), req.id)
+    return req.params
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker specs: what `workers.start` takes. Both sides build and check them with these helpers.
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    policy: str = "never"  # "never" | "on-failure"
+    max_restarts: int = 0
+    backoff_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One process the agent starts in its own process group and supervises.
+
+    `simulate` (optional) asks a `--simulate` agent to run its stand-in for this worker instead of
+    `argv[0]`: {"kind": "vllm", "gpus_memory_bytes": {...}, ...}. A real agent refuses it.
+    """
+
+    argv: Tuple[str, ...]
+    id: Optional[str] = None
+    name: str = ""
+    env: Tuple[Tuple[str, str], ...] = ()
+    cwd: Optional[str] = None
+    gpus: Tuple[int, ...] = ()
+    log: Optional[str] = None
+    restart: RestartPolicy = RestartPolicy()
+    metrics_url: Optional[str] = None
+    simulate: Optional[Dict[str, Any]] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "id": self.id,
+            "name": self.name,
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "gpus": list(self.gpus),
+            "log": self.log,
+            "restart": {
+                "policy": self.restart.policy,
+                "max": self.restart.max_restarts,
+                "backoff_s": self.restart.backoff_s,
+            },
+            "metrics_url": self.metrics_url,
+            "simulate": self.simulate,
+        }
+
+    @classmethod
+    def from_wire(cls, spec: Any) -> "WorkerSpec":
+        """Validate a spec from the wire. Raises ProtocolError(BAD_PARAMS) naming the field."""
+
+        def bad(path: str, problem: str) -> ProtocolError:
+            return ProtocolError(BAD_PARAMS, "spec.%s: %s" % (path, problem))
+
+        if not isinstance(spec, dict):
+            raise bad("", "must be an object")
+        known = {"argv", "id", "name", "env", "cwd", "gpus", "log", "restart", "metrics_url", "simulate"}
+        for key in spec:
+            if key not in known:
+                raise bad(str(key), "unknown field (allowed: %s)" % ", ".join(sorted(known)))
+        argv = spec.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise bad("argv", "must be a non-empty list of strings")
+        if any("\x00" in a for a in argv):
+            raise bad("argv", "must not contain NUL bytes")
+        env = spec.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise bad("env", "must be an object of string to string")
+        for key in env:
+            if not key or "=" in key or "\x00" in key or "\x00" in env[key]:
+                raise bad("env", "invalid variable name %r" % key)
+        for name in ("id", "cwd", "log", "metrics_url", "name"):
+            value = spec.get(name)
+            if value is not None and not isinstance(value, str):
+                raise bad(name, "must be a string")
+        worker_id = spec.get("id")
+        if worker_id is not None and (
+            not worker_id or len(worker_id) > 64 or not all(c.isalnum() or c in "-_." for c in worker_id)
+        ):
+            raise bad("id", "must be 1-64 characters of letters, digits, '-', '_' or '.'")
+        gpus = spec.get("gpus") or []
+        if not isinstance(gpus, list) or not all(_is_int(g) and g >= 0 for g in gpus):
+            raise bad("gpus", "must be a list of non-negative integers")
+        restart = spec.get("restart") or {}
+        if isinstance(restart, str):
+            restart = {"policy": restart}
+        if not isinstance(restart, dict):
+            raise bad("restart", "must be an object or one of %s" % ", ".join(RESTART_POLICIES))
+        policy = restart.get("policy", "never")
+        if policy not in RESTART_POLICIES:
+            raise bad("restart.policy", "must be one of %s, got %r" % (", ".join(RESTART_POLICIES), policy))
+        max_restarts = restart.get("max", 3 if policy == "on-failure" else 0)
+        if not _is_int(max_restarts) or max_restarts < 0:
+            raise bad("restart.max", "must be a non-negative integer")
+        backoff = restart.get("backoff_s", 1.0)
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
+            raise bad("restart.backoff_s", "must be a non-negative number")
+        simulate = spec.get("simulate")
+        if simulate is not None and not isinstance(simulate, dict):
+            raise bad("simulate", "must be an object")
+        return cls(
+            argv=tuple(argv),
+            id=worker_id,
+            name=spec.get("name") or "",
+            env=tuple(sorted(env.items())),
+            cwd=spec.get("cwd"),
+            gpus=tuple(gpus),
+            log=spec.get("log"),
+            restart=RestartPolicy(policy, max_restarts, float(backoff)),
+            metrics_url=spec.get("metrics_url"),
+            simulate=simulate,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Samples -> rows
+
+_GPU_SCALARS = (
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "memory_reserved_bytes",
+    "utilization_pct",
+    "memory_utilization_pct",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "nvlink_tx_bytes_per_s",
+    "nvlink_rx_bytes_per_s",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+)
+_HOST_SCALARS = ("cpu_pct", "ram_used_bytes", "ram_total_bytes")
+_NIC_SCALARS = ("tx_bytes_per_s", "rx_bytes_per_s")
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def flatten_sample(sample: Dict[str, Any]) -> Iterator[Tuple[str, str, float]]:
+    """(device, metric, value) for every number in a sample; nulls and non-numbers are skipped.
+
+    Devices: "host", "gpu<i>", "gpu<i>/nvlink<l>", "nic:<name>", "worker:<id>" or
+    "worker:<id>/engine:<e>" when the worker reports per-engine metrics.
+    """
+    for gpu in sample.get("gpus") or ():
+        if not isinstance(gpu, dict) or not _is_int(gpu.get("index")):
+            continue
+        device = "gpu%d" % gpu["index"]
+        for metric in _GPU_SCALARS:
+            value = _number(gpu.get(metric))
+            if value is not None:
+                yield device, metric, value
+        links = gpu.get("nvlink_links") or ()
+        for link, pair in enumerate(links):
+            if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                for metric, raw in zip(("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), pair):
+                    value = _number(raw)
+                    if value is not None:
+                        yield "%s/nvlink%d" % (device, link), metric, value
+    host = sample.get("host")
+    if isinstance(host, dict):
+        for metric in _HOST_SCALARS:
+            value = _number(host.get(metric))
+            if value is not None:
+                yield "host", metric, value
+    for nic in sample.get("nics") or ():
+        if isinstance(nic, dict) and isinstance(nic.get("name"), str):
+            for metric in _NIC_SCALARS:
+                value = _number(nic.get(metric))
+                if value is not None:
+                    yield "nic:%s" % nic["name"], metric, value
+    for worker in sample.get("workers") or ():
+        if not isinstance(worker, dict) or not isinstance(worker.get("id"), str):
+            continue
+        device = "worker:%s" % worker["id"]
+        engine = worker.get("engine")
+        if isinstance(engine, str) and engine:
+            device += "/engine:%s" % engine
+        metrics = worker.get("metrics")
+        if isinstance(metrics, dict):
+            for metric, raw in metrics.items():
+                value = _number(raw)
+                if value is not None and isinstance(metric, str):
+                    yield device, metric, value
+
+
+def sample_rows(samples: List[Dict[str, Any]]) -> Iterator[Tuple[int, float, str, str, float]]:
+    """(seq, ts, device, metric, value) for a batch of samples, in order."""
+    for sample in samples:
+        seq, ts = sample.get("seq"), _number(sample.get("ts"))
+        if not _is_int(seq) or ts is None:
+            continue
+        for device, metric, value in flatten_sample(sample):
+            yield seq, ts, device, metric, value

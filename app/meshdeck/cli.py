@@ -1,0 +1,62 @@
+"""The `meshdeck` command line: `meshdeck plan`, `meshdeck hosts ...`, `meshdeck --demo`, ...
+
+Subcommands live in `meshdeck.commands.<name>`; each module has `register(subparsers)` that adds
+its parser and sets `func` (a callable taking the parsed namespace and returning an exit code).
+Bad input raises `meshdeck.core.errors.InputError`; it is printed as one line on stderr naming the
+field, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from meshdeck import __version__, commands
+from meshdeck.core.errors import InputError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="meshdeck",
+        description="Plan, launch and watch DeepSeek 3.2 on your own GPU servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"meshdeck {__version__}")
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
+    parser.add_argument("--demo", action="store_true", help="open the console on two simulated 8xH200 hosts")
+    parser.add_argument("--screenshots", metavar="DIR", help="with --demo: save one PNG per view into DIR")
+    parser.add_argument("--quit-after", type=float, metavar="SECONDS", help="close the window after SECONDS")
+    parser.add_argument("--db", metavar="PATH", help="SQLite database (default: the platform data dir)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"meshdeck.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    func = getattr(args, "func", None)
+    if func is None:
+        if args.demo or args.screenshots or args.quit_after is not None:
+            from meshdeck.commands._gui import run_gui  # Qt is imported only when a window is wanted
+
+            return run_gui(args)
+        parser.print_help()
+        return 0
+    try:
+        return int(func(args) or 0)
+    except InputError as exc:
+        print(f"meshdeck: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""Reaching agents: SSH, bootstrap, the RPC client and one supervisor thread per host (no Qt)."""

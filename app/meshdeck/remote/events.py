@@ -1,0 +1,46 @@
+"""What a host supervisor reports, as plain frozen values on one thread-safe queue.
+
+The store's writer thread and the UI's Qt bridge both consume these; neither talks to a host
+directly. Samples arrive in `seq` order per host, backfill included, never duplicated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+HOST_STATES = ("disconnected", "connecting", "bootstrapping", "connected", "degraded", "failed")
+
+
+@dataclass(frozen=True)
+class HostStateChanged:
+    host: str
+    state: str  # one of HOST_STATES
+    reason: str = ""  # why, for degraded / failed / disconnected
+    ts: float = 0.0
+
+
+@dataclass(frozen=True)
+class SamplesReceived:
+    host: str
+    samples: tuple[dict[str, Any], ...]  # wire SAMPLE dicts (meshdeck_agent.protocol), seq ascending
+    dropped: int = 0  # samples the agent's ring lost before we could read them
+    backfill: bool = False  # True when these came from samples.read after a reconnect
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """A `worker`, `log` or `alert` notification from the agent, passed through unchanged."""
+
+    host: str
+    event: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InventoryReceived:
+    host: str
+    inventory: dict[str, Any]
+
+
+FleetEvent = HostStateChanged | SamplesReceived | AgentEvent | InventoryReceived

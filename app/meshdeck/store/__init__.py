@@ -1,0 +1,1 @@
+"""SQLite history and profiles through SQLAlchemy 2: schema, migrations, ingest, rollups, retention."""

@@ -1,0 +1,1 @@
+"""The PySide6 + pyqtgraph desktop console. The only package that imports Qt."""
