@@ -1,0 +1,266 @@
+"""The client side of the agent protocol over any byte stream (SSH channel, local pipe, socketpair).
+
+    client = RpcClient(stream, host="gpu-a")
+    hello = client.start(timeout=15)            # hellos both ways; another protocol major is refused
+    gpus = client.call("inventory", {}, timeout=30)["gpus"]
+    future = client.call_async("workers.list")  # concurrent.futures.Future; add_done_callback for a callback
+    event = client.next_event(timeout=1.0)      # protocol.Event (samples, worker, log, alert) or None
+
+One reader thread parses lines, completes pending requests and puts notifications on a bounded
+queue. When that queue is full the reader waits — TCP/SSH flow control then holds the agent back,
+whose ring buffer keeps the samples — so nothing is dropped here. Requests in flight are bounded
+too. A malformed line from the agent is logged and skipped; end of stream fails every pending
+request with ConnectionLost. Futures' callbacks run on the reader thread: keep them short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from meshdeck_agent import protocol
+
+from meshdeck import __version__
+from meshdeck.remote.errors import ConnectionLost, ProtocolMismatch, RpcError, RpcTimeout
+from meshdeck.remote.streams import ByteStream
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+EVENT_QUEUE_SIZE = 4096
+MAX_IN_FLIGHT = 256
+_READ_SIZE = 65536
+_END: Any = object()  # queued after the last event once the connection is closed
+
+
+class RpcClient:
+    """Requests, responses and notifications for one agent connection. Thread-safe."""
+
+    def __init__(
+        self,
+        stream: ByteStream,
+        host: str,
+        *,
+        event_queue_size: int = EVENT_QUEUE_SIZE,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        client_version: str = __version__,
+    ) -> None:
+        self.stream = stream
+        self.host = host
+        self.client_version = client_version
+        self.agent_version: str | None = None
+        self._events: queue.Queue[Any] = queue.Queue(maxsize=event_queue_size)
+        self._pending: dict[int, tuple[str, Future[Any]]] = {}
+        self._pending_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._in_flight = threading.BoundedSemaphore(max_in_flight)
+        self._ids = itertools.count(1)
+        self._hello: Future[protocol.Hello] = Future()
+        self._closed = threading.Event()
+        self._close_reason: ConnectionLost | None = None
+        self._reader = threading.Thread(target=self._read_loop, name=f"meshdeck-rpc-{host}", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 15.0) -> protocol.Hello:
+        """Send our hello, start reading, wait for the agent's hello. Raises ProtocolMismatch / ConnectionLost."""
+        self._send(protocol.hello(self.client_version))
+        self._reader.start()
+        try:
+            hello = self._hello.result(timeout)
+        except FutureTimeout:
+            self.close(f"no hello from the agent within {timeout:g} s")
+            raise ConnectionLost(f"{self.host}: the agent did not say hello within {timeout:g} s") from None
+        except (ConnectionLost, ProtocolMismatch):
+            self.close()
+            raise
+        self.agent_version = hello.agent
+        return hello
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def close_reason(self) -> str:
+        return str(self._close_reason) if self._close_reason else ""
+
+    def close(self, reason: str = "closed by the client") -> None:
+        """Close the stream; pending requests fail with ConnectionLost. Idempotent."""
+        self._fail_all(ConnectionLost(f"{self.host}: {reason}"))
+        try:
+            self.stream.close()
+        except OSError as exc:
+            log.debug("%s: closing stream: %s", self.host, exc)
+        if self._reader.is_alive() and threading.current_thread() is not self._reader:
+            self._reader.join(timeout=10)
+
+    def __enter__(self) -> RpcClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def call_async(self, method: str, params: dict[str, Any] | None = None) -> Future[Any]:
+        """Send a request; the Future resolves to the result or fails with RpcError / ConnectionLost."""
+        if self._closed.is_set():
+            raise ConnectionLost(f"{self.host}: not connected ({self.close_reason or 'closed'})")
+        if not self._in_flight.acquire(timeout=DEFAULT_TIMEOUT_S):
+            raise RpcTimeout(f"{self.host}: {MAX_IN_FLIGHT} requests already in flight; {method} not sent")
+        future: Future[Any] = Future()
+        future.add_done_callback(lambda _: self._in_flight.release())
+        request_id = next(self._ids)
+        with self._pending_lock:
+            if self._close_reason is not None:
+                future.set_exception(self._close_reason)
+                return future
+            self._pending[request_id] = (method, future)
+        try:
+            self._send(protocol.request(request_id, method, params or {}))
+        except protocol.ProtocolError as exc:  # our own request too large to send
+            self._resolve(request_id, error=RpcError(self.host, method, exc.code, exc.message))
+        except (OSError, EOFError) as exc:
+            self.close(f"send failed: {exc}")
+        return future
+
+    def call(self, method: str, params: dict[str, Any] | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+        """Send a request and wait for its result. Raises RpcError, RpcTimeout or ConnectionLost."""
+        future = self.call_async(method, params)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            with self._pending_lock:
+                self._pending = {k: v for k, v in self._pending.items() if v[1] is not future}
+            future.cancel()
+            raise RpcTimeout(f"{self.host}: no answer to {method} within {timeout:g} s") from None
+
+    # -- notifications ---------------------------------------------------------------------------
+
+    def next_event(self, timeout: float | None = None) -> protocol.Event | None:
+        """The next notification, None if none came within `timeout`; ConnectionLost once closed and drained."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            try:
+                item = self._events.get(timeout=wait) if wait > 0 else self._events.get_nowait()
+                break
+            except queue.Empty:
+                if self._closed.is_set() and self._events.empty():
+                    raise (self._close_reason or ConnectionLost(f"{self.host}: closed")) from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+        if item is _END:
+            with contextlib.suppress(queue.Full):
+                self._events.put_nowait(_END)  # for the next caller
+            raise self._close_reason or ConnectionLost(f"{self.host}: closed")
+        return item
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
+        line = protocol.encode(message)
+        with self._send_lock:
+            self.stream.sendall(line)
+
+    def _resolve(self, request_id: int, result: Any = None, error: Exception | None = None) -> None:
+        with self._pending_lock:
+            entry = self._pending.pop(request_id, None)
+        if entry is None:
+            log.debug("%s: answer to request %d that is no longer waited for", self.host, request_id)
+            return
+        future = entry[1]
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def _fail_all(self, reason: ConnectionLost) -> None:
+        with self._pending_lock:
+            if self._close_reason is None:
+                self._close_reason = reason
+            pending, self._pending = self._pending, {}
+        self._closed.set()
+        with contextlib.suppress(queue.Full):  # wake a consumer blocked in next_event
+            self._events.put_nowait(_END)
+        if not self._hello.done():
+            self._hello.set_exception(self._close_reason)
+        for _, future in pending.values():
+            if not future.done():
+                future.set_exception(self._close_reason)
+
+    def _handle(self, message: protocol.Message) -> None:
+        if not self._hello.done():
+            try:
+                self._hello.set_result(protocol.check_hello(message))
+            except protocol.VersionMismatch as exc:
+                self._hello.set_exception(ProtocolMismatch(f"{self.host}: {exc}"))
+            except protocol.ProtocolError as exc:
+                self._hello.set_exception(ConnectionLost(f"{self.host}: bad first line from the agent: {exc}"))
+            return
+        if isinstance(message, protocol.Response):
+            self._resolve(message.id, result=message.result)
+        elif isinstance(message, protocol.ErrorReply):
+            if message.id is None:
+                log.warning("%s: agent reported %s: %s", self.host, message.code, message.message)
+                return
+            with self._pending_lock:
+                method = self._pending.get(message.id, ("?", None))[0]
+            self._resolve(message.id, error=RpcError(self.host, method, message.code, message.message))
+        elif isinstance(message, protocol.Event):
+            while not self._closed.is_set():  # bounded: wait for the consumer, never drop
+                try:
+                    self._events.put(message, timeout=0.5)
+                    return
+                except queue.Full:
+                    continue
+        else:
+            log.warning("%s: unexpected %s from the agent ignored", self.host, type(message).__name__)
+
+    def _read_loop(self) -> None:
+        buffer = bytearray()
+        reason = "the agent closed the connection"
+        try:
+            while not self._closed.is_set():
+                chunk = self.stream.recv(_READ_SIZE)
+                if not chunk:
+                    break
+                buffer += chunk
+                while (newline := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:newline])
+                    del buffer[: newline + 1]
+                    if line.strip():
+                        self._dispatch_line(line)
+                if len(buffer) > protocol.MAX_LINE_BYTES:
+                    reason = f"the agent sent a line over {protocol.MAX_LINE_BYTES} bytes"
+                    break
+        except (OSError, EOFError) as exc:
+            reason = f"connection lost: {exc or type(exc).__name__}"
+        except Exception:  # a bug here must not leave callers waiting forever
+            log.exception("%s: RPC reader failed", self.host)
+            reason = "internal error in the RPC reader (see log)"
+        tail = getattr(getattr(self.stream, "stderr", None), "tail", lambda: "")()
+        self._fail_all(ConnectionLost(f"{self.host}: {reason}" + (f" (agent stderr: {tail})" if tail else "")))
+
+    def _dispatch_line(self, line: bytes) -> None:
+        try:
+            message = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            if not self._hello.done():
+                self._hello.set_exception(
+                    ConnectionLost(f"{self.host}: the agent's first line is not a hello: {exc.message}")
+                )
+                return
+            log.warning("%s: skipping malformed line from the agent: %s", self.host, exc.message)
+            return
+        self._handle(message)

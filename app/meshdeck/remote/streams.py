@@ -1,0 +1,171 @@
+"""Byte streams the RPC client runs over: an SSH exec channel, a subprocess's pipes, a socket.
+
+Each offers `recv(n)` (b"" at end of stream), `sendall(data)` and `close()`, and `close()` must
+wake a thread blocked in `recv` — which a bare socket or file does not do on Linux, hence these
+small adapters. The agent's stderr (attach errors, tracebacks) is drained as it arrives, logged
+under the host's name, and the last lines are kept for error messages.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import socket
+import subprocess
+import threading
+from typing import Protocol
+
+import paramiko
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_LINES = 20
+
+
+class ByteStream(Protocol):
+    def recv(self, size: int) -> bytes: ...
+
+    def sendall(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _StderrTail:
+    """Splits stderr bytes into lines, logs each, keeps the last few for error messages."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self._partial = b""
+        self._lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        with self._lock:
+            *lines, self._partial = (self._partial + data).split(b"\n")
+            if len(self._partial) > 8192:
+                lines.append(self._partial)
+                self._partial = b""
+            for raw in lines:
+                text = raw.decode("utf-8", "replace").rstrip()
+                if text:
+                    self._lines.append(text)
+                    log.info("%s agent stderr: %s", self.host, text)
+
+    def tail(self) -> str:
+        with self._lock:
+            return " | ".join(self._lines)
+
+
+class ChannelStream:
+    """An SSH exec channel running `python3 agent.pyz attach`; stderr drained on each read."""
+
+    def __init__(self, channel: paramiko.Channel, host: str) -> None:
+        self.channel = channel
+        self.stderr = _StderrTail(host)
+        channel.settimeout(0.25)
+
+    def _drain_stderr(self) -> None:
+        while self.channel.recv_stderr_ready():
+            self.stderr.feed(self.channel.recv_stderr(65536))
+
+    def recv(self, size: int) -> bytes:
+        while True:
+            self._drain_stderr()
+            try:
+                data = self.channel.recv(size)
+            except TimeoutError:
+                if self.channel.closed or (self.channel.eof_received and not self.channel.recv_ready()):
+                    self._drain_stderr()
+                    return b""
+                continue
+            if not data:
+                self._drain_stderr()
+            return data
+
+    def sendall(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def exit_status(self) -> int | None:
+        return self.channel.exit_status if self.channel.exit_status_ready() else None
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class PipeStream:
+    """The agent as a local subprocess: its stdin/stdout carry the protocol, stderr is logged."""
+
+    def __init__(self, process: subprocess.Popen[bytes], host: str) -> None:
+        if process.stdin is None or process.stdout is None or process.stderr is None:
+            raise ValueError("PipeStream needs a process started with stdin, stdout and stderr pipes")
+        self.process = process
+        self.stderr = _StderrTail(host)
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+        self._send_lock = threading.Lock()
+        self._stderr_thread = threading.Thread(target=self._pump_stderr, name=f"meshdeck-stderr-{host}", daemon=True)
+        self._stderr_thread.start()
+
+    def _pump_stderr(self) -> None:
+        stderr = self.process.stderr
+        assert stderr is not None
+        with contextlib.suppress(OSError, ValueError):  # ValueError: closed by close()
+            while chunk := stderr.read1(65536):  # type: ignore[attr-defined]
+                self.stderr.feed(chunk)
+
+    def recv(self, size: int) -> bytes:
+        # read1 on the buffered file (not os.read on its fd): close() from another thread then waits for
+        # this read instead of closing an fd number that could be reused under it.
+        try:
+            return self._stdout.read1(size)  # type: ignore[attr-defined]
+        except (OSError, ValueError):
+            return b""
+
+    def sendall(self, data: bytes) -> None:
+        with self._send_lock:
+            self._stdin.write(data)
+            self._stdin.flush()
+
+    def exit_status(self) -> int | None:
+        return self.process.poll()
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Close stdin (attach exits on EOF; the daemon keeps running), then make sure the process ends."""
+        with contextlib.suppress(OSError, ValueError):
+            self._stdin.close()
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._stderr_thread.join(timeout=grace_s)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+class SocketStream:
+    """A connected socket (a socketpair end in tests); close() shuts it down so a blocked recv returns."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def recv(self, size: int) -> bytes:
+        try:
+            return self.sock.recv(size)
+        except OSError:
+            return b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()

@@ -1,0 +1,174 @@
+"""A stand-in agent that speaks the real wire protocol (meshdeck_agent.protocol) over one socket.
+
+It keeps a seq-numbered ring like the real agent (samples with seq > since_seq; `dropped` when the
+ring rolled over; `first_seq`/`last_seq`), answers hello, inventory, samples.subscribe/read and
+agent.time, and sends `samples` events to a subscriber. The test decides when samples are taken
+(`emit`), so nothing depends on timing. Behaviour switches let tests break it on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from meshdeck_agent import protocol
+
+
+def make_sample(seq: int, ts: float | None = None) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "ts": ts if ts is not None else time.time(),
+        "simulated": True,
+        "gpus": [{"index": 0, "memory_used_bytes": 1000 + seq, "memory_total_bytes": 150_000_000_000}],
+        "host": {"cpu_pct": 1.0},
+    }
+
+
+class FakeAgent:
+    """Serves one connection on `sock` in a thread. Thread-safe `emit`; `close` ends the connection."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        ring: list[dict[str, Any]] | None = None,
+        capacity: int = 10_000,
+        protocol_version: int = protocol.PROTOCOL_VERSION,
+        agent_version: str = "fake-1.0",
+        inventory: dict[str, Any] | None = None,
+        handlers: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
+    ) -> None:
+        self.sock = sock
+        self.ring: list[dict[str, Any]] = ring if ring is not None else []
+        self.capacity = capacity
+        self.protocol_version = protocol_version
+        self.agent_version = agent_version
+        self.inventory = inventory or {
+            "hostname": "fake",
+            "gpus": [{"index": 0, "name": "NVIDIA H200"}],
+            "simulated": True,
+        }
+        self.handlers = handlers or {}
+        self.requests: list[protocol.Request] = []
+        self.client_hello: protocol.Hello | None = None
+        self.subscribed_since: int | None = None
+        self.subscribed = threading.Event()
+        self.silent_methods: set[str] = set()  # requests to these are never answered
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._stream_lock = threading.RLock()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="fake-agent")
+        self._thread.start()
+
+    # -- test controls ---------------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        with self._lock:
+            return self.ring[-1]["seq"] if self.ring else 0
+
+    def emit(self, count: int = 1) -> list[int]:
+        """Take `count` samples now; a subscriber gets each as a `samples` event."""
+        seqs = []
+        for _ in range(count):
+            with self._stream_lock:  # a sample is either in a subscribe backlog or sent live, never neither
+                with self._lock:
+                    sample = make_sample(self.last_seq_unlocked() + 1)
+                    self.ring.append(sample)
+                    del self.ring[: max(0, len(self.ring) - self.capacity)]
+                    live = self.subscribed_since is not None
+                seqs.append(sample["seq"])
+                if live:
+                    self.send(protocol.event("samples", {"samples": [sample], "dropped": 0}))
+        return seqs
+
+    def last_seq_unlocked(self) -> int:
+        return self.ring[-1]["seq"] if self.ring else 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_raw(protocol.encode(message))
+
+    def send_raw(self, data: bytes) -> None:
+        with self._send_lock, contextlib.suppress(OSError):
+            self.sock.sendall(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._thread.join(timeout=10)
+
+    # -- protocol --------------------------------------------------------------------------------
+
+    def _read(self, since_seq: int, limit: int | None) -> dict[str, Any]:
+        with self._lock:
+            if not self.ring:
+                return {"samples": [], "dropped": 0, "first_seq": 0, "last_seq": 0}
+            first, last = self.ring[0]["seq"], self.ring[-1]["seq"]
+            chosen = [s for s in self.ring if s["seq"] > since_seq]
+            if limit is not None:
+                chosen = chosen[:limit]
+            return {"samples": chosen, "dropped": max(0, first - 1 - since_seq), "first_seq": first, "last_seq": last}
+
+    def _answer(self, req: protocol.Request) -> Any:
+        if req.method in self.handlers:
+            return self.handlers[req.method](req.params)
+        if req.method == "inventory":
+            return self.inventory
+        if req.method == "agent.time":
+            return {"time": time.time()}
+        if req.method == "samples.read":
+            return self._read(req.params["since_seq"], req.params.get("limit"))
+        if req.method == "samples.subscribe":
+            since = req.params.get("since_seq")
+            with self._stream_lock:
+                backlog = self._read(since, None) if since is not None else None
+                with self._lock:
+                    self.subscribed_since = since if since is not None else self.last_seq_unlocked()
+                if backlog and (backlog["samples"] or backlog["dropped"]):
+                    self.send(protocol.event("samples", {"samples": backlog["samples"], "dropped": backlog["dropped"]}))
+            self.subscribed.set()
+            return {"subscribed": True, "last_seq": self.last_seq}
+        raise protocol.ProtocolError(protocol.UNKNOWN_METHOD, f"unknown method {req.method!r}", req.id)
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            message = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            self.send(protocol.error_reply(exc.request_id, exc.code, exc.message))
+            return
+        if isinstance(message, protocol.Hello):
+            self.client_hello = message
+            return
+        if not isinstance(message, protocol.Request):
+            return
+        self.requests.append(message)
+        if message.method in self.silent_methods:
+            return
+        try:
+            result = self._answer(message)
+        except protocol.ProtocolError as exc:
+            self.send(protocol.error_reply(message.id, exc.code, exc.message))
+            return
+        self.send(protocol.response(message.id, result))
+
+    def _serve(self) -> None:
+        self.send({"hello": {"protocol": self.protocol_version, "agent": self.agent_version}})
+        buffer = b""
+        with contextlib.suppress(OSError):
+            while chunk := self.sock.recv(65536):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        self._handle(line)
+
+
+def fake_agent_pair(**kwargs: Any) -> tuple[socket.socket, FakeAgent]:
+    """(client socket, FakeAgent serving the other end)."""
+    client, server = socket.socketpair()
+    return client, FakeAgent(server, **kwargs)
