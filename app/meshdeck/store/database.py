@@ -1,0 +1,214 @@
+"""Opening meshdeck's SQLite file: checked before anything is written, upgraded, tuned for one writer.
+
+`open_database(path)` refuses (with `InputError`, the file left byte-for-byte untouched) a path that
+is a directory, a file that is not SQLite, a damaged SQLite file, another program's database and a
+database written by a newer meshdeck. Only then does it switch the file to WAL and apply the pending
+migrations. Every connection runs `synchronous=NORMAL` (durable at each WAL checkpoint, never
+corrupted by a crash) with a busy timeout, so the console reads while the writer thread writes.
+
+SQLAlchemy is used with the pysqlite driver's own transaction handling turned off: meshdeck emits
+`BEGIN` itself (`BEGIN IMMEDIATE` for `Database.write()`), which makes DDL transactional and keeps a
+read-then-write from failing with SQLITE_BUSY halfway through.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import QueuePool
+
+from meshdeck.core.errors import InputError
+from meshdeck.store.migrations import APPLICATION_ID, LATEST_VERSION, apply_migrations
+
+log = logging.getLogger(__name__)
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 15_000
+DATABASE_FILENAME = "meshdeck.db"
+_BEGIN_OPTION = "meshdeck_begin"
+
+
+def default_database_path() -> Path:
+    """`meshdeck.db` in the per-user data directory (e.g. ~/.local/share/meshdeck on Linux)."""
+    return platformdirs.user_data_path("meshdeck", appauthor=False) / DATABASE_FILENAME
+
+
+def configure_connection(connection: sqlite3.Connection, *, cache_kib: int | None = None) -> None:
+    """Per-connection settings every meshdeck connection runs with (the file-level WAL mode is set once)."""
+    connection.isolation_level = None  # meshdeck issues BEGIN/COMMIT itself
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    connection.execute("PRAGMA synchronous = NORMAL")
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.execute("PRAGMA temp_store = MEMORY")
+    if cache_kib is not None:
+        connection.execute(f"PRAGMA cache_size = -{int(cache_kib)}")
+
+
+def _field(path: Path) -> str:
+    return f"database {path}"
+
+
+def _untouched(problem: str) -> str:
+    return f"{problem}; meshdeck left the file untouched — move it aside or pass --db PATH to use another file"
+
+
+def _check_header(path: Path) -> bool:
+    """True when the file exists with content; raises InputError when it cannot be meshdeck's database."""
+    if path.is_dir():
+        raise InputError(_field(path), "is a directory, not a database file; pass --db PATH to a file")
+    if not path.exists():
+        return False
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as exc:
+        raise InputError(_field(path), f"cannot be read ({exc.strerror})") from None
+    if not header:
+        return False  # an empty file is a new, empty SQLite database
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise InputError(
+            _field(path), _untouched("is not an SQLite database (it does not start with 'SQLite format 3')")
+        )
+    return True
+
+
+def _probe(path: Path) -> tuple[int, int, list[str]]:
+    """(application_id, user_version, table names), read through a read-only connection."""
+    uri = path.resolve().as_uri() + "?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise InputError(_field(path), f"cannot be opened ({exc})") from None
+    try:
+        application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+        user_version = connection.execute("PRAGMA user_version").fetchone()[0]
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+    except sqlite3.DatabaseError as exc:
+        raise InputError(_field(path), _untouched(f"is damaged ({exc})")) from None
+    finally:
+        connection.close()
+    return int(application_id), int(user_version), tables
+
+
+def _check_compatible(path: Path, application_id: int, user_version: int, tables: list[str]) -> None:
+    if application_id != APPLICATION_ID and (tables or user_version):
+        shown = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
+        raise InputError(_field(path), _untouched(f"is another program's SQLite database (tables: {shown or 'none'})"))
+    if user_version > LATEST_VERSION:
+        raise InputError(
+            _field(path),
+            _untouched(
+                f"was written by a newer meshdeck (schema version {user_version}; this meshdeck reads up to "
+                f"version {LATEST_VERSION}); upgrade meshdeck to open it"
+            ),
+        )
+
+
+class Database:
+    """An open meshdeck database: an SQLAlchemy engine plus dedicated raw connections for bulk ingest."""
+
+    def __init__(self, path: Path, engine: Engine, schema_version: int) -> None:
+        self.path = path
+        self.engine = engine
+        self.schema_version = schema_version
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read transaction: one consistent snapshot, never blocked by the writer (WAL)."""
+        with self.engine.connect() as connection, connection.begin():
+            yield connection
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE): committed on exit, rolled back whole on an exception."""
+        with self.engine.connect() as connection:
+            connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+            with connection.begin():
+                yield connection
+
+    def raw_connection(self, *, cache_kib: int | None = None) -> sqlite3.Connection:
+        """A new plain sqlite3 connection with meshdeck's settings, owned (and closed) by the caller."""
+        connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        configure_connection(connection, cache_kib=cache_kib)
+        return connection
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Database({str(self.path)!r}, schema_version={self.schema_version})"
+
+
+def _make_engine(path: Path) -> Engine:
+    engine = create_engine(
+        URL.create("sqlite+pysqlite", database=str(path)),
+        poolclass=QueuePool,
+        pool_size=4,
+        max_overflow=8,
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        configure_connection(dbapi_connection)
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        mode = connection.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def open_database(path: str | Path | None = None) -> Database:
+    """Open (creating or upgrading as needed) meshdeck's database; `None` means the platform data dir.
+
+    Raises InputError naming the file when it cannot be used; in that case nothing was written to it.
+    """
+    if path is None:
+        db_path = default_database_path()
+        db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    else:
+        db_path = Path(path).expanduser()
+        if not db_path.parent.exists():
+            try:
+                db_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(_field(db_path), f"its folder cannot be created ({exc.strerror})") from None
+    if _check_header(db_path):
+        _check_compatible(db_path, *_probe(db_path))
+    try:
+        connection = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise InputError(_field(db_path), f"cannot be opened ({exc})") from None
+    try:
+        configure_connection(connection)
+        mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            log.warning("%s: the file system refused WAL mode (got %s); reads will wait for writes", db_path, mode)
+        version = apply_migrations(connection)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(_field(db_path), f"cannot be prepared ({exc})") from None
+    finally:
+        connection.close()
+    log.debug("opened %s at schema version %d", db_path, version)
+    return Database(db_path, _make_engine(db_path), version)

@@ -1,0 +1,73 @@
+"""The database schema as an ordered list of migration steps, applied in one transaction each.
+
+`PRAGMA user_version` holds the number of the last step applied and `PRAGMA application_id` marks the
+file as meshdeck's. A step is never edited once released: a schema change is a new step at the end, so
+a database written by any older meshdeck is upgraded in place and one from a newer meshdeck (a
+user_version above `LATEST_VERSION`) is refused by `database.open_database` before anything is written.
+
+Time is stored as integer milliseconds since the Unix epoch in the sample and rollup tables (exact
+equality for the primary key and the rollup buckets, and a 6-byte varint on disk) and as REAL Unix
+seconds elsewhere.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+APPLICATION_ID = 0x6D736864  # b"mshd": PRAGMA application_id of every meshdeck database
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "hosts added by the operator",
+        (
+            """CREATE TABLE hosts (
+                name TEXT NOT NULL PRIMARY KEY,
+                target TEXT NOT NULL,
+                port INTEGER CHECK (port IS NULL OR port BETWEEN 1 AND 65535),
+                identity_file TEXT,
+                jump TEXT,
+                simulate TEXT,
+                added_at REAL NOT NULL
+            )""",
+        ),
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def apply_migrations(connection: sqlite3.Connection, *, target: int = LATEST_VERSION) -> int:
+    """Bring the database up to `target`, one transaction per step; returns the version reached.
+
+    Each step re-reads user_version under the write lock (BEGIN IMMEDIATE), so two processes opening
+    the same new file at once apply every step exactly once. A failing step is rolled back whole.
+    """
+    for step in MIGRATIONS:
+        if step.version > target:
+            break
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            current = connection.execute("PRAGMA user_version").fetchone()[0]
+            if current >= step.version:
+                connection.execute("ROLLBACK")
+                continue
+            for statement in step.statements:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            connection.execute(f"PRAGMA user_version = {step.version}")
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+    return int(connection.execute("PRAGMA user_version").fetchone()[0])
