@@ -1,0 +1,189 @@
+"""`meshdeck plan`: which DP/TP/PP/EP layouts of a DeepSeek model fit a cluster, ranked by a goal.
+
+Arguments are read as text and validated here so that any bad value — a non-positive count, an
+unknown GPU, a config.json that is not DeepSeek — ends as one `meshdeck: error: <field>: <problem>`
+line with exit status 2 (InputError), never an argparse usage dump.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.errors import InputError
+from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, resolve_gpu
+from meshdeck.core.kv_cache import KV_CACHE_DTYPES
+from meshdeck.core.plan_request import GOALS, PlanRequest, parse_vllm_version
+from meshdeck.core.plan_text import render_plan
+from meshdeck.core.planner import PlanResult, plan
+from meshdeck.core.units import GBIT
+from meshdeck.core.weights import WEIGHTS_DTYPES
+from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model, load_topology
+
+BOOLEAN_WORDS = {
+    "on": True,
+    "true": True,
+    "yes": True,
+    "1": True,
+    "off": False,
+    "false": False,
+    "no": False,
+    "0": False,
+}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="rank DP/TP/PP/EP layouts of DeepSeek on a cluster (memory, KV cache, traffic, est. speed)",
+        description="Plan DeepSeek V3/V3.2 on your GPUs: per-GPU weights, vLLM's reserve, KV tokens, traffic per "
+        "token, an estimated decode speed, warnings and the vllm serve flags for every layout.",
+    )
+    add = parser.add_argument
+    add(
+        "--model",
+        default="deepseek-v3.2",
+        help=f"{' | '.join(bundled_model_names())} | PATH to config.json or checkpoint dir",
+    )
+    add("--gpu", help="GPU name from resources/gpus.json (e.g. H200-SXM-141GB) or memory size like 80GB")
+    add("--nodes", default="1", help="number of nodes (default 1)")
+    add("--gpus-per-node", default="8", help="GPUs per node (default 8)")
+    add("--gpu-memory-utilization", default="0.9", help="vLLM's fraction of GPU memory (default 0.9)")
+    add("--max-model-len", help="context length per request (default: the model's, 163840)")
+    add("--kv-cache-dtype", default="auto", help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent)")
+    add("--weights-dtype", help=f"{' | '.join(WEIGHTS_DTYPES)} (default: as the checkpoint ships)")
+    add("--engine", default="vllm", help="vllm | torch")
+    add("--goal", default="throughput", help=f"{' | '.join(GOALS)} (default throughput)")
+    add("--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's; 256 for V3.2)")
+    add("--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU)")
+    add("--mtp", action="store_true", help="MTP speculative decoding (loads the MTP layer, adds its KV)")
+    add("--mtp-tokens", default="3", help="speculative tokens with --mtp (default 3)")
+    add("--intra-node-link", default=None, help="nvlink | pcie (default: nvlink if the GPU has it)")
+    add(
+        "--inter-node-gbps",
+        help="network bandwidth per node, Gbit/s one direction (default 400 per GPU on NVLink boards)",
+    )
+    add("--topology", help="`nvidia-smi topo -m` output or an agent inventory JSON of one node")
+    add("--context-tokens", help="context length the decode estimate assumes (default min(max-model-len, 4096))")
+    add(
+        "--vllm-version",
+        default="0.16",
+        help="vLLM release whose memory accounting to follow (>= 0.21 counts CUDA graphs)",
+    )
+    add("--tensor-parallel", help="only layouts with this TP")
+    add("--pipeline-parallel", help="only layouts with this PP")
+    add("--data-parallel", help="only layouts with this DP (per vLLM instance)")
+    add("--expert-parallel", help="on | off: only layouts with / without expert parallel")
+    add("--top", help="show the first K layouts (default 10; --json: all)")
+    add("--all", action="store_true", help="also list layouts that do not fit or that vLLM would refuse")
+    add("--json", action="store_true", help="print one JSON object; layouts in rank order")
+    parser.set_defaults(func=run)
+
+
+def _int(value: str | None, flag: str, *, minimum: int = 1) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(flag, f"must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise InputError(flag, f"must be at least {minimum}, got {number}")
+    return number
+
+
+def _float(value: str, flag: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(flag, f"must be a number, got {value!r}") from None
+
+
+def _choice(value: str, flag: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InputError(flag, f"{value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _bool(value: str | None, flag: str) -> bool | None:
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if key not in BOOLEAN_WORDS:
+        raise InputError(flag, f"{value!r}; allowed: on, off")
+    return BOOLEAN_WORDS[key]
+
+
+def _gpu(args: argparse.Namespace, inventory_memory: int | None, inventory_name: str | None) -> GpuSpec:
+    catalog = load_gpu_catalog()
+    if args.gpu:
+        return resolve_gpu(args.gpu, catalog)
+    if inventory_memory:
+        return gpu_from_memory(inventory_memory / (1 << 30), name=inventory_name)
+    raise InputError("--gpu", f"required; allowed: {', '.join(g.name for g in catalog)}, or a memory size like 80GB")
+
+
+def build_request(args: argparse.Namespace) -> PlanRequest:
+    model = load_model(args.model)
+    topology = facts = None
+    if args.topology:
+        topology, facts = load_topology(args.topology)
+    gpu = _gpu(args, facts.gpu_memory_bytes if facts else None, facts.gpu_name if facts else None)
+    gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or 8
+    if topology is not None and args.gpus_per_node == "8" and topology.gpu_count != 8:
+        gpus_per_node = topology.gpu_count
+    link = args.intra_node_link or ("nvlink" if gpu.has_nvlink else "pcie")
+    _choice(link, "--intra-node-link", ("nvlink", "pcie"))
+    if args.inter_node_gbps is not None:
+        gbps = _float(args.inter_node_gbps, "--inter-node-gbps")
+        if not gbps > 0:
+            raise InputError("--inter-node-gbps", f"must be positive, got {args.inter_node_gbps}")
+        inter, assumed = gbps * GBIT, False
+    elif facts is not None and facts.rdma_bytes_per_s:
+        inter, assumed = facts.rdma_bytes_per_s, False
+    else:
+        inter, assumed = default_inter_node_bytes_per_s(gpus_per_node, link), True
+    cluster = ClusterSpec(
+        nodes=_int(args.nodes, "--nodes") or 1,
+        gpus_per_node=gpus_per_node,
+        gpu=gpu,
+        intra_node_link=link,
+        inter_node_bytes_per_s=inter,
+        inter_node_assumed=assumed,
+        topology=topology,
+    )
+    return PlanRequest(
+        model=model,
+        cluster=cluster,
+        engine=args.engine,
+        weights_dtype=args.weights_dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_model_len=_int(args.max_model_len, "--max-model-len"),
+        gpu_memory_utilization=_float(args.gpu_memory_utilization, "--gpu-memory-utilization"),
+        max_num_seqs=_int(args.max_num_seqs, "--max-num-seqs"),
+        max_num_batched_tokens=_int(args.max_num_batched_tokens, "--max-num-batched-tokens"),
+        mtp=bool(args.mtp),
+        mtp_speculative_tokens=_int(args.mtp_tokens, "--mtp-tokens") or 3,
+        goal=args.goal,
+        context_tokens=_int(args.context_tokens, "--context-tokens"),
+        vllm_version=parse_vllm_version(args.vllm_version),
+        tensor_parallel=_int(args.tensor_parallel, "--tensor-parallel"),
+        pipeline_parallel=_int(args.pipeline_parallel, "--pipeline-parallel"),
+        data_parallel=_int(args.data_parallel, "--data-parallel"),
+        expert_parallel=_bool(args.expert_parallel, "--expert-parallel"),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    top = _int(args.top, "--top")
+    request = build_request(args)
+    result: PlanResult = plan(request)
+    if args.json:
+        json.dump(result.as_dict(include_all=args.all, top=top), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_plan(result, top=top or 10, include_all=args.all))
+    return 0

@@ -1,0 +1,172 @@
+"""One evaluated serving layout: every number the planner reports for it, and its JSON form.
+
+Per-GPU figures are those of the pipeline stage with the most weights (the "worst" stage); the KV
+tokens of a replica are limited by its tightest stage, exactly as vLLM takes the minimum number of
+blocks over its workers. `stages` lists every stage for whoever needs the detail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from meshdeck.core.placement import Placement, RankPlacement, rank_map
+from meshdeck.core.reserve import Reserve
+from meshdeck.core.traffic import TrafficItem, traffic_by_link
+from meshdeck.core.units import GIB
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: int
+    first_layer: int
+    end_layer: int  # exclusive
+    weights_bytes: int
+    reserve: Reserve
+    kv_budget_bytes: int  # total × utilization − weights − reserve in budget (may be negative)
+    kv_cache_bytes: int  # what vLLM allocates on this stage: replica blocks × block × layers × bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "layers": [self.first_layer, self.end_layer],
+            "weights_gib": round(self.weights_bytes / GIB, 3),
+            "reserve_gib": round(self.reserve.in_budget_bytes / GIB, 3),
+            "kv_budget_gib": round(self.kv_budget_bytes / GIB, 3),
+            "kv_cache_gib": round(self.kv_cache_bytes / GIB, 3),
+        }
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    expert_parallel: bool
+    placement: Placement
+    valid: bool
+    invalid_reason: str | None
+    supported: bool  # False when a warning says vLLM cannot run it on this GPU
+    fits: bool
+    shortfall_bytes: int  # per GPU of the tightest stage, to hold one max_model_len request; 0 when it fits
+    usable_bytes_per_gpu: int  # torch-visible memory × gpu_memory_utilization
+    weights_bytes_per_gpu: int
+    weights_by_component: tuple[tuple[str, int], ...]
+    reserve: Reserve | None
+    kv_budget_bytes_per_gpu: int
+    kv_cache_bytes_per_gpu: int
+    kv_bytes_per_token_per_gpu: int
+    kv_block_size: int
+    kv_tokens_per_replica: int
+    max_concurrency: float
+    est_decode_tokens_per_s: float  # whole cluster (all instances, all DP ranks)
+    est_decode_tokens_per_s_per_request: float
+    est_bound: str
+    est_batch_per_replica: int
+    traffic: tuple[TrafficItem, ...]
+    stages: tuple[StagePlan, ...]
+    warnings: tuple[str, ...]
+    warning_codes: tuple[str, ...]
+    vllm_args: tuple[str, ...]
+    reason: str = ""
+    score: tuple[float, ...] = field(default=(), compare=False)
+
+    @property
+    def instances(self) -> int:
+        return self.placement.instances
+
+    @property
+    def gpus(self) -> int:
+        return self.placement.gpus_used
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.placement.gpus_per_instance
+
+    @property
+    def nodes(self) -> int:
+        return self.placement.nodes_used
+
+    @property
+    def replicas(self) -> int:
+        """Independent KV pools: DP ranks of every instance."""
+        return self.placement.instances * self.data_parallel
+
+    @property
+    def kv_tokens_total(self) -> int:
+        return self.replicas * self.kv_tokens_per_replica
+
+    @property
+    def weights_gib_per_gpu(self) -> float:
+        return self.weights_bytes_per_gpu / GIB
+
+    @property
+    def kv_cache_gib_per_gpu(self) -> float:
+        return self.kv_cache_bytes_per_gpu / GIB
+
+    @cached_property
+    def rank_map(self) -> tuple[RankPlacement, ...]:
+        return rank_map(self.placement, self.tensor_parallel, self.pipeline_parallel, self.data_parallel)
+
+    def label(self) -> str:
+        parts = [f"TP{self.tensor_parallel}"]
+        if self.pipeline_parallel > 1:
+            parts.append(f"PP{self.pipeline_parallel}")
+        if self.data_parallel > 1:
+            parts.append(f"DP{self.data_parallel}")
+        if self.expert_parallel:
+            parts.append("EP")
+        text = "·".join(parts)
+        return f"{self.instances}× {text}" if self.instances > 1 else text
+
+    def as_dict(self, *, include_rank_map: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "tensor_parallel": self.tensor_parallel,
+            "pipeline_parallel": self.pipeline_parallel,
+            "data_parallel": self.data_parallel,
+            "expert_parallel": self.expert_parallel,
+            "expert_parallel_size": self.tensor_parallel * self.data_parallel if self.expert_parallel else 1,
+            "instances": self.instances,
+            "gpus": self.gpus,
+            "gpus_per_instance": self.gpus_per_instance,
+            "nodes": self.nodes,
+            "valid": self.valid,
+            "invalid_reason": self.invalid_reason,
+            "supported": self.supported,
+            "fits": self.fits,
+            "shortfall_gib": round(self.shortfall_bytes / GIB, 2),
+            "usable_gib_per_gpu": round(self.usable_bytes_per_gpu / GIB, 3),
+            "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 3),
+            "weights_gib_by_component": {k: round(v / GIB, 4) for k, v in self.weights_by_component},
+            "reserve_gib": None
+            if self.reserve is None
+            else {
+                "activation_peak": round(self.reserve.activation_peak_bytes / GIB, 3),
+                "sampler": round(self.reserve.sampler_bytes / GIB, 3),
+                "non_torch": round(self.reserve.non_torch_bytes / GIB, 3),
+                "cudagraphs": round(self.reserve.cudagraph_bytes / GIB, 3),
+                "cudagraphs_in_budget": self.reserve.cudagraph_in_budget,
+                "in_budget_total": round(self.reserve.in_budget_bytes / GIB, 3),
+            },
+            "kv_budget_gib_per_gpu": round(self.kv_budget_bytes_per_gpu / GIB, 3),
+            "kv_cache_gib_per_gpu": round(self.kv_cache_gib_per_gpu, 3),
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "kv_block_size": self.kv_block_size,
+            "kv_tokens_per_replica": self.kv_tokens_per_replica,
+            "kv_tokens_total": self.kv_tokens_total,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "est_decode_tokens_per_s": round(self.est_decode_tokens_per_s, 1),
+            "est_decode_tokens_per_s_per_request": round(self.est_decode_tokens_per_s_per_request, 2),
+            "est_bound": self.est_bound,
+            "est_batch_per_replica": self.est_batch_per_replica,
+            "traffic_per_token": [item.as_dict() for item in self.traffic],
+            "traffic_bytes_per_token_by_link": {k: round(v) for k, v in traffic_by_link(self.traffic).items()},
+            "stages": [stage.as_dict() for stage in self.stages],
+            "warnings": list(self.warnings),
+            "vllm_args": list(self.vllm_args),
+            "reason": self.reason,
+        }
+        if include_rank_map:
+            out["rank_map"] = [r.as_dict() for r in self.rank_map]
+        return out

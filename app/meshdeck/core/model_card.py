@@ -1,0 +1,234 @@
+"""The shape of a DeepSeek-V3-architecture model, read from its Hugging Face `config.json`.
+
+Everything the planner counts — weights per component, KV bytes per token, traffic per token —
+derives from these numbers, so a user can point `--model` at any DeepseekV3 / DeepseekV32 checkpoint
+(DeepSeek-V3, R1, V3.1, V3.2, Kimi-K2 …) and get the right answer for *that* config, not a table
+typed in for one model. A config that is not this architecture is refused naming `architectures`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from meshdeck.core.errors import InputError
+
+SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
+
+# How the checkpoint stores its linear layers (what `--weights-dtype auto`/the shipped format means).
+CHECKPOINT_FP8_BLOCK = "fp8"  # e4m3 weights, fp32 (or ue8m0) scale per 128x128 block; DeepSeek's release
+CHECKPOINT_BF16 = "bf16"  # no quantization_config
+CHECKPOINT_INT4 = "int4"  # weight-only int4 routed experts (compressed-tensors W4A16, e.g. Kimi-K2-Thinking)
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """One DeepSeek-V3-architecture model. Field names follow config.json."""
+
+    name: str
+    source: str
+    architecture: str
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    first_k_dense_replace: int
+    moe_layer_freq: int
+    intermediate_size: int
+    moe_intermediate_size: int
+    n_routed_experts: int
+    n_shared_experts: int
+    num_experts_per_tok: int
+    n_group: int
+    topk_group: int
+    num_attention_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    num_nextn_predict_layers: int
+    tie_word_embeddings: bool
+    index_n_heads: int  # V3.2 lightning indexer; 0 when the model has none
+    index_head_dim: int
+    index_topk: int
+    checkpoint_dtype: str  # CHECKPOINT_FP8_BLOCK | CHECKPOINT_BF16 | CHECKPOINT_INT4
+    weight_block_size: tuple[int, int]
+    int4_group_size: int
+
+    def __hash__(self) -> int:
+        # The card keys many planner caches; hashing 30 fields on every lookup would dominate planning time.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    @property
+    def has_sparse_indexer(self) -> bool:
+        """DeepSeek-V3.2's DSA: a per-layer indexer with its own key cache (vLLM: `hasattr(config, "index_topk")`)."""
+        return self.index_topk > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def mla_latent_dim(self) -> int:
+        """Values cached per token per layer by MLA: the compressed KV plus the shared rope key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        """vLLM's rule in DeepseekV2DecoderLayer: routed experts from first_k_dense_replace on, every moe_layer_freq."""
+        return (
+            self.n_routed_experts > 0
+            and layer_index >= self.first_k_dense_replace
+            and layer_index % self.moe_layer_freq == 0
+        )
+
+    @property
+    def moe_layer_count(self) -> int:
+        return self.moe_layers_between(0, self.num_hidden_layers)
+
+    def moe_layers_between(self, start: int, end: int) -> int:
+        """MoE layers among [start, end)."""
+        prefix = _moe_prefix(self)
+        return prefix[end] - prefix[start]
+
+    @property
+    def dense_layer_count(self) -> int:
+        return self.num_hidden_layers - self.moe_layer_count
+
+
+@lru_cache(maxsize=64)
+def _moe_prefix(card: ModelCard) -> tuple[int, ...]:
+    counts = [0]
+    for i in range(card.num_hidden_layers + 1):
+        counts.append(counts[-1] + (1 if i < card.num_hidden_layers and card.is_moe_layer(i) else 0))
+    return tuple(counts)
+
+
+def _get(config: Mapping[str, Any], key: str, source: str, *, default: Any = None, required: bool = True) -> Any:
+    if key in config and config[key] is not None:
+        return config[key]
+    if required and default is None:
+        raise InputError(f"{source}: {key}", "missing; a DeepSeek-V3 config.json has it")
+    return default
+
+
+def _positive_int(config: Mapping[str, Any], key: str, source: str, *, default: int | None = None) -> int:
+    value = _get(config, key, source, default=default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{source}: {key}", f"must be a positive integer, got {value!r}")
+    return value
+
+
+def _non_negative_int(config: Mapping[str, Any], key: str, source: str, *, default: int = 0) -> int:
+    value = config.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{source}: {key}", f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _checkpoint_format(config: Mapping[str, Any], source: str) -> tuple[str, tuple[int, int], int]:
+    quant = config.get("quantization_config")
+    if quant is None:
+        return CHECKPOINT_BF16, (128, 128), 0
+    if not isinstance(quant, Mapping):
+        raise InputError(f"{source}: quantization_config", "must be an object")
+    method = quant.get("quant_method")
+    if method == "fp8":
+        block = quant.get("weight_block_size") or [128, 128]
+        if (
+            not isinstance(block, list | tuple)
+            or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+        ):
+            raise InputError(f"{source}: quantization_config.weight_block_size", f"must be [n, k], got {block!r}")
+        return CHECKPOINT_FP8_BLOCK, (int(block[0]), int(block[1])), 0
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups") or {}
+        for group in groups.values() if isinstance(groups, Mapping) else ():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if isinstance(weights, Mapping) and weights.get("num_bits") == 4:
+                size = weights.get("group_size") or 32
+                return CHECKPOINT_INT4, (128, 128), int(size)
+        raise InputError(
+            f"{source}: quantization_config.config_groups",
+            "only int4 weight-only compressed-tensors checkpoints are understood",
+        )
+    raise InputError(
+        f"{source}: quantization_config.quant_method",
+        f"{method!r} is not understood; allowed: 'fp8' (block-quantized, as DeepSeek ships), "
+        "'compressed-tensors' (int4 experts), or no quantization_config (bf16)",
+    )
+
+
+def model_card_from_config(config: Mapping[str, Any], source: str, name: str | None = None) -> ModelCard:
+    """Build a ModelCard from a parsed config.json. Raises InputError naming `<source>: <field>`."""
+    if not isinstance(config, Mapping):
+        raise InputError(source, f"config.json must be a JSON object, got {type(config).__name__}")
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or not architectures:
+        raise InputError(f"{source}: architectures", f"missing; allowed: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    architecture = next((a for a in architectures if a in SUPPORTED_ARCHITECTURES), None)
+    if architecture is None:
+        raise InputError(
+            f"{source}: architectures",
+            f"{architectures!r} is not a DeepSeek-V3 architecture; allowed: {', '.join(SUPPORTED_ARCHITECTURES)}",
+        )
+    checkpoint_dtype, block, int4_group = _checkpoint_format(config, source)
+    q_lora = config.get("q_lora_rank")
+    if q_lora is not None and (isinstance(q_lora, bool) or not isinstance(q_lora, int) or q_lora <= 0):
+        raise InputError(f"{source}: q_lora_rank", f"must be a positive integer or null, got {q_lora!r}")
+    index_topk = _non_negative_int(config, "index_topk", source)
+    card = ModelCard(
+        name=name or str(config.get("model_type") or architecture),
+        source=source,
+        architecture=architecture,
+        model_type=str(config.get("model_type") or ""),
+        hidden_size=_positive_int(config, "hidden_size", source),
+        num_hidden_layers=_positive_int(config, "num_hidden_layers", source),
+        first_k_dense_replace=_non_negative_int(config, "first_k_dense_replace", source),
+        moe_layer_freq=_positive_int(config, "moe_layer_freq", source, default=1),
+        intermediate_size=_positive_int(config, "intermediate_size", source),
+        moe_intermediate_size=_positive_int(config, "moe_intermediate_size", source),
+        n_routed_experts=_positive_int(config, "n_routed_experts", source),
+        n_shared_experts=_non_negative_int(config, "n_shared_experts", source),
+        num_experts_per_tok=_positive_int(config, "num_experts_per_tok", source),
+        n_group=_positive_int(config, "n_group", source, default=1),
+        topk_group=_positive_int(config, "topk_group", source, default=1),
+        num_attention_heads=_positive_int(config, "num_attention_heads", source),
+        q_lora_rank=q_lora,
+        kv_lora_rank=_positive_int(config, "kv_lora_rank", source),
+        qk_nope_head_dim=_positive_int(config, "qk_nope_head_dim", source),
+        qk_rope_head_dim=_positive_int(config, "qk_rope_head_dim", source),
+        v_head_dim=_positive_int(config, "v_head_dim", source),
+        vocab_size=_positive_int(config, "vocab_size", source),
+        max_position_embeddings=_positive_int(config, "max_position_embeddings", source),
+        num_nextn_predict_layers=_non_negative_int(config, "num_nextn_predict_layers", source),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        index_n_heads=_non_negative_int(config, "index_n_heads", source) if index_topk else 0,
+        index_head_dim=_non_negative_int(config, "index_head_dim", source) if index_topk else 0,
+        index_topk=index_topk,
+        checkpoint_dtype=checkpoint_dtype,
+        weight_block_size=block,
+        int4_group_size=int4_group,
+    )
+    if card.num_experts_per_tok > card.n_routed_experts:
+        raise InputError(
+            f"{source}: num_experts_per_tok",
+            f"{card.num_experts_per_tok} exceeds n_routed_experts {card.n_routed_experts}",
+        )
+    if card.first_k_dense_replace > card.num_hidden_layers:
+        raise InputError(f"{source}: first_k_dense_replace", "exceeds num_hidden_layers")
+    if card.has_sparse_indexer and (card.index_n_heads <= 0 or card.index_head_dim <= 0 or q_lora is None):
+        raise InputError(
+            f"{source}: index_n_heads", "a config with index_topk needs index_n_heads, index_head_dim and q_lora_rank"
+        )
+    return card

@@ -1,0 +1,164 @@
+"""Where each vLLM rank runs, and which link class each parallel group's traffic crosses.
+
+vLLM numbers ranks TP-fastest: rank = dp × (PP × TP) + pp × TP + tp, and fills GPUs of a node in
+order, so TP groups are consecutive GPUs (inside one node when TP divides the GPUs per node) and
+pipeline stages step across nodes. A cluster may run several independent vLLM instances (each its
+own `vllm serve`, e.g. one per node); an instance uses whole nodes, or a slice of one node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshdeck.core.cluster import ClusterSpec, LinkClass, slowest
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    rank: int
+    instance: int
+    node: int
+    gpu: int
+    data_parallel_rank: int
+    pipeline_stage: int
+    tensor_rank: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "rank": self.rank,
+            "instance": self.instance,
+            "node": self.node,
+            "gpu": self.gpu,
+            "dp": self.data_parallel_rank,
+            "pp": self.pipeline_stage,
+            "tp": self.tensor_rank,
+        }
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An instance of `gpus_per_instance` GPUs, repeated `instances` times over the cluster."""
+
+    gpus_per_instance: int
+    instances: int
+    gpus_per_node: int
+
+    @property
+    def nodes_per_instance(self) -> int:
+        return max(1, self.gpus_per_instance // self.gpus_per_node)
+
+    @property
+    def instances_per_node(self) -> int:
+        return max(1, self.gpus_per_node // self.gpus_per_instance)
+
+    @property
+    def nodes_used(self) -> int:
+        if self.gpus_per_instance >= self.gpus_per_node:
+            return self.instances * self.nodes_per_instance
+        return -(-self.instances // self.instances_per_node)
+
+    @property
+    def gpus_used(self) -> int:
+        return self.instances * self.gpus_per_instance
+
+    def locate(self, instance: int, rank: int) -> tuple[int, int]:
+        """(node, gpu) of a rank of an instance."""
+        if self.gpus_per_instance <= self.gpus_per_node:
+            node = instance // self.instances_per_node
+            gpu = (instance % self.instances_per_node) * self.gpus_per_instance + rank
+            return node, gpu
+        return instance * self.nodes_per_instance + rank // self.gpus_per_node, rank % self.gpus_per_node
+
+
+def placement_for(cluster: ClusterSpec, gpus_per_instance: int) -> Placement | None:
+    """Pack as many instances of this size as the cluster holds (whole nodes, or slices of a node)."""
+    gpn = cluster.gpus_per_node
+    if gpus_per_instance <= gpn:
+        if gpn % gpus_per_instance:
+            return None
+        return Placement(gpus_per_instance, cluster.nodes * (gpn // gpus_per_instance), gpn)
+    if gpus_per_instance % gpn:
+        return None
+    nodes_each = gpus_per_instance // gpn
+    if nodes_each > cluster.nodes:
+        return None
+    return Placement(gpus_per_instance, cluster.nodes // nodes_each, gpn)
+
+
+def rank_of(tp: int, pp: int, dp: int, tensor_parallel: int, pipeline_parallel: int) -> int:
+    return dp * (pipeline_parallel * tensor_parallel) + pp * tensor_parallel + tp
+
+
+def rank_map(
+    placement: Placement, tensor_parallel: int, pipeline_parallel: int, data_parallel: int
+) -> tuple[RankPlacement, ...]:
+    out: list[RankPlacement] = []
+    for instance in range(placement.instances):
+        for dp in range(data_parallel):
+            for pp in range(pipeline_parallel):
+                for tp in range(tensor_parallel):
+                    rank = rank_of(tp, pp, dp, tensor_parallel, pipeline_parallel)
+                    node, gpu = placement.locate(instance, rank)
+                    out.append(RankPlacement(rank, instance, node, gpu, dp, pp, tp))
+    return tuple(out)
+
+
+def _link(cluster: ClusterSpec, a: tuple[int, int], b: tuple[int, int]) -> LinkClass:
+    if a[0] != b[0]:
+        return LinkClass.NETWORK
+    return cluster.intra_link(a[1], b[1])
+
+
+def group_link(cluster: ClusterSpec, placement: Placement, ranks: list[int]) -> LinkClass:
+    """Slowest link any pair of the group's GPUs (in instance 0) crosses.
+
+    Ranks are listed in increasing order and fill nodes in order, so the group spans nodes exactly
+    when its first and last rank do; only a detected topology needs the pairs inside a node.
+    """
+    if len(ranks) < 2:
+        return LinkClass.LOCAL
+    first, last = placement.locate(0, ranks[0]), placement.locate(0, ranks[-1])
+    if first[0] != last[0]:
+        return LinkClass.NETWORK
+    if cluster.topology is None:
+        return cluster.intra_link(first[1], last[1])
+    where = [placement.locate(0, r) for r in ranks]
+    return slowest([_link(cluster, a, b) for i, a in enumerate(where) for b in where[i + 1 :]])
+
+
+@dataclass(frozen=True)
+class GroupLinks:
+    tensor: LinkClass
+    expert: LinkClass  # the TP×DP group of one stage (MoE dispatch/combine)
+    pipeline: LinkClass
+    tensor_crosses_socket: bool
+
+
+def group_links(
+    cluster: ClusterSpec, placement: Placement, tensor_parallel: int, pipeline_parallel: int, data_parallel: int
+) -> GroupLinks:
+    tp, pp, dp = tensor_parallel, pipeline_parallel, data_parallel
+    tensor_ranks = list(range(tp))
+    if cluster.topology is None:
+        # only the first and last member matter without a topology (see group_link)
+        expert_ranks = [0, rank_of(tp - 1, 0, dp - 1, tp, pp)]
+    else:
+        expert_ranks = [rank_of(t, 0, d, tp, pp) for d in range(dp) for t in range(tp)]
+    pipeline_links = [
+        _link(cluster, placement.locate(0, rank_of(0, s, 0, tp, pp)), placement.locate(0, rank_of(0, s + 1, 0, tp, pp)))
+        for s in range(pp - 1)
+    ]
+    crosses_socket = False
+    if cluster.topology is not None and tp > 1:
+        gpus = [placement.locate(0, r) for r in tensor_ranks]
+        crosses_socket = any(
+            a[0] == b[0] and cluster.topology.crosses_cpu_socket(a[1], b[1])
+            for i, a in enumerate(gpus)
+            for b in gpus[i + 1 :]
+        )
+    return GroupLinks(
+        tensor=group_link(cluster, placement, tensor_ranks),
+        expert=group_link(cluster, placement, expert_ranks) if tp * dp > 1 else LinkClass.LOCAL,
+        pipeline=slowest(pipeline_links),
+        tensor_crosses_socket=crosses_socket,
+    )

@@ -1,0 +1,155 @@
+"""What the operator asks the planner, validated at the boundary, and the settings it resolves to.
+
+Field errors name the CLI flag (`--max-model-len`, …) because that is where users type them; the
+GUI shows the same text next to the matching field. Defaults follow vLLM's own for `vllm serve`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshdeck.core.cluster import ClusterSpec
+from meshdeck.core.errors import InputError
+from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
+from meshdeck.core.model_card import CHECKPOINT_INT4, ModelCard
+from meshdeck.core.reserve import default_scheduler_limits
+from meshdeck.core.rules import MLA_COMBINE_SAFE_MAX_SEQS
+from meshdeck.core.weights import WEIGHTS_DTYPES
+
+GOALS = ("throughput", "latency", "context")
+ENGINES = ("vllm", "torch")
+MODES = ("serve", "train")
+DEFAULT_VLLM_VERSION = (0, 16)  # accounting of the calibration point: CUDA graphs outside the KV budget
+DEFAULT_ESTIMATE_CONTEXT = 4096
+
+
+def _positive_int(value: object, flag: str, *, maximum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(flag, f"must be a positive integer, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InputError(flag, f"must be at most {maximum}, got {value}")
+
+
+def parse_vllm_version(text: str) -> tuple[int, int]:
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except (ValueError, IndexError):
+        raise InputError("--vllm-version", f"{text!r} is not a version like 0.16 or 0.21.1") from None
+    return major, minor
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    zero_stage: int = 1
+    seq_len: int = 4096
+    micro_batch_size: int = 1
+    micro_batches: int = 8
+    activation_checkpointing: bool = True
+
+    def __post_init__(self) -> None:
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise InputError("--zero", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        _positive_int(self.seq_len, "--seq-len", maximum=1_048_576)
+        _positive_int(self.micro_batch_size, "--micro-batch-size", maximum=4096)
+        _positive_int(self.micro_batches, "--micro-batches", maximum=65536)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelCard
+    cluster: ClusterSpec
+    engine: str = "vllm"
+    mode: str = "serve"
+    weights_dtype: str | None = None  # None: as the checkpoint ships
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None  # None: the model's max_position_embeddings (vLLM's default)
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    mtp: bool = False
+    mtp_speculative_tokens: int = 3
+    goal: str = "throughput"
+    context_tokens: int | None = None  # sequence length the decode estimate assumes
+    vllm_version: tuple[int, int] = DEFAULT_VLLM_VERSION
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    data_parallel: int | None = None
+    expert_parallel: bool | None = None
+    training: TrainingSettings | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise InputError("--engine", f"{self.engine!r}; allowed: {', '.join(ENGINES)}")
+        if self.mode not in MODES:
+            raise InputError("--mode", f"{self.mode!r}; allowed: {', '.join(MODES)}")
+        if self.mode == "train" and self.engine != "torch":
+            raise InputError("--mode", "train needs --engine torch (vLLM only serves)")
+        if self.goal not in GOALS:
+            raise InputError("--goal", f"{self.goal!r}; allowed: {', '.join(GOALS)}")
+        if self.weights_dtype is not None and self.weights_dtype not in WEIGHTS_DTYPES:
+            raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
+        normalize_kv_cache_dtype(self.kv_cache_dtype)
+        util = self.gpu_memory_utilization
+        if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
+            raise InputError("--gpu-memory-utilization", f"must be in (0, 1], got {util!r}")
+        if self.max_model_len is not None:
+            _positive_int(self.max_model_len, "--max-model-len")
+            if self.max_model_len > self.model.max_position_embeddings:
+                raise InputError(
+                    "--max-model-len",
+                    f"{self.max_model_len} exceeds the model's max_position_embeddings "
+                    f"{self.model.max_position_embeddings} (vLLM refuses it)",
+                )
+        for value, flag in (
+            (self.max_num_seqs, "--max-num-seqs"),
+            (self.max_num_batched_tokens, "--max-num-batched-tokens"),
+            (self.context_tokens, "--context-tokens"),
+            (self.tensor_parallel, "--tensor-parallel"),
+            (self.pipeline_parallel, "--pipeline-parallel"),
+            (self.data_parallel, "--data-parallel"),
+        ):
+            if value is not None:
+                _positive_int(value, flag)
+        _positive_int(self.mtp_speculative_tokens, "--mtp-tokens", maximum=16)
+        if self.mtp and not self.model.num_nextn_predict_layers:
+            raise InputError("--mtp", f"{self.model.name} has no MTP layer (num_nextn_predict_layers is 0)")
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """The request with every default filled in the way vLLM would."""
+
+    weights_dtype: str
+    kv: KvFormat
+    max_model_len: int
+    usable_bytes_per_gpu: int
+    max_num_seqs: int
+    max_num_seqs_emitted: int | None  # what goes into --max-num-seqs (None: leave vLLM's default)
+    max_num_seqs_from_user: bool
+    max_num_batched_tokens: int
+    context_tokens: int
+
+
+def resolve(request: PlanRequest) -> ResolvedSettings:
+    card, gpu = request.model, request.cluster.gpu
+    weights = request.weights_dtype or ("int4" if card.checkpoint_dtype == CHECKPOINT_INT4 else card.checkpoint_dtype)
+    max_model_len = request.max_model_len or card.max_position_embeddings
+    default_tokens, default_seqs = default_scheduler_limits(gpu)
+    emitted = request.max_num_seqs
+    if request.max_num_seqs is None and card.has_sparse_indexer and default_seqs > MLA_COMBINE_SAFE_MAX_SEQS:
+        emitted = MLA_COMBINE_SAFE_MAX_SEQS  # V3.2: large batches fail in mla_combine
+    max_num_seqs = emitted or default_seqs
+    tokens = request.max_num_batched_tokens or default_tokens
+    context = request.context_tokens or min(max_model_len, DEFAULT_ESTIMATE_CONTEXT)
+    return ResolvedSettings(
+        weights_dtype=weights,
+        kv=kv_format(card, gpu, request.kv_cache_dtype),
+        max_model_len=max_model_len,
+        usable_bytes_per_gpu=int(gpu.torch_visible_bytes * request.gpu_memory_utilization),
+        max_num_seqs=max_num_seqs,
+        max_num_seqs_emitted=emitted,
+        max_num_seqs_from_user=request.max_num_seqs is not None,
+        max_num_batched_tokens=tokens,
+        context_tokens=min(context, max_model_len),
+    )

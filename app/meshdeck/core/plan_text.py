@@ -1,0 +1,131 @@
+"""The plan as a readable terminal table (what `meshdeck plan` prints without --json).
+
+Pure text formatting, no I/O: numbers in GiB, estimates labelled "est.", the top pick's warnings,
+traffic and vllm serve flags spelled out under the table.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.units import GIB
+
+if TYPE_CHECKING:
+    from meshdeck.core.planner import PlanResult
+
+COLUMNS = (
+    ("#", ">"),
+    ("layout", "<"),
+    ("GPUs", ">"),
+    ("weights", ">"),
+    ("reserve", ">"),
+    ("KV/GPU", ">"),
+    ("KV tok/replica", ">"),
+    ("KV tok total", ">"),
+    ("conc@len", ">"),
+    ("est. tok/s", ">"),
+    ("est. tok/s/req", ">"),
+    ("bound (est.)", "<"),
+    ("warn", ">"),
+)
+
+
+def _row(rank: int, layout: LayoutPlan) -> list[str]:
+    if not layout.valid:
+        return [str(rank), layout.label(), str(layout.gpus), *["—"] * 9, f"invalid: {layout.invalid_reason}"]
+    reserve = layout.reserve.in_budget_bytes / GIB if layout.reserve else 0.0
+    if not layout.fits:
+        return [
+            str(rank),
+            layout.label(),
+            str(layout.gpus),
+            f"{layout.weights_gib_per_gpu:.1f}",
+            f"{reserve:.1f}",
+            f"short {layout.shortfall_bytes / GIB:.1f}",
+            *["—"] * 6,
+            str(len(layout.warnings)),
+        ]
+    return [
+        str(rank),
+        layout.label(),
+        str(layout.gpus),
+        f"{layout.weights_gib_per_gpu:.1f}",
+        f"{reserve:.1f}",
+        f"{layout.kv_cache_gib_per_gpu:.1f}",
+        f"{layout.kv_tokens_per_replica:,}",
+        f"{layout.kv_tokens_total:,}",
+        f"{layout.max_concurrency:.1f}x",
+        f"{layout.est_decode_tokens_per_s:,.0f}",
+        f"{layout.est_decode_tokens_per_s_per_request:.1f}",
+        layout.est_bound,
+        str(len(layout.warnings)),
+    ]
+
+
+def table(layouts: list[LayoutPlan]) -> str:
+    rows = [[name for name, _ in COLUMNS]] + [_row(i + 1, layout) for i, layout in enumerate(layouts)]
+    widths = [max(len(row[c]) for row in rows if c < len(row)) for c in range(len(COLUMNS))]
+    lines = []
+    for row in rows:
+        cells = []
+        for c, (_, align) in enumerate(COLUMNS):
+            value = row[c] if c < len(row) else ""
+            cells.append(value.rjust(widths[c]) if align == ">" else value.ljust(widths[c]))
+        if len(row) > len(COLUMNS):
+            cells.append(row[-1])
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False) -> str:
+    request, settings, card = result.request, result.settings, result.request.model
+    cluster = request.cluster
+    link = "topology file" if cluster.topology else cluster.intra_node_link
+    out = [
+        f"meshdeck plan — {card.name} on {cluster.nodes} × {cluster.gpus_per_node} {cluster.gpu.name} ({link}), "
+        f"{request.engine}, goal: {request.goal}",
+        f"weights {settings.weights_dtype}, KV {settings.kv.kv_cache_dtype} ({settings.kv.attention_backend}, block "
+        f"{settings.kv.block_size}), max_model_len {settings.max_model_len:,}, gpu_memory_utilization "
+        f"{request.gpu_memory_utilization:g}, max_num_seqs {settings.max_num_seqs}, "
+        f"max_num_batched_tokens {settings.max_num_batched_tokens}",
+        f"parameters: {result.parameters.main_model / 1e9:.1f}B main model + {result.parameters.mtp / 1e9:.1f}B MTP "
+        f"= {result.parameters.checkpoint_total / 1e9:.1f}B in the checkpoint; "
+        f"{result.parameters.active_per_token / 1e9:.1f}B active per token",
+        "",
+    ]
+    shown = result.layouts if include_all else result.fitting
+    hidden = len(result.layouts) - len(result.fitting)
+    if not shown:
+        out.append("No layout fits.")
+    else:
+        out.append(table(shown[:top]))
+        more = len(shown) - min(top, len(shown))
+        tail = []
+        if more > 0:
+            tail.append(f"{more} more (--top {len(shown)})")
+        if hidden and not include_all:
+            tail.append(f"{hidden} that do not fit or vLLM would refuse (--all)")
+        if tail:
+            out.append("… " + "; ".join(tail))
+    out += ["", f"Top pick: {result.top_reason}"]
+    best = result.layouts[0] if result.layouts else None
+    if best is not None and best.valid:
+        if best.reserve is not None:
+            r = best.reserve
+            out.append(
+                f"  per GPU: weights {best.weights_gib_per_gpu:.2f} GiB + reserve {r.in_budget_bytes / GIB:.2f} GiB "
+                f"(activations {r.activation_peak_bytes / GIB:.2f}, sampler {r.sampler_bytes / GIB:.2f}, non-torch "
+                f"{r.non_torch_bytes / GIB:.2f}) + KV {best.kv_cache_gib_per_gpu:.2f} GiB of "
+                f"{best.usable_bytes_per_gpu / GIB:.2f} GiB usable; KV {best.kv_bytes_per_token_per_gpu:,} B/token/GPU"
+            )
+        if best.traffic:
+            parts = [f"{t.collective} {t.bytes_per_token / 1024:.1f} KiB over {t.link.value}" for t in best.traffic]
+            out.append("  traffic per token per GPU: " + "; ".join(parts))
+        for warning in best.warnings:
+            out.append(f"  warning: {warning}")
+        if best.vllm_args:
+            out.append("  vllm serve <model> " + shlex.join(best.vllm_args))
+    out += ["", *(f"note: {note}" for note in result.notes)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,240 @@
+"""The planner: every valid TP × PP × DP (× EP) layout of a DeepSeek model on a cluster, ranked by goal.
+
+Layouts are enumerated per vLLM *instance* (one `vllm serve`): an instance uses a slice of one
+node (1, 2, 4 … GPUs) or whole nodes, and the cluster runs as many identical instances as fit.
+Within an instance TP is tried over the divisors of the head count, PP over the divisors of what
+is left (stages step across nodes; up to 16 stages), DP takes the rest; expert parallel on and off. Layouts vLLM
+would refuse are kept with their reason (shown with --all); layouts that fit are ranked by:
+- throughput: estimated decode tokens/s of the whole cluster;
+- latency: estimated tokens/s one request sees;
+- context: KV tokens per replica (how long or how many contexts one replica holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.core.evaluate import evaluate_layout
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.parameters import ParameterCounts, parameter_counts
+from meshdeck.core.placement import Placement, placement_for
+from meshdeck.core.plan_request import (
+    DEFAULT_VLLM_VERSION,
+    PlanRequest,
+    ResolvedSettings,
+    TrainingSettings,
+    resolve,
+)
+from meshdeck.core.units import GIB
+from meshdeck.core.weights import WEIGHTS_CONVENTIONS
+
+__all__ = [
+    "DEFAULT_VLLM_VERSION",
+    "LayoutPlan",
+    "PlanRequest",
+    "PlanResult",
+    "TrainingSettings",
+    "candidate_layouts",
+    "plan",
+]
+
+
+# Deeper pipelines are never a good DeepSeek layout (a handful of layers per stage, bubbles everywhere);
+# they are still evaluated when asked for with --pipeline-parallel.
+MAX_ENUMERATED_PIPELINE_STAGES = 16
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def instance_sizes(gpus_per_node: int, nodes: int) -> list[int]:
+    """GPUs per instance: divisors of a node, then whole-node counts that divide the cluster or are powers of 2."""
+    sizes = set(_divisors(gpus_per_node))
+    node_counts = set(_divisors(nodes))
+    power = 1
+    while power <= nodes:
+        node_counts.add(power)
+        power *= 2
+    sizes.update(k * gpus_per_node for k in node_counts)
+    return sorted(sizes)
+
+
+def candidate_layouts(request: PlanRequest) -> Iterator[tuple[int, int, int, bool, Placement]]:
+    """(tp, pp, dp, ep, placement) for every layout worth evaluating, honouring the layout filters."""
+    cluster, card = request.cluster, request.model
+    fixed = (request.tensor_parallel, request.pipeline_parallel, request.data_parallel)
+    if all(v is not None for v in fixed):
+        tp, pp, dp = (int(v) for v in fixed)  # type: ignore[arg-type]
+        size = tp * pp * dp
+        placement = placement_for(cluster, size)
+        if placement is None:
+            raise InputError(
+                "--tensor-parallel",
+                f"TP×PP×DP = {tp}×{pp}×{dp} = {size} GPUs is neither a divisor of a {cluster.gpus_per_node}-GPU "
+                f"node nor a whole number of nodes (at most {cluster.nodes})",
+            )
+        for ep in _ep_options(request, tp * dp):
+            yield tp, pp, dp, ep, placement
+        return
+    tp_options = _divisors(card.num_attention_heads)
+    for size in instance_sizes(cluster.gpus_per_node, cluster.nodes):
+        placement = placement_for(cluster, size)
+        if placement is None:
+            continue
+        for tp in tp_options:
+            if size % tp or (request.tensor_parallel is not None and tp != request.tensor_parallel):
+                continue
+            for pp in _divisors(size // tp):
+                if pp > min(card.num_hidden_layers, MAX_ENUMERATED_PIPELINE_STAGES):
+                    break
+                if request.pipeline_parallel is not None and pp != request.pipeline_parallel:
+                    continue
+                dp = size // tp // pp
+                if request.data_parallel is not None and dp != request.data_parallel:
+                    continue
+                for ep in _ep_options(request, tp * dp):
+                    yield tp, pp, dp, ep, placement
+
+
+def _ep_options(request: PlanRequest, moe_ranks: int) -> tuple[bool, ...]:
+    if request.expert_parallel is not None:
+        return (request.expert_parallel,)
+    return (False, True) if moe_ranks > 1 else (False,)
+
+
+def _score(layout: LayoutPlan, goal: str) -> tuple[float, ...]:
+    head = (float(layout.valid), float(layout.supported), float(layout.fits))
+    if not layout.fits:
+        return (*head, -layout.shortfall_bytes, 0.0, 0.0)
+    rate, single = layout.est_decode_tokens_per_s, layout.est_decode_tokens_per_s_per_request
+    if goal == "latency":
+        metric = (single, rate)
+    elif goal == "context":
+        metric = (float(layout.kv_tokens_per_replica), rate)
+    else:
+        metric = (rate, float(layout.kv_tokens_total))
+    return (*head, *metric, -float(layout.gpus), -float(len(layout.warnings)))
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    request: PlanRequest
+    settings: ResolvedSettings
+    parameters: ParameterCounts
+    layouts: list[LayoutPlan] = field(default_factory=list)
+    top_reason: str = ""
+    notes: tuple[str, ...] = ()
+    training: Any = None  # a TrainingPlan for --mode train
+
+    @property
+    def fitting(self) -> list[LayoutPlan]:
+        return [layout for layout in self.layouts if layout.fits and layout.valid]
+
+    def as_dict(
+        self, *, include_all: bool = False, top: int | None = None, include_rank_map: bool = True
+    ) -> dict[str, Any]:
+        chosen = self.layouts if include_all else self.fitting
+        if top is not None:
+            chosen = chosen[:top]
+        request, settings, card = self.request, self.settings, self.request.model
+        return {
+            "model": {
+                "name": card.name,
+                "source": card.source,
+                "architecture": card.architecture,
+                "parameters": self.parameters.as_dict(),
+            },
+            "cluster": {
+                "nodes": request.cluster.nodes,
+                "gpus_per_node": request.cluster.gpus_per_node,
+                "gpu": request.cluster.gpu.name,
+                "gpu_memory_gib": round(request.cluster.gpu.memory_bytes / GIB, 2),
+                "torch_visible_gib": round(request.cluster.gpu.torch_visible_bytes / GIB, 2),
+                "intra_node_link": "topology" if request.cluster.topology else request.cluster.intra_node_link,
+                "inter_node_gbps": round(request.cluster.inter_node_bytes_per_s * 8 / 1e9, 1),
+            },
+            "settings": {
+                "engine": request.engine,
+                "mode": request.mode,
+                "goal": request.goal,
+                "weights_dtype": settings.weights_dtype,
+                "weights_convention": WEIGHTS_CONVENTIONS[settings.weights_dtype],
+                "kv_cache_dtype": settings.kv.kv_cache_dtype,
+                "vllm_kv_cache_dtype": settings.kv.vllm_kv_cache_dtype,
+                "attention_backend": settings.kv.attention_backend,
+                "kv_block_size": settings.kv.block_size,
+                "max_model_len": settings.max_model_len,
+                "gpu_memory_utilization": request.gpu_memory_utilization,
+                "max_num_seqs": settings.max_num_seqs,
+                "max_num_batched_tokens": settings.max_num_batched_tokens,
+                "mtp": request.mtp,
+                "est_context_tokens": settings.context_tokens,
+                "vllm_accounting": ".".join(str(v) for v in request.vllm_version),
+            },
+            "top_reason": self.top_reason,
+            "notes": list(self.notes),
+            "layouts_total": len(self.layouts),
+            "layouts_fitting": len(self.fitting),
+            "layouts": [layout.as_dict(include_rank_map=include_rank_map) for layout in chosen],
+        }
+
+
+def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings) -> str:
+    if not layouts:
+        return "no layout matches the filters"
+    top = layouts[0]
+    if not top.valid:
+        return f"no valid layout: {top.invalid_reason}"
+    if not top.fits:
+        return (
+            f"nothing fits: the closest, {top.label()}, is short by {top.shortfall_bytes / GIB:.1f} GiB per GPU for one "
+            f"{settings.max_model_len}-token request — add GPUs, lower --max-model-len or use --kv-cache-dtype fp8"
+        )
+    kv = f"{top.kv_tokens_per_replica:,} KV tokens per replica ({top.max_concurrency:.1f}× max_model_len)"
+    if goal == "latency":
+        why = f"fastest single request, est. {top.est_decode_tokens_per_s_per_request:.1f} tok/s per request"
+    elif goal == "context":
+        why = f"most KV per replica: {kv}"
+        kv = f"est. {top.est_decode_tokens_per_s:,.0f} tok/s"
+    else:
+        why = (
+            f"highest est. cluster decode throughput, {top.est_decode_tokens_per_s:,.0f} tok/s ({top.est_bound} bound)"
+        )
+    caveat = "" if top.supported else " — but see its warnings: vLLM cannot run it on this GPU"
+    return f"{top.label()} on {top.gpus} GPUs: {why}; {kv}{caveat}"
+
+
+def plan(request: PlanRequest) -> PlanResult:
+    """Evaluate and rank every candidate layout (or, for --mode train, the training layouts)."""
+    settings = resolve(request)
+    counts = parameter_counts(request.model)
+    if request.mode == "train":
+        raise InputError("--mode", "train is not planned by this version; allowed: serve")
+    layouts = [
+        evaluate_layout(request, settings, tp, pp, dp, ep, placement)
+        for tp, pp, dp, ep, placement in candidate_layouts(request)
+    ]
+    if not layouts and any(
+        v is not None for v in (request.tensor_parallel, request.pipeline_parallel, request.data_parallel)
+    ):
+        raise InputError(
+            "--tensor-parallel",
+            f"no layout on {request.cluster.nodes}×{request.cluster.gpus_per_node} GPUs matches the TP/PP/DP filters",
+        )
+    scored = sorted(layouts, key=lambda layout: _score(layout, request.goal), reverse=True)
+    notes = (
+        "est_* numbers are estimates from bandwidth and FLOP models, not measurements",
+        f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
+        "memory accounting follows vLLM "
+        + ".".join(str(v) for v in request.vllm_version)
+        + (
+            " (CUDA graphs subtracted from the KV budget)"
+            if request.vllm_version >= (0, 21)
+            else " (CUDA graphs captured after sizing, outside the KV budget; pass --vllm-version 0.21 for newer)"
+        ),
+    )
+    return PlanResult(request, settings, counts, scored, _top_reason(scored, request.goal, settings), notes)

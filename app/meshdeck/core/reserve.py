@@ -1,0 +1,193 @@
+"""The memory vLLM keeps back from the KV cache: profile-run activations, sampler, non-torch, CUDA graphs.
+
+vLLM (v1/worker/gpu_worker.py determine_available_memory) runs one dummy forward of
+max_num_batched_tokens tokens plus one dummy sampler pass over max_num_seqs rows, then sets
+    KV budget = total × gpu_memory_utilization − (weights + torch peak increase + non-torch increase)
+Each term here is modelled from what drives it, not fitted as a percentage of the weights:
+- activation peak: the residual stream (hidden + residual + layer output) at max_num_batched_tokens,
+  plus the largest per-layer transient — the fused-MoE workspace (tokens × top-k rows of
+  max(2N, hidden) plus the FP8-quantized copy; with expert parallel the tokens of every DP rank are
+  gathered first), the dense MLP, or the attention projections (attention kernels are skipped in the
+  profile run: no metadata);
+- sampler: one fp32 logits row per sequence over the whole vocabulary, with the native top-k/top-p
+  path's sort values, int64 indices, softmax and mask alive at once (~24 bytes per logit), on the
+  last pipeline stage only;
+- non-torch: CUDA libraries' workspaces and loaded kernels, plus NCCL buffers per communicator the
+  rank belongs to (vLLM opens a PyNccl and a torch NCCL communicator per group; NVLink SHARP adds
+  288 MiB per rank on NVSwitch Hopper/Blackwell groups of more than 2 — NCCL's own log line);
+- CUDA graphs: captured after the KV cache is sized; vLLM ≥ 0.21 profiles and subtracts them
+  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default), older releases leave them outside
+  the budget (they then live in the 1 − gpu_memory_utilization headroom).
+Calibrated on the public point (vLLM 0.16.0, V3.2, TP8, 8×H200, 0.85, 16384): see tests/unit/core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshdeck.core.gpu_spec import GpuSpec
+from meshdeck.core.model_card import ModelCard
+from meshdeck.core.units import MIB
+
+BF16 = 2
+FUSED_MOE_CHUNK_TOKENS = 32768  # VLLM_FUSED_MOE_CHUNK_SIZE
+DEEP_GEMM_BLOCK_M = 128
+SAMPLER_BYTES_PER_LOGIT = 24
+CUDA_LIBRARIES_BYTES = (
+    768 * MIB
+)  # cuBLAS/cuBLASLt workspaces, DeepGEMM/Triton/FlashMLA modules loaded in the profile run
+NCCL_COMM_INTRA_NODE_BYTES = 160 * MIB  # P2P/NVLink channel buffers of one communicator
+NCCL_COMM_INTER_NODE_BYTES = 256 * MIB  # + network proxy/IB buffers
+NCCL_NVLS_PER_RANK_BYTES = 288 * MIB  # "nvlsPerRankSize 301989888" (NCCL on 8×H200, vLLM issue #9699)
+CUSTOM_ALL_REDUCE_BYTES = 32 * MIB  # vLLM custom all-reduce buffers (TP inside one NVLink node)
+CUDAGRAPH_BYTES_PER_GRAPH = 256 * 1024  # executable graph + pool growth per captured piece
+CUDAGRAPH_MIN_VLLM = (0, 21)
+
+
+@dataclass(frozen=True)
+class GroupMembership:
+    """One process group a rank belongs to, as far as NCCL memory is concerned."""
+
+    size: int
+    crosses_nodes: bool
+    nvls: bool  # NVLink SHARP: NVSwitch Hopper/Blackwell group of > 2 GPUs on one node
+    communicators: int = 2  # vLLM GroupCoordinator: torch NCCL process group + PyNcclCommunicator
+
+
+@dataclass(frozen=True)
+class ReserveInputs:
+    tensor_parallel: int
+    data_parallel: int
+    expert_parallel: bool
+    moe_ranks: int
+    last_stage: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    groups: tuple[GroupMembership, ...]
+    cudagraph_capture_sizes: int
+    stage_layers: int
+    mtp: bool
+    vllm_version: tuple[int, int]
+    deep_gemm_moe: bool = False  # FP8 block MoE on Hopper/Blackwell: DeepGEMM grouped GEMM workspaces
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """Bytes per GPU vLLM keeps out of the KV cache (or needs beside it), by term."""
+
+    activation_peak_bytes: int
+    sampler_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    cudagraph_in_budget: bool
+
+    @property
+    def in_budget_bytes(self) -> int:
+        """What vLLM subtracts from total × gpu_memory_utilization before sizing the KV cache."""
+        graphs = self.cudagraph_bytes if self.cudagraph_in_budget else 0
+        return self.activation_peak_bytes + self.sampler_bytes + self.non_torch_bytes + graphs
+
+    @property
+    def outside_budget_bytes(self) -> int:
+        """Memory needed beyond the budget (graphs captured after sizing in vLLM < 0.21)."""
+        return 0 if self.cudagraph_in_budget else self.cudagraph_bytes
+
+    def as_dict(self) -> dict[str, int | bool]:
+        return {
+            "activation_peak_bytes": self.activation_peak_bytes,
+            "sampler_bytes": self.sampler_bytes,
+            "non_torch_bytes": self.non_torch_bytes,
+            "cudagraph_bytes": self.cudagraph_bytes,
+            "cudagraph_in_budget": self.cudagraph_in_budget,
+        }
+
+
+def _moe_workspace(card: ModelCard, tokens: int, local_intermediate: int, local_experts: int, deep_gemm: bool) -> int:
+    rows = min(tokens, FUSED_MOE_CHUNK_TOKENS) * card.num_experts_per_tok
+    if deep_gemm:
+        # DeepGEMM's contiguous grouped layout pads every local expert's rows to its 128-row tile
+        rows += local_experts * (DEEP_GEMM_BLOCK_M - 1)
+    widest = max(2 * local_intermediate, card.hidden_size)
+    # workspace13 (bf16) + workspace2 (bf16) + the FP8-quantized, permuted activations (1 byte)
+    return rows * (widest * BF16 + local_intermediate * BF16 + card.hidden_size)
+
+
+def activation_peak(card: ModelCard, inputs: ReserveInputs) -> int:
+    """Torch peak increase of the profile forward pass on one GPU."""
+    tokens = inputs.max_num_batched_tokens
+    h = card.hidden_size
+    tp = inputs.tensor_parallel
+    residual = 3 * tokens * h * BF16
+    heads_local = card.num_attention_heads // tp
+    attention = tokens * ((card.q_lora_rank or 0) + card.mla_latent_dim) * BF16
+    attention += tokens * heads_local * (card.qk_head_dim + card.v_head_dim) * BF16
+    if card.has_sparse_indexer:
+        attention += tokens * card.index_n_heads * card.index_head_dim * BF16
+    dense = tokens * 3 * (card.intermediate_size // tp) * BF16
+    # With DP > 1 the MoE layers see every DP rank's tokens (vLLM's default all2all backend gathers them).
+    moe_tokens = tokens * inputs.data_parallel
+    gathered = moe_tokens * h * BF16 if inputs.data_parallel > 1 else 0
+    if inputs.expert_parallel:
+        local_experts = -(-card.n_routed_experts // inputs.moe_ranks)
+        workspace = _moe_workspace(card, moe_tokens, card.moe_intermediate_size, local_experts, inputs.deep_gemm_moe)
+    else:
+        local_inter = card.moe_intermediate_size // inputs.moe_ranks
+        workspace = _moe_workspace(card, moe_tokens, local_inter, card.n_routed_experts, inputs.deep_gemm_moe)
+    moe = gathered + workspace
+    peak = residual + max(attention, dense, moe)
+    if inputs.mtp:
+        peak += 2 * tokens * h * BF16  # the MTP drafter's dummy run (eh_proj input is 2h wide)
+    return peak
+
+
+def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
+    if not inputs.last_stage:
+        return 0
+    rows = min(inputs.max_num_seqs, inputs.max_num_batched_tokens)
+    return rows * card.vocab_size * SAMPLER_BYTES_PER_LOGIT
+
+
+def non_torch(inputs: ReserveInputs) -> int:
+    total = CUDA_LIBRARIES_BYTES
+    for group in inputs.groups:
+        if group.size <= 1:
+            continue
+        per_comm = NCCL_COMM_INTER_NODE_BYTES if group.crosses_nodes else NCCL_COMM_INTRA_NODE_BYTES
+        if group.nvls:
+            per_comm += NCCL_NVLS_PER_RANK_BYTES
+        total += group.communicators * per_comm
+    if inputs.tensor_parallel > 1:
+        total += CUSTOM_ALL_REDUCE_BYTES
+    return total
+
+
+def cudagraph_memory(card: ModelCard, inputs: ReserveInputs) -> int:
+    """Graphs for every capture size, piecewise per layer (FULL_AND_PIECEWISE), plus the largest batch's pool."""
+    pieces = inputs.stage_layers + 1
+    largest = min(512, inputs.max_num_seqs * 2)
+    pool = 3 * largest * card.hidden_size * BF16
+    return inputs.cudagraph_capture_sizes * pieces * CUDAGRAPH_BYTES_PER_GRAPH + pool
+
+
+def vllm_reserve(card: ModelCard, inputs: ReserveInputs) -> Reserve:
+    """All reserve terms for one GPU of one pipeline stage."""
+    return Reserve(
+        activation_peak_bytes=activation_peak(card, inputs),
+        sampler_bytes=sampler_peak(card, inputs),
+        non_torch_bytes=non_torch(inputs),
+        cudagraph_bytes=cudagraph_memory(card, inputs),
+        cudagraph_in_budget=inputs.vllm_version >= CUDAGRAPH_MIN_VLLM,
+    )
+
+
+def default_scheduler_limits(gpu: GpuSpec) -> tuple[int, int]:
+    """vLLM's `vllm serve` defaults (EngineArgs.get_batch_defaults): (max_num_batched_tokens, max_num_seqs)."""
+    if gpu.is_large_memory_for_vllm_defaults:
+        return 8192, 1024
+    return 2048, 256
+
+
+def cudagraph_capture_size_count(max_num_seqs: int) -> int:
+    """vLLM's default capture list: 1, 2, 4, then every 8 up to min(512, 2 × max_num_seqs)."""
+    largest = min(512, 2 * max_num_seqs)
+    return 3 + max(0, largest // 8)

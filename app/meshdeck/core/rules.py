@@ -1,0 +1,157 @@
+"""Rules from practice: each warning says what is wrong with a layout and why, in one line.
+
+They do not change the memory numbers; they tell the operator what the numbers do not show:
+slow links under a collective, kernels that pad or do not exist on a GPU, idle pipeline stages.
+Warnings whose `blocks_launch` is true describe a layout vLLM cannot run on this hardware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshdeck.core.cluster import ClusterSpec, LinkClass
+from meshdeck.core.gpu_spec import GpuSpec
+from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
+
+MLA_COMBINE_SAFE_MAX_SEQS = 256
+# FlashMLA-sparse processes a fixed number of query heads per rank and pads to it.
+SPARSE_MLA_HEADS_PER_RANK = {"hopper": 64, "blackwell": 128}
+
+
+@dataclass(frozen=True)
+class Warning:
+    code: str
+    message: str
+    blocks_launch: bool = False
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    card: ModelCard
+    cluster: ClusterSpec
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    expert_parallel: bool
+    tensor_link: LinkClass
+    expert_link: LinkClass
+    pipeline_link: LinkClass
+    tensor_crosses_socket: bool
+    weights_dtype: str
+    max_num_seqs: int
+    max_num_seqs_from_user: bool
+    expected_concurrency: int
+    mtp: bool
+
+
+def _gpu_rules(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> list[Warning]:
+    out: list[Warning] = []
+    if card.has_sparse_indexer and not gpu.runs_sparse_mla_kernels:
+        label = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
+        out.append(
+            Warning(
+                "no_sparse_mla_kernels",
+                f"V3.2's sparse attention (FlashMLA-sparse, DeepGEMM indexer) is built only for Hopper and Blackwell "
+                f"data-center GPUs (SM90/SM100); vLLM cannot serve this model on {label}",
+                blocks_launch=gpu.arch != "unknown",
+            )
+        )
+    fp8_weights = weights_dtype == "fp8" and card.checkpoint_dtype == CHECKPOINT_FP8_BLOCK
+    if fp8_weights and not gpu.fp8_native:
+        if gpu.arch == "unknown":
+            out.append(
+                Warning(
+                    "fp8_support_unknown",
+                    "GPU given by memory size only: FP8 support unknown; on a GPU without FP8 tensor cores vLLM "
+                    "runs the FP8 checkpoint through Marlin weight-only kernels (W8A16)",
+                )
+            )
+        else:
+            out.append(
+                Warning(
+                    "no_native_fp8",
+                    f"{gpu.name} has no FP8 tensor cores: vLLM keeps the FP8 weights (same memory) but runs them "
+                    "through Marlin weight-only kernels (W8A16, BF16 math) — slower prefill than on Hopper",
+                )
+            )
+    if gpu.assumed:
+        out.append(
+            Warning(
+                "assumed_gpu",
+                "GPU known by memory size only: bandwidths are assumed (1.5 TB/s HBM, PCIe gen4), so the decode "
+                "estimate is rough; pick a catalog GPU or --topology for better numbers",
+            )
+        )
+    return out
+
+
+def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
+    card, cluster = inputs.card, inputs.cluster
+    tp, pp, dp = inputs.tensor_parallel, inputs.pipeline_parallel, inputs.data_parallel
+    out = _gpu_rules(card, cluster.gpu, inputs.weights_dtype)
+    if tp > 1 and inputs.tensor_link is LinkClass.NETWORK:
+        out.append(
+            Warning(
+                "tp_over_network",
+                f"TP={tp} spans nodes: 2 all-reduces per layer per token cross the network — keep TP inside a "
+                "node and use PP or DP+EP across nodes",
+            )
+        )
+    elif tp > 1 and inputs.tensor_link is LinkClass.PCIE:
+        socket = " and the CPU interconnect (SYS)" if inputs.tensor_crosses_socket else ""
+        out.append(
+            Warning(
+                "tp_over_pcie",
+                f"TP={tp} all-reduces over PCIe{socket} (2 per layer per token): decode will be communication "
+                "bound — prefer smaller TP inside an NVLink island, PP across the rest",
+            )
+        )
+    if card.has_sparse_indexer and cluster.gpu.arch in SPARSE_MLA_HEADS_PER_RANK:
+        padded = SPARSE_MLA_HEADS_PER_RANK[cluster.gpu.arch]
+        local = card.num_attention_heads // tp
+        if local < padded:
+            better = "TP=2" if cluster.gpu.arch == "hopper" else "TP=1"
+            out.append(
+                Warning(
+                    "sparse_mla_head_padding",
+                    f"V3.2 at TP={tp} leaves {local} heads per rank; FlashMLA-sparse on {cluster.gpu.arch.title()} pads "
+                    f"to {padded} ({padded // local}x attention compute) — prefer {better} with DP/EP",
+                )
+            )
+    if inputs.expert_parallel and dp == 1:
+        out.append(
+            Warning(
+                "ep_without_dp_attention",
+                f"expert parallel over TP={tp} only: attention stays TP-sharded and every rank still runs every "
+                "token — vLLM's recipes pair EP with attention data parallel (-dp N --enable-expert-parallel)",
+            )
+        )
+    if pp > 1 and inputs.expected_concurrency < 2 * pp:
+        out.append(
+            Warning(
+                "pp_bubble",
+                f"PP={pp} with about {inputs.expected_concurrency} concurrent sequences per replica: stages idle "
+                f"(bubble ≈ {max(0.0, 1 - inputs.expected_concurrency / pp):.0%} at one micro-batch per sequence); "
+                "PP pays off at high concurrency",
+            )
+        )
+    if pp > 1 and inputs.pipeline_link is LinkClass.PCIE and cluster.nodes == 1:
+        out.append(Warning("pp_inside_node", f"PP={pp} inside one node: stages hand off over PCIe"))
+    if inputs.expert_link is LinkClass.NETWORK and dp > 1:
+        out.append(
+            Warning(
+                "moe_over_network",
+                f"MoE dispatch/combine across {tp * dp} ranks crosses the network every MoE layer; needs a fast "
+                "RDMA fabric (and DeepEP all2all kernels for scale)",
+            )
+        )
+    if card.has_sparse_indexer and inputs.max_num_seqs > MLA_COMBINE_SAFE_MAX_SEQS:
+        origin = "--max-num-seqs" if inputs.max_num_seqs_from_user else "vLLM's default max_num_seqs"
+        out.append(
+            Warning(
+                "mla_combine_large_batch",
+                f"{origin} {inputs.max_num_seqs} > {MLA_COMBINE_SAFE_MAX_SEQS}: large V3.2 batches can fail in "
+                "FlashMLA's mla_combine — use --max-num-seqs 256 or lower",
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,137 @@
+"""Estimated decode speed: memory-bandwidth, compute or communication bound — and which one holds.
+
+One decode step of a batch of B sequences on one GPU of the busiest stage reads:
+- every non-expert weight it holds (attention, dense MLP, shared experts, router, indexer, lm_head);
+- the routed experts the batch actually touches: with top-k routing over E experts the expected
+  number of distinct experts hit by n tokens is E·(1 − (1 − k/E)^n); with data parallel the MoE
+  sees the tokens of every DP rank; each GPU reads its 1/(TP×DP) share of those experts;
+- the KV cache of each sequence for its layers (V3.2 reads only index_topk latents per query but
+  its indexer scans every key of the context).
+Time = max(bytes / HBM bandwidth, FLOPs / tensor throughput) + communication (bytes / link
+bandwidth + a latency per collective). Pipeline stages run B/PP-sized micro-batches in flight; with
+fewer sequences than stages the pipeline idles (bubble). All of it is an *estimate* (efficiencies
+below are typical achieved fractions, not measurements of your cluster).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshdeck.core.cluster import ClusterSpec, LinkClass
+from meshdeck.core.traffic import TrafficItem
+
+HBM_EFFICIENCY = 0.75
+TENSOR_EFFICIENCY = 0.45
+LINK_EFFICIENCY = 0.7
+COLLECTIVE_LATENCY_S = {
+    LinkClass.LOCAL: 0.0,
+    LinkClass.NVLINK: 8e-6,
+    LinkClass.PCIE: 15e-6,
+    LinkClass.NETWORK: 30e-6,
+}
+
+
+@dataclass(frozen=True)
+class DecodeStepInputs:
+    non_expert_bytes: int  # per GPU, read every step
+    expert_bytes_per_expert_layer: float  # one routed expert's bytes in one layer, per GPU share (already / ranks)
+    moe_layers: int
+    attention_layers: int
+    kv_latent_bytes_per_token_per_layer: int
+    kv_indexer_bytes_per_token_per_layer: int
+    index_topk: int
+    n_routed_experts: int
+    experts_per_token: int
+    data_parallel: int
+    flops_per_token: float  # per GPU (dense part already divided by TP)
+    expert_flops_per_token: float  # per token, all routed experts of the stage, before splitting over ranks
+    moe_ranks: int
+
+
+@dataclass(frozen=True)
+class DecodeEstimate:
+    tokens_per_s: float  # the replica (one DP rank's pipeline)
+    tokens_per_s_per_request: float
+    step_time_s: float
+    bound: str  # "memory-bandwidth" | "compute" | "communication" | "pipeline bubble"
+    batch: int
+
+
+def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
+    if tokens <= 0:
+        return 0.0
+    return n_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
+
+
+def stage_step(
+    inputs: DecodeStepInputs,
+    cluster: ClusterSpec,
+    traffic: tuple[TrafficItem, ...],
+    batch: int,
+    context_tokens: int,
+    weights_fp8: bool,
+) -> tuple[float, str]:
+    """(seconds, bound) for one decode step of `batch` sequences on the busiest stage."""
+    gpu = cluster.gpu
+    moe_tokens = batch * inputs.data_parallel
+    touched = expected_distinct_experts(inputs.n_routed_experts, inputs.experts_per_token, moe_tokens)
+    expert_bytes = touched * inputs.expert_bytes_per_expert_layer * inputs.moe_layers
+    attended = min(context_tokens, inputs.index_topk) if inputs.index_topk else context_tokens
+    kv_bytes = (
+        batch
+        * inputs.attention_layers
+        * (
+            attended * inputs.kv_latent_bytes_per_token_per_layer
+            + context_tokens * inputs.kv_indexer_bytes_per_token_per_layer
+        )
+    )
+    memory_time = (inputs.non_expert_bytes + expert_bytes + kv_bytes) / (gpu.hbm_bytes_per_s * HBM_EFFICIENCY)
+    tflops = gpu.fp8_tflops if (weights_fp8 and gpu.fp8_native and gpu.fp8_tflops) else gpu.bf16_tflops
+    flops = batch * inputs.flops_per_token + moe_tokens * inputs.expert_flops_per_token / inputs.moe_ranks
+    compute_time = flops / (tflops * 1e12 * TENSOR_EFFICIENCY) if tflops else 0.0
+    comm_time = 0.0
+    for item in traffic:
+        if item.collective == "pp_send":
+            continue  # counted once per stage hop by the caller
+        bandwidth = cluster.link_bytes_per_s(item.link) * LINK_EFFICIENCY
+        comm_time += (
+            batch * item.bytes_per_token / bandwidth + item.collectives_per_token * COLLECTIVE_LATENCY_S[item.link]
+        )
+    local = max(memory_time, compute_time)
+    step = local + comm_time
+    if comm_time > local:
+        bound = "communication"
+    elif compute_time > memory_time:
+        bound = "compute"
+    else:
+        bound = "memory-bandwidth"
+    return step, bound
+
+
+def decode_estimate(
+    inputs: DecodeStepInputs,
+    cluster: ClusterSpec,
+    traffic: tuple[TrafficItem, ...],
+    *,
+    batch: int,
+    context_tokens: int,
+    pipeline_parallel: int,
+    weights_fp8: bool,
+) -> DecodeEstimate:
+    """Replica tokens/s at `batch` concurrent sequences, and the speed one request sees."""
+    batch = max(1, batch)
+    hop = 0.0
+    for item in traffic:
+        if item.collective == "pp_send":
+            hop = COLLECTIVE_LATENCY_S[item.link] + item.bytes_per_token / (
+                cluster.link_bytes_per_s(item.link) * LINK_EFFICIENCY
+            )
+    micro = max(1, -(-batch // pipeline_parallel))
+    step, bound = stage_step(inputs, cluster, traffic, micro, context_tokens, weights_fp8)
+    stage_time = step + hop * micro
+    round_trip = pipeline_parallel * stage_time
+    in_flight = min(batch, pipeline_parallel * micro)
+    tokens_per_s = in_flight / round_trip
+    if pipeline_parallel > 1 and batch < pipeline_parallel:
+        bound = "pipeline bubble"
+    return DecodeEstimate(tokens_per_s, 1.0 / round_trip, stage_time, bound, batch)

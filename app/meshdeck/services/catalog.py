@@ -1,0 +1,109 @@
+"""Model cards and GPU specs from files: the bundled resources, a user's config.json or checkpoint dir.
+
+This is the planner's only door to the disk. `--model` accepts a bundled name (deepseek-v3.2,
+deepseek-v3, deepseek-r1), a config.json path, or a checkpoint directory that holds one.
+`--topology` accepts `nvidia-smi topo -m` text or an agent inventory JSON. Every failure is an
+InputError naming the file or flag and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from meshdeck.core.cluster import NodeTopology, parse_nvidia_smi_topology
+from meshdeck.core.errors import InputError
+from meshdeck.core.gpu_spec import GpuSpec, gpus_from_catalog
+from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
+from meshdeck.core.model_card import ModelCard, model_card_from_config
+
+MAX_CONFIG_BYTES = 1024 * 1024
+BUNDLED_MODELS = {
+    "deepseek-v3.2": "deepseek-v3.2.json",
+    "deepseek-v3": "deepseek-v3.json",
+    "deepseek-r1": "deepseek-v3.json",  # R1 shares V3's architecture and config
+}
+
+
+def _resources() -> Any:
+    return resources.files("meshdeck") / "resources"
+
+
+def _read_json(path: Path, label: str) -> Any:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputError(label, f"cannot read {path}: {exc.strerror or exc}") from None
+    if size > MAX_CONFIG_BYTES:
+        raise InputError(label, f"{path} is {size} bytes; a config.json is far smaller (limit {MAX_CONFIG_BYTES})")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(label, f"cannot read {path}: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            label, f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+
+
+def bundled_model_names() -> tuple[str, ...]:
+    return tuple(BUNDLED_MODELS)
+
+
+@lru_cache(maxsize=8)
+def _bundled(name: str) -> ModelCard:
+    resource = _resources() / "models" / BUNDLED_MODELS[name]
+    data = json.loads(resource.read_text(encoding="utf-8"))
+    return model_card_from_config(data, source=f"resources/models/{BUNDLED_MODELS[name]}", name=name)
+
+
+def load_model(spec: str) -> ModelCard:
+    """A bundled model name, a config.json path, or a checkpoint directory holding config.json."""
+    key = spec.strip().lower()
+    if key in BUNDLED_MODELS:
+        return _bundled(key)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise InputError("--model", f"{spec} is a directory without a config.json")
+    elif not path.is_file():
+        names = ", ".join(BUNDLED_MODELS)
+        raise InputError(
+            "--model", f"{spec!r} is neither a bundled model ({names}) nor a config.json or checkpoint directory"
+        )
+    data = _read_json(path, "--model")
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return model_card_from_config(data, source=str(path), name=name or None)
+
+
+@lru_cache(maxsize=1)
+def load_gpu_catalog() -> tuple[GpuSpec, ...]:
+    data = json.loads((_resources() / "gpus.json").read_text(encoding="utf-8"))
+    return gpus_from_catalog(data, source="resources/gpus.json")
+
+
+def load_topology(path_text: str) -> tuple[NodeTopology | None, InventoryFacts | None]:
+    """`nvidia-smi topo -m` text, or an agent inventory JSON (which also tells GPU memory and NIC speed)."""
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise InputError("--topology", f"{path_text} is not a file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise InputError("--topology", f"{path_text} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError("--topology", f"cannot read {path_text}: {exc}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError("--topology", f"{path_text} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        facts = inventory_facts(data, source=path_text)
+        return facts.topology, facts
+    return parse_nvidia_smi_topology(text, source=path_text), None

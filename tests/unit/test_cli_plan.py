@@ -1,0 +1,101 @@
+"""`meshdeck plan` end to end through the real CLI entry point: JSON shape, table, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from meshdeck.cli import main
+
+REQUIRED_KEYS = {
+    "tensor_parallel",
+    "pipeline_parallel",
+    "data_parallel",
+    "expert_parallel",
+    "gpus",
+    "nodes",
+    "fits",
+    "weights_gib_per_gpu",
+    "kv_cache_gib_per_gpu",
+    "kv_bytes_per_token_per_gpu",
+    "kv_tokens_per_replica",
+    "kv_tokens_total",
+    "max_concurrency",
+    "est_decode_tokens_per_s",
+    "warnings",
+    "vllm_args",
+}
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_lists_fitting_layouts_in_rank_order_with_every_issue_key(capsys):
+    code, out, _ = run_cli(
+        capsys, "--model", "deepseek-v3.2", "--gpu", "H200-SXM-141GB", "--nodes", "1", "--gpus-per-node", "8", "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    layouts = data["layouts"]
+    assert layouts, "8×H200 fits DeepSeek-V3.2"
+    for layout in layouts:
+        assert layout.keys() >= REQUIRED_KEYS
+        assert layout["fits"] is True
+        assert all(isinstance(w, str) for w in layout["warnings"])
+        assert all(isinstance(a, str) for a in layout["vllm_args"])
+    rates = [layout["est_decode_tokens_per_s"] for layout in layouts]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_all_adds_the_layouts_that_do_not_fit(capsys):
+    _, fitting, _ = run_cli(capsys, "--gpu", "H100-SXM5-80GB", "--json")
+    _, everything, _ = run_cli(capsys, "--gpu", "H100-SXM5-80GB", "--json", "--all")
+    some, every = json.loads(fitting)["layouts"], json.loads(everything)["layouts"]
+    assert len(every) > len(some)
+    assert any(not layout["fits"] for layout in every)
+
+
+def test_default_output_is_a_readable_table_naming_the_top_pick(capsys):
+    code, out, _ = run_cli(capsys, "--gpu", "H200-SXM-141GB")
+    assert code == 0
+    assert "Top pick:" in out
+    assert "est. tok/s" in out
+    assert "vllm serve <model> --tensor-parallel-size" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--gpu", "Z100"], "--gpu"),
+        (["--gpu", "H200-SXM-141GB", "--nodes", "0"], "--nodes"),
+        (["--gpu", "H200-SXM-141GB", "--nodes", "two"], "--nodes"),
+        (["--gpu", "H200-SXM-141GB", "--gpus-per-node", "-8"], "--gpus-per-node"),
+        (["--gpu", "H200-SXM-141GB", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["--gpu", "H200-SXM-141GB", "--kv-cache-dtype", "int8"], "--kv-cache-dtype"),
+        (["--gpu", "H200-SXM-141GB", "--goal", "fastest"], "--goal"),
+        (
+            ["--gpu", "H200-SXM-141GB", "--tensor-parallel", "3", "--pipeline-parallel", "1", "--data-parallel", "1"],
+            "--tensor-parallel",
+        ),
+        (["--gpu", "H200-SXM-141GB", "--max-model-len", "999999"], "--max-model-len"),
+        (["--model", "/nonexistent/checkpoint", "--gpu", "H200-SXM-141GB"], "--model"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_field(capsys, argv, field):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"meshdeck: error: {field}")
+
+
+def test_a_config_that_is_not_deepseek_is_refused_naming_architectures(capsys, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}))
+    code, _, err = run_cli(capsys, "--model", str(tmp_path), "--gpu", "H200-SXM-141GB")
+    assert code == 2
+    assert "architectures" in err and "DeepseekV3ForCausalLM" in err
