@@ -35,7 +35,14 @@ class HostKeyUnknown(RemoteError):
 
     permanent = True
 
-    def __init__(self, known_hosts_name: str, key_type: str, fingerprint: str, other_known_types: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        known_hosts_name: str,
+        key_type: str,
+        fingerprint: str,
+        other_known_types: tuple[str, ...] = (),
+        key_base64: str = "",
+    ) -> None:
         also = ""
         if other_known_types:
             also = f" (keys of other types are known for it: {', '.join(other_known_types)})"
@@ -47,6 +54,7 @@ class HostKeyUnknown(RemoteError):
         self.key_type = key_type
         self.fingerprint = fingerprint
         self.other_known_types = other_known_types
+        self.key_base64 = key_base64  # lets a UI accept exactly the key that was shown
 
 
 class HostKeyChanged(RemoteError):

@@ -18,6 +18,9 @@ class HostStateChanged:
     state: str  # one of HOST_STATES
     reason: str = ""  # why, for degraded / failed / disconnected
     ts: float = 0.0
+    # The error behind a failed/disconnected state (a meshdeck.remote.errors.RemoteError), so a UI can
+    # act on its type: e.g. show a HostKeyUnknown's fingerprint and offer to accept it.
+    error: Exception | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

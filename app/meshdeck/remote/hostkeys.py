@@ -14,6 +14,8 @@ known_hosts file (where keys the user accepts are saved). Entries are filed unde
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import tempfile
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import paramiko
 
+from meshdeck.core.errors import InputError
 from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
 
 log = logging.getLogger(__name__)
@@ -116,10 +119,19 @@ class HostKeyStore:
         others = tuple(sorted({known_type for _, known_type, _ in entries}))
         info = HostKeyInfo.of(name, key, others)
         if prompt is None or not prompt(info):
-            raise HostKeyUnknown(name, key_type, info.fingerprint, others)
+            raise HostKeyUnknown(name, key_type, info.fingerprint, others, info.key_base64)
         self.add(name, key)
         log.info("saved host key %s %s for %s in %s", key_type, info.fingerprint, name, self.own_file)
         return info
+
+    def accept(self, name: str, key_type: str, key_base64: str) -> HostKeyInfo:
+        """Save a key the user accepted after seeing its fingerprint (e.g. from a HostKeyUnknown)."""
+        try:
+            key = paramiko.PKey.from_type_string(key_type, base64.b64decode(key_base64, validate=True))
+        except (ValueError, binascii.Error, paramiko.SSHException) as exc:
+            raise InputError("host_key", f"{key_type} key for {name} is not valid: {exc}") from None
+        self.add(name, key)
+        return HostKeyInfo.of(name, key)
 
     def add(self, name: str, key: paramiko.PKey) -> None:
         """Append `name keytype base64` to meshdeck's known_hosts file atomically (temp + rename)."""

@@ -1,0 +1,153 @@
+"""How a supervisor reaches an agent: over SSH (connect, bootstrap, exec `attach`) or as a local subprocess.
+
+A connector's `open()` returns an `AgentLink`: a byte stream carrying the protocol plus what was
+learned on the way (host key, python, architecture, where the agent lives). The supervisor calls it
+again after every drop, so a connector keeps no connection state of its own.
+
+- `SshConnector`: `python3 <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]` on an
+  exec channel; the command line is an argv list joined with shlex.join.
+- `LocalConnector`: `sys.executable -m meshdeck_agent attach ...` over pipes, for the machine
+  meshdeck runs on and for `meshdeck --demo`.
+
+`attach` starts the agent daemon if none runs for that socket and relays stdin/stdout to it, so a
+dropped connection ends only `attach`: the daemon, its ring buffer and its workers keep running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap
+from meshdeck.remote.errors import ConnectError
+from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
+from meshdeck.remote.ssh import SshConnection, SshOptions, connect
+from meshdeck.remote.sshconfig import SshRoute
+from meshdeck.remote.streams import ByteStream, ChannelStream, PipeStream
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Flags for `attach`: which daemon (socket) to reach, and whether it simulates GPUs."""
+
+    socket: str | None = None  # default: the agent's own ($XDG_RUNTIME_DIR or ~/.cache/meshdeck)
+    simulate: str | None = None  # e.g. "8xH200": a simulated server, labelled simulated everywhere
+    extra_args: tuple[str, ...] = ()
+
+    def attach_args(self) -> list[str]:
+        args = ["attach"]
+        if self.socket:
+            args += ["--socket", self.socket]
+        if self.simulate:
+            args += ["--simulate", self.simulate]
+        return args + list(self.extra_args)
+
+
+@dataclass
+class AgentLink:
+    """An open byte stream to an agent and how it was reached."""
+
+    stream: ByteStream
+    details: dict[str, Any] = field(default_factory=dict)
+    _close: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        try:
+            self.stream.close()
+        finally:
+            if self._close is not None:
+                self._close()
+
+
+class Connector(Protocol):
+    def open(self, progress: Progress) -> AgentLink: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass
+class SshConnector:
+    """Reach an agent over SSH; bootstraps (uploads) the agent when the server lacks this version."""
+
+    route: SshRoute
+    host_keys: HostKeyStore
+    package: AgentPackage
+    options: SshOptions = field(default_factory=SshOptions)
+    agent: AgentOptions = field(default_factory=AgentOptions)
+    cache_dir: str = DEFAULT_CACHE_DIR
+    pythons: Sequence[str] = DEFAULT_PYTHONS
+    host_key_prompt: HostKeyPrompt | None = None
+
+    def describe(self) -> str:
+        return self.route.describe()
+
+    def attach_argv(self, python: str, agent_path: str) -> list[str]:
+        return [python, agent_path, *self.agent.attach_args()]
+
+    def open(self, progress: Progress) -> AgentLink:
+        progress("connecting")
+        conn: SshConnection = connect(self.route, self.host_keys, self.options, self.host_key_prompt)
+        try:
+            progress("bootstrapping")
+            placed = bootstrap(conn, self.package, self.cache_dir, self.pythons, progress)
+            argv = self.attach_argv(placed.platform.python, placed.agent_path)
+            channel = conn.open_exec(argv)
+        except BaseException:
+            conn.close()
+            raise
+        details = {
+            "host_key": f"{conn.host_key.key_type} {conn.host_key.fingerprint}",
+            "auth": conn.auth_method,
+            "python": placed.platform.python,
+            "python_version": ".".join(map(str, placed.platform.python_version)),
+            "machine": placed.platform.machine,
+            "agent_path": placed.agent_path,
+            "agent_sha256": self.package.sha256,
+            "uploaded": placed.uploaded,
+            "route": self.route.describe(),
+        }
+        return AgentLink(ChannelStream(channel, self.route.target.alias), details, conn.close)
+
+
+@dataclass
+class LocalConnector:
+    """Run the agent's `attach` as a subprocess of this program (this machine, or `--demo`)."""
+
+    name: str
+    agent: AgentOptions = field(default_factory=AgentOptions)
+    python: str = sys.executable
+    env: dict[str, str] | None = None
+
+    def describe(self) -> str:
+        return f"local ({self.agent.simulate or 'this machine'})"
+
+    def argv(self) -> list[str]:
+        return [self.python, "-m", "meshdeck_agent", *self.agent.attach_args()]
+
+    def open(self, progress: Progress) -> AgentLink:
+        progress("connecting")
+        argv = self.argv()
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env if self.env is not None else dict(os.environ),
+                start_new_session=True,  # Ctrl-C in the terminal reaches meshdeck, not the agent
+            )
+        except OSError as exc:
+            raise ConnectError(
+                f"{self.name}: cannot start the local agent ({argv[0]}): {exc.strerror or exc}"
+            ) from None
+        details = {"python": self.python, "argv": argv, "pid": process.pid}
+        return AgentLink(PipeStream(process, self.name), details)

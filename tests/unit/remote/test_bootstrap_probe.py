@@ -1,0 +1,147 @@
+"""The bootstrap probe: the real sh + python snippets run locally, and each failure becomes one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from meshdeck.remote.bootstrap import (
+    AgentPackage,
+    RemotePlatform,
+    check_platform,
+    find_agent_package,
+    parse_probe,
+    probe_argv,
+)
+from meshdeck.remote.errors import AgentNotFound, BootstrapError
+
+
+def _run_probe(cache_dir: str, pythons: list[str], agent_name: str = "agent-x.pyz") -> tuple[int, bytes, bytes]:
+    done = subprocess.run(probe_argv(cache_dir, agent_name, pythons), capture_output=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _fake_python(tmp_path: Path, version: str) -> str:
+    """An executable that answers the version query like a python of `version` would."""
+    path = tmp_path / f"python{version}"
+    path.write_text(f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> AgentPackage:
+    pyz = tmp_path / "meshdeck-agent.pyz"
+    pyz.write_bytes(b"PK fake zipapp bytes")
+    return AgentPackage.from_path(pyz)
+
+
+def test_probe_reports_python_arch_cache_dir_and_free_space(tmp_path: Path):
+    cache = tmp_path / "home" / ".cache" / "meshdeck"
+    status, out, err = _run_probe(str(cache), [sys.executable])
+    platform = parse_probe("gpu-a", status, out, err, [sys.executable])
+    assert platform.python_version == tuple(sys.version_info[:3])
+    assert platform.machine == os.uname().machine
+    assert platform.cache_dir == str(cache) and cache.is_dir() and (cache.stat().st_mode & 0o777) == 0o700
+    assert platform.free_bytes and platform.free_bytes > 0
+    assert platform.agent_sha256 is None and platform.error is None
+
+
+def test_probe_hashes_an_agent_already_in_the_cache(tmp_path: Path, package: AgentPackage):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / package.remote_name).write_bytes(package.path.read_bytes())
+    status, out, err = _run_probe(str(cache), [sys.executable], package.remote_name)
+    assert parse_probe("gpu-a", status, out, err, [sys.executable]).agent_sha256 == package.sha256
+
+
+def test_first_python_that_is_new_enough_is_used(tmp_path: Path):
+    old = _fake_python(tmp_path, "3.6.9")
+    pythons = ["/nonexistent/python3", old, sys.executable]
+    platform = parse_probe("gpu-a", *_run_probe(str(tmp_path / "c"), pythons), pythons)
+    assert platform.python_version == tuple(sys.version_info[:3])
+
+
+def test_no_python_at_all_is_one_clear_error(tmp_path: Path):
+    pythons = ["/nonexistent/python3", "/nonexistent/python3.11"]
+    with pytest.raises(BootstrapError) as failed:
+        parse_probe("gpu-a", *_run_probe(str(tmp_path / "c"), pythons), pythons)
+    assert failed.value.reason == "no_python"
+    assert str(failed.value).startswith("gpu-a: no python3 found (tried /nonexistent/python3, /nonexistent/python3.11")
+
+
+def test_too_old_python_names_the_version_found(tmp_path: Path):
+    pythons = [_fake_python(tmp_path, "3.8.10"), _fake_python(tmp_path, "2.7.18")]
+    with pytest.raises(BootstrapError) as failed:
+        parse_probe("gpu-a", *_run_probe(str(tmp_path / "c"), pythons), pythons)
+    assert failed.value.reason == "python_too_old"
+    assert "3.8.10" in str(failed.value) and "2.7.18" in str(failed.value) and "3.9 or newer" in str(failed.value)
+
+
+def test_cache_dir_that_cannot_be_created_is_not_writable(tmp_path: Path, package: AgentPackage):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    platform = parse_probe("gpu-a", *_run_probe(str(blocker / "meshdeck"), [sys.executable]), [sys.executable])
+    with pytest.raises(BootstrapError) as failed:
+        check_platform("gpu-a", platform, package)
+    assert failed.value.reason == "not_writable" and str(blocker / "meshdeck") in str(failed.value)
+
+
+def _platform(**changes) -> RemotePlatform:
+    base = {
+        "python": "/usr/bin/python3",
+        "python_version": (3, 10, 12),
+        "machine": "x86_64",
+        "system": "Linux",
+        "home": "/home/ops",
+        "cache_dir": "/home/ops/.cache/meshdeck",
+        "free_bytes": 10**12,
+        "agent_sha256": None,
+        "error": None,
+    }
+    return RemotePlatform(**{**base, **changes})
+
+
+def test_read_only_home_is_reported_as_such(package: AgentPackage):
+    error = {"stage": "mkdir", "errno": "EROFS", "message": "Read-only file system", "path": "/home/ops/.cache"}
+    with pytest.raises(BootstrapError) as failed:
+        check_platform("gpu-a", _platform(error=error), package)
+    assert failed.value.reason == "read_only"
+    assert str(failed.value) == (
+        "gpu-a: /home/ops/.cache is on a read-only file system (Read-only file system); "
+        "set the host's remote cache dir to a writable place"
+    )
+
+
+def test_full_disk_is_reported_with_free_and_needed_space(package: AgentPackage):
+    with pytest.raises(BootstrapError) as failed:
+        check_platform("gpu-a", _platform(free_bytes=1024), package)
+    assert failed.value.reason == "no_disk_space" and "1 KiB free" in str(failed.value)
+    error = {"stage": "write", "errno": "ENOSPC", "message": "No space left on device", "path": "/home/ops/.cache"}
+    with pytest.raises(BootstrapError, match=r"no disk space in /home/ops/\.cache"):
+        check_platform("gpu-a", _platform(error=error), package)
+
+
+def test_full_disk_does_not_matter_when_the_agent_is_already_there(package: AgentPackage):
+    check_platform("gpu-a", _platform(free_bytes=0, agent_sha256=package.sha256), package)
+
+
+def test_garbage_from_the_probe_is_a_probe_failure():
+    with pytest.raises(BootstrapError, match="probe failed: sh: 1: cannot fork") as failed:
+        parse_probe("gpu-a", 2, b"", b"sh: 1: cannot fork", ["python3"])
+    assert failed.value.reason == "probe_failed"
+    with pytest.raises(BootstrapError):
+        parse_probe("gpu-a", 0, json.dumps({"python": "x"}).encode(), b"", ["python3"])
+
+
+def test_agent_package_is_found_by_explicit_path_or_environment(tmp_path: Path, package: AgentPackage, monkeypatch):
+    assert find_agent_package(package.path).sha256 == package.sha256
+    monkeypatch.setenv("MESHDECK_AGENT_PYZ", str(package.path))
+    assert find_agent_package().path == package.path
+    monkeypatch.setenv("MESHDECK_AGENT_PYZ", str(tmp_path / "missing.pyz"))
+    with pytest.raises(AgentNotFound, match="make agent-pyz"):
+        find_agent_package()

@@ -1,0 +1,269 @@
+"""The host supervisor against a fake agent whose ring survives reconnects (as the real daemon's does)."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from meshdeck.remote.connectors import AgentLink
+from meshdeck.remote.errors import AuthFailed, ConnectError, NotConnected
+from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.remote.streams import SocketStream
+from meshdeck.remote.supervisor import Backoff, HostSupervisor, SupervisorSettings
+from remote_fake_agent import FakeAgent
+
+FAST = SupervisorSettings(
+    hello_timeout_s=10, call_timeout_s=10, stall_after_s=60, backoff=Backoff(initial_s=0.05, max_s=0.2)
+)
+
+
+class Recorder:
+    """A sink that keeps every event and lets a test wait for a condition on them."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, event: Any) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(predicate, timeout), f"condition not met; events: {self.events[-10:]}"
+
+    def seqs(self) -> list[int]:
+        return [s["seq"] for e in self.events if isinstance(e, SamplesReceived) for s in e.samples]
+
+    def states(self) -> list[str]:
+        return [e.state for e in self.events if isinstance(e, HostStateChanged)]
+
+    def samples_events(self) -> list[SamplesReceived]:
+        return [e for e in self.events if isinstance(e, SamplesReceived)]
+
+
+class FakeConnector:
+    """Each open() is a new connection to a FakeAgent over one shared ring (the daemon outlives the link)."""
+
+    def __init__(self, capacity: int = 10_000, **agent_kwargs: Any) -> None:
+        self.ring: list[dict[str, Any]] = []
+        self.capacity = capacity
+        self.agent_kwargs = agent_kwargs
+        self.agents: list[FakeAgent] = []
+        self.failures: list[Exception] = []  # raised by the next open() calls, in order
+        self.opens = 0
+        self.lock = threading.Lock()
+
+    @property
+    def agent(self) -> FakeAgent:
+        return self.agents[-1]
+
+    def describe(self) -> str:
+        return "fake"
+
+    def open(self, progress: Callable[[str], None]) -> AgentLink:
+        progress("connecting")
+        with self.lock:
+            self.opens += 1
+            if self.failures:
+                raise self.failures.pop(0)
+        client, server = socket.socketpair()
+        self.agents.append(FakeAgent(server, ring=self.ring, capacity=self.capacity, **self.agent_kwargs))
+        return AgentLink(SocketStream(client))
+
+    def emit_offline(self, count: int) -> None:
+        """Samples taken while no client is connected: they go only into the ring."""
+        for _ in range(count):
+            seq = (self.ring[-1]["seq"] if self.ring else 0) + 1
+            from remote_fake_agent import make_sample
+
+            self.ring.append(make_sample(seq))
+            del self.ring[: max(0, len(self.ring) - self.capacity)]
+
+    def close_all(self) -> None:
+        for agent in self.agents:
+            agent.close()
+
+
+@pytest.fixture
+def harness():
+    made: list[tuple[HostSupervisor, FakeConnector]] = []
+
+    def make(since_seq: int | None = None, settings: SupervisorSettings = FAST, **connector_kwargs: Any):
+        connector = FakeConnector(**connector_kwargs)
+        recorder = Recorder()
+        supervisor = HostSupervisor(
+            "gpu-a", connector, recorder, since_seq=since_seq, settings=settings, rng=random.Random(7)
+        )
+        made.append((supervisor, connector))
+        return supervisor, connector, recorder
+
+    yield make
+    for supervisor, connector in made:
+        supervisor.stop()
+        connector.close_all()
+
+
+def _connected(supervisor: HostSupervisor, connector: FakeConnector, recorder: Recorder, connects: int = 1) -> None:
+    recorder.wait_for(lambda: supervisor.connects >= connects and supervisor.state == "connected")
+    assert connector.agent.subscribed.wait(10)
+
+
+def test_connects_reports_inventory_and_delivers_live_samples_in_order(harness):
+    supervisor, connector, recorder = harness()
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    assert recorder.states()[:2] == ["connecting", "connected"]
+    assert any(isinstance(e, InventoryReceived) and e.inventory["hostname"] == "fake" for e in recorder.events)
+    connector.agent.emit(5)
+    recorder.wait_for(lambda: len(recorder.seqs()) == 5)
+    assert recorder.seqs() == [1, 2, 3, 4, 5]
+    assert supervisor.last_seq == 5
+    assert supervisor.call("agent.time")["time"] > 0
+
+
+def test_after_a_drop_it_reconnects_and_backfills_without_loss_or_duplicates(harness):
+    supervisor, connector, recorder = harness()
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    connector.agent.emit(10)
+    recorder.wait_for(lambda: supervisor.last_seq == 10)
+    first_agent = connector.agent
+    first_agent.close()  # the link drops; the "daemon" (ring) lives on
+    connector.emit_offline(25)
+    recorder.wait_for(lambda: supervisor.connects >= 2 and supervisor.state == "connected")
+    connector.agent.emit(5)
+    recorder.wait_for(lambda: supervisor.last_seq == 40)
+    assert recorder.seqs() == list(range(1, 41))
+    assert "disconnected" in recorder.states()
+    backfilled = [s["seq"] for e in recorder.samples_events() if e.backfill for s in e.samples]
+    assert backfilled == list(range(11, 36))
+    read = [r for r in connector.agent.requests if r.method == "samples.read"]
+    assert read[0].params["since_seq"] == 10
+
+
+def test_backlog_that_repeats_delivered_samples_is_deduplicated(harness):
+    def careless_subscribe(params):  # an agent that resends its whole ring on subscribe
+        agent = harness_connector[0].agent
+        agent.send({"event": "samples", "data": {"samples": list(agent.ring), "dropped": 0}})
+        agent.subscribed_since = 0
+        agent.subscribed.set()
+        return {"subscribed": True}
+
+    harness_connector: list[FakeConnector] = []
+    supervisor, connector, recorder = harness(since_seq=3, handlers={"samples.subscribe": careless_subscribe})
+    harness_connector.append(connector)
+    connector.emit_offline(6)
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.last_seq == 6)
+    connector.agent.emit(2)
+    recorder.wait_for(lambda: supervisor.last_seq == 8)
+    assert recorder.seqs() == [4, 5, 6, 7, 8]
+
+
+def test_a_gap_in_the_live_stream_is_filled_from_the_ring(harness):
+    supervisor, connector, recorder = harness()
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    connector.agent.emit(3)
+    recorder.wait_for(lambda: supervisor.last_seq == 3)
+    connector.emit_offline(4)  # 4..7 never sent live
+    connector.agent.emit(1)  # 8 arrives: the supervisor must fetch 4..7 first
+    recorder.wait_for(lambda: supervisor.last_seq == 8)
+    assert recorder.seqs() == list(range(1, 9))
+    assert all(e.dropped == 0 for e in recorder.samples_events())
+
+
+def test_samples_the_ring_rolled_over_are_counted_as_dropped(harness):
+    supervisor, connector, recorder = harness(capacity=20)
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    connector.agent.emit(5)
+    recorder.wait_for(lambda: supervisor.last_seq == 5)
+    connector.agent.close()
+    connector.emit_offline(50)  # 6..55 taken; the ring keeps only 36..55
+    recorder.wait_for(lambda: supervisor.last_seq == 55)
+    assert recorder.seqs() == [1, 2, 3, 4, 5, *range(36, 56)]
+    assert sum(e.dropped for e in recorder.samples_events()) == 30
+
+
+def test_a_large_gap_is_paged_in_with_samples_read(harness):
+    settings = SupervisorSettings(hello_timeout_s=10, call_timeout_s=10, read_page=10, backoff=FAST.backoff)
+    supervisor, connector, recorder = harness(since_seq=5, settings=settings)
+    connector.emit_offline(100)
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.last_seq == 100)
+    assert recorder.seqs() == list(range(6, 101))
+    reads = [r.params for r in connector.agent.requests if r.method == "samples.read"]
+    assert [p["since_seq"] for p in reads][:3] == [5, 15, 25] and all(p["limit"] == 10 for p in reads)
+    assert connector.agent.subscribed.wait(10)
+    subscribe = next(r for r in connector.agent.requests if r.method == "samples.subscribe")
+    assert subscribe.params["since_seq"] == 100
+
+
+def test_agent_whose_sequence_restarted_is_read_from_its_oldest_sample(harness):
+    supervisor, connector, recorder = harness(since_seq=1000)
+    connector.emit_offline(5)
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.last_seq == 5)
+    assert recorder.seqs() == [1, 2, 3, 4, 5]
+
+
+def test_permanent_error_fails_without_retrying_until_asked(harness):
+    supervisor, connector, recorder = harness()
+    connector.failures.append(AuthFailed("root@10.0.0.1:22: authentication failed for user 'root'"))
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.state == "failed")
+    assert "authentication failed" in supervisor.reason
+    assert isinstance(recorder.events[-1].error, AuthFailed)
+    time.sleep(0.5)
+    assert connector.opens == 1  # no retry loop against a server that refuses us
+    with pytest.raises(NotConnected, match="failed"):
+        supervisor.call("inventory")
+    supervisor.retry()
+    _connected(supervisor, connector, recorder)
+
+
+def test_transient_errors_are_retried_with_backoff(harness):
+    supervisor, connector, recorder = harness()
+    connector.failures += [ConnectError("10.0.0.1:22: unreachable: No route to host")] * 3
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    assert connector.opens == 4
+    reasons = [e.reason for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "disconnected"]
+    assert len(reasons) == 3 and all("No route to host" in r and "retrying in" in r for r in reasons)
+
+
+def test_backoff_grows_exponentially_with_jitter_up_to_the_cap():
+    backoff = Backoff(initial_s=1, factor=2, max_s=30)
+    rng = random.Random(1)
+    for attempt, base in enumerate([1, 2, 4, 8, 16, 30, 30]):
+        delays = [backoff.delay(attempt, rng) for _ in range(50)]
+        assert all(base / 2 <= d <= base for d in delays)
+        assert len({round(d, 6) for d in delays}) > 1  # jittered
+
+
+def test_no_samples_for_a_while_is_degraded_then_recovers(harness):
+    settings = SupervisorSettings(hello_timeout_s=10, call_timeout_s=10, stall_after_s=0.5, backoff=FAST.backoff)
+    supervisor, connector, recorder = harness(settings=settings)
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.state == "degraded")
+    assert "no samples" in supervisor.reason
+    connector.agent.emit(1)
+    recorder.wait_for(lambda: supervisor.state == "connected" and supervisor.last_seq == 1)
+
+
+def test_stop_closes_the_connection_and_reports_disconnected(harness):
+    supervisor, connector, recorder = harness()
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    supervisor.stop()
+    assert supervisor.state == "disconnected" and recorder.states()[-1] == "disconnected"
+    with pytest.raises(NotConnected):
+        supervisor.call("inventory")
