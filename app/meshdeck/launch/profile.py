@@ -13,6 +13,11 @@ refused before anything is stored or launched. `dump_profile(load_profile(text))
     vllm: {max_model_len: 32768, gpu_memory_utilization: 0.9, kv_cache_dtype: auto, port: 8000, extra_args: []}
     torch: {script: tiny-deepseek, args: []}
     env: {NCCL_SOCKET_IFNAME: eth0}
+
+Optional keys with defaults: `vllm.executable` (`vllm`, or a path such as /opt/venv/bin/vllm; `ray` is taken
+from the same folder), `vllm.distributed_backend` (mp | ray), `vllm.master_port` (29501, multi-node mp),
+`vllm.data_parallel_rpc_port` (29550, DP across nodes), `vllm.ray_port` (6379), `vllm.max_num_seqs`,
+`vllm.speculative_mtp`; `torch.python` (`python3` on the servers), `torch.master_port` (c10d rendezvous).
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ def _no_control(value: str, what: str) -> str:
     return value
 
 
+def _program(value: str, what: str) -> str:
+    """A program name or path run as argv[0]: no control characters, no leading '-', not empty."""
+    if not value or value.startswith("-"):
+        raise ValueError(f"{what} must be a program name or path, not {value!r}")
+    return _no_control(value, what)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -64,6 +76,15 @@ class VllmSettings(_Strict):
     distributed_backend: Literal["mp", "ray"] = "mp"
     speculative_mtp: bool = False
     extra_args: list[str] = Field(default_factory=list)
+    executable: str = "vllm"
+    master_port: Annotated[int, Field(ge=1, le=65535)] = 29501
+    data_parallel_rpc_port: Annotated[int, Field(ge=1, le=65535)] = 29550
+    ray_port: Annotated[int, Field(ge=1, le=65535)] = 6379
+
+    @field_validator("executable")
+    @classmethod
+    def _executable_clean(cls, value: str) -> str:
+        return _program(value, "executable")
 
     @field_validator("gpu_memory_utilization", mode="before")
     @classmethod
@@ -83,13 +104,17 @@ class TorchSettings(_Strict):
     script: str = "tiny-deepseek"  # built-in workload name, or a path on the servers
     args: list[str] = Field(default_factory=list)
     master_port: Annotated[int, Field(ge=1, le=65535)] = 29500
+    python: str = "python3"
+
+    @field_validator("python")
+    @classmethod
+    def _python_clean(cls, value: str) -> str:
+        return _program(value, "python")
 
     @field_validator("script")
     @classmethod
     def _script_clean(cls, value: str) -> str:
-        if not value:
-            raise ValueError("script must not be empty")
-        return _no_control(value, "script")
+        return _program(value, "script")
 
     @field_validator("args")
     @classmethod
@@ -113,6 +138,9 @@ class Profile(_Strict):
     @field_validator("model")
     @classmethod
     def _model_clean(cls, value: str) -> str:
+        if value.startswith("-"):
+            # `vllm serve MODEL` would read it as an option
+            raise ValueError("model must be a Hugging Face id or a path; it must not start with '-'")
         return _no_control(value, "model")
 
     @field_validator("env")

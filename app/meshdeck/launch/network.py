@@ -1,0 +1,186 @@
+"""Which NICs a node's NCCL and gloo traffic should use, from what its agent detected.
+
+NCCL picks "the first interface that is not lo/docker" and the first HCAs it sees unless told otherwise;
+on a multi-homed GPU server that is often the management network — the classic reason a multi-node
+run is slow or hangs. meshdeck tells it instead, per node:
+
+- InfiniBand / RoCE HCAs with an active port -> `NCCL_IB_HCA==mlx5_0:1,mlx5_1:1` (exact names, port);
+  none -> `NCCL_IB_DISABLE=1` (so NCCL does not wait on an absent fabric, and says NET/Socket in its log);
+- the interface on the route to the head (the one whose subnet holds the head's address, longest
+  prefix first) -> `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` (bootstrap + socket transport, and
+  torch's gloo groups).
+
+The profile's own `env` always wins over these presets. Pure: the inventory comes in as data.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meshdeck.core.errors import InputError
+
+IpInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
+_HCA = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?$")
+IB_KINDS = ("infiniband", "roce")
+
+
+@dataclass(frozen=True)
+class NetworkInterface:
+    name: str  # kernel interface name: eth0, ens1f0np0, ib0, lo
+    addresses: tuple[IpInterface, ...]  # address with prefix, e.g. 10.0.0.5/24
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str  # mlx5_0
+    port: int  # 1
+    kind: str  # "infiniband" | "roce"
+    active: bool = True
+
+    @property
+    def nccl_name(self) -> str:
+        return f"{self.device}:{self.port}"
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    """One node as the launcher sees it: its meshdeck host name, the address peers use, its NICs."""
+
+    host: str
+    address: str
+    interfaces: tuple[NetworkInterface, ...] = ()
+    ib_ports: tuple[IbPort, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_address(self.address, f"host {self.host}: address")
+
+
+def check_address(address: str, field: str) -> str:
+    """An IP literal or a DNS name; anything else (spaces, quotes, newlines, '-x') is refused by name."""
+    try:
+        ipaddress.ip_address(address)
+        return address
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(address):
+        raise InputError(field, f"{address!r} is neither an IP address nor a host name")
+    return address
+
+
+def is_ip_address(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
+def route_interface(node: NodeNetwork, head_address: str) -> str | None:
+    """The interface whose subnet holds `head_address` (longest prefix wins); None when unknown.
+
+    A DNS name cannot be matched against subnets here (no resolving in a pure module): None.
+    """
+    try:
+        target = ipaddress.ip_address(head_address)
+    except ValueError:
+        return None
+    if target.is_loopback:
+        return "lo"  # nodes on one machine (local agents): the kernel routes this over lo
+    best: tuple[int, str] | None = None
+    for interface in node.interfaces:
+        for address in interface.addresses:
+            if address.version != target.version:
+                continue
+            if address.ip == target:
+                return interface.name
+            if target in address.network and (best is None or address.network.prefixlen > best[0]):
+                best = (address.network.prefixlen, interface.name)
+    return best[1] if best else None
+
+
+def nccl_env(node: NodeNetwork, head_address: str) -> dict[str, str]:
+    """NCCL / gloo network presets for one node (before the profile's env is laid over them)."""
+    env: dict[str, str] = {}
+    active = [p for p in node.ib_ports if p.active and p.kind in IB_KINDS]
+    if active:
+        env["NCCL_IB_HCA"] = "=" + ",".join(p.nccl_name for p in active)
+    else:
+        env["NCCL_IB_DISABLE"] = "1"
+    interface = route_interface(node, head_address)
+    if interface:
+        env["NCCL_SOCKET_IFNAME"] = interface
+        env["GLOO_SOCKET_IFNAME"] = interface
+    return env
+
+
+def network_warnings(nodes: Sequence[NodeNetwork], head_address: str) -> list[str]:
+    """What the presets could not decide, per node, so the user can set it in the profile's env."""
+    warnings = []
+    for node in nodes:
+        if route_interface(node, head_address) is None:
+            warnings.append(
+                f"host {node.host}: no interface address is known to route to the head {head_address}, so "
+                "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME are left to NCCL and gloo; set them in the profile's env "
+                "if the node has several networks"
+            )
+    return warnings
+
+
+def _addresses(raw: Any, field: str) -> tuple[IpInterface, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InputError(field, "must be a list of 'address/prefix' strings")
+    out: list[IpInterface] = []
+    for item in raw:
+        if not isinstance(item, str):
+            raise InputError(field, f"{item!r} is not an 'address/prefix' string")
+        try:
+            out.append(ipaddress.ip_interface(item))
+        except ValueError:
+            raise InputError(field, f"{item!r} is not an IP address with prefix") from None
+    return tuple(out)
+
+
+def node_network_from_inventory(host: str, address: str, inventory: Mapping[str, Any]) -> NodeNetwork:
+    """Read the NIC part of an agent's `inventory` reply, refusing malformed entries by field.
+
+    Reads `inventory["nics"]`: [{"name": "eth0" | "mlx5_0/1", "kind": "ethernet" | "infiniband" | "roce",
+    "addresses": ["10.0.0.5/24", ...], "state": "up" | "ACTIVE" | ...}, ...]. An IB/RoCE entry is an
+    HCA port ("<device>/<port>"); its `netdev` (if any) may also carry addresses.
+    """
+    nics = inventory.get("nics") or []
+    if not isinstance(nics, Sequence) or isinstance(nics, str):
+        raise InputError(f"host {host}: inventory.nics", "must be a list")
+    interfaces: list[NetworkInterface] = []
+    ib_ports: list[IbPort] = []
+    for index, nic in enumerate(nics):
+        field = f"host {host}: inventory.nics[{index}]"
+        if not isinstance(nic, Mapping):
+            raise InputError(field, "must be an object")
+        name, kind = nic.get("name"), nic.get("kind", "ethernet")
+        if not isinstance(name, str) or not isinstance(kind, str):
+            raise InputError(field, "name and kind must be strings")
+        state = str(nic.get("state") or "").lower()
+        active = state in ("", "up", "active", "4: active", "unknown")
+        if kind in IB_KINDS:
+            device, _, port = name.partition("/")
+            if not _HCA.match(device) or not port.isdigit():
+                raise InputError(f"{field}.name", f"{name!r} is not an HCA port like mlx5_0/1")
+            ib_ports.append(IbPort(device, int(port), kind, active))
+            netdev = nic.get("netdev")
+            if isinstance(netdev, str) and _IFNAME.match(netdev):
+                interfaces.append(NetworkInterface(netdev, _addresses(nic.get("addresses"), f"{field}.addresses")))
+            continue
+        if not _IFNAME.match(name):
+            raise InputError(f"{field}.name", f"{name!r} is not an interface name")
+        if active:
+            interfaces.append(NetworkInterface(name, _addresses(nic.get("addresses"), f"{field}.addresses")))
+    return NodeNetwork(host, address, tuple(interfaces), tuple(ib_ports))

@@ -1,0 +1,166 @@
+"""What a launch is, before anything runs: one `NodeCommand` per process to start, in stages.
+
+A `LaunchPlan` is the whole answer of the pure launcher: for each command the host it runs on, its
+argv (a list — nothing here is ever joined into a shell line except for display), its environment,
+the GPUs it owns, the stage it starts in and how to tell it is up before the next stage starts.
+`services.deploy` executes a plan; `meshdeck launch --dry-run --json` prints `dry_run()` and runs nothing.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshdeck.launch.profile import Profile
+
+READY_KINDS = ("tcp", "log", "running")
+ENGINES = ("vllm", "torch")
+
+
+@dataclass(frozen=True)
+class ReadyCheck:
+    """How to know a command is far enough along for the next stage to start.
+
+    tcp:     `port` accepts connections on the command's node (probed by that node's agent)
+    log:     `count` lines of its log match `pattern` (a regular expression); as a plan's serving check
+             without a serving command, lines are counted over the logs of every command
+    running: its worker is in state running (for `settle_s` seconds)
+    Several checks on one command: any one passing is enough.
+    """
+
+    kind: str
+    port: int | None = None
+    pattern: str | None = None
+    count: int = 1
+    settle_s: float = 0.0
+    timeout_s: float = 600.0
+
+    def describe(self) -> str:
+        if self.kind == "tcp":
+            return f"port {self.port} open"
+        if self.kind == "log":
+            times = f" ×{self.count}" if self.count > 1 else ""
+            return f"log line /{self.pattern}/{times}"
+        return f"process running {self.settle_s:g} s"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A file the command needs on its node, shipped inline with the command (see workload staging)."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    host: str
+    node_rank: int
+    name: str  # unique in the plan: "vllm-node0", "ray-head", "torchrun-node1"
+    role: str  # "head" | "worker"
+    stage: int  # start order: every command of stage N is ready before stage N+1 starts
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    gpus: tuple[int, ...] = ()
+    ready: tuple[ReadyCheck, ...] = ()
+    metrics_url: str | None = None
+    simulate: Mapping[str, Any] | None = None
+    staged: tuple[StagedFile, ...] = ()
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def display(self) -> str:
+        """One shell-safe line a user could paste: `env K=V ... argv` (shlex-quoted)."""
+        assignments = [f"{k}={v}" for k, v in self.env]
+        return shlex.join(["env", *assignments, *self.argv] if assignments else list(self.argv))
+
+
+@dataclass(frozen=True)
+class PortUse:
+    host: str
+    port: int
+    purpose: str  # "vLLM API", "torch.distributed master", "DP RPC", "Ray GCS", "c10d rendezvous"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    name: str
+    engine: str
+    model: str
+    head_host: str
+    head_address: str
+    commands: tuple[NodeCommand, ...]
+    ports: tuple[PortUse, ...]  # ports the plan needs free on the head, and reachable from every node
+    layout_class: str  # "single-node", "multi-node-mp", "ray", "dp-multi-node", "torchrun"
+    serving_url: str | None = None  # vLLM's OpenAI endpoint on the head, once up
+    serving_command: str | None = None  # the command whose `serving_ready` means the deployment is up
+    serving_ready: tuple[ReadyCheck, ...] = ()  # checked after the last stage started
+    restart_as_whole: bool = False  # a crash of one part restarts every part (multi-node vLLM)
+    warnings: tuple[str, ...] = ()
+    layout: Mapping[str, int | bool] = field(default_factory=dict)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for command in self.commands:
+            seen.setdefault(command.host, None)
+        return tuple(seen)
+
+    @property
+    def stages(self) -> tuple[tuple[NodeCommand, ...], ...]:
+        numbers = sorted({c.stage for c in self.commands})
+        return tuple(tuple(c for c in self.commands if c.stage == n) for n in numbers)
+
+    def dry_run(self) -> dict[str, Any]:
+        """The `--dry-run --json` document: {"nodes": [{"host", "argv", "env", ...}, ...], ...}."""
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "layout_class": self.layout_class,
+            "layout": dict(self.layout),
+            "head": {"host": self.head_host, "address": self.head_address},
+            "nodes": [
+                {
+                    "host": c.host,
+                    "name": c.name,
+                    "role": c.role,
+                    "stage": c.stage,
+                    "node_rank": c.node_rank,
+                    "argv": list(c.argv),
+                    "env": dict(c.env),
+                    "gpus": list(c.gpus),
+                    "ready": [check.describe() for check in c.ready],
+                    "staged_files": [{"name": f.name, "sha256": f.sha256, "size": f.size} for f in c.staged],
+                }
+                for c in self.commands
+            ],
+            "ports": [{"host": p.host, "port": p.port, "purpose": p.purpose} for p in self.ports],
+            "serving_url": self.serving_url,
+            "serving_ready": [check.describe() for check in self.serving_ready],
+            "warnings": list(self.warnings),
+        }
+
+
+def layout_summary(profile: Profile) -> dict[str, int | bool]:
+    layout = profile.layout
+    return {
+        "tensor_parallel": layout.tensor_parallel,
+        "pipeline_parallel": layout.pipeline_parallel,
+        "data_parallel": layout.data_parallel,
+        "expert_parallel": layout.expert_parallel,
+        "nodes": len(profile.hosts),
+        "gpus_per_node": profile.gpus_per_node,
+    }
+
+
+def merge_env(*layers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Later layers win (the profile's env is laid last). Sorted, for stable plans and diffs."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(layer)
+    return tuple(sorted(merged.items()))
