@@ -20,7 +20,6 @@ Every flag is checked against the flag list of a real vLLM release in the tests.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -28,22 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.vllm_args import MTP_DEFAULT_SPECULATIVE_TOKENS, ServeSettings, vllm_serve_args
 from meshdeck.launch.network import NodeNetwork, nccl_env, network_warnings
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, PortUse, ReadyCheck, layout_summary, merge_env
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_flags import bad_choices, unknown_flags
 from meshdeck.launch.vllm_known_flags import VLLM_VERSION
 
-V32_FLAGS = (
-    "--tokenizer-mode",
-    "deepseek_v32",
-    "--tool-call-parser",
-    "deepseek_v32",
-    "--enable-auto-tool-choice",
-    "--reasoning-parser",
-    "deepseek_v3",
-)
-MTP_SPECULATIVE_TOKENS = 3
 API_READY_LINE = r"Application startup complete"
 RAY_READY_LINE = r"Ray runtime started"
 _V32_NAME = re.compile(r"v3[._-]?2", re.IGNORECASE)
@@ -58,6 +48,7 @@ class PlannedStartup:
     kv_cache_bytes: int
     kv_tokens: int  # per DP engine (one replica's KV pool)
     max_concurrency: float  # at max_model_len, per DP engine
+    max_model_len: int
 
 
 def is_deepseek_v32(model: str) -> bool:
@@ -74,46 +65,36 @@ def ray_executable(vllm_executable: str) -> str:
 
 
 def engine_args(profile: Profile) -> tuple[list[str], list[str]]:
-    """Flags shared by every node's `vllm serve`: model/cache/scheduler/frontend settings, and warnings."""
+    """Flags every node's `vllm serve` shares (the planner's layout/engine flags) and warnings.
+
+    They come from `meshdeck.core.vllm_args`: one source for what the planner shows and what is launched.
+    """
     settings = profile.vllm
-    args: list[str] = []
     warnings: list[str] = []
-    if settings.max_model_len is not None:
-        args += ["--max-model-len", str(settings.max_model_len)]
-    args += ["--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}"]
-    if settings.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", settings.kv_cache_dtype]
-    if settings.max_num_seqs is not None:
-        args += ["--max-num-seqs", str(settings.max_num_seqs)]
-    if is_deepseek_v32(profile.model):
-        args += list(V32_FLAGS)
-    else:
+    v32 = is_deepseek_v32(profile.model)
+    if not v32:
         warnings.append(
             f"model {profile.model!r} does not name DeepSeek V3.2, so its tokenizer/tool/reasoning parser flags "
             "were not added; put them in vllm.extra_args if it is V3.2"
         )
-    if settings.speculative_mtp:
-        config = {"method": "mtp", "num_speculative_tokens": MTP_SPECULATIVE_TOKENS}
-        args += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
-    args += ["--port", str(settings.port)]
+    serve_settings = ServeSettings(
+        max_model_len=settings.max_model_len or 1,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        max_num_seqs=settings.max_num_seqs,
+        deepseek_v32_frontend=v32,
+        mtp_speculative_tokens=MTP_DEFAULT_SPECULATIVE_TOKENS if settings.speculative_mtp else 0,
+    )
+    args = vllm_serve_args(profile.layout, serve_settings)
+    if settings.max_model_len is None:
+        # no flag: vLLM takes the model's own maximum context from its config
+        cut = args.index("--max-model-len")
+        del args[cut : cut + 2]
     if unknown := unknown_flags(settings.extra_args):
         warnings.append(f"vllm.extra_args: {', '.join(unknown)} not flags of vLLM {VLLM_VERSION}")
     if problems := bad_choices(settings.extra_args):
         warnings.append(f"vllm.extra_args: unexpected values: {'; '.join(problems)}")
     return args, warnings
-
-
-def _sizes(tensor_parallel: int, pipeline_parallel: int, data_parallel: int, expert_parallel: bool) -> list[str]:
-    args: list[str] = []
-    if tensor_parallel > 1:
-        args += ["--tensor-parallel-size", str(tensor_parallel)]
-    if pipeline_parallel > 1:
-        args += ["--pipeline-parallel-size", str(pipeline_parallel)]
-    if data_parallel > 1:
-        args += ["--data-parallel-size", str(data_parallel)]
-    if expert_parallel:
-        args += ["--enable-expert-parallel"]
-    return args
 
 
 def layout_class(profile: Profile) -> str:
@@ -144,26 +125,37 @@ def layout_class(profile: Profile) -> str:
 
 
 def _simulate(
-    profile: Profile, planned: PlannedStartup | None, gpus: int, dp_local: int, dp_start: int, seed: int
+    profile: Profile,
+    planned: PlannedStartup | None,
+    gpus: tuple[int, ...],
+    *,
+    dp_local: int,
+    dp_start: int,
+    nnodes: int,
+    port: int | None,
+    seed: int,
 ) -> dict[str, Any]:
+    """The `simulate` object a --simulate agent needs to stand in for this vLLM process (see agent simspec)."""
     if planned is None:
         raise InputError("plan", "a simulated launch needs the planner's memory prediction (none was given)")
     layout = profile.layout
     return {
         "kind": "vllm",
-        "gpus": gpus,
+        "gpus": list(gpus),
         "gpu_memory_bytes": planned.gpu_memory_bytes,
         "weights_bytes": planned.weights_bytes,
         "kv_cache_bytes": planned.kv_cache_bytes,
         "kv_tokens": planned.kv_tokens,
-        "max_model_len": profile.vllm.max_model_len or 0,
+        "max_model_len": planned.max_model_len,
         "max_concurrency": planned.max_concurrency,
         "tensor_parallel": layout.tensor_parallel,
         "pipeline_parallel": layout.pipeline_parallel,
         "data_parallel_local": dp_local,
+        "data_parallel_size": layout.data_parallel,
         "data_parallel_start_rank": dp_start,
         "expert_parallel": layout.expert_parallel,
-        "port": profile.vllm.port,
+        "nnodes": nnodes,
+        "port": port,
         "model": profile.model,
         "seed": seed,
     }
@@ -176,33 +168,37 @@ def build_vllm_plan(
     planned: PlannedStartup | None = None,
     simulate: bool = False,
 ) -> LaunchPlan:
-    """The commands that start `profile` on `nodes` (same order as profile.hosts; nodes[0] is the head)."""
+    """The commands that start `profile` on `nodes` (same order as profile.hosts; nodes[0] is the head).
+
+    `simulate`: the agents run meshdeck's simulated vLLM (`--simulate`), which needs the planner's
+    numbers (`planned`) and does not wait for its peers, so every node is ready once it runs.
+    """
     if [n.host for n in nodes] != list(profile.hosts):
         raise InputError("hosts", f"network facts for {[n.host for n in nodes]} do not match {profile.hosts}")
     cls = layout_class(profile)
+    if simulate and cls == "ray":
+        raise InputError("vllm.distributed_backend", "simulated agents cannot run Ray; use mp for a simulated launch")
     layout = profile.layout
     settings = profile.vllm
     head = nodes[0]
     gpus = tuple(range(profile.gpus_per_node))
-    vllm = settings.executable
     common, warnings = engine_args(profile)
     if len(nodes) > 1 and "NCCL_SOCKET_IFNAME" not in profile.env:
         warnings += network_warnings(nodes, head.address)
-    serve = [vllm, "serve", profile.model]
+    serve = [settings.executable, "serve", profile.model]
+    api = ["--port", str(settings.port)]  # headless nodes serve no API (as vLLM's docs launch them)
     api_ready = (
         ReadyCheck("tcp", port=settings.port, timeout_s=3600.0),
         ReadyCheck("log", pattern=API_READY_LINE, timeout_s=3600.0),
     )
-    multi_node = len(nodes) > 1
+    running = (ReadyCheck("running", settle_s=5.0 if not simulate else 1.0),)
+    ports = [PortUse(head.host, settings.port, "vLLM API")]
+    metrics_url = f"http://127.0.0.1:{settings.port}/metrics"
+    commands: list[NodeCommand] = []
 
     def env_for(node: NodeNetwork, extra: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-        presets = nccl_env(node, head.address) if multi_node else {}
+        presets = nccl_env(node, head.address) if len(nodes) > 1 else {}
         return merge_env({"NCCL_DEBUG": "INFO"}, presets, extra, profile.env)
-
-    commands: list[NodeCommand] = []
-    ports = [PortUse(head.host, settings.port, "vLLM API")]
-    sizes = _sizes(layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel, layout.expert_parallel)
-    metrics_url = f"http://127.0.0.1:{settings.port}/metrics"
 
     def add(node: NodeNetwork, rank: int, name: str, stage: int, argv: list[str], **extra: Any) -> None:
         commands.append(
@@ -219,102 +215,58 @@ def build_vllm_plan(
             )
         )
 
-    def simulated(dp_local: int, dp_start: int, seed: int) -> dict[str, Any] | None:
-        return _simulate(profile, planned, len(gpus), dp_local, dp_start, seed) if simulate else None
+    def simulated(dp_local: int, dp_start: int, rank: int) -> dict[str, Any] | None:
+        if not simulate:
+            return None
+        port = settings.port if rank == 0 else None
+        return _simulate(profile, planned, gpus, dp_local=dp_local, dp_start=dp_start, nnodes=len(nodes),
+                         port=port, seed=rank)  # fmt: skip
 
-    running = (ReadyCheck("running", settle_s=5.0),)
     if cls == "single-node":
-        argv = [*serve, *sizes, *common, *settings.extra_args]
-        add(
-            head,
-            0,
-            "vllm-node0",
-            0,
-            argv,
-            ready=api_ready,
-            metrics_url=metrics_url,
-            simulate=simulated(layout.data_parallel, 0, 0),
-        )
+        add(head, 0, "vllm-node0", 0, [*serve, *common, *api, *settings.extra_args], ready=api_ready,
+            metrics_url=metrics_url, simulate=simulated(layout.data_parallel, 0, 0))  # fmt: skip
     elif cls == "multi-node-mp":
         ports.append(PortUse(head.host, settings.master_port, "torch.distributed master (vLLM mp)"))
         master_ready = (ReadyCheck("tcp", port=settings.master_port, timeout_s=900.0),)
         for rank, node in enumerate(nodes):
-            argv = [*serve, *sizes, *common, "--nnodes", str(len(nodes)), "--node-rank", str(rank)]
+            argv = [*serve, *common, "--nnodes", str(len(nodes)), "--node-rank", str(rank)]
             argv += ["--master-addr", head.address, "--master-port", str(settings.master_port)]
-            argv += ["--headless"] if rank else []
-            add(
-                node,
-                rank,
-                f"vllm-node{rank}",
-                min(rank, 1),
-                argv + settings.extra_args,
-                ready=running if rank else master_ready,
-                metrics_url=None if rank else metrics_url,
-                simulate=simulated(1, 0, rank),
-            )
+            argv += ["--headless"] if rank else api
+            add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
+                ready=running if rank or simulate else master_ready, metrics_url=None if rank else metrics_url,
+                simulate=simulated(1, 0, rank))  # fmt: skip
     elif cls == "dp-multi-node":
         ports.append(PortUse(head.host, settings.data_parallel_rpc_port, "vLLM data-parallel RPC"))
         rpc_ready = (ReadyCheck("tcp", port=settings.data_parallel_rpc_port, timeout_s=900.0),)
         dp_local = layout.data_parallel // len(nodes)
         for rank, node in enumerate(nodes):
-            argv = [*serve, *sizes, *common, "--data-parallel-size-local", str(dp_local)]
+            argv = [*serve, *common, "--data-parallel-size-local", str(dp_local)]
             argv += ["--data-parallel-address", head.address]
             argv += ["--data-parallel-rpc-port", str(settings.data_parallel_rpc_port)]
-            argv += ["--data-parallel-start-rank", str(rank * dp_local), "--headless"] if rank else []
-            add(
-                node,
-                rank,
-                f"vllm-node{rank}",
-                min(rank, 1),
-                argv + settings.extra_args,
-                ready=running if rank else rpc_ready,
-                metrics_url=None if rank else metrics_url,
-                simulate=simulated(dp_local, rank * dp_local, rank),
-            )
+            argv += ["--data-parallel-start-rank", str(rank * dp_local), "--headless"] if rank else api
+            add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
+                ready=running if rank or simulate else rpc_ready, metrics_url=None if rank else metrics_url,
+                simulate=simulated(dp_local, rank * dp_local, rank))  # fmt: skip
     else:  # ray
-        ray = ray_executable(vllm)
+        ray = ray_executable(settings.executable)
         ports.append(PortUse(head.host, settings.ray_port, "Ray GCS"))
         argv = [ray, "start", "--head", f"--port={settings.ray_port}", f"--node-ip-address={head.address}", "--block"]
-        add(
-            head,
-            0,
-            "ray-head",
-            0,
-            argv,
-            env={"VLLM_HOST_IP": head.address},
-            ready=(ReadyCheck("tcp", port=settings.ray_port, timeout_s=300.0),),
-        )
+        add(head, 0, "ray-head", 0, argv, env={"VLLM_HOST_IP": head.address},
+            ready=(ReadyCheck("tcp", port=settings.ray_port, timeout_s=300.0),))  # fmt: skip
         for rank, node in enumerate(nodes[1:], start=1):
             argv = [ray, "start", "--block", f"--address={head.address}:{settings.ray_port}"]
             argv.append(f"--node-ip-address={node.address}")
-            add(
-                node,
-                rank,
-                f"ray-node{rank}",
-                1,
-                argv,
-                env={"VLLM_HOST_IP": node.address},
-                ready=(ReadyCheck("log", pattern=RAY_READY_LINE, timeout_s=300.0),),
-            )
-        argv = [*serve, *sizes, *common, "--distributed-executor-backend", "ray"]
+            add(node, rank, f"ray-node{rank}", 1, argv, env={"VLLM_HOST_IP": node.address},
+                ready=(ReadyCheck("log", pattern=RAY_READY_LINE, timeout_s=300.0),))  # fmt: skip
+        argv = [*serve, *common, *api, "--distributed-executor-backend", "ray"]
         serve_env = {"VLLM_HOST_IP": head.address}
         if layout.data_parallel > 1:
             argv += ["--data-parallel-backend", "ray"]
             if layout.tensor_parallel * layout.pipeline_parallel > profile.gpus_per_node:
                 serve_env["VLLM_RAY_DP_PACK_STRATEGY"] = "span"  # one DP replica spans nodes
         # Ray places the GPU workers; this process owns no GPU of its own.
-        add(
-            head,
-            0,
-            "vllm-serve",
-            2,
-            argv + settings.extra_args,
-            env=serve_env,
-            gpus=(),
-            ready=api_ready,
-            metrics_url=metrics_url,
-            simulate=simulated(layout.data_parallel, 0, 0),
-        )
+        add(head, 0, "vllm-serve", 2, argv + settings.extra_args, env=serve_env, gpus=(), ready=api_ready,
+            metrics_url=metrics_url)  # fmt: skip
     return LaunchPlan(
         name=profile.name,
         engine="vllm",
@@ -327,7 +279,7 @@ def build_vllm_plan(
         serving_url=f"http://{_url_host(head.address)}:{settings.port}/v1",
         serving_command=commands[-1].name if cls == "ray" else "vllm-node0",
         serving_ready=api_ready,
-        restart_as_whole=multi_node,
+        restart_as_whole=len(nodes) > 1,
         warnings=tuple(warnings),
         layout=layout_summary(profile),
     )

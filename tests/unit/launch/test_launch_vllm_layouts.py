@@ -21,7 +21,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
 from meshdeck.launch.vllm_flags import flag_values
-from meshdeck.launch.vllm_launch import is_deepseek_v32
+from meshdeck.launch.vllm_launch import PlannedStartup, is_deepseek_v32
 
 # Flags meshdeck may add on top of a reference command, each for a reason the profile states.
 ALLOWED_EXTRAS = {
@@ -34,6 +34,8 @@ ALLOWED_EXTRAS = {
     "--enable-auto-tool-choice",
     "--reasoning-parser",  # V3.2 frontend ([facts])
 }
+# Extras that restate vLLM's default (the planner's flags always name the tensor-parallel size).
+DEFAULT_VALUED = {"--tensor-parallel-size": "1"}
 
 
 def reference(command: str) -> tuple[str, dict[str, str | None]]:
@@ -56,7 +58,7 @@ def assert_matches(command: NodeCommand, documented: str, *, model_placeholder: 
     for flag, value in doc_flags.items():
         assert flag in our_flags, f"{flag} from the documented command is missing: {command.argv}"
         assert our_flags[flag] == value, f"{flag}: documented {value!r}, ours {our_flags[flag]!r}"
-    extras = set(our_flags) - set(doc_flags)
+    extras = {f for f in set(our_flags) - set(doc_flags) if DEFAULT_VALUED.get(f, object()) != our_flags[f]}
     assert extras <= ALLOWED_EXTRAS, f"unexplained extra flags {extras - ALLOWED_EXTRAS}"
 
 
@@ -281,3 +283,28 @@ def test_v32_parser_flags_only_for_v32_models(model: str, expected: bool) -> Non
     plan = build_launch_plan(profile, [make_node("gpu-a", "10.0.0.1")], run_id="r1")
     assert ("--reasoning-parser" in plan.commands[0].argv) is expected
     assert any("does not name DeepSeek V3.2" in w for w in plan.warnings) is not expected
+
+
+def test_headless_nodes_serve_no_api_and_simulated_nodes_fit_the_agents_spec() -> None:
+    simspec = pytest.importorskip("meshdeck_agent.simspec")
+    planned = PlannedStartup(
+        gpu_memory_bytes=120 * 2**30,
+        weights_bytes=81 * 2**30,
+        kv_cache_bytes=30 * 2**30,
+        kv_tokens=418_304,
+        max_concurrency=25.5,
+        max_model_len=16384,
+    )
+    profile = make_profile(hosts=["gpu-a", "gpu-b"], layout={"tensor_parallel": 1, "data_parallel": 16,
+                                                             "expert_parallel": True})  # fmt: skip
+    nodes = [make_node("gpu-a", "10.0.0.1"), make_node("gpu-b", "10.0.0.2")]
+    plan = build_launch_plan(profile, nodes, run_id="r1", planned=planned, simulate=True)
+    head, worker = plan.commands
+    assert "--port" in head.argv and "--port" not in worker.argv
+    for command, start in ((head, 0), (worker, 8)):
+        checked = simspec.validate_simulate(dict(command.simulate), 8)
+        assert checked["data_parallel_local"] == 8 and checked["data_parallel_start_rank"] == start
+        assert checked["data_parallel_size"] == 16 and checked["nnodes"] == 2
+    assert head.simulate["port"] == 8000 and worker.simulate["port"] is None
+    with pytest.raises(InputError, match="prediction"):
+        build_launch_plan(profile, nodes, run_id="r1", simulate=True)
