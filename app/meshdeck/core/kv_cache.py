@@ -83,6 +83,12 @@ class KvCapacity:
     max_concurrency: float  # requests of max_model_len that fit at once
 
 
+def kv_capacity_from_blocks(num_blocks: int, block_size: int, max_model_len: int) -> KvCapacity:
+    blocks_per_request = -(-max_model_len // block_size)
+    concurrency = num_blocks / blocks_per_request if blocks_per_request else 0.0
+    return KvCapacity(num_blocks, block_size, num_blocks * block_size, concurrency)
+
+
 def kv_capacity(
     available_bytes_per_stage: tuple[int, ...],
     layers_per_stage: tuple[int, ...],
@@ -95,7 +101,4 @@ def kv_capacity(
         per_block = fmt.block_size * layers * fmt.bytes_per_token_per_layer
         stage_blocks = max(0, int(available // per_block)) if per_block else 0
         blocks = stage_blocks if blocks is None else min(blocks, stage_blocks)
-    num_blocks = blocks or 0
-    blocks_per_request = -(-max_model_len // fmt.block_size)
-    concurrency = num_blocks / blocks_per_request if blocks_per_request else 0.0
-    return KvCapacity(num_blocks, fmt.block_size, num_blocks * fmt.block_size, concurrency)
+    return kv_capacity_from_blocks(blocks or 0, fmt.block_size, max_model_len)

@@ -7,6 +7,7 @@ blocks over its workers. `stages` lists every stage for whoever needs the detail
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -15,6 +16,7 @@ from meshdeck.core.placement import Placement, RankPlacement, rank_map
 from meshdeck.core.reserve import Reserve
 from meshdeck.core.traffic import TrafficItem, traffic_by_link
 from meshdeck.core.units import GIB
+from meshdeck.core.weights import StageWeights
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,15 @@ class StagePlan:
 
 
 @dataclass(frozen=True)
+class LayoutDetails:
+    """The text parts of a layout: warnings (with codes) and the `vllm serve` flags."""
+
+    warnings: tuple[str, ...]
+    warning_codes: tuple[str, ...]
+    vllm_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class LayoutPlan:
     tensor_parallel: int
     pipeline_parallel: int
@@ -48,29 +59,53 @@ class LayoutPlan:
     valid: bool
     invalid_reason: str | None
     supported: bool  # False when a warning says vLLM cannot run it on this GPU
-    fits: bool
-    shortfall_bytes: int  # per GPU of the tightest stage, to hold one max_model_len request; 0 when it fits
-    usable_bytes_per_gpu: int  # torch-visible memory × gpu_memory_utilization
-    weights_bytes_per_gpu: int
-    weights_by_component: tuple[tuple[str, int], ...]
-    reserve: Reserve | None
-    kv_budget_bytes_per_gpu: int
-    kv_cache_bytes_per_gpu: int
-    kv_bytes_per_token_per_gpu: int
-    kv_block_size: int
-    kv_tokens_per_replica: int
-    max_concurrency: float
-    est_decode_tokens_per_s: float  # whole cluster (all instances, all DP ranks)
-    est_decode_tokens_per_s_per_request: float
-    est_bound: str
-    est_batch_per_replica: int
-    traffic: tuple[TrafficItem, ...]
-    stages: tuple[StagePlan, ...]
-    warnings: tuple[str, ...]
-    warning_codes: tuple[str, ...]
-    vllm_args: tuple[str, ...]
+    fits: bool = False
+    shortfall_bytes: int = 0  # per GPU of the tightest stage, to hold one max_model_len request; 0 when it fits
+    usable_bytes_per_gpu: int = 0  # torch-visible memory × gpu_memory_utilization
+    weights_bytes_per_gpu: int = 0
+    reserve: Reserve | None = None
+    kv_budget_bytes_per_gpu: int = 0
+    kv_cache_bytes_per_gpu: int = 0
+    kv_bytes_per_token_per_gpu: int = 0
+    kv_block_size: int = 0
+    kv_tokens_per_replica: int = 0
+    max_concurrency: float = 0.0
+    est_decode_tokens_per_s: float = 0.0  # whole cluster (all instances, all DP ranks)
+    est_decode_tokens_per_s_per_request: float = 0.0
+    est_bound: str = ""
+    est_batch_per_replica: int = 0
+    traffic: tuple[TrafficItem, ...] = ()
+    # per stage: (first_layer, end_layer, weights_bytes, reserve, kv_budget_bytes, kv_cache_bytes)
+    stage_rows: tuple[tuple[int, int, int, Reserve, int, int], ...] = ()
     reason: str = ""
-    score: tuple[float, ...] = field(default=(), compare=False)
+    # Warnings and flags are only needed for the layouts someone looks at: built on first use.
+    details_factory: Callable[[], LayoutDetails] | None = field(default=None, compare=False, repr=False)
+    weights_factory: Callable[[], StageWeights] | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def weights_by_component(self) -> tuple[tuple[str, int], ...]:
+        """Per-GPU weight bytes of the largest stage, by component."""
+        return self.weights_factory().components if self.weights_factory else ()
+
+    @cached_property
+    def stages(self) -> tuple[StagePlan, ...]:
+        return tuple(StagePlan(i, *row) for i, row in enumerate(self.stage_rows))
+
+    @cached_property
+    def details(self) -> LayoutDetails:
+        return self.details_factory() if self.details_factory else LayoutDetails((), (), ())
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.details.warnings
+
+    @property
+    def warning_codes(self) -> tuple[str, ...]:
+        return self.details.warning_codes
+
+    @property
+    def vllm_args(self) -> tuple[str, ...]:
+        return self.details.vllm_args
 
     @property
     def instances(self) -> int:

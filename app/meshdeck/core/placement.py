@@ -8,7 +8,7 @@ own `vllm serve`, e.g. one per node); an instance uses whole nodes, or a slice o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from meshdeck.core.cluster import ClusterSpec, LinkClass, slowest
 
@@ -42,14 +42,12 @@ class Placement:
     gpus_per_instance: int
     instances: int
     gpus_per_node: int
+    nodes_per_instance: int = field(init=False)
+    instances_per_node: int = field(init=False)
 
-    @property
-    def nodes_per_instance(self) -> int:
-        return max(1, self.gpus_per_instance // self.gpus_per_node)
-
-    @property
-    def instances_per_node(self) -> int:
-        return max(1, self.gpus_per_node // self.gpus_per_instance)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes_per_instance", max(1, self.gpus_per_instance // self.gpus_per_node))
+        object.__setattr__(self, "instances_per_node", max(1, self.gpus_per_node // self.gpus_per_instance))
 
     @property
     def nodes_used(self) -> int:
@@ -137,28 +135,46 @@ class GroupLinks:
 def group_links(
     cluster: ClusterSpec, placement: Placement, tensor_parallel: int, pipeline_parallel: int, data_parallel: int
 ) -> GroupLinks:
+    """Slowest link each kind of group crosses, over every group of the instance."""
     tp, pp, dp = tensor_parallel, pipeline_parallel, data_parallel
-    tensor_ranks = list(range(tp))
-    if cluster.topology is None:
-        # only the first and last member matter without a topology (see group_link)
-        expert_ranks = [0, rank_of(tp - 1, 0, dp - 1, tp, pp)]
-    else:
+    if cluster.topology is not None:  # one node (a topology describes one): check the GPU pairs
+        tensor_ranks = list(range(tp))
         expert_ranks = [rank_of(t, 0, d, tp, pp) for d in range(dp) for t in range(tp)]
-    pipeline_links = [
-        _link(cluster, placement.locate(0, rank_of(0, s, 0, tp, pp)), placement.locate(0, rank_of(0, s + 1, 0, tp, pp)))
-        for s in range(pp - 1)
-    ]
-    crosses_socket = False
-    if cluster.topology is not None and tp > 1:
+        pipeline = slowest(
+            [
+                _link(
+                    cluster,
+                    placement.locate(0, rank_of(0, s, 0, tp, pp)),
+                    placement.locate(0, rank_of(0, s + 1, 0, tp, pp)),
+                )
+                for s in range(pp - 1)
+            ]
+        )
         gpus = [placement.locate(0, r) for r in tensor_ranks]
-        crosses_socket = any(
+        crosses_socket = tp > 1 and any(
             a[0] == b[0] and cluster.topology.crosses_cpu_socket(a[1], b[1])
             for i, a in enumerate(gpus)
             for b in gpus[i + 1 :]
         )
+        return GroupLinks(
+            tensor=group_link(cluster, placement, tensor_ranks),
+            expert=group_link(cluster, placement, expert_ranks) if tp * dp > 1 else LinkClass.LOCAL,
+            pipeline=pipeline,
+            tensor_crosses_socket=crosses_socket,
+        )
+    intra = LinkClass.NVLINK if cluster.intra_node_link == "nvlink" else LinkClass.PCIE
+    gpn = placement.gpus_per_node
+    multi_node = placement.gpus_per_instance > gpn
+    # TP blocks are aligned to multiples of TP: one straddles a node boundary unless TP divides the node.
+    tensor_net = multi_node and tp > 1 and (tp > gpn or gpn % tp != 0)
+    # the EP group of stage s spans ranks s·TP … (DP−1)·PP·TP + s·TP + TP − 1
+    span = (dp - 1) * pp * tp + tp - 1
+    expert_net = multi_node and tp * dp > 1 and any((s * tp) // gpn != (s * tp + span) // gpn for s in range(pp))
+    # stage s hands over to s + 1 between TP blocks j and j + 1 (j = d·PP + s, s < PP − 1)
+    pipe_net = multi_node and any((j * tp) // gpn != ((j + 1) * tp) // gpn for j in range(dp * pp) if j % pp != pp - 1)
     return GroupLinks(
-        tensor=group_link(cluster, placement, tensor_ranks),
-        expert=group_link(cluster, placement, expert_ranks) if tp * dp > 1 else LinkClass.LOCAL,
-        pipeline=slowest(pipeline_links),
-        tensor_crosses_socket=crosses_socket,
+        tensor=LinkClass.NETWORK if tensor_net else (intra if tp > 1 else LinkClass.LOCAL),
+        expert=LinkClass.NETWORK if expert_net else (intra if tp * dp > 1 else LinkClass.LOCAL),
+        pipeline=LinkClass.NETWORK if pipe_net else (intra if pp > 1 else LinkClass.LOCAL),
+        tensor_crosses_socket=False,
     )

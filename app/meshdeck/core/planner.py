@@ -1,7 +1,9 @@
 """The planner: every valid TP × PP × DP (× EP) layout of a DeepSeek model on a cluster, ranked by goal.
 
 Layouts are enumerated per vLLM *instance* (one `vllm serve`): an instance uses a slice of one
-node (1, 2, 4 … GPUs) or whole nodes, and the cluster runs as many identical instances as fit.
+node (1, 2, 4 … GPUs) or whole nodes (powers of two, small divisors of the cluster, the whole
+cluster; at most as many GPUs as routed experts), and the cluster runs as many identical instances
+as fit — so "fewer GPUs" layouts appear whenever an instance size does not divide the cluster.
 Within an instance TP is tried over the divisors of the head count, PP over the divisors of what
 is left (stages step across nodes; up to 16 stages), DP takes the rest; expert parallel on and off. Layouts vLLM
 would refuse are kept with their reason (shown with --all); layouts that fit are ranked by:
@@ -28,6 +30,7 @@ from meshdeck.core.plan_request import (
     TrainingSettings,
     resolve,
 )
+from meshdeck.core.rules import gpu_supported
 from meshdeck.core.units import GIB
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
 
@@ -51,15 +54,21 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def instance_sizes(gpus_per_node: int, nodes: int) -> list[int]:
-    """GPUs per instance: divisors of a node, then whole-node counts that divide the cluster or are powers of 2."""
+def instance_sizes(gpus_per_node: int, nodes: int, max_gpus: int) -> list[int]:
+    """GPUs per vLLM instance worth planning.
+
+    Slices of one node (the divisors of its GPU count), then whole nodes: powers of two, the small
+    divisors of the cluster (3 of 6 nodes …) and the whole cluster — up to `max_gpus` (the routed
+    expert count: beyond it an instance can only grow by pipeline stages; more instances serve better).
+    """
     sizes = set(_divisors(gpus_per_node))
-    node_counts = set(_divisors(nodes))
+    node_counts = {d for d in _divisors(nodes) if d <= 4}
+    node_counts.add(nodes)
     power = 1
     while power <= nodes:
         node_counts.add(power)
         power *= 2
-    sizes.update(k * gpus_per_node for k in node_counts)
+    sizes.update(k * gpus_per_node for k in node_counts if k * gpus_per_node <= max(max_gpus, gpus_per_node))
     return sorted(sizes)
 
 
@@ -81,7 +90,7 @@ def candidate_layouts(request: PlanRequest) -> Iterator[tuple[int, int, int, boo
             yield tp, pp, dp, ep, placement
         return
     tp_options = _divisors(card.num_attention_heads)
-    for size in instance_sizes(cluster.gpus_per_node, cluster.nodes):
+    for size in instance_sizes(cluster.gpus_per_node, cluster.nodes, card.n_routed_experts):
         placement = placement_for(cluster, size)
         if placement is None:
             continue
@@ -117,7 +126,7 @@ def _score(layout: LayoutPlan, goal: str) -> tuple[float, ...]:
         metric = (float(layout.kv_tokens_per_replica), rate)
     else:
         metric = (rate, float(layout.kv_tokens_total))
-    return (*head, *metric, -float(layout.gpus), -float(len(layout.warnings)))
+    return (*head, *metric, -float(layout.gpus))
 
 
 @dataclass(frozen=True)
@@ -214,8 +223,9 @@ def plan(request: PlanRequest) -> PlanResult:
     counts = parameter_counts(request.model)
     if request.mode == "train":
         raise InputError("--mode", "train is not planned by this version; allowed: serve")
+    supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype)
     layouts = [
-        evaluate_layout(request, settings, tp, pp, dp, ep, placement)
+        evaluate_layout(request, settings, tp, pp, dp, ep, placement, supported)
         for tp, pp, dp, ep, placement in candidate_layouts(request)
     ]
     if not layouts and any(

@@ -56,16 +56,16 @@ class GroupMembership:
 
 @dataclass(frozen=True)
 class ReserveInputs:
+    """What drives the reserve of every GPU of a layout (stage differences are given per call)."""
+
     tensor_parallel: int
     data_parallel: int
     expert_parallel: bool
     moe_ranks: int
-    last_stage: bool
     max_num_batched_tokens: int
     max_num_seqs: int
     groups: tuple[GroupMembership, ...]
     cudagraph_capture_sizes: int
-    stage_layers: int
     mtp: bool
     vllm_version: tuple[int, int]
     deep_gemm_moe: bool = False  # FP8 block MoE on Hopper/Blackwell: DeepGEMM grouped GEMM workspaces
@@ -134,15 +134,16 @@ def activation_peak(card: ModelCard, inputs: ReserveInputs) -> int:
         local_inter = card.moe_intermediate_size // inputs.moe_ranks
         workspace = _moe_workspace(card, moe_tokens, local_inter, card.n_routed_experts, inputs.deep_gemm_moe)
     moe = gathered + workspace
-    peak = residual + max(attention, dense, moe)
-    if inputs.mtp:
-        peak += 2 * tokens * h * BF16  # the MTP drafter's dummy run (eh_proj input is 2h wide)
-    return peak
+    return residual + max(attention, dense, moe)
+
+
+def mtp_drafter_peak(card: ModelCard, inputs: ReserveInputs) -> int:
+    """The MTP drafter's dummy run on the last stage (its eh_proj input is 2 × hidden wide)."""
+    return 2 * inputs.max_num_batched_tokens * card.hidden_size * BF16 if inputs.mtp else 0
 
 
 def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
-    if not inputs.last_stage:
-        return 0
+    """The dummy sampler pass (last pipeline stage only)."""
     rows = min(inputs.max_num_seqs, inputs.max_num_batched_tokens)
     return rows * card.vocab_size * SAMPLER_BYTES_PER_LOGIT
 
@@ -161,23 +162,49 @@ def non_torch(inputs: ReserveInputs) -> int:
     return total
 
 
-def cudagraph_memory(card: ModelCard, inputs: ReserveInputs) -> int:
+def cudagraph_memory(card: ModelCard, inputs: ReserveInputs, stage_layers: int) -> int:
     """Graphs for every capture size, piecewise per layer (FULL_AND_PIECEWISE), plus the largest batch's pool."""
-    pieces = inputs.stage_layers + 1
+    pieces = stage_layers + 1
     largest = min(512, inputs.max_num_seqs * 2)
     pool = 3 * largest * card.hidden_size * BF16
     return inputs.cudagraph_capture_sizes * pieces * CUDAGRAPH_BYTES_PER_GRAPH + pool
 
 
-def vllm_reserve(card: ModelCard, inputs: ReserveInputs) -> Reserve:
-    """All reserve terms for one GPU of one pipeline stage."""
-    return Reserve(
+@dataclass(frozen=True)
+class LayoutReserve:
+    """The reserve terms of a layout, computed once; `for_stage` adds what differs per pipeline stage."""
+
+    card: ModelCard
+    inputs: ReserveInputs
+    activation_peak_bytes: int
+    sampler_bytes: int
+    drafter_bytes: int
+    non_torch_bytes: int
+
+    def for_stage(self, last_stage: bool, stage_layers: int) -> Reserve:
+        return Reserve(
+            activation_peak_bytes=self.activation_peak_bytes + (self.drafter_bytes if last_stage else 0),
+            sampler_bytes=self.sampler_bytes if last_stage else 0,
+            non_torch_bytes=self.non_torch_bytes,
+            cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
+            cudagraph_in_budget=self.inputs.vllm_version >= CUDAGRAPH_MIN_VLLM,
+        )
+
+
+def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:
+    return LayoutReserve(
+        card=card,
+        inputs=inputs,
         activation_peak_bytes=activation_peak(card, inputs),
         sampler_bytes=sampler_peak(card, inputs),
+        drafter_bytes=mtp_drafter_peak(card, inputs),
         non_torch_bytes=non_torch(inputs),
-        cudagraph_bytes=cudagraph_memory(card, inputs),
-        cudagraph_in_budget=inputs.vllm_version >= CUDAGRAPH_MIN_VLLM,
     )
+
+
+def vllm_reserve(card: ModelCard, inputs: ReserveInputs, *, last_stage: bool, stage_layers: int) -> Reserve:
+    """All reserve terms for one GPU of one pipeline stage."""
+    return layout_reserve(card, inputs).for_stage(last_stage, stage_layers)
 
 
 def default_scheduler_limits(gpu: GpuSpec) -> tuple[int, int]:

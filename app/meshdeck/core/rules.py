@@ -85,6 +85,11 @@ def _gpu_rules(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> list[Warnin
     return out
 
 
+def gpu_supported(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> bool:
+    """False when vLLM cannot run this model on this GPU at all (whatever the layout)."""
+    return not any(w.blocks_launch for w in _gpu_rules(card, gpu, weights_dtype))
+
+
 def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
     card, cluster = inputs.card, inputs.cluster
     tp, pp, dp = inputs.tensor_parallel, inputs.pipeline_parallel, inputs.data_parallel

@@ -63,10 +63,23 @@ def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
 
 
+def _links(cluster: ClusterSpec, traffic: tuple[TrafficItem, ...]) -> tuple[list[tuple[float, float]], float]:
+    """(per-token seconds per sequence, fixed latency seconds) per in-stage collective, and the PP hop."""
+    collectives, hop = [], 0.0
+    for item in traffic:
+        bandwidth = cluster.link_bytes_per_s(item.link) * LINK_EFFICIENCY
+        latency = COLLECTIVE_LATENCY_S[item.link]
+        if item.collective == "pp_send":
+            hop = latency + item.bytes_per_token / bandwidth
+        else:
+            collectives.append((item.bytes_per_token / bandwidth, item.collectives_per_token * latency))
+    return collectives, hop
+
+
 def stage_step(
     inputs: DecodeStepInputs,
     cluster: ClusterSpec,
-    traffic: tuple[TrafficItem, ...],
+    collectives: list[tuple[float, float]],
     batch: int,
     context_tokens: int,
     weights_fp8: bool,
@@ -89,23 +102,41 @@ def stage_step(
     tflops = gpu.fp8_tflops if (weights_fp8 and gpu.fp8_native and gpu.fp8_tflops) else gpu.bf16_tflops
     flops = batch * inputs.flops_per_token + moe_tokens * inputs.expert_flops_per_token / inputs.moe_ranks
     compute_time = flops / (tflops * 1e12 * TENSOR_EFFICIENCY) if tflops else 0.0
-    comm_time = 0.0
-    for item in traffic:
-        if item.collective == "pp_send":
-            continue  # counted once per stage hop by the caller
-        bandwidth = cluster.link_bytes_per_s(item.link) * LINK_EFFICIENCY
-        comm_time += (
-            batch * item.bytes_per_token / bandwidth + item.collectives_per_token * COLLECTIVE_LATENCY_S[item.link]
-        )
+    comm_time = sum(batch * per_sequence + latency for per_sequence, latency in collectives)
     local = max(memory_time, compute_time)
-    step = local + comm_time
     if comm_time > local:
         bound = "communication"
     elif compute_time > memory_time:
         bound = "compute"
     else:
         bound = "memory-bandwidth"
-    return step, bound
+    return local + comm_time, bound
+
+
+def decode_estimates(
+    inputs: DecodeStepInputs,
+    cluster: ClusterSpec,
+    traffic: tuple[TrafficItem, ...],
+    *,
+    batches: tuple[int, ...],
+    context_tokens: int,
+    pipeline_parallel: int,
+    weights_fp8: bool,
+) -> tuple[DecodeEstimate, ...]:
+    """Replica tokens/s at each batch size (concurrent sequences), and the speed one request sees."""
+    collectives, hop = _links(cluster, traffic)
+    out = []
+    for requested in batches:
+        batch = max(1, requested)
+        micro = max(1, -(-batch // pipeline_parallel))
+        step, bound = stage_step(inputs, cluster, collectives, micro, context_tokens, weights_fp8)
+        stage_time = step + hop * micro
+        round_trip = pipeline_parallel * stage_time
+        tokens_per_s = min(batch, pipeline_parallel * micro) / round_trip
+        if pipeline_parallel > 1 and batch < pipeline_parallel:
+            bound = "pipeline bubble"
+        out.append(DecodeEstimate(tokens_per_s, 1.0 / round_trip, stage_time, bound, batch))
+    return tuple(out)
 
 
 def decode_estimate(
@@ -119,19 +150,12 @@ def decode_estimate(
     weights_fp8: bool,
 ) -> DecodeEstimate:
     """Replica tokens/s at `batch` concurrent sequences, and the speed one request sees."""
-    batch = max(1, batch)
-    hop = 0.0
-    for item in traffic:
-        if item.collective == "pp_send":
-            hop = COLLECTIVE_LATENCY_S[item.link] + item.bytes_per_token / (
-                cluster.link_bytes_per_s(item.link) * LINK_EFFICIENCY
-            )
-    micro = max(1, -(-batch // pipeline_parallel))
-    step, bound = stage_step(inputs, cluster, traffic, micro, context_tokens, weights_fp8)
-    stage_time = step + hop * micro
-    round_trip = pipeline_parallel * stage_time
-    in_flight = min(batch, pipeline_parallel * micro)
-    tokens_per_s = in_flight / round_trip
-    if pipeline_parallel > 1 and batch < pipeline_parallel:
-        bound = "pipeline bubble"
-    return DecodeEstimate(tokens_per_s, 1.0 / round_trip, stage_time, bound, batch)
+    return decode_estimates(
+        inputs,
+        cluster,
+        traffic,
+        batches=(batch,),
+        context_tokens=context_tokens,
+        pipeline_parallel=pipeline_parallel,
+        weights_fp8=weights_fp8,
+    )[0]

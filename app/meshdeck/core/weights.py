@@ -213,6 +213,64 @@ def invalid_shard_reason(card: ModelCard, shape: ShardShape) -> str | None:
 
 
 @dataclass(frozen=True)
+class ShardTotals:
+    """Per-GPU bytes of the pieces a stage is made of, for fast stage totals (see stage_total)."""
+
+    dense_layer: int
+    moe_layer: int
+    routed_per_moe_layer: int  # the routed-experts part of moe_layer
+    scales_dense_layer: int  # FP8 block scales inside dense_layer
+    scales_moe_layer: int  # FP8 block scales inside moe_layer
+    embed: int  # first stage
+    last_stage_extra: int  # lm_head, final norm, MTP module when on
+    every_stage_extra: int  # buffers and caches every stage allocates
+
+
+def _rope_cache_bytes(card: ModelCard) -> int:
+    # get_rope caches cos/sin for every position in BF16, one per distinct rope (V3.2's indexer has its own)
+    ropes = 2 if card.has_sparse_indexer else 1
+    return ropes * card.max_position_embeddings * card.qk_rope_head_dim * BF16
+
+
+def _mtp_bytes(card: ModelCard, shape: ShardShape, table: int) -> int:
+    per_layer = sum(v for _, v in layer_bytes(card, shape, card.n_routed_experts > 0).components)
+    per_layer += 2 * card.hidden_size * card.hidden_size * BF16  # eh_proj, BF16, replicated
+    per_layer += 3 * card.hidden_size * BF16  # enorm, hnorm, shared_head.norm
+    per_layer += table  # shared_head.head (ParallelLMHead)
+    return card.num_nextn_predict_layers * per_layer
+
+
+@lru_cache(maxsize=4096)
+def shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_tokens: int) -> ShardTotals:
+    table = padded_vocab_per_rank(card, shape.tensor_parallel) * card.hidden_size * BF16
+    every = _rope_cache_bytes(card)
+    if card.has_sparse_indexer:
+        every += max_num_batched_tokens * card.index_topk * 4  # topk_indices_buffer (int32)
+    last = table + card.hidden_size * BF16 + (_mtp_bytes(card, shape, table) if mtp else 0)
+    dense, moe = layer_bytes(card, shape, False).as_dict(), layer_bytes(card, shape, True).as_dict()
+    return ShardTotals(
+        dense_layer=sum(dense.values()),
+        moe_layer=sum(moe.values()),
+        routed_per_moe_layer=moe.get("routed_experts", 0),
+        scales_dense_layer=dense.get("fp8_block_scales", 0),
+        scales_moe_layer=moe.get("fp8_block_scales", 0),
+        embed=table,
+        last_stage_extra=last,
+        every_stage_extra=every,
+    )
+
+
+def stage_total(totals: ShardTotals, dense_layers: int, moe_layers: int, first_stage: bool, last_stage: bool) -> int:
+    """Same number as stage_weights(...).total_bytes, from precomputed pieces."""
+    total = dense_layers * totals.dense_layer + moe_layers * totals.moe_layer + totals.every_stage_extra
+    if first_stage:
+        total += totals.embed
+    if last_stage:
+        total += totals.last_stage_extra
+    return total
+
+
+@dataclass(frozen=True)
 class StageWeights:
     """Per-GPU weight bytes of one pipeline stage, by component."""
 
@@ -258,14 +316,9 @@ def stage_weights(
     if card.has_sparse_indexer:
         # DeepseekV2Model allocates topk_indices_buffer[max_num_batched_tokens, index_topk] int32 at init.
         totals["indexer"] = totals.get("indexer", 0) + max_num_batched_tokens * card.index_topk * 4
+    totals["rope_caches"] = _rope_cache_bytes(card)
     if mtp and last_stage and card.num_nextn_predict_layers:
-        mtp_bytes = 0
-        for _ in range(card.num_nextn_predict_layers):
-            mtp_bytes += sum(v for _, v in layer_bytes(card, shape, card.n_routed_experts > 0).components)
-            mtp_bytes += 2 * card.hidden_size * card.hidden_size * BF16  # eh_proj, BF16, replicated
-            mtp_bytes += 3 * card.hidden_size * BF16  # enorm, hnorm, shared_head.norm
-            mtp_bytes += table  # shared_head.head (ParallelLMHead)
-        totals["mtp_layer"] = mtp_bytes
+        totals["mtp_layer"] = _mtp_bytes(card, shape, table)
     order = (
         "embed_tokens",
         "mla_projections",
@@ -277,6 +330,7 @@ def stage_weights(
         "router",
         "routed_experts",
         "fp8_block_scales",
+        "rope_caches",
         "lm_head",
         "mtp_layer",
     )
