@@ -4,7 +4,7 @@ A connector's `open()` returns an `AgentLink`: a byte stream carrying the protoc
 learned on the way (host key, python, architecture, where the agent lives). The supervisor calls it
 again after every drop, so a connector keeps no connection state of its own.
 
-- `SshConnector`: `python3 <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]` on an
+- `SshConnector`: `python3 -I <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]` on an
   exec channel; the command line is an argv list joined with shlex.join.
 - `LocalConnector`: `sys.executable -m meshdeck_agent attach ...` over pipes, for the machine
   meshdeck runs on and for `meshdeck --demo`.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap
+from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
 from meshdeck.remote.errors import ConnectError
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
 from meshdeck.remote.ssh import SshConnection, SshOptions, connect
@@ -37,19 +37,31 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class AgentOptions:
-    """Flags for `attach`: which daemon (socket) to reach, and whether it simulates GPUs."""
+    """Flags for `attach`: which daemon (socket) to reach, and how that daemon runs if attach starts it.
+
+    `interval_s`, `simulate`, `seed` and `state_dir` apply only when no daemon answers on the socket
+    yet (attach then starts one with them); a running daemon keeps its own settings.
+    """
 
     socket: str | None = None  # default: the agent's own ($XDG_RUNTIME_DIR or ~/.cache/meshdeck)
+    state_dir: str | None = None  # default: next to the socket
     simulate: str | None = None  # e.g. "8xH200": a simulated server, labelled simulated everywhere
-    extra_args: tuple[str, ...] = ()
+    seed: int | None = None
+    interval_s: float | None = None  # seconds between samples (the agent's default is 1)
 
     def attach_args(self) -> list[str]:
         args = ["attach"]
         if self.socket:
             args += ["--socket", self.socket]
+        if self.state_dir:
+            args += ["--state-dir", self.state_dir]
         if self.simulate:
             args += ["--simulate", self.simulate]
-        return args + list(self.extra_args)
+        if self.seed is not None:
+            args += ["--seed", str(self.seed)]
+        if self.interval_s is not None:
+            args += ["--interval", repr(float(self.interval_s))]
+        return args
 
 
 @dataclass
@@ -80,7 +92,8 @@ class SshConnector:
 
     route: SshRoute
     host_keys: HostKeyStore
-    package: AgentPackage
+    package: AgentPackage | None = None  # None: find_agent_package(agent_pyz) at each connect
+    agent_pyz: str | None = None
     options: SshOptions = field(default_factory=SshOptions)
     agent: AgentOptions = field(default_factory=AgentOptions)
     cache_dir: str = DEFAULT_CACHE_DIR
@@ -91,14 +104,15 @@ class SshConnector:
         return self.route.describe()
 
     def attach_argv(self, python: str, agent_path: str) -> list[str]:
-        return [python, agent_path, *self.agent.attach_args()]
+        return [python, "-I", agent_path, *self.agent.attach_args()]  # -I: no user site, no PYTHON* env
 
     def open(self, progress: Progress) -> AgentLink:
         progress("connecting")
         conn: SshConnection = connect(self.route, self.host_keys, self.options, self.host_key_prompt)
         try:
+            package = self.package or find_agent_package(self.agent_pyz)
             progress("bootstrapping")
-            placed = bootstrap(conn, self.package, self.cache_dir, self.pythons, progress)
+            placed = bootstrap(conn, package, self.cache_dir, self.pythons, progress)
             argv = self.attach_argv(placed.platform.python, placed.agent_path)
             channel = conn.open_exec(argv)
         except BaseException:
@@ -111,7 +125,7 @@ class SshConnector:
             "python_version": ".".join(map(str, placed.platform.python_version)),
             "machine": placed.platform.machine,
             "agent_path": placed.agent_path,
-            "agent_sha256": self.package.sha256,
+            "agent_sha256": package.sha256,
             "uploaded": placed.uploaded,
             "route": self.route.describe(),
         }

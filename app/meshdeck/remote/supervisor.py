@@ -53,7 +53,7 @@ class SupervisorSettings:
     call_timeout_s: float = 30.0
     read_page: int = 600  # samples per samples.read page (10 min at 1 Hz)
     stall_after_s: float = 10.0
-    sample_interval_s: float | None = None  # passed to samples.subscribe when set
+    delivery_interval_s: float | None = None  # samples.subscribe interval_s: batch deliveries (None: as taken)
     backoff: Backoff = field(default_factory=Backoff)
 
 
@@ -231,8 +231,8 @@ class HostSupervisor:
         params: dict[str, Any] = {}
         if self._last_seq is not None:
             params["since_seq"] = self._last_seq
-        if self.settings.sample_interval_s is not None:
-            params["interval_s"] = self.settings.sample_interval_s
+        if self.settings.delivery_interval_s is not None:
+            params["interval_s"] = self.settings.delivery_interval_s
         client.call("samples.subscribe", params, self.settings.call_timeout_s)
         self.connects += 1
         self._last_sample_at = time.monotonic()

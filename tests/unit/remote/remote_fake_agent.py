@@ -15,6 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from meshdeck.remote.connectors import AgentLink
+from meshdeck.remote.events import HostStateChanged, SamplesReceived
+from meshdeck.remote.streams import SocketStream
 from meshdeck_agent import protocol
 
 
@@ -166,6 +169,78 @@ class FakeAgent:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
                         self._handle(line)
+
+
+class FakeConnector:
+    """Each open() is a new connection to a FakeAgent over one shared ring (the daemon outlives the link)."""
+
+    def __init__(self, capacity: int = 10_000, **agent_kwargs: Any) -> None:
+        self.ring: list[dict[str, Any]] = []
+        self.capacity = capacity
+        self.agent_kwargs = agent_kwargs
+        self.agents: list[FakeAgent] = []
+        self.failures: list[Exception] = []  # raised by the next open() calls, in order
+        self.opens = 0
+        self.lock = threading.Lock()
+
+    @property
+    def agent(self) -> FakeAgent:
+        return self.agents[-1]
+
+    def describe(self) -> str:
+        return "fake"
+
+    def open(self, progress: Callable[[str], None]) -> AgentLink:
+        progress("connecting")
+        with self.lock:
+            self.opens += 1
+            if self.failures:
+                raise self.failures.pop(0)
+        client, server = socket.socketpair()
+        self.agents.append(FakeAgent(server, ring=self.ring, capacity=self.capacity, **self.agent_kwargs))
+        return AgentLink(SocketStream(client))
+
+    def emit_offline(self, count: int) -> None:
+        """Samples taken while no client is connected: they go only into the ring."""
+        for _ in range(count):
+            seq = (self.ring[-1]["seq"] if self.ring else 0) + 1
+            self.ring.append(make_sample(seq))
+            del self.ring[: max(0, len(self.ring) - self.capacity)]
+
+    def close_all(self) -> None:
+        for agent in self.agents:
+            agent.close()
+
+
+class Recorder:
+    """A fleet sink/subscriber that keeps every event and lets a test wait for a condition on them."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, event: Any) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        with self._cond:
+            assert self._cond.wait_for(predicate, timeout), f"condition not met; events: {self.events[-10:]}"
+
+    def seqs(self, host: str | None = None) -> list[int]:
+        return [
+            s["seq"]
+            for e in self.events
+            if isinstance(e, SamplesReceived) and host in (None, e.host)
+            for s in e.samples
+        ]
+
+    def states(self, host: str | None = None) -> list[str]:
+        return [e.state for e in self.events if isinstance(e, HostStateChanged) and host in (None, e.host)]
+
+    def samples_events(self) -> list[SamplesReceived]:
+        return [e for e in self.events if isinstance(e, SamplesReceived)]
 
 
 def fake_agent_pair(**kwargs: Any) -> tuple[socket.socket, FakeAgent]:

@@ -3,92 +3,18 @@
 from __future__ import annotations
 
 import random
-import socket
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from meshdeck.remote.connectors import AgentLink
 from meshdeck.remote.errors import AuthFailed, ConnectError, NotConnected
-from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
-from meshdeck.remote.streams import SocketStream
+from meshdeck.remote.events import HostStateChanged, InventoryReceived
 from meshdeck.remote.supervisor import Backoff, HostSupervisor, SupervisorSettings
-from remote_fake_agent import FakeAgent
+from remote_fake_agent import FakeConnector, Recorder
 
 FAST = SupervisorSettings(
     hello_timeout_s=10, call_timeout_s=10, stall_after_s=60, backoff=Backoff(initial_s=0.05, max_s=0.2)
 )
-
-
-class Recorder:
-    """A sink that keeps every event and lets a test wait for a condition on them."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, event: Any) -> None:
-        with self._cond:
-            self.events.append(event)
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-        with self._cond:
-            assert self._cond.wait_for(predicate, timeout), f"condition not met; events: {self.events[-10:]}"
-
-    def seqs(self) -> list[int]:
-        return [s["seq"] for e in self.events if isinstance(e, SamplesReceived) for s in e.samples]
-
-    def states(self) -> list[str]:
-        return [e.state for e in self.events if isinstance(e, HostStateChanged)]
-
-    def samples_events(self) -> list[SamplesReceived]:
-        return [e for e in self.events if isinstance(e, SamplesReceived)]
-
-
-class FakeConnector:
-    """Each open() is a new connection to a FakeAgent over one shared ring (the daemon outlives the link)."""
-
-    def __init__(self, capacity: int = 10_000, **agent_kwargs: Any) -> None:
-        self.ring: list[dict[str, Any]] = []
-        self.capacity = capacity
-        self.agent_kwargs = agent_kwargs
-        self.agents: list[FakeAgent] = []
-        self.failures: list[Exception] = []  # raised by the next open() calls, in order
-        self.opens = 0
-        self.lock = threading.Lock()
-
-    @property
-    def agent(self) -> FakeAgent:
-        return self.agents[-1]
-
-    def describe(self) -> str:
-        return "fake"
-
-    def open(self, progress: Callable[[str], None]) -> AgentLink:
-        progress("connecting")
-        with self.lock:
-            self.opens += 1
-            if self.failures:
-                raise self.failures.pop(0)
-        client, server = socket.socketpair()
-        self.agents.append(FakeAgent(server, ring=self.ring, capacity=self.capacity, **self.agent_kwargs))
-        return AgentLink(SocketStream(client))
-
-    def emit_offline(self, count: int) -> None:
-        """Samples taken while no client is connected: they go only into the ring."""
-        for _ in range(count):
-            seq = (self.ring[-1]["seq"] if self.ring else 0) + 1
-            from remote_fake_agent import make_sample
-
-            self.ring.append(make_sample(seq))
-            del self.ring[: max(0, len(self.ring) - self.capacity)]
-
-    def close_all(self) -> None:
-        for agent in self.agents:
-            agent.close()
 
 
 @pytest.fixture

@@ -1,0 +1,227 @@
+"""`meshdeck hosts add|list|remove|probe`: the servers meshdeck manages, and a one-shot connection check.
+
+    meshdeck hosts add gpu-a ubuntu@10.0.0.5 -J bastion -i ~/.ssh/id_ed25519
+    meshdeck hosts list [--json]
+    meshdeck hosts remove gpu-a
+    meshdeck hosts probe gpu-a [--accept-new] [--json]     # a stored name, an ssh alias or user@host
+
+`probe` connects (host key, login), uploads the agent if the server lacks this version, attaches
+and prints the inventory with the host key fingerprint and the agent version. An unknown host key
+(without --accept-new), a changed key, an auth failure or an unreachable host each end with one
+`meshdeck: error: ...` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.remote.errors import RemoteError
+from meshdeck.remote.hostkeys import HostKeyInfo
+from meshdeck.remote.sshconfig import parse_port
+from meshdeck.services import hosts as host_service
+from meshdeck.services.fleet import FleetSettings, with_overrides
+from meshdeck.store.database import default_database_path, open_database
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("hosts", help="add, list, remove and probe GPU servers (SSH)")
+    commands = parser.add_subparsers(dest="hosts_command", metavar="ACTION", required=True)
+
+    add = commands.add_parser("add", help="remember a server: NAME TARGET ([user@]host or an ~/.ssh/config alias)")
+    add.add_argument("name", help="short name, e.g. gpu-a")
+    add.add_argument("target", help="[user@]host or an alias from ~/.ssh/config")
+    _connection_options(add)
+    add.set_defaults(func=_add)
+
+    listing = commands.add_parser("list", help="list the servers")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=_list)
+
+    remove = commands.add_parser("remove", help="forget a server (its recorded history stays)")
+    remove.add_argument("name")
+    remove.set_defaults(func=_remove)
+
+    probe = commands.add_parser(
+        "probe", help="connect once: host key, login, agent upload, inventory (GPUs, links, NICs)"
+    )
+    probe.add_argument("target", help="a stored host name, an ~/.ssh/config alias or [user@]host")
+    _connection_options(probe)
+    probe.add_argument("--known-hosts", metavar="FILE", help="meshdeck's known_hosts file (read and written)")
+    probe.add_argument("--accept-new", action="store_true", help="accept and save an unknown host key")
+    probe.add_argument("--json", action="store_true", help="print the report as JSON")
+    probe.add_argument("--ssh-config", metavar="FILE", help="ssh config to read (default ~/.ssh/config)")
+    probe.add_argument("--agent-pyz", metavar="FILE", help="agent zipapp to upload (default: dist/meshdeck-agent.pyz)")
+    probe.add_argument("--remote-cache-dir", metavar="DIR", help="where the agent goes (default ~/.cache/meshdeck)")
+    probe.add_argument("--agent-socket", metavar="PATH", help="the agent's socket on the server")
+    probe.add_argument("--python", metavar="PATH", help="python3 on the server (default: python3 on its PATH)")
+    probe.add_argument("--timeout", default="60", metavar="S", help="seconds to wait for the agent (default 60)")
+    probe.set_defaults(func=_probe)
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-p", "--port", help="SSH port (default: from ssh config, else 22)")
+    parser.add_argument("-i", "--identity-file", metavar="KEY", help="private key file")
+    parser.add_argument("-J", "--jump", metavar="JUMP", help="jump host(s): [user@]host[:port][,...]")
+    parser.add_argument("--simulate", metavar="SPEC", help="run the agent's simulated GPUs, e.g. 8xH200")
+
+
+def _port(args: argparse.Namespace) -> int | None:
+    return None if args.port is None else parse_port(args.port, "port")
+
+
+def _with_db(args: argparse.Namespace, action: Any) -> Any:
+    with open_database(args.db) as db:
+        return action(db)
+
+
+def _add(args: argparse.Namespace) -> int:
+    record = _with_db(
+        args,
+        lambda db: host_service.add_host(
+            db,
+            args.name,
+            args.target,
+            port=_port(args),
+            identity_file=args.identity_file,
+            jump=args.jump,
+            simulate=args.simulate,
+        ),
+    )
+    via = f" via {record.jump}" if record.jump else ""
+    port = f" port {record.port}" if record.port else ""
+    print(
+        f"added {record.name}: {record.target}{port}{via}{' (simulated ' + record.simulate + ')' if record.simulate else ''}"
+    )
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    records = _with_db(args, host_service.list_hosts)
+    if args.json:
+        print(json.dumps([_record_json(r) for r in records], indent=2))
+        return 0
+    if not records:
+        print("no hosts yet; add one with `meshdeck hosts add NAME [user@]host`")
+        return 0
+    rows = [("NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE")]
+    rows += [
+        (r.name, r.target, str(r.port or ""), r.jump or "", r.identity_file or "", r.simulate or "") for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "target": record.target,
+        "port": record.port,
+        "identity_file": record.identity_file,
+        "jump": record.jump,
+        "simulate": record.simulate,
+        "added_at": record.added_at,
+    }
+
+
+def _remove(args: argparse.Namespace) -> int:
+    record = _with_db(args, lambda db: host_service.remove_host(db, args.name))
+    print(f"removed {record.name} ({record.target})")
+    return 0
+
+
+def _stored_host(args: argparse.Namespace) -> Any:
+    """The stored host called TARGET, if a database exists (probe never creates one)."""
+    path = Path(args.db).expanduser() if args.db else default_database_path()
+    if not path.exists():
+        return None
+    return _with_db(args, lambda db: host_service.find_host(db, args.target))
+
+
+def _probe(args: argparse.Namespace) -> int:
+    try:
+        timeout = float(args.timeout)
+    except ValueError:
+        raise InputError("timeout", f"{args.timeout!r} is not a number of seconds") from None
+    if not 1 <= timeout <= 3600:
+        raise InputError("timeout", f"{timeout:g} must be between 1 and 3600 seconds")
+    settings = with_overrides(
+        FleetSettings(),
+        known_hosts=args.known_hosts,
+        agent_pyz=args.agent_pyz,
+        remote_cache_dir=args.remote_cache_dir,
+        agent_socket=args.agent_socket,
+        pythons=(args.python,) if args.python else None,
+    )
+    if args.ssh_config:
+        settings = with_overrides(settings, ssh_config=args.ssh_config)
+    target, port, identity, jump, simulate = args.target, _port(args), args.identity_file, args.jump, args.simulate
+    stored = _stored_host(args)
+    if stored is not None:
+        target = stored.target
+        port = port if port is not None else stored.port
+        identity = identity or stored.identity_file
+        jump = jump or stored.jump
+        simulate = simulate or stored.simulate
+
+    def accept(info: HostKeyInfo) -> bool:
+        if args.accept_new:
+            print(
+                f"meshdeck: accepted new host key for {info.known_hosts_name}: {info.key_type} {info.fingerprint}",
+                file=sys.stderr,
+            )
+        return bool(args.accept_new)
+
+    try:
+        report = host_service.probe(
+            target,
+            port=port,
+            identity_file=identity,
+            jump=jump,
+            simulate=simulate,
+            settings=settings,
+            host_key_prompt=accept,
+            timeout=timeout,
+        )
+    except RemoteError as exc:
+        print(f"meshdeck: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(render_probe(args.target, report))
+    return 0
+
+
+def render_probe(name: str, report: host_service.ProbeReport) -> str:
+    inv = report.inventory
+    simulated = " [SIMULATED]" if inv.get("simulated") else ""
+    gpus = inv.get("gpus") or []
+    lines = [
+        f"{name} ({report.route})",
+        f"  host key  {report.host_key}",
+        f"  login     {report.auth}",
+        f"  python    {report.python} {report.python_version} on {report.machine}",
+        f"  agent     meshdeck-agent {report.agent_version} (protocol {report.protocol}) at {report.agent_path}"
+        f" ({'uploaded' if report.uploaded else 'already there'})",
+        f"  server    {inv.get('hostname', '?')}{simulated}, driver {inv.get('driver') or '-'}, CUDA {inv.get('cuda') or '-'}",
+    ]
+    if gpus:
+        lines.append(f"  GPUs      {len(gpus)}{simulated}")
+        for gpu in gpus:
+            total = gpu.get("memory_total_bytes") or 0
+            lines.append(
+                f"    GPU{gpu.get('index')} {gpu.get('name')} {total / 2**30:.0f} GiB {gpu.get('pci_bus_id') or ''}"
+            )
+    else:
+        lines.append(f"  GPUs      none ({inv.get('gpu_reason') or 'not reported'})")
+    for nic in inv.get("nics") or []:
+        lines.append(f"  NIC       {nic.get('name')} {nic.get('kind')} {nic.get('rate_gbps')} Gb/s {nic.get('state')}")
+    lines.append(f"  took      {report.seconds:.1f} s")
+    return "\n".join(lines)

@@ -1,0 +1,264 @@
+"""The fleet: every host's supervisor, the one event queue, and the fan-out to its consumers.
+
+    fleet = FleetService(FleetSettings())
+    unsubscribe = fleet.subscribe(store_writer.put)          # called on the fleet's dispatcher thread
+    fleet.add_record(get_host(db, "gpu-a"), since_seq=stored_last_seq)
+    fleet.add_local("demo-a", simulate="8xH200", socket="/tmp/meshdeck-demo/a.sock")
+    fleet.call("gpu-a", "workers.list")                      # or call_async -> Future
+    fleet.close()
+
+Supervisors (one thread per host, meshdeck.remote.supervisor) put HostStateChanged,
+InventoryReceived, SamplesReceived and AgentEvent values on one bounded queue; one dispatcher
+thread hands each event to every subscriber in order. A subscriber must return quickly (the store
+writer queues rows, the Qt bridge emits a queued signal); if the queue fills, supervisors wait and
+the agents' rings hold the samples, so nothing is dropped. No Qt here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from meshdeck.core.errors import InputError
+from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS
+from meshdeck.remote.connectors import AgentOptions, Connector, LocalConnector, SshConnector
+from meshdeck.remote.errors import HostKeyUnknown, NotConnected
+from meshdeck.remote.events import FleetEvent
+from meshdeck.remote.hostkeys import HostKeyInfo, HostKeyPrompt, HostKeyStore
+from meshdeck.remote.ssh import SshOptions
+from meshdeck.remote.sshconfig import resolve_route
+from meshdeck.remote.supervisor import HostSupervisor, SupervisorSettings
+from meshdeck.store.hosts import HostRecord
+
+log = logging.getLogger(__name__)
+
+EVENT_QUEUE_SIZE = 10_000
+Subscriber = Callable[[FleetEvent], None]
+
+
+def default_known_hosts_path() -> str:
+    """meshdeck's own known_hosts (keys the user accepted in meshdeck), in the platform data dir."""
+    return str(platformdirs.user_data_path("meshdeck", appauthor=False) / "known_hosts")
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Where keys and configs live, and where the agent goes on the servers (overridable for tests)."""
+
+    known_hosts: str = field(default_factory=default_known_hosts_path)
+    user_known_hosts: tuple[str, ...] = ("~/.ssh/known_hosts",)
+    ssh_config: str | None = "~/.ssh/config"
+    agent_pyz: str | None = None  # default: find_agent_package() ($MESHDECK_AGENT_PYZ, dist/)
+    remote_cache_dir: str = DEFAULT_CACHE_DIR
+    agent_socket: str | None = None  # remote agent socket; None: the agent's default
+    agent_state_dir: str | None = None
+    pythons: tuple[str, ...] = DEFAULT_PYTHONS
+    ssh: SshOptions = field(default_factory=SshOptions)
+    supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
+
+    def host_key_store(self) -> HostKeyStore:
+        return HostKeyStore(Path(self.known_hosts).expanduser(), self.user_known_hosts)
+
+
+def ssh_connector(
+    settings: FleetSettings,
+    target: str,
+    *,
+    port: int | None = None,
+    identity_file: str | None = None,
+    jump: str | None = None,
+    simulate: str | None = None,
+    host_keys: HostKeyStore | None = None,
+    host_key_prompt: HostKeyPrompt | None = None,
+) -> SshConnector:
+    """An SSH connector for TARGET resolved through the ssh config; raises InputError for bad input."""
+    route = resolve_route(target, port=port, identity_file=identity_file, jump=jump, config_path=settings.ssh_config)
+    return SshConnector(
+        route=route,
+        host_keys=host_keys or settings.host_key_store(),
+        agent_pyz=settings.agent_pyz,
+        options=settings.ssh,
+        agent=AgentOptions(socket=settings.agent_socket, state_dir=settings.agent_state_dir, simulate=simulate),
+        cache_dir=settings.remote_cache_dir,
+        pythons=settings.pythons,
+        host_key_prompt=host_key_prompt,
+    )
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    state: str
+    reason: str
+    last_seq: int | None
+    agent_version: str | None
+    details: dict[str, Any]
+
+
+class FleetService:
+    """Owns the host supervisors and the event queue; see the module doc. Thread-safe."""
+
+    def __init__(self, settings: FleetSettings | None = None, *, queue_size: int = EVENT_QUEUE_SIZE) -> None:
+        self.settings = settings or FleetSettings()
+        self.host_keys = self.settings.host_key_store()
+        self.events: queue.Queue[FleetEvent | None] = queue.Queue(maxsize=queue_size)
+        self._supervisors: dict[str, HostSupervisor] = {}
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._dispatcher = threading.Thread(target=self._dispatch, name="meshdeck-fleet-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    # -- subscribers -------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call `callback(event)` for every event from now on (on the dispatcher thread); returns unsubscribe."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _publish(self, event: FleetEvent) -> None:
+        self.events.put(event)  # blocks when full: back-pressure down to the agents' rings
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self.events.get()
+            if event is None:
+                return
+            with self._lock:
+                subscribers = list(self._subscribers)
+            for callback in subscribers:
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("fleet subscriber %r failed on %s", callback, type(event).__name__)
+
+    # -- hosts -------------------------------------------------------------------------------------
+
+    def add_host(self, name: str, connector: Connector, *, since_seq: int | None = None) -> HostSupervisor:
+        """Start supervising `name` through `connector`; `since_seq` resumes after a stored last seq."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the fleet is closed")
+            if name in self._supervisors:
+                raise InputError("host", f"{name!r} is already in the fleet")
+            supervisor = HostSupervisor(
+                name, connector, self._publish, since_seq=since_seq, settings=self.settings.supervisor
+            )
+            self._supervisors[name] = supervisor
+        supervisor.start()
+        return supervisor
+
+    def add_record(
+        self, record: HostRecord, *, since_seq: int | None = None, host_key_prompt: HostKeyPrompt | None = None
+    ) -> HostSupervisor:
+        """Supervise a stored host over SSH."""
+        connector = ssh_connector(
+            self.settings,
+            record.target,
+            port=record.port,
+            identity_file=record.identity_file,
+            jump=record.jump,
+            simulate=record.simulate,
+            host_keys=self.host_keys,
+            host_key_prompt=host_key_prompt,
+        )
+        return self.add_host(record.name, connector, since_seq=since_seq)
+
+    def add_local(
+        self,
+        name: str,
+        *,
+        simulate: str | None = None,
+        socket: str | None = None,
+        state_dir: str | None = None,
+        since_seq: int | None = None,
+        interval_s: float | None = None,
+    ) -> HostSupervisor:
+        """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones)."""
+        options = AgentOptions(socket=socket, state_dir=state_dir, simulate=simulate, interval_s=interval_s)
+        return self.add_host(name, LocalConnector(name, options), since_seq=since_seq)
+
+    def remove_host(self, name: str) -> None:
+        """Stop supervising `name` (the agent and its workers keep running on the server)."""
+        with self._lock:
+            supervisor = self._supervisors.pop(name, None)
+        if supervisor is None:
+            raise InputError("host", f"{name!r} is not in the fleet (known: {', '.join(self.hosts()) or 'none'})")
+        supervisor.stop()
+
+    def hosts(self) -> list[str]:
+        with self._lock:
+            return list(self._supervisors)
+
+    def supervisor(self, name: str) -> HostSupervisor:
+        with self._lock:
+            supervisor = self._supervisors.get(name)
+        if supervisor is None:
+            raise NotConnected(f"{name}: not in the fleet (known: {', '.join(self.hosts()) or 'none'})")
+        return supervisor
+
+    def status(self, name: str) -> HostStatus:
+        sup = self.supervisor(name)
+        return HostStatus(name, sup.state, sup.reason, sup.last_seq, sup.agent_version, dict(sup.details))
+
+    def retry(self, name: str) -> None:
+        self.supervisor(name).retry()
+
+    def accept_host_key(self, name: str, unknown: HostKeyUnknown) -> HostKeyInfo:
+        """Save the key the user was shown (from a failed state's HostKeyUnknown) and reconnect."""
+        info = self.host_keys.accept(unknown.known_hosts_name, unknown.key_type, unknown.key_base64)
+        self.retry(name)
+        return info
+
+    # -- calls -------------------------------------------------------------------------------------
+
+    def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """Ask `host`'s agent; raises NotConnected, RpcError (the agent's code/message), RpcTimeout, ConnectionLost."""
+        return self.supervisor(host).call(method, params, timeout)
+
+    def call_async(self, host: str, method: str, params: dict[str, Any] | None = None) -> Future[Any]:
+        return self.supervisor(host).call_async(method, params)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop every supervisor, deliver what is queued, stop the dispatcher. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            supervisors = list(self._supervisors.values())
+            self._supervisors.clear()
+        stoppers = [threading.Thread(target=s.stop, args=(timeout,)) for s in supervisors]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join(timeout + 1)
+        self.events.put(None)
+        self._dispatcher.join(timeout)
+
+    def __enter__(self) -> FleetService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def with_overrides(settings: FleetSettings, **changes: Any) -> FleetSettings:
+    """A copy of `settings` with some fields replaced (None values are ignored)."""
+    return replace(settings, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,154 @@
+"""Host records (add / list / remove through the store) and a one-shot probe of a server.
+
+`remote` may not import `store` (layer rule), so the CLI and the console reach host records
+through here. A record is checked twice before it is saved: by `HostRecord` itself (its fields end
+up in an ssh argv) and by resolving it against the ssh config the way a connection would, so a
+malformed jump or a missing key file is refused at `hosts add`, not at the first connect.
+
+`probe` connects once (host key, login, bootstrap, attach, hello, inventory) and reports what it
+found; `attach` starts the agent daemon if none runs, and the daemon keeps running afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from meshdeck.remote.hostkeys import HostKeyPrompt
+from meshdeck.remote.rpc import RpcClient
+from meshdeck.services.fleet import FleetSettings, ssh_connector
+from meshdeck.store import hosts as host_store
+from meshdeck.store.database import Database
+from meshdeck.store.hosts import HostRecord
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 60.0
+
+
+def add_host(
+    db: Database,
+    name: str,
+    target: str,
+    *,
+    port: int | None = None,
+    identity_file: str | None = None,
+    jump: str | None = None,
+    simulate: str | None = None,
+    settings: FleetSettings | None = None,
+) -> HostRecord:
+    """Validate and store a host; raises InputError naming the field (bad target, jump, missing key file, duplicate)."""
+    if identity_file:
+        identity_file = os.path.abspath(os.path.expanduser(identity_file))
+    record = HostRecord(name=name, target=target, port=port, identity_file=identity_file, jump=jump, simulate=simulate)
+    ssh_connector(
+        settings or FleetSettings(), target, port=port, identity_file=identity_file, jump=jump
+    )  # resolves the route: raises InputError now rather than at connect time
+    return host_store.add_host(db, record)
+
+
+def list_hosts(db: Database) -> list[HostRecord]:
+    return host_store.list_hosts(db)
+
+
+def get_host(db: Database, name: str) -> HostRecord:
+    return host_store.get_host(db, name)
+
+
+def find_host(db: Database, name: str) -> HostRecord | None:
+    return host_store.find_host(db, name)
+
+
+def remove_host(db: Database, name: str) -> HostRecord:
+    return host_store.remove_host(db, name)
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """What one connection to a server showed."""
+
+    target: str
+    route: str
+    host_key: str  # "ssh-ed25519 SHA256:..."
+    auth: str
+    python: str
+    python_version: str
+    machine: str
+    agent_path: str
+    uploaded: bool
+    agent_version: str
+    protocol: int
+    inventory: dict[str, Any]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "route": self.route,
+            "host_key": self.host_key,
+            "auth": self.auth,
+            "python": self.python,
+            "python_version": self.python_version,
+            "machine": self.machine,
+            "agent_path": self.agent_path,
+            "uploaded": self.uploaded,
+            "agent_version": self.agent_version,
+            "protocol": self.protocol,
+            "seconds": round(self.seconds, 3),
+            "inventory": self.inventory,
+        }
+
+
+def probe(
+    target: str,
+    *,
+    port: int | None = None,
+    identity_file: str | None = None,
+    jump: str | None = None,
+    simulate: str | None = None,
+    settings: FleetSettings | None = None,
+    host_key_prompt: HostKeyPrompt | None = None,
+    progress: Callable[[str], None] | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+) -> ProbeReport:
+    """Connect, bootstrap, attach, say hello and read the inventory; raises a RemoteError on failure."""
+    started = time.monotonic()
+    connector = ssh_connector(
+        settings or FleetSettings(),
+        target,
+        port=port,
+        identity_file=identity_file,
+        jump=jump,
+        simulate=simulate,
+        host_key_prompt=host_key_prompt,
+    )
+    link = connector.open(progress or (lambda message: None))
+    try:
+        client = RpcClient(link.stream, host=target)
+        try:
+            hello = client.start(timeout)
+            inventory = client.call("inventory", {}, timeout)
+        finally:
+            client.close("probe done")
+    finally:
+        link.close()
+    details = link.details
+    return ProbeReport(
+        target=target,
+        route=details["route"],
+        host_key=details["host_key"],
+        auth=details["auth"],
+        python=details["python"],
+        python_version=details["python_version"],
+        machine=details["machine"],
+        agent_path=details["agent_path"],
+        uploaded=details["uploaded"],
+        agent_version=hello.agent,
+        protocol=hello.protocol,
+        inventory=inventory,
+        seconds=time.monotonic() - started,
+    )
