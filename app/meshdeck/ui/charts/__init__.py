@@ -1,0 +1,1 @@
+"""Live and history charts: numpy rings, units, and the pyqtgraph time chart widget."""

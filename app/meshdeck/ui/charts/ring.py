@@ -1,0 +1,178 @@
+"""Fixed-memory time series for live charts: a fine ring (every sample) and a coarse min/max ring.
+
+One `SeriesRing` holds all series of one host, because every series of a host shares the sample's
+timestamp. Each value is written twice (at `i` and `i + capacity`), so the newest `n` points are
+always one contiguous slice of the buffer: a chart gets numpy views, never `np.roll` copies.
+
+The 24-hour window cannot keep every 1 Hz sample of 64 GPUs in memory (about 0.9 GB), so
+`BucketRing` keeps per-bucket minimum and maximum instead. Drawn as an interleaved min/max
+envelope, that is exactly what peak downsampling would show of the raw data: spikes stay visible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+
+import numpy as np
+
+SeriesKey = Hashable
+# float32 halves memory and copy time; its 24-bit mantissa is ~1e-7 relative, far below a pixel.
+# Times stay float64 (unix seconds need it). Rates are derived in float64 before storing.
+VALUE_DTYPE = np.float32
+
+
+def _grow_rows(values: np.ndarray, rows: int) -> np.ndarray:
+    grown = np.full((rows, values.shape[1]), np.nan, dtype=values.dtype)
+    grown[: values.shape[0]] = values
+    return grown
+
+
+class SeriesRing:
+    """The last `capacity` samples of many series that share one time axis."""
+
+    def __init__(self, capacity: int, initial_rows: int = 16) -> None:
+        if capacity < 2:
+            raise ValueError(f"capacity must be at least 2, got {capacity}")
+        self.capacity = capacity
+        self._times = np.full(2 * capacity, np.nan)
+        self._values = np.full((max(1, initial_rows), 2 * capacity), np.nan, dtype=VALUE_DTYPE)
+        self._rows: dict[SeriesKey, int] = {}
+        self._head = 0  # next write position, in [0, capacity)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def keys(self) -> list[SeriesKey]:
+        return list(self._rows)
+
+    @property
+    def last_time(self) -> float:
+        if not self._count:
+            return math.nan
+        return float(self._times[(self._head - 1) % self.capacity])
+
+    def row_of(self, key: SeriesKey) -> int:
+        """The row of `key`, added (all NaN so far) if it is new."""
+        row = self._rows.get(key)
+        if row is None:
+            row = len(self._rows)
+            if row >= self._values.shape[0]:
+                self._values = _grow_rows(self._values, 2 * self._values.shape[0])
+            self._rows[key] = row
+        return row
+
+    def append(self, ts: float, values: Mapping[SeriesKey, float]) -> None:
+        """One sample: series missing from `values` get NaN (a gap) at this time."""
+        rows = [self.row_of(key) for key in values]  # may grow the buffer: map keys first
+        column = np.full(self._values.shape[0], np.nan, dtype=VALUE_DTYPE)
+        column[rows] = list(values.values())
+        head = self._head
+        self._times[head] = self._times[head + self.capacity] = ts
+        self._values[:, head] = column
+        self._values[:, head + self.capacity] = column
+        self._head = (head + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
+
+    def _span(self) -> tuple[int, int]:
+        end = self._head + self.capacity if self._count == self.capacity else self._head
+        return end - self._count, end
+
+    def times(self, since: float = -math.inf) -> np.ndarray:
+        start, end = self._span()
+        view = self._times[start:end]
+        return view[np.searchsorted(view, since, side="left") :] if since > -math.inf else view
+
+    def series(self, key: SeriesKey, since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) views of one series, oldest first, from `since` on. Unknown key: empty."""
+        start, end = self._span()
+        times = self._times[start:end]
+        first = int(np.searchsorted(times, since, side="left")) if since > -math.inf else 0
+        row = self._rows.get(key)
+        if row is None:
+            return times[:0], times[:0]
+        return times[first:], self._values[row, start + first : end]
+
+    def matrix(self, keys: list[SeriesKey], since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values[len(keys), n]) from `since` on; an unknown key gives a row of NaN."""
+        start, end = self._span()
+        times = self._times[start:end]
+        first = int(np.searchsorted(times, since, side="left")) if since > -math.inf else 0
+        rows = [self._rows.get(key, -1) for key in keys]
+        values = self._values[np.maximum(rows, 0), start + first : end] if rows else np.empty((0, end - start - first))
+        missing = [i for i, row in enumerate(rows) if row < 0]
+        if missing:
+            values[missing] = np.nan  # fancy indexing copied: safe to write
+        return times[first:], values
+
+    def latest(self, key: SeriesKey) -> float:
+        row = self._rows.get(key)
+        if row is None or not self._count:
+            return math.nan
+        return float(self._values[row, (self._head - 1) % self.capacity])
+
+    @property
+    def nbytes(self) -> int:
+        return self._times.nbytes + self._values.nbytes
+
+
+class BucketRing:
+    """Per-bucket min and max of many series over a long window (e.g. 24 h in 30 s buckets)."""
+
+    def __init__(self, bucket_s: float, capacity: int, initial_rows: int = 16) -> None:
+        if bucket_s <= 0:
+            raise ValueError(f"bucket_s must be positive, got {bucket_s}")
+        self.bucket_s = bucket_s
+        self._mins = SeriesRing(capacity, initial_rows)
+        self._maxs = SeriesRing(capacity, initial_rows)
+        self._open_bucket = math.nan  # start time of the bucket being filled
+        self._open_min: dict[SeriesKey, float] = {}
+        self._open_max: dict[SeriesKey, float] = {}
+
+    def append(self, ts: float, values: Mapping[SeriesKey, float]) -> None:
+        bucket = math.floor(ts / self.bucket_s) * self.bucket_s
+        if bucket != self._open_bucket:
+            self._close()
+            self._open_bucket = bucket
+        for key, value in values.items():
+            if value != value:  # NaN: nothing to fold in
+                continue
+            low = self._open_min.get(key)
+            if low is None:
+                self._open_min[key] = self._open_max[key] = value
+            else:
+                if value < low:
+                    self._open_min[key] = value
+                if value > self._open_max[key]:
+                    self._open_max[key] = value
+
+    def _close(self) -> None:
+        if self._open_bucket == self._open_bucket and self._open_min:
+            middle = self._open_bucket + self.bucket_s / 2
+            self._mins.append(middle, self._open_min)
+            self._maxs.append(middle, self._open_max)
+        self._open_min, self._open_max = {}, {}
+
+    def envelope(self, keys: list[SeriesKey], since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values[len(keys), 2n]): each bucket as its min then its max at the bucket's middle.
+
+        That interleaving is a peak envelope: drawn as a line it covers every value the bucket saw."""
+        times, lows = self._mins.matrix(keys, since)
+        _, highs = self._maxs.matrix(keys, since)
+        middle = self._open_bucket + self.bucket_s / 2
+        if self._open_min and middle >= since:
+            times = np.append(times, middle)
+            nan = float("nan")
+            lows = np.column_stack([lows, [self._open_min.get(k, nan) for k in keys]]) if keys else lows
+            highs = np.column_stack([highs, [self._open_max.get(k, nan) for k in keys]]) if keys else highs
+        x = np.repeat(times, 2)
+        y = np.empty((len(keys), x.shape[0]), dtype=VALUE_DTYPE)
+        y[:, 0::2] = lows
+        y[:, 1::2] = highs
+        return x, y
+
+    @property
+    def nbytes(self) -> int:
+        return self._mins.nbytes + self._maxs.nbytes

@@ -1,0 +1,91 @@
+"""Units of the charts: how a raw wire value is scaled for the axis and written in a readout.
+
+Memory is binary (GiB, as nvidia-smi and vLLM's startup log print it); link throughput is decimal
+(GB/s, as NVIDIA quotes NVLink and InfiniBand rates). Mixing the two is the classic 7 % lie.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+_DECIMAL_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_BINARY_PREFIXES = ((2**40, "Ti"), (2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki"))
+
+
+@dataclass(frozen=True)
+class Unit:
+    """`scale` turns a wire value into axis units; `axis_label` is what the axis says."""
+
+    name: str
+    scale: float
+    axis_label: str
+    decimals: int = 1
+    minimum_span: float = 0.0  # raw units the y axis always covers (e.g. 100 % for percentages)
+
+    def format(self, raw: float) -> str:
+        """A readout string for one raw wire value, e.g. `112.4 GiB`, `23.1 GB/s`, `71 %`."""
+        if raw is None or not math.isfinite(raw):
+            return "—"
+        return FORMATTERS[self.name](raw, self.decimals)
+
+
+def _decimal(value: float, suffix: str, decimals: int) -> str:
+    magnitude = abs(value)
+    for factor, prefix in _DECIMAL_PREFIXES:
+        if magnitude >= factor:
+            return f"{value / factor:.{decimals}f} {prefix}{suffix}"
+    return f"{value:.0f} {suffix}"
+
+
+def _binary(value: float, suffix: str, decimals: int) -> str:
+    magnitude = abs(value)
+    for factor, prefix in _BINARY_PREFIXES:
+        if magnitude >= factor:
+            return f"{value / factor:.{decimals}f} {prefix}{suffix}"
+    return f"{value:.0f} {suffix}"
+
+
+FORMATTERS = {
+    "bytes": lambda v, d: _binary(v, "B", d),
+    "bytes_per_s": lambda v, d: _decimal(v, "B/s", d),
+    "percent": lambda v, d: f"{v:.{d}f} %",
+    "fraction": lambda v, d: f"{100 * v:.{d}f} %",
+    "watts": lambda v, d: f"{v:.0f} W",
+    "celsius": lambda v, d: f"{v:.0f} °C",
+    "count": lambda v, d: f"{v:.0f}",
+    "tokens_per_s": lambda v, d: _decimal(v, "tok/s", d),
+}
+
+GIB = Unit("bytes", 1 / 2**30, "GiB", 1)
+BYTES_PER_S = Unit("bytes_per_s", 1e-9, "GB/s", 2)
+PERCENT = Unit("percent", 1.0, "%", 0, minimum_span=100.0)
+FRACTION_AS_PERCENT = Unit("fraction", 100.0, "%", 1, minimum_span=1.0)
+WATTS = Unit("watts", 1.0, "W", 0)
+CELSIUS = Unit("celsius", 1.0, "°C", 0)
+COUNT = Unit("count", 1.0, "", 0, minimum_span=1.0)
+TOKENS_PER_S = Unit("tokens_per_s", 1.0, "tokens/s", 1)
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 × 10^k that is >= value (1.0 for zero or less)."""
+    if not math.isfinite(value) or value <= 0:
+        return 1.0
+    exponent = math.floor(math.log10(value))
+    for step in (1.0, 2.0, 2.5, 5.0, 10.0):
+        candidate = step * 10.0**exponent
+        if candidate >= value * (1 - 1e-12):
+            return candidate
+    return 10.0 ** (exponent + 1)
+
+
+def format_bytes(raw: float, decimals: int = 1) -> str:
+    return _binary(raw, "B", decimals)
+
+
+def format_duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"

@@ -1,0 +1,1 @@
+"""One view per area of the console window."""

@@ -1,0 +1,211 @@
+"""Which charts the dashboard (and history) shows, and which series each one draws.
+
+A chart definition turns the series a host has (flattened wire names: `gpu3` / `memory_used_bytes`,
+`worker:w1/engine:0` / `kv_cache_usage_perc`, `nic:mlx5_0/1` / `tx_bytes_per_s`) into curves,
+honouring the host and GPU filters. Live and history views share these definitions, so a chart
+means the same thing in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from meshdeck.core.errors import InputError
+from meshdeck.ui import theme
+from meshdeck.ui.charts.live_metrics import gpu_index
+from meshdeck.ui.charts.time_chart import CurveSpec
+from meshdeck.ui.charts.units import (
+    BYTES_PER_S,
+    CELSIUS,
+    COUNT,
+    FRACTION_AS_PERCENT,
+    GIB,
+    PERCENT,
+    TOKENS_PER_S,
+    WATTS,
+    Unit,
+)
+
+SeriesId = tuple[str, str]
+KV_USAGE_METRICS = ("kv_cache_usage_perc", "gpu_cache_usage_perc")  # vLLM >= 0.10, and older
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The hosts shown (None: all) and the GPU indices shown (None: all)."""
+
+    hosts: frozenset[str] | None = None
+    gpus: frozenset[int] | None = None
+
+    def shows_host(self, host: str) -> bool:
+        return self.hosts is None or host in self.hosts
+
+    def shows_gpu(self, index: int) -> bool:
+        return self.gpus is None or index in self.gpus
+
+
+def parse_gpu_filter(text: str) -> frozenset[int] | None:
+    """`""`/`all` -> None; `0-3,6` -> {0, 1, 2, 3, 6}. Raises InputError naming the bad part."""
+    text = text.strip().lower()
+    if text in ("", "all", "*"):
+        return None
+    chosen: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise InputError("GPU filter", f"{part!r} is not a GPU index or range like 0-3 (use e.g. 0-3,6)")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise InputError("GPU filter", f"range {part!r} runs backwards")
+        if last - first > 4096:
+            raise InputError("GPU filter", f"range {part!r} is larger than any node")
+        chosen.update(range(first, last + 1))
+    return frozenset(chosen)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Series of one device drawn as one or two curves (two: a TX/RX or solid/dashed pair)."""
+
+    metric: str
+    mirrored: bool = False
+    dashed: bool = False
+    suffix: str = ""
+
+
+@dataclass(frozen=True)
+class ChartDefinition:
+    name: str  # stable id (settings, screenshots, tests)
+    title: str
+    unit: Unit
+    device_kind: str  # "gpu", "worker", "nic"
+    picks: tuple[Pick, ...]
+    mirrored: bool = False
+
+    def curves(
+        self, series: Callable[[str], Iterable[SeriesId]], hosts: Sequence[str], selection: Selection
+    ) -> list[CurveSpec]:
+        """Curves for every selected host's devices of this chart's kind that report one of its metrics."""
+        specs: list[CurveSpec] = []
+        multi_host = len([h for h in hosts if selection.shows_host(h)]) > 1
+        shown_devices = 0
+        for host in hosts:
+            if not selection.shows_host(host):
+                continue
+            available = set(series(host))
+            devices = sorted(
+                {device for device, _ in available if _device_kind(device) == self.device_kind}, key=_device_order
+            )
+            for device in devices:
+                index = gpu_index(device)
+                if index is not None and not selection.shows_gpu(index):
+                    continue
+                color = theme.SERIES_COLORS[shown_devices % len(theme.SERIES_COLORS)]
+                shown_devices += 1
+                label = f"{host} {_short(device)}" if multi_host or self.device_kind != "gpu" else _short(device)
+                for pick in self.picks:
+                    metric = _first_present(pick.metric, device, available)
+                    if metric is None:
+                        continue
+                    specs.append(
+                        CurveSpec(
+                            key=(host, device, metric),
+                            label=f"{label}{pick.suffix}",
+                            color=color,
+                            mirrored=pick.mirrored,
+                            dashed=pick.dashed,
+                        )
+                    )
+        return specs
+
+
+def _first_present(metric: str, device: str, available: set[SeriesId]) -> str | None:
+    candidates = KV_USAGE_METRICS if metric == KV_USAGE_METRICS[0] else (metric,)
+    for candidate in candidates:
+        if (device, candidate) in available:
+            return candidate
+    return None
+
+
+def _device_kind(device: str) -> str:
+    if gpu_index(device) is not None:
+        return "gpu"
+    if device.startswith("worker:"):
+        return "worker"
+    if device.startswith("nic:"):
+        return "nic"
+    return device
+
+
+def _device_order(device: str) -> tuple[int, str]:
+    index = gpu_index(device)
+    return (index if index is not None else 1 << 30, device)
+
+
+def _short(device: str) -> str:
+    """`worker:w1/engine:0` -> `w1 engine 0`; `nic:mlx5_0/1` -> `mlx5_0/1`; `gpu3` stays."""
+    if device.startswith("worker:"):
+        worker, _, engine = device[len("worker:") :].partition("/engine:")
+        return f"{worker} engine {engine}" if engine else worker
+    if device.startswith("nic:"):
+        return device[len("nic:") :]
+    return device
+
+
+DASHBOARD_CHARTS: tuple[ChartDefinition, ...] = (
+    ChartDefinition("vram", "VRAM used per GPU", GIB, "gpu", (Pick("memory_used_bytes"),)),
+    ChartDefinition(
+        "kv_cache", "KV-cache usage per vLLM engine", FRACTION_AS_PERCENT, "worker", (Pick("kv_cache_usage_perc"),)
+    ),
+    ChartDefinition(
+        "nvlink",
+        "NVLink throughput per GPU",
+        BYTES_PER_S,
+        "gpu",
+        (Pick("nvlink_tx_bytes_per_s"), Pick("nvlink_rx_bytes_per_s", mirrored=True)),
+        mirrored=True,
+    ),
+    ChartDefinition(
+        "pcie",
+        "PCIe throughput per GPU",
+        BYTES_PER_S,
+        "gpu",
+        (Pick("pcie_tx_bytes_per_s"), Pick("pcie_rx_bytes_per_s", mirrored=True)),
+        mirrored=True,
+    ),
+    ChartDefinition(
+        "network",
+        "InfiniBand / Ethernet per port",
+        BYTES_PER_S,
+        "nic",
+        (Pick("tx_bytes_per_s"), Pick("rx_bytes_per_s", mirrored=True)),
+        mirrored=True,
+    ),
+    ChartDefinition("utilization", "GPU utilization", PERCENT, "gpu", (Pick("utilization_pct"),)),
+    ChartDefinition("power", "GPU power", WATTS, "gpu", (Pick("power_w"),)),
+    ChartDefinition("temperature", "GPU temperature", CELSIUS, "gpu", (Pick("temperature_c"),)),
+    ChartDefinition(
+        "requests",
+        "Requests running (solid) / waiting (dashed)",
+        COUNT,
+        "worker",
+        (Pick("num_requests_running", suffix=" running"), Pick("num_requests_waiting", dashed=True, suffix=" waiting")),
+    ),
+    ChartDefinition(
+        "tokens",
+        "Tokens/s: generated (solid) / prompt (dashed)",
+        TOKENS_PER_S,
+        "worker",
+        (
+            Pick("generation_tokens_per_s", suffix=" generated"),
+            Pick("prompt_tokens_per_s", dashed=True, suffix=" prompt"),
+        ),
+    ),
+)
+
+
+def dashboard_metrics(definitions: Sequence[ChartDefinition] = DASHBOARD_CHARTS) -> frozenset[str]:
+    """Every metric name the charts draw: what `LiveMetrics(keep_metrics=...)` needs to keep."""
+    names = {pick.metric for definition in definitions for pick in definition.picks}
+    return frozenset(names | set(KV_USAGE_METRICS))

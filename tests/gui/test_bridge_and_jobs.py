@@ -1,0 +1,132 @@
+"""The Qt bridge delivers fleet events from other threads in order on the GUI thread; jobs run off it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.ui.bridge import SAMPLES_PER_CHUNK, FleetBridge
+from meshdeck.ui.jobs import JobCancelled, JobRunner
+from wire_samples import wire_samples
+
+
+def test_events_posted_from_a_fleet_thread_arrive_as_typed_signals_on_the_gui_thread(qtbot) -> None:
+    bridge = FleetBridge()
+    seen: list[tuple[str, object, bool]] = []
+    gui_thread = threading.current_thread()
+
+    def record(kind: str):
+        return lambda event: seen.append((kind, event, threading.current_thread() is gui_thread))
+
+    bridge.host_state_changed.connect(record("state"))
+    bridge.samples_received.connect(record("samples"))
+    bridge.agent_event.connect(record("agent"))
+    bridge.inventory_received.connect(record("inventory"))
+    events = [
+        HostStateChanged("demo-a", "connecting"),
+        InventoryReceived("demo-a", {"gpus": []}),
+        SamplesReceived("demo-a", tuple(wire_samples(2, 100.0, gpus=1))),
+        AgentEvent("demo-a", "worker", {"id": "w1", "state": "running"}),
+        HostStateChanged("demo-a", "connected"),
+    ]
+    poster = threading.Thread(target=lambda: [bridge.post(e) for e in events])
+    poster.start()
+    poster.join()
+    qtbot.waitUntil(lambda: len(seen) == len(events), timeout=5000)
+    assert [kind for kind, _, _ in seen] == ["state", "inventory", "samples", "agent", "state"]
+    assert [event for _, event, _ in seen] == events
+    assert all(on_gui for _, _, on_gui in seen)
+    bridge.stop()
+
+
+def test_a_large_backfill_is_delivered_in_chunks_spread_over_ticks_in_order(qtbot) -> None:
+    bridge = FleetBridge(budget_s=0.0)  # one event per tick: the smallest budget
+    bridge.stop()
+    chunks: list[SamplesReceived] = []
+    bridge.samples_received.connect(chunks.append)
+    backfill = SamplesReceived("demo-b", tuple(wire_samples(3 * SAMPLES_PER_CHUNK + 5, 0.0, gpus=1)), dropped=7)
+    bridge.post(backfill)
+    bridge.post(HostStateChanged("demo-b", "connected"))
+    assert bridge.drain() == 1
+    assert len(chunks) == 1 and chunks[0].dropped == 7
+    while bridge.backlog:
+        bridge.drain()
+    seqs = [s["seq"] for chunk in chunks for s in chunk.samples]
+    assert seqs == list(range(1, 3 * SAMPLES_PER_CHUNK + 6))
+    assert all(len(c.samples) <= SAMPLES_PER_CHUNK for c in chunks)
+    assert sum(c.dropped for c in chunks) == 7  # the loss is reported once
+
+
+def test_a_job_reports_progress_and_its_result_on_the_gui_thread(qtbot) -> None:
+    runner = JobRunner()
+    progress: list[tuple[float, str]] = []
+
+    def work(p):
+        p.report(0.5, "half")
+        p.report(None, "unknown")
+        return 42
+
+    job = runner.start("plan", work)
+    job.progressed.connect(lambda f, m: progress.append((f, m)))
+    with qtbot.waitSignal(job.succeeded, timeout=5000) as blocker:
+        pass
+    assert blocker.args == [42]
+    assert progress == [(0.5, "half"), (-1.0, "unknown")]
+    qtbot.waitUntil(lambda: runner.running("plan") is None)
+    assert job.wait(5)
+
+
+def test_starting_a_job_again_cancels_and_waits_for_the_old_one_first(qtbot) -> None:
+    runner = JobRunner()
+    release = threading.Event()
+    first_ran_to_end = []
+
+    def slow(p):
+        while not p.cancelled.is_set():
+            time.sleep(0.01)
+        first_ran_to_end.append(True)
+        p.check()
+
+    first = runner.start("history", slow)
+    cancelled = []
+    first.cancelled.connect(lambda: cancelled.append(True))
+    second = runner.start("history", lambda p: release.set() or "fresh")
+    assert not first.is_running()  # stopped before the second started
+    assert first_ran_to_end == [True]
+    with qtbot.waitSignal(second.succeeded, timeout=5000):
+        pass
+    qtbot.waitUntil(lambda: cancelled == [True])
+    assert second.wait(5)
+
+
+def test_a_failing_job_reports_one_line_and_a_cancelled_one_does_not_fail(qtbot) -> None:
+    runner = JobRunner()
+
+    def broken(_p):
+        raise RuntimeError("agent on demo-b refused: bad_params")
+
+    job = runner.start("preflight", broken)
+    with qtbot.waitSignal(job.failed, timeout=5000) as blocker:
+        pass
+    assert blocker.args == ["agent on demo-b refused: bad_params"]
+
+    def cancelled_work(p):
+        p.cancelled.set()
+        raise JobCancelled()
+
+    other = runner.start("launch", cancelled_work)
+    with qtbot.waitSignal(other.cancelled, timeout=5000):
+        pass
+    assert runner.shutdown(5)
+
+
+@pytest.mark.parametrize("fraction, expected", [(-1.0, 0.0), (2.0, 1.0), (0.25, 0.25)])
+def test_progress_fractions_are_clamped(qtbot, fraction: float, expected: float) -> None:
+    runner = JobRunner()
+    job = runner.start("clamp", lambda p: p.report(fraction, "x"))
+    with qtbot.waitSignal(job.progressed, timeout=5000) as blocker:
+        pass
+    assert blocker.args[0] == expected
+    assert job.wait(5)
