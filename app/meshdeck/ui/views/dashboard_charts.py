@@ -153,35 +153,20 @@ def _short(device: str) -> str:
     return device
 
 
+def _transmit_receive(name: str, title: str, device_kind: str, prefix: str) -> ChartDefinition:
+    """A mirrored chart: `<prefix>tx_bytes_per_s` above zero, `<prefix>rx_bytes_per_s` below."""
+    picks = (Pick(f"{prefix}tx_bytes_per_s"), Pick(f"{prefix}rx_bytes_per_s", mirrored=True))
+    return ChartDefinition(name, title, BYTES_PER_S, device_kind, picks, mirrored=True)
+
+
 DASHBOARD_CHARTS: tuple[ChartDefinition, ...] = (
     ChartDefinition("vram", "VRAM used per GPU", GIB, "gpu", (Pick("memory_used_bytes"),)),
     ChartDefinition(
         "kv_cache", "KV-cache usage per vLLM engine", FRACTION_AS_PERCENT, "worker", (Pick("kv_cache_usage_perc"),)
     ),
-    ChartDefinition(
-        "nvlink",
-        "NVLink throughput per GPU",
-        BYTES_PER_S,
-        "gpu",
-        (Pick("nvlink_tx_bytes_per_s"), Pick("nvlink_rx_bytes_per_s", mirrored=True)),
-        mirrored=True,
-    ),
-    ChartDefinition(
-        "pcie",
-        "PCIe throughput per GPU",
-        BYTES_PER_S,
-        "gpu",
-        (Pick("pcie_tx_bytes_per_s"), Pick("pcie_rx_bytes_per_s", mirrored=True)),
-        mirrored=True,
-    ),
-    ChartDefinition(
-        "network",
-        "InfiniBand / Ethernet per port",
-        BYTES_PER_S,
-        "nic",
-        (Pick("tx_bytes_per_s"), Pick("rx_bytes_per_s", mirrored=True)),
-        mirrored=True,
-    ),
+    _transmit_receive("nvlink", "NVLink throughput per GPU", "gpu", "nvlink_"),
+    _transmit_receive("pcie", "PCIe throughput per GPU", "gpu", "pcie_"),
+    _transmit_receive("network", "InfiniBand / Ethernet per port", "nic", ""),
     ChartDefinition("utilization", "GPU utilization", PERCENT, "gpu", (Pick("utilization_pct"),)),
     ChartDefinition("power", "GPU power", WATTS, "gpu", (Pick("power_w"),)),
     ChartDefinition("temperature", "GPU temperature", CELSIUS, "gpu", (Pick("temperature_c"),)),
