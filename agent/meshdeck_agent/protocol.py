@@ -23,12 +23,19 @@ Samples (`samples` event data is {"samples": [SAMPLE, ...], "dropped": N}; `samp
                 "temperature_c": .., "sm_clock_mhz": .., "mem_clock_mhz": ..,
                 "nvlink_tx_bytes_per_s": .., "nvlink_rx_bytes_per_s": ..,
                 "nvlink_links": [[tx_bytes_per_s, rx_bytes_per_s], ...],   # index = link id
-                "pcie_tx_bytes_per_s": .., "pcie_rx_bytes_per_s": .., "xid_events": [..]}],
+                "pcie_tx_bytes_per_s": .., "pcie_rx_bytes_per_s": .., "xid_events": [{"xid", "ts"}],
+                # also, where the backend reads them (not flattened into rows):
+                "ecc_uncorrected_volatile": .., "remapped_rows_pending": bool, ...,
+                "processes": [{"pid": .., "used_memory_bytes": ..}]}],
       "host": {"cpu_pct": .., "ram_used_bytes": .., "ram_total_bytes": ..},
       "nics": [{"name": "mlx5_0/1", "kind": "infiniband" | "roce" | "ethernet",
                 "tx_bytes_per_s": .., "rx_bytes_per_s": ..}],
       "workers": [{"id": "w1", "engine": "0", "metrics": {"kv_cache_usage_perc": .., ...}}],
     }
+
+Per vLLM worker there is one entry per `engine` label (DP rank) and one with engine "" that sums them
+(KV usage capacity-weighted); metric names are listed in meshdeck_agent/scrape.py. Byte rates are kept
+to 4 significant digits, per-link NVLink rates to 3 (meshdeck_agent/quantize.py).
 
 Any numeric value may be null when the hardware or driver does not report it. `flatten_sample`
 turns a sample into (device, metric, value) rows: the single shape the store and charts consume.
@@ -329,8 +336,30 @@ class RestartPolicy:
 class WorkerSpec:
     """One process the agent starts in its own process group and supervises.
 
-    `simulate` (optional) asks a `--simulate` agent to run its stand-in for this worker instead of
-    `argv[0]`: {"kind": "vllm", "gpus_memory_bytes": {...}, ...}. A real agent refuses it.
+    `simulate` (optional) asks a `--simulate` agent to run its vLLM stand-in (meshdeck_agent.simvllm)
+    for this worker instead of `argv[0]`; the stand-in takes the same vLLM argv. A real agent refuses
+    it (bad_params): real vLLM is never replaced silently. Shape (validated by the agent, which names
+    the bad field; meshdeck_agent.simspec has the details):
+
+        {"kind": "vllm",
+         "gpus": [0, 1, ...],              # simulated GPU indices held on this node
+         "gpu_memory_bytes": int,          # per GPU, held once the server is up (the plan's total)
+         "weights_bytes": int,             # per GPU, held from "Model loading took ..." on
+         "kv_cache_bytes": int,            # per GPU, "Available KV cache memory"
+         "kv_tokens": int,                 # KV capacity per engine (per DP rank), tokens
+         "max_model_len": int,
+         "max_concurrency": float,         # optional, per engine; default kv_tokens / max_model_len
+         "tensor_parallel": int, "pipeline_parallel": int,
+         "data_parallel_local": int,       # engines on this node
+         "data_parallel_size": int,        # optional, all DP ranks (default data_parallel_local)
+         "data_parallel_start_rank": int,  # first DP rank here; `engine` labels start at it
+         "expert_parallel": bool,
+         "nnodes": int,                    # optional, nodes spanned (network traffic when > 1)
+         "port": int,                      # /metrics, /health, /v1/models of the stand-in
+         "model": str, "seed": int,
+         "startup_s": float, "request_rate": float, "block_size": int}   # optional tuning
+
+    A simulated worker's scraped metrics default to http://127.0.0.1:<port>/metrics.
     """
 
     argv: Tuple[str, ...]

@@ -1,0 +1,348 @@
+"""The agent daemon: one per server user and socket, serving the NDJSON protocol on a Unix socket.
+
+It owns the sampler (machine -> ring), the worker supervisor, the optional Prometheus exporter and the
+client sessions. Only one daemon serves a socket: an exclusive lock on `<socket>.lock` decides, so a
+second `serve` (or a racing `attach`) fails cleanly instead of stealing the socket. The socket is 0600
+in a 0700 directory (paths.py) and a peer with another uid is refused (SO_PEERCRED).
+
+Sample seqs continue across restarts: the daemon reserves seqs ahead in `<state>/seq.json` and writes
+the exact next seq on a clean shutdown, so a client that remembers seq 5000 is never told "nothing
+new" by a restarted agent; after a crash the gap (at most SEQ_RESERVE) shows up as `dropped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from . import checks, protocol
+from .machine import build_machine
+from .paths import atomic_write, check_socket_path, ensure_private_dir
+from .ring import DEFAULT_CAPACITY, SampleRing
+from .sampler import Sampler
+from .session import RawResult, Session
+from .workers import Supervisor
+
+log = logging.getLogger(__name__)
+
+SEQ_RESERVE = 600
+SLOW_METHODS = {"checks.versions", "checks.tcp_connect", "checks.files", "workers.start", "workers.stop", "inventory"}
+READ_DEFAULT_LIMIT = 600
+READ_MAX_LIMIT = 7200
+
+
+class AlreadyRunning(Exception):
+    """Another daemon holds this socket's lock."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    socket_path: str
+    state_dir: str
+    simulate: Optional[str] = None
+    seed: int = 0
+    interval_s: float = 1.0
+    prometheus: Optional[str] = None
+    ring_capacity: Optional[int] = None
+
+
+class SeqStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            with open(path) as handle:
+                saved = json.load(handle)
+            self.first = max(1, int(saved.get("next_seq", 1)))
+        except (OSError, ValueError, AttributeError):
+            self.first = 1
+        self.reserved = self.first - 1
+        self.reserve(self.first)
+
+    def reserve(self, seq: int) -> None:
+        if seq > self.reserved - 1:
+            self.reserved = seq + SEQ_RESERVE
+            atomic_write(self.path, json.dumps({"next_seq": self.reserved + 1}).encode())
+
+    def close(self, next_seq: int) -> None:
+        atomic_write(self.path, json.dumps({"next_seq": next_seq}).encode())
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, machine: Any = None) -> None:
+        self.config = config
+        self.socket_path = check_socket_path(config.socket_path)
+        self.state_dir = ensure_private_dir(config.state_dir)
+        self._lock_file = self._take_lock()
+        self.seqs = SeqStore(os.path.join(self.state_dir, "seq.json"))
+        capacity = config.ring_capacity or max(DEFAULT_CAPACITY, int(7200 / config.interval_s))
+        self.ring = SampleRing(capacity=capacity, first_seq=self.seqs.first)
+        self._sessions: List[Session] = []
+        self._sessions_lock = threading.Lock()
+        self._shutdown = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rpc")
+        self.machine = machine
+        if self.machine is None:
+            self.machine = build_machine(
+                config.simulate, config.seed, activity=self._sim_activity, on_alert=self._alert
+            )
+        simulated_gpus = self.machine.spec.count if getattr(self.machine, "simulated", False) else None
+        self.supervisor = Supervisor(
+            self.state_dir, self.broadcast, simulated_gpus, config.interval_s, free_gpu_bytes=self._free_gpu_bytes
+        )
+        self.sampler = Sampler(
+            self.machine, self.ring, config.interval_s, workers=self.supervisor.sample_entries, on_sample=self._sampled
+        )
+        self.exporter: Any = None
+        self._listener: Optional[socket.socket] = None
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def _take_lock(self) -> Any:
+        handle = open(self.socket_path + ".lock", "a+")  # noqa: SIM115 - held for the object's life
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise AlreadyRunning("another meshdeck-agent already serves %s" % self.socket_path) from None
+        return handle
+
+    def _bind(self) -> socket.socket:
+        if os.path.lexists(self.socket_path):
+            os.unlink(self.socket_path)  # stale: we hold the lock, so nobody serves it
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(self.socket_path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        listener.listen(64)
+        listener.settimeout(0.5)
+        return listener
+
+    def start(self) -> None:
+        """Start every part except the accept loop (serve_forever runs that)."""
+        self._listener = self._bind()
+        self.machine.start()
+        self.supervisor.start()
+        self.sampler.start()
+        if self.config.prometheus:
+            from .exporter import Exporter
+
+            self.exporter = Exporter(self.ring, self.machine, self.supervisor)
+            self.exporter.start(self.config.prometheus)
+        log.info(
+            "meshdeck-agent serving %s (simulate=%s, interval %.3gs, state %s)",
+            self.socket_path,
+            self.config.simulate,
+            self.config.interval_s,
+            self.state_dir,
+        )
+
+    def serve_forever(self) -> None:
+        if self._listener is None:
+            self.start()
+        assert self._listener is not None
+        try:
+            while not self._shutdown.is_set():
+                try:
+                    connection, _ = self._listener.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    if self._shutdown.is_set():
+                        break
+                    raise
+                self._accept(connection)
+        finally:
+            self._stop()
+
+    def _accept(self, connection: socket.socket) -> None:
+        connection.settimeout(None)
+        try:
+            creds = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+        except (OSError, AttributeError):
+            uid = os.geteuid()
+        if uid != os.geteuid():
+            log.warning("refusing a connection from uid %d", uid)
+            connection.close()
+            return
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 120, 0))
+        session = Session(connection, self, name="client-%d" % connection.fileno())
+        with self._sessions_lock:
+            self._sessions.append(session)
+        threading.Thread(target=session.run, name="session", daemon=True).start()
+
+    def request_shutdown(self) -> None:
+        self._shutdown.set()
+
+    def _stop(self) -> None:
+        log.info("meshdeck-agent shutting down; workers keep running")
+        if self._listener is not None:
+            self._listener.close()
+        self.sampler.stop()
+        self.supervisor.close()
+        if self.exporter is not None:
+            self.exporter.stop()
+        with self._sessions_lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            session.close_after_flush()
+            with contextlib.suppress(OSError):
+                session.sock.shutdown(socket.SHUT_RDWR)
+        self._pool.shutdown(wait=False)
+        self.machine.close()
+        self.seqs.close(self.ring.last_seq + 1 if self.ring.last_seq else self.seqs.first)
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+        self._lock_file.close()
+
+    # -- plumbing used by sessions, sampler and supervisor ----------------------------------------
+
+    def session_ended(self, session: Session) -> None:
+        with self._sessions_lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+
+    def broadcast(self, name: str, data: Dict[str, Any]) -> None:
+        line = protocol.encode(protocol.event(name, data))
+        with self._sessions_lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            session.post_event(line)
+
+    def _alert(self, data: Dict[str, Any]) -> None:
+        self.broadcast("alert", data)
+
+    def _sampled(self, seq: int) -> None:
+        self.seqs.reserve(seq)
+        with self._sessions_lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            if session.subscribed:
+                session.wake()
+
+    def _sim_activity(self) -> List[Any]:
+        return self.supervisor.sim_activity() if hasattr(self, "supervisor") else []
+
+    def _free_gpu_bytes(self, gpus: List[int], _worker_id: str) -> int:
+        latest = self.ring.latest() or {}
+        free = None
+        for gpu in latest.get("gpus") or []:
+            if gpu.get("index") in gpus:
+                room = gpu["memory_total_bytes"] - gpu["memory_reserved_bytes"] - gpu["memory_used_bytes"]
+                free = room if free is None else min(free, room)
+        if free is None:
+            inventory = self.machine.inventory()
+            free = min(
+                g["memory_total_bytes"] - g["memory_reserved_bytes"] for g in inventory["gpus"] if g["index"] in gpus
+            )
+        return max(0, int(free))
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def dispatch(self, session: Session, request: protocol.Request) -> None:
+        try:
+            params = protocol.validate_params(request)
+        except protocol.ProtocolError as exc:
+            session.reply(protocol.encode(protocol.error_reply(request.id, exc.code, exc.message)))
+            return
+        if request.method in SLOW_METHODS:
+            session.begin_request()
+            self._pool.submit(self._answer_async, session, request, params)
+        else:
+            self._answer(session, request, params)
+
+    def _answer_async(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> None:
+        try:
+            self._answer(session, request, params)
+        finally:
+            session.end_request()
+
+    def _answer(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> None:
+        try:
+            result = self._handle(session, request, params)
+        except protocol.ProtocolError as exc:
+            line = protocol.encode(protocol.error_reply(request.id, exc.code, exc.message))
+        except Exception as exc:  # a bug must not end the session or the daemon
+            log.exception("%s failed", request.method)
+            line = protocol.encode(
+                protocol.error_reply(request.id, protocol.INTERNAL, "%s: %s" % (type(exc).__name__, exc))
+            )
+        else:
+            if result is None:
+                return  # the handler queued its own reply
+            if isinstance(result, RawResult):
+                line = b'{"id":%d,"result":' % request.id + result.body + b"}\n"
+            else:
+                try:
+                    line = protocol.encode(protocol.response(request.id, result))
+                except protocol.ProtocolError as exc:
+                    line = protocol.encode(protocol.error_reply(request.id, exc.code, exc.message))
+        session.reply(line)
+
+    def _handle(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> Any:
+        method = request.method
+        if method == "inventory":
+            return self.machine.inventory()
+        if method == "samples.subscribe":
+            result = {
+                "subscribed": True,
+                "first_seq": self.ring.first_seq,
+                "last_seq": self.ring.last_seq,
+                "interval_s": self.config.interval_s,
+            }
+            session.subscribe(
+                params.get("since_seq"),
+                float(params.get("interval_s", 0.0)),
+                protocol.encode(protocol.response(request.id, result)),
+            )
+            return None
+        if method == "samples.unsubscribe":
+            session.unsubscribe()
+            return {"subscribed": False}
+        if method == "samples.read":
+            limit = min(READ_MAX_LIMIT, max(1, params.get("limit", READ_DEFAULT_LIMIT)))
+            read = self.ring.read(params["since_seq"], limit=limit)
+            more = read.next_since < read.last_seq
+            body = b'{"samples":%s,"dropped":%d,"first_seq":%d,"last_seq":%d,"more":%s}' % (
+                read.samples_json(),
+                read.dropped,
+                read.first_seq,
+                read.last_seq,
+                b"true" if more else b"false",
+            )
+            return RawResult(body)
+        if method == "workers.start":
+            return self.supervisor.start_worker(params["spec"])
+        if method == "workers.stop":
+            return self.supervisor.stop_worker(params["id"], float(params.get("grace_s", 10.0)))
+        if method == "workers.list":
+            return {"workers": self.supervisor.list_workers()}
+        if method == "workers.logs":
+            return self.supervisor.logs(params["id"], params.get("offset"), params.get("limit"))
+        if method == "checks.files":
+            return checks.check_files(params["path"])
+        if method == "checks.versions":
+            return checks.check_versions(params.get("python", "python3"))
+        if method == "checks.ports_free":
+            return checks.check_ports_free(params["ports"], params.get("host", "0.0.0.0"))
+        if method == "checks.tcp_connect":
+            return checks.check_tcp_connect(params["host"], params["port"], params.get("timeout_s", 3.0))
+        if method == "agent.time":
+            return {"time": time.time()}
+        if method == "agent.shutdown":
+            threading.Timer(0.3, self.request_shutdown).start()
+            return {"shutting_down": True, "workers_keep_running": True}
+        raise protocol.ProtocolError(protocol.UNKNOWN_METHOD, "unknown method %r" % method, request.id)

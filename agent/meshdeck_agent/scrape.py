@@ -1,0 +1,344 @@
+"""Scraping a vLLM server's Prometheus `/metrics` into per-engine numbers for SAMPLE.workers.
+
+Parsing is prometheus_client's own text parser (`text_string_to_metric_families`, vendored into the
+zipapp); samples are matched by sample name, so typed and untyped exposition (excerpts without
+`# TYPE`) read the same. Old and new vLLM names are both understood, the new one winning when a
+server exports both:
+
+    vllm:kv_cache_usage_perc            (vllm:gpu_cache_usage_perc before 0.10)
+    vllm:num_requests_running / _waiting
+    vllm:prompt_tokens_total, vllm:generation_tokens_total          -> totals and tokens/s
+    vllm:prefix_cache_hits_total / _queries_total (vllm:gpu_prefix_cache_*)  -> hit rate
+    vllm:num_preemptions_total, vllm:request_success_total
+    vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds
+      (vllm:time_per_output_token_seconds before), vllm:e2e_request_latency_seconds,
+      vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
+      vllm:request_decode_time_seconds                                -> mean and p50/p99
+    vllm:cache_config_info{num_gpu_blocks, block_size}               -> KV capacity in tokens
+
+Each `engine` label (one per data-parallel rank) gets its own entry; an entry with engine "" sums the
+engines. Rates, means and quantiles are over the interval since the previous scrape (histograms merged
+bucket-wise across engines, quantiles interpolated as PromQL's histogram_quantile does). KV usage across
+engines is weighted by each engine's capacity in tokens; when a server does not say its capacity the
+engines are weighted equally (the DP engines of one vLLM server share one cache config).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from prometheus_client.parser import text_string_to_metric_families
+
+GAUGES = {
+    "vllm:kv_cache_usage_perc": ("kv_cache_usage_perc", 0),
+    "vllm:gpu_cache_usage_perc": ("kv_cache_usage_perc", 1),
+    "vllm:num_requests_running": ("num_requests_running", 0),
+    "vllm:num_requests_waiting": ("num_requests_waiting", 0),
+}
+COUNTERS = {
+    "vllm:prompt_tokens_total": ("prompt_tokens_total", 0),
+    "vllm:generation_tokens_total": ("generation_tokens_total", 0),
+    "vllm:prefix_cache_hits_total": ("prefix_cache_hits_total", 0),
+    "vllm:gpu_prefix_cache_hits_total": ("prefix_cache_hits_total", 1),
+    "vllm:prefix_cache_queries_total": ("prefix_cache_queries_total", 0),
+    "vllm:gpu_prefix_cache_queries_total": ("prefix_cache_queries_total", 1),
+    "vllm:num_preemptions_total": ("num_preemptions_total", 0),
+    "vllm:request_success_total": ("request_success_total", 0),
+}
+HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": ("ttft", 0),
+    "vllm:inter_token_latency_seconds": ("itl", 0),
+    "vllm:time_per_output_token_seconds": ("itl", 1),
+    "vllm:e2e_request_latency_seconds": ("e2e", 0),
+    "vllm:request_queue_time_seconds": ("queue", 0),
+    "vllm:request_prefill_time_seconds": ("prefill", 0),
+    "vllm:request_decode_time_seconds": ("decode", 0),
+}
+RATES = {
+    "prompt_tokens_total": "prompt_tokens_per_s",
+    "generation_tokens_total": "generation_tokens_per_s",
+    "num_preemptions_total": "preemptions_per_s",
+}
+
+
+class Histogram:
+    def __init__(self) -> None:
+        self.buckets: Dict[float, float] = {}
+        self.sum = 0.0
+        self.count = 0.0
+
+    def minus(self, older: Optional["Histogram"]) -> "Histogram":
+        delta = Histogram()
+        if older is None or self.count < older.count:
+            older = Histogram()  # first scrape or the server restarted: use lifetime values
+        delta.sum = self.sum - older.sum
+        delta.count = self.count - older.count
+        delta.buckets = {le: c - older.buckets.get(le, 0.0) for le, c in self.buckets.items()}
+        return delta
+
+    def add(self, other: "Histogram") -> None:
+        self.sum += other.sum
+        self.count += other.count
+        for le, c in other.buckets.items():
+            self.buckets[le] = self.buckets.get(le, 0.0) + c
+
+
+def quantile(q: float, buckets: Dict[float, float]) -> Optional[float]:
+    """PromQL histogram_quantile over cumulative bucket counts {le: count}."""
+    if not buckets:
+        return None
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, lower_count = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            if count == lower_count:
+                return bound
+            return lower + (bound - lower) * (rank - lower_count) / (count - lower_count)
+        lower, lower_count = bound, count
+    return lower
+
+
+class EngineSnapshot:
+    def __init__(self) -> None:
+        self.values: Dict[str, Tuple[int, float]] = {}  # key -> (priority, value)
+        self.histograms: Dict[str, Tuple[int, Histogram]] = {}
+        self.capacity_tokens: Optional[float] = None
+
+    def put(self, key: str, priority: int, value: float, add: bool = False) -> None:
+        current = self.values.get(key)
+        if current is None or priority < current[0]:
+            self.values[key] = (priority, value)
+        elif priority == current[0] and add:
+            self.values[key] = (priority, current[1] + value)
+
+    def value(self, key: str) -> Optional[float]:
+        entry = self.values.get(key)
+        return entry[1] if entry else None
+
+    def histogram(self, key: str, priority: int) -> Optional[Histogram]:
+        current = self.histograms.get(key)
+        if current is None or priority < current[0]:
+            current = (priority, Histogram())
+            self.histograms[key] = current
+        return current[1] if current[0] == priority else None
+
+
+def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
+    """{engine label ("" when none): snapshot}. Raises ValueError on text the parser rejects."""
+    engines: Dict[str, EngineSnapshot] = {}
+    capacities: Dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, float(sample.value)
+            engine = labels.get("engine", "")
+            if name == "vllm:cache_config_info":
+                try:
+                    blocks = float(labels.get("num_gpu_blocks", "nan"))
+                    block_size = float(labels.get("block_size", "nan"))
+                except ValueError:
+                    continue
+                if math.isfinite(blocks) and math.isfinite(block_size):
+                    capacities[engine] = blocks * block_size
+                continue
+            base = None
+            for suffix in ("_bucket", "_sum", "_count"):
+                if name.endswith(suffix) and name[: -len(suffix)] in HISTOGRAMS:
+                    base = name[: -len(suffix)]
+                    break
+            if name in GAUGES:
+                key, priority = GAUGES[name]
+                engines.setdefault(engine, EngineSnapshot()).put(key, priority, value)
+            elif name in COUNTERS:
+                key, priority = COUNTERS[name]
+                engines.setdefault(engine, EngineSnapshot()).put(key, priority, value, add=True)
+            elif base is not None:
+                key, priority = HISTOGRAMS[base]
+                histogram = engines.setdefault(engine, EngineSnapshot()).histogram(key, priority)
+                if histogram is None:
+                    continue
+                if name.endswith("_bucket"):
+                    le = float(labels.get("le", "inf"))
+                    histogram.buckets[le] = histogram.buckets.get(le, 0.0) + value
+                elif name.endswith("_sum"):
+                    histogram.sum += value
+                else:
+                    histogram.count += value
+    for engine, capacity in capacities.items():
+        if engine in engines:
+            engines[engine].capacity_tokens = capacity
+        elif engine == "" and engines:
+            for snapshot in engines.values():  # V0: one unlabelled cache_config for the one engine
+                snapshot.capacity_tokens = capacity
+    return engines
+
+
+def _histogram_metrics(prefix: str, delta: Optional[Histogram], metrics: Dict[str, Any]) -> None:
+    """Mean (needs _sum and _count) and p50/p99 (from the buckets alone) over the interval."""
+    metrics[prefix + "_mean_s"] = delta.sum / delta.count if delta is not None and delta.count > 0 else None
+    metrics[prefix + "_p50_s"] = quantile(0.5, delta.buckets) if delta is not None else None
+    metrics[prefix + "_p99_s"] = quantile(0.99, delta.buckets) if delta is not None else None
+
+
+class VllmMetrics:
+    """Turns successive snapshots of one server into SAMPLE.workers entries (keeps the previous one)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._previous: Optional[Tuple[float, Dict[str, EngineSnapshot]]] = None
+
+    def update(self, now: float, engines: Dict[str, EngineSnapshot]) -> List[Dict[str, Any]]:
+        previous_time, previous = self._previous if self._previous else (None, {})
+        elapsed = now - previous_time if previous_time is not None else None
+        entries: List[Dict[str, Any]] = []
+        totals: Dict[str, float] = {}
+        merged: Dict[str, Histogram] = {}
+        kv_weighted: List[Tuple[float, Optional[float]]] = []
+        for engine in sorted(engines, key=lambda e: (len(e), e)):
+            snapshot = engines[engine]
+            before = previous.get(engine)
+            metrics: Dict[str, Any] = {"up": 1}
+            for key, (_, value) in snapshot.values.items():
+                metrics[key] = value
+                if key != "kv_cache_usage_perc":
+                    totals[key] = totals.get(key, 0.0) + value
+            for total_key, rate_key in RATES.items():
+                now_value = snapshot.value(total_key)
+                old_value = before.value(total_key) if before else None
+                rate = None
+                if now_value is not None and old_value is not None and elapsed and now_value >= old_value:
+                    rate = (now_value - old_value) / elapsed
+                metrics[rate_key] = rate
+                if rate is not None:
+                    totals[rate_key] = totals.get(rate_key, 0.0) + rate
+            for key, (_, histogram) in snapshot.histograms.items():
+                old = before.histograms.get(key, (0, None))[1] if before else None
+                delta = histogram.minus(old)
+                merged.setdefault(key, Histogram()).add(delta)
+                _histogram_metrics(key, delta, metrics)
+            hits, queries = (
+                self._delta(snapshot, before, "prefix_cache_hits_total"),
+                self._delta(snapshot, before, "prefix_cache_queries_total"),
+            )
+            metrics["prefix_cache_hit_rate"] = hits / queries if hits is not None and queries else None
+            metrics["kv_cache_capacity_tokens"] = snapshot.capacity_tokens
+            usage = snapshot.value("kv_cache_usage_perc")
+            if usage is not None:
+                kv_weighted.append((usage, snapshot.capacity_tokens))
+            entries.append({"id": self.worker_id, "engine": engine, "metrics": metrics})
+        self._previous = (now, engines)
+        if len(engines) > 1 or (engines and "" not in engines):
+            entries.append(
+                {
+                    "id": self.worker_id,
+                    "engine": "",
+                    "metrics": self._aggregate(totals, merged, kv_weighted, engines, previous),
+                }
+            )
+        return entries
+
+    @staticmethod
+    def _delta(snapshot: EngineSnapshot, before: Optional[EngineSnapshot], key: str) -> Optional[float]:
+        now_value = snapshot.value(key)
+        if now_value is None:
+            return None
+        old_value = before.value(key) if before else None
+        if old_value is None or now_value < old_value:
+            return now_value
+        return now_value - old_value
+
+    def _aggregate(
+        self,
+        totals: Dict[str, float],
+        merged: Dict[str, Histogram],
+        kv_weighted: List[Tuple[float, Optional[float]]],
+        engines: Dict[str, EngineSnapshot],
+        previous: Dict[str, EngineSnapshot],
+    ) -> Dict[str, Any]:
+        metrics: Dict[str, Any] = {"up": 1, "engines": len(engines)}
+        metrics.update(totals)
+        if kv_weighted:
+            capacities = [c for _, c in kv_weighted]
+            if all(c is not None and c > 0 for c in capacities):
+                total_capacity = sum(c for c in capacities if c is not None)
+                metrics["kv_cache_usage_perc"] = sum(u * (c or 0) for u, c in kv_weighted) / total_capacity
+                metrics["kv_cache_capacity_tokens"] = total_capacity
+            else:
+                metrics["kv_cache_usage_perc"] = sum(u for u, _ in kv_weighted) / len(kv_weighted)
+                metrics["kv_cache_capacity_tokens"] = None
+        for key in sorted(merged):
+            _histogram_metrics(key, merged.get(key), metrics)
+        hits = sum(self._delta(s, previous.get(e), "prefix_cache_hits_total") or 0.0 for e, s in engines.items())
+        queries = sum(self._delta(s, previous.get(e), "prefix_cache_queries_total") or 0.0 for e, s in engines.items())
+        metrics["prefix_cache_hit_rate"] = hits / queries if queries else None
+        return metrics
+
+
+def fetch(url: str, timeout_s: float) -> str:
+    request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        return reply.read(16 * 1024 * 1024).decode("utf-8", errors="replace")
+
+
+class ScrapeLoop:
+    """Scrapes one worker's metrics_url every interval on its own thread; `latest()` is what it last saw."""
+
+    def __init__(
+        self, worker_id: str, url: str, interval_s: float, fetcher: Callable[[str, float], str] = fetch
+    ) -> None:
+        self.worker_id = worker_id
+        self.url = url
+        self.interval_s = interval_s
+        self.fetcher = fetcher
+        self.metrics = VllmMetrics(worker_id)
+        self._lock = threading.Lock()
+        self._latest: List[Dict[str, Any]] = []
+        self._latest_at = 0.0
+        self.error: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scrape-%s" % worker_id, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def scrape_once(self) -> List[Dict[str, Any]]:
+        now = time.time()
+        try:
+            text = self.fetcher(self.url, max(0.5, min(5.0, self.interval_s)))
+            entries = self.metrics.update(now, parse_vllm_metrics(text))
+            self.error = None
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            self.error = "%s: %s" % (self.url, exc)
+            entries = [{"id": self.worker_id, "engine": "", "metrics": {"up": 0}, "error": self.error}]
+        with self._lock:
+            self._latest = entries
+            self._latest_at = now
+        return entries
+
+    def latest(self, max_age_s: float) -> List[Dict[str, Any]]:
+        with self._lock:
+            if time.time() - self._latest_at > max_age_s:
+                return []
+            return list(self._latest)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.scrape_once()
+            self._stop.wait(max(0.05, self.interval_s - (time.monotonic() - started)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10.0)
