@@ -16,8 +16,8 @@ from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, resolve_gpu
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
-from meshdeck.core.plan_request import GOALS, PlanRequest, parse_vllm_version
-from meshdeck.core.plan_text import render_plan
+from meshdeck.core.plan_request import GOALS, PlanRequest, TrainingSettings, parse_vllm_version
+from meshdeck.core.plan_text import render_plan, render_training
 from meshdeck.core.planner import PlanResult, plan
 from meshdeck.core.units import GBIT
 from meshdeck.core.weights import WEIGHTS_DTYPES
@@ -56,6 +56,7 @@ def register(subparsers: Any) -> None:
     add("--kv-cache-dtype", default="auto", help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent)")
     add("--weights-dtype", help=f"{' | '.join(WEIGHTS_DTYPES)} (default: as the checkpoint ships)")
     add("--engine", default="vllm", help="vllm | torch")
+    add("--mode", default="serve", help="serve | train (train needs --engine torch)")
     add("--goal", default="throughput", help=f"{' | '.join(GOALS)} (default throughput)")
     add("--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's; 256 for V3.2)")
     add("--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU)")
@@ -77,6 +78,11 @@ def register(subparsers: Any) -> None:
     add("--pipeline-parallel", help="only layouts with this PP")
     add("--data-parallel", help="only layouts with this DP (per vLLM instance)")
     add("--expert-parallel", help="on | off: only layouts with / without expert parallel")
+    add("--zero", default="1", help="train: ZeRO stage 0-3 (default 1)")
+    add("--seq-len", default="4096", help="train: sequence length (default 4096)")
+    add("--micro-batch-size", default="1", help="train: sequences per micro-batch (default 1)")
+    add("--micro-batches", default="8", help="train: micro-batches per optimizer step per pipeline (default 8)")
+    add("--activation-checkpointing", default="on", help="train: on | off (default on)")
     add("--top", help="show the first K layouts (default 10; --json: all)")
     add("--all", action="store_true", help="also list layouts that do not fit or that vLLM would refuse")
     add("--json", action="store_true", help="print one JSON object; layouts in rank order")
@@ -155,8 +161,19 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
         inter_node_assumed=assumed,
         topology=topology,
     )
+    training = None
+    if args.mode == "train":
+        training = TrainingSettings(
+            zero_stage=_int(args.zero, "--zero", minimum=0) or 0,
+            seq_len=_int(args.seq_len, "--seq-len") or 4096,
+            micro_batch_size=_int(args.micro_batch_size, "--micro-batch-size") or 1,
+            micro_batches=_int(args.micro_batches, "--micro-batches") or 1,
+            activation_checkpointing=bool(_bool(args.activation_checkpointing, "--activation-checkpointing")),
+        )
     return PlanRequest(
         model=model,
+        mode=args.mode,
+        training=training,
         cluster=cluster,
         engine=args.engine,
         weights_dtype=args.weights_dtype,
@@ -182,8 +199,15 @@ def run(args: argparse.Namespace) -> int:
     request = build_request(args)
     result: PlanResult = plan(request)
     if args.json:
-        json.dump(result.as_dict(include_all=args.all, top=top), sys.stdout, indent=2)
+        if result.training is not None:
+            payload = result.training.as_dict(include_all=args.all, top=top)
+        else:
+            payload = result.as_dict(include_all=args.all, top=top)
+        json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    sys.stdout.write(render_plan(result, top=top or 10, include_all=args.all))
+    if result.training is not None:
+        sys.stdout.write(render_training(result, top=top or 10, include_all=args.all))
+    else:
+        sys.stdout.write(render_plan(result, top=top or 10, include_all=args.all))
     return 0

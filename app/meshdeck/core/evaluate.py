@@ -225,7 +225,8 @@ def evaluate_layout(
         "reserve": w_reserve,
         "kv_budget_bytes_per_gpu": w_budget,
         "kv_cache_bytes_per_gpu": w_kv_bytes,
-        "kv_bytes_per_token_per_gpu": w_kv_layers * kv.bytes_per_token_per_layer,
+        # the stage with the most KV layers: depends on PP (and MTP), never on TP
+        "kv_bytes_per_token_per_gpu": max(row[5] for row in rows) * kv.bytes_per_token_per_layer,
         "kv_block_size": kv.block_size,
         "kv_tokens_per_replica": capacity.tokens,
         "max_concurrency": capacity.max_concurrency,

@@ -85,6 +85,8 @@ class PlanRequest:
             raise InputError("--mode", f"{self.mode!r}; allowed: {', '.join(MODES)}")
         if self.mode == "train" and self.engine != "torch":
             raise InputError("--mode", "train needs --engine torch (vLLM only serves)")
+        if self.mode == "train" and self.training is None:
+            object.__setattr__(self, "training", TrainingSettings())
         if self.goal not in GOALS:
             raise InputError("--goal", f"{self.goal!r}; allowed: {', '.join(GOALS)}")
         if self.weights_dtype is not None and self.weights_dtype not in WEIGHTS_DTYPES:

@@ -129,3 +129,60 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
             out.append("  vllm serve <model> " + shlex.join(best.vllm_args))
     out += ["", *(f"note: {note}" for note in result.notes)]
     return "\n".join(out) + "\n"
+
+
+TRAIN_COLUMNS = (
+    "#",
+    "layout",
+    "GPUs",
+    "params",
+    "grads",
+    "optim",
+    "activ.",
+    "total",
+    "bubble",
+    "est. tok/s",
+    "traffic/step",
+)
+
+
+def render_training(result: PlanResult, *, top: int = 10, include_all: bool = False) -> str:
+    training, request = result.training, result.request
+    settings = request.training
+    cluster = request.cluster
+    out = [
+        f"meshdeck plan --mode train — {request.model.name} on {cluster.nodes} × {cluster.gpus_per_node} "
+        f"{cluster.gpu.name}, torch",
+        f"seq_len {settings.seq_len}, micro-batch {settings.micro_batch_size} × {settings.micro_batches} per step, "
+        f"ZeRO-{settings.zero_stage}, activation checkpointing {'on' if settings.activation_checkpointing else 'off'}; "
+        "GiB per GPU",
+        "",
+    ]
+    shown = training.layouts if include_all else [layout for layout in training.layouts if layout.fits]
+    rows = [list(TRAIN_COLUMNS)]
+    for i, layout in enumerate(shown[:top]):
+        traffic = ", ".join(f"{name} {volume / GIB:.1f} GiB/{link.value}" for name, volume, link in layout.traffic)
+        rows.append(
+            [
+                str(i + 1),
+                layout.label() + ("" if layout.fits else " (does not fit)"),
+                str(layout.placement.gpus_per_instance),
+                f"{layout.params_bytes / GIB:.1f}",
+                f"{layout.grads_bytes / GIB:.1f}",
+                f"{layout.optimizer_bytes / GIB:.1f}",
+                f"{layout.activations_bytes / GIB:.1f}",
+                f"{layout.total_bytes / GIB:.1f}",
+                f"{layout.bubble_fraction:.0%}",
+                f"{layout.est_tokens_per_s:,.0f}",
+                traffic or "—",
+            ]
+        )
+    if len(rows) == 1:
+        out.append("No layout fits (--all lists them).")
+    else:
+        widths = [max(len(row[c]) for row in rows) for c in range(len(TRAIN_COLUMNS) - 1)]
+        for row in rows:
+            cells = [row[c].rjust(widths[c]) if c not in (1,) else row[c].ljust(widths[c]) for c in range(len(widths))]
+            out.append("  ".join([*cells, row[-1]]).rstrip())
+    out += ["", f"Top pick: {training.top_reason}", "", *(f"note: {note}" for note in training.notes)]
+    return "\n".join(out) + "\n"

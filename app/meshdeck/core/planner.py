@@ -222,7 +222,10 @@ def plan(request: PlanRequest) -> PlanResult:
     settings = resolve(request)
     counts = parameter_counts(request.model)
     if request.mode == "train":
-        raise InputError("--mode", "train is not planned by this version; allowed: serve")
+        from meshdeck.core.training import plan_training  # training imports the serving evaluator
+
+        training = plan_training(request, settings, counts)
+        return PlanResult(request, settings, counts, [], training.top_reason, training.notes, training)
     supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype)
     layouts = [
         evaluate_layout(request, settings, tp, pp, dp, ep, placement, supported)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from core_planner_inputs import KIMI_K2_THINKING, make_cluster
 from meshdeck.core.gpu_spec import GpuSpec, resolve_gpu
 from meshdeck.core.model_card import ModelCard
 from meshdeck.core.planner import PlanRequest
@@ -29,12 +29,6 @@ def gpu() -> Callable[[str], GpuSpec]:
     return lambda name: resolve_gpu(name, catalog)
 
 
-def make_cluster(gpu: GpuSpec, nodes: int = 1, gpus_per_node: int = 8, **kwargs: Any) -> ClusterSpec:
-    link = kwargs.pop("intra_node_link", "nvlink" if gpu.has_nvlink else "pcie")
-    inter = kwargs.pop("inter_node_bytes_per_s", default_inter_node_bytes_per_s(gpus_per_node, link))
-    return ClusterSpec(nodes, gpus_per_node, gpu, link, inter, **kwargs)
-
-
 @pytest.fixture(scope="session")
 def request_for(gpu: Callable[[str], GpuSpec]) -> Callable[..., PlanRequest]:
     def build(
@@ -46,3 +40,10 @@ def request_for(gpu: Callable[[str], GpuSpec]) -> Callable[..., PlanRequest]:
         return PlanRequest(card, make_cluster(gpu(gpu_name), nodes, gpus_per_node, **cluster_kwargs), **kwargs)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def kimi_k2() -> ModelCard:
+    from meshdeck.core.model_card import model_card_from_config
+
+    return model_card_from_config(KIMI_K2_THINKING, "Kimi-K2-Thinking/config.json", "kimi-k2-thinking")

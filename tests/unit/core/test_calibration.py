@@ -32,3 +32,34 @@ def test_v32_tp8_h200_weights_within_3_percent_and_kv_tokens_within_5_percent(v3
 
 def test_h200_torch_visible_memory_matches_the_calibration_log(gpu):
     assert gpu("H200-SXM-141GB").torch_visible_bytes / GIB == pytest.approx(139.81, abs=0.02)
+
+
+def test_kimi_k2_thinking_tp8_h200_available_kv_within_5_percent(kimi_k2, request_for):
+    # vllm-project/recipes moonshotai/Kimi-K2-Think.md (vLLM ~0.11, 8×H200, `vllm serve --tensor-parallel-size 8`
+    # with every memory setting at its default): "Available KV cache memory: 46.80 GiB",
+    # "GPU KV cache size: 715,072 tokens". A different checkpoint format (int4 experts, BF16 rest), head
+    # count, expert count and vocabulary than the V3.2 point: the same accounting must carry over.
+    request = request_for(
+        kimi_k2, max_num_seqs=1024, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False
+    )
+    layout = plan(request).layouts[0]
+    assert layout.kv_budget_bytes_per_gpu / GIB == pytest.approx(46.80, rel=0.05)
+    assert layout.kv_tokens_per_replica == pytest.approx(715_072, rel=0.05)
+
+
+def test_every_reserve_term_is_positive_and_named(v32, request_for):
+    layout = plan(
+        request_for(v32, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False)
+    ).layouts[0]
+    reserve = layout.reserve
+    assert reserve.activation_peak_bytes > 0 and reserve.sampler_bytes > 0 and reserve.non_torch_bytes > 0
+    assert reserve.cudagraph_bytes > 0 and not reserve.cudagraph_in_budget
+    assert set(layout.as_dict()["reserve_gib"]) >= {"activation_peak", "sampler", "non_torch", "cudagraphs"}
+
+
+def test_newer_vllm_subtracts_cuda_graphs_from_the_kv_budget(v32, request_for):
+    common = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
+    old = plan(request_for(v32, **common)).layouts[0]
+    new = plan(request_for(v32, vllm_version=(0, 21), **common)).layouts[0]
+    assert new.reserve.cudagraph_in_budget
+    assert old.kv_budget_bytes_per_gpu - new.kv_budget_bytes_per_gpu == new.reserve.cudagraph_bytes

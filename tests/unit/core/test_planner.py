@@ -1,0 +1,92 @@
+"""Enumeration, placement and ranking: what the planner lists and in which order."""
+
+from __future__ import annotations
+
+import pytest
+from meshdeck.core.errors import InputError
+from meshdeck.core.planner import candidate_layouts, instance_sizes, plan
+
+
+def test_one_h200_node_lists_dp_ep_tp_and_pp_layouts(request_for, v32):
+    result = plan(request_for(v32))
+    labels = {layout.label() for layout in result.fitting}
+    assert {"TP8", "TP2·DP4·EP", "TP1·DP8·EP", "TP4·PP2"} <= labels
+    assert all(layout.gpus <= 8 for layout in result.layouts)
+
+
+def test_fitting_layouts_come_first_and_in_goal_order(request_for, v32):
+    for goal, metric in (
+        ("throughput", lambda lay: lay.est_decode_tokens_per_s),
+        ("latency", lambda lay: lay.est_decode_tokens_per_s_per_request),
+        ("context", lambda lay: lay.kv_tokens_per_replica),
+    ):
+        layouts = plan(request_for(v32, goal=goal)).layouts
+        fitting = [lay for lay in layouts if lay.fits]
+        assert layouts[: len(fitting)] == fitting
+        values = [metric(lay) for lay in fitting]
+        assert values == sorted(values, reverse=True)
+
+
+def test_an_80gb_node_cannot_hold_deepseek_but_two_can(request_for, v3):
+    one = plan(request_for(v3, "H100-SXM5-80GB", 1, 8))
+    assert not one.fitting
+    assert "nothing fits" in one.top_reason
+    assert one.layouts[0].shortfall_bytes > 0
+    two = plan(request_for(v3, "H100-SXM5-80GB", 2, 8))
+    assert two.fitting and two.fitting[0].nodes == 2
+
+
+def test_rank_map_keeps_tp_inside_a_node_and_steps_pp_across_nodes(request_for, v3):
+    lay = plan(
+        request_for(
+            v3, "H100-SXM5-80GB", 2, 8, tensor_parallel=8, pipeline_parallel=2, data_parallel=1, expert_parallel=False
+        )
+    ).layouts[0]
+    by_rank = {r.rank: r for r in lay.rank_map}
+    assert {by_rank[r].node for r in range(8)} == {0}
+    assert {by_rank[r].node for r in range(8, 16)} == {1}
+    assert [by_rank[r].pipeline_stage for r in (0, 7, 8, 15)] == [0, 0, 1, 1]
+    assert by_rank[9].gpu == 1 and by_rank[9].tensor_rank == 1
+
+
+def test_small_instances_repeat_over_the_cluster(request_for, v32):
+    lay = plan(
+        request_for(
+            v32, "H200-SXM-141GB", 4, 8, tensor_parallel=2, pipeline_parallel=1, data_parallel=4, expert_parallel=True
+        )
+    ).layouts[0]
+    assert lay.instances == 4 and lay.gpus == 32 and lay.nodes == 4
+    assert lay.kv_tokens_total == 4 * 4 * lay.kv_tokens_per_replica
+    assert len({(r.instance, r.node) for r in lay.rank_map}) == 4
+
+
+def test_instance_sizes_cover_node_slices_powers_of_two_and_the_cluster():
+    assert instance_sizes(8, 6, 256) == [1, 2, 4, 8, 16, 24, 32, 48]
+    assert max(instance_sizes(8, 64, 256)) == 256  # no single instance beyond the expert count
+
+
+def test_layout_filters_narrow_the_enumeration(request_for, v32):
+    request = request_for(v32, "H200-SXM-141GB", 2, 8, tensor_parallel=2, expert_parallel=True)
+    shapes = list(candidate_layouts(request))
+    assert shapes and all(tp == 2 and ep for tp, _, _, ep, _ in shapes)
+
+
+def test_layout_that_does_not_divide_the_cluster_is_refused(request_for, v32):
+    with pytest.raises(InputError) as err:
+        plan(request_for(v32, "H200-SXM-141GB", 1, 8, tensor_parallel=3, pipeline_parallel=1, data_parallel=1))
+    assert err.value.field == "--tensor-parallel"
+
+
+def test_top_reason_names_the_pick_and_its_estimate(request_for, v32):
+    result = plan(request_for(v32))
+    assert result.top_reason.startswith(result.layouts[0].label())
+    assert "est." in result.top_reason
+
+
+def test_json_form_has_the_issue_keys_and_labels_estimates(request_for, v32):
+    data = plan(request_for(v32)).as_dict(top=3)
+    layout = data["layouts"][0]
+    for key in ("est_decode_tokens_per_s", "traffic_per_token", "rank_map", "reserve_gib", "weights_gib_by_component"):
+        assert key in layout
+    assert any("estimate" in note for note in data["notes"])
+    assert {t["link"] for t in layout["traffic_per_token"]} <= {"nvlink", "pcie", "network"}
