@@ -11,10 +11,10 @@ from pydantic import ValidationError
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.network import NodeNetwork
-from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Layout, Profile, validation_error_to_input_error
 from meshdeck.launch.torch_launch import build_torch_plan
-from meshdeck.launch.vllm_launch import PlannedStartup, build_vllm_plan
+from meshdeck.launch.vllm_launch import build_vllm_plan
 
 _LAYOUT_KEYS = {"tp": "tensor_parallel", "pp": "pipeline_parallel", "dp": "data_parallel"}
 

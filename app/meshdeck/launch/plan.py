@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from meshdeck.launch.profile import Profile
@@ -53,6 +53,21 @@ class StagedFile:
     name: str
     sha256: str
     size: int
+
+
+@dataclass(frozen=True)
+class PlannedStartup:
+    """The planner's prediction per GPU / per DP engine, handed to a simulated vLLM and kept for comparison."""
+
+    gpu_memory_bytes: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_tokens: int  # per DP engine (one replica's KV pool)
+    max_concurrency: float  # at max_model_len, per DP engine
+    max_model_len: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,7 @@ class LaunchPlan:
     restart_as_whole: bool = False  # a crash of one part restarts every part (multi-node vLLM)
     warnings: tuple[str, ...] = ()
     layout: Mapping[str, int | bool] = field(default_factory=dict)
+    planned: PlannedStartup | None = None  # the planner's prediction (vLLM), kept beside what is measured
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -143,6 +159,7 @@ class LaunchPlan:
             "serving_url": self.serving_url,
             "serving_ready": [check.describe() for check in self.serving_ready],
             "warnings": list(self.warnings),
+            "planned": self.planned.as_dict() if self.planned else None,
         }
 
 

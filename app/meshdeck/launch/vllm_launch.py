@@ -23,13 +23,20 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.vllm_args import MTP_DEFAULT_SPECULATIVE_TOKENS, ServeSettings, vllm_serve_args
 from meshdeck.launch.network import NodeNetwork, nccl_env, network_warnings
-from meshdeck.launch.plan import LaunchPlan, NodeCommand, PortUse, ReadyCheck, layout_summary, merge_env
+from meshdeck.launch.plan import (
+    LaunchPlan,
+    NodeCommand,
+    PlannedStartup,
+    PortUse,
+    ReadyCheck,
+    layout_summary,
+    merge_env,
+)
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_flags import bad_choices, unknown_flags
 from meshdeck.launch.vllm_known_flags import VLLM_VERSION
@@ -37,18 +44,6 @@ from meshdeck.launch.vllm_known_flags import VLLM_VERSION
 API_READY_LINE = r"Application startup complete"
 RAY_READY_LINE = r"Ray runtime started"
 _V32_NAME = re.compile(r"v3[._-]?2", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class PlannedStartup:
-    """The planner's prediction per GPU / per DP engine, handed to a simulated vLLM and kept for comparison."""
-
-    gpu_memory_bytes: int
-    weights_bytes: int
-    kv_cache_bytes: int
-    kv_tokens: int  # per DP engine (one replica's KV pool)
-    max_concurrency: float  # at max_model_len, per DP engine
-    max_model_len: int
 
 
 def is_deepseek_v32(model: str) -> bool:
@@ -282,6 +277,7 @@ def build_vllm_plan(
         restart_as_whole=len(nodes) > 1,
         warnings=tuple(warnings),
         layout=layout_summary(profile),
+        planned=planned,
     )
 
 

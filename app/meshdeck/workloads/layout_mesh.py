@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -39,12 +39,7 @@ class LayoutSizes:
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "tensor_parallel": self.tensor_parallel,
-            "pipeline_parallel": self.pipeline_parallel,
-            "data_parallel": self.data_parallel,
-            "expert_parallel": self.expert_parallel,
-        }
+        return asdict(self)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -19,9 +19,9 @@ import pytest
 from launch_builders import make_node, make_profile
 from meshdeck.core.errors import InputError
 from meshdeck.launch.build import build_launch_plan
-from meshdeck.launch.plan import LaunchPlan, NodeCommand
+from meshdeck.launch.plan import LaunchPlan, NodeCommand, PlannedStartup
 from meshdeck.launch.vllm_flags import flag_values
-from meshdeck.launch.vllm_launch import PlannedStartup, is_deepseek_v32
+from meshdeck.launch.vllm_launch import is_deepseek_v32
 
 # Flags meshdeck may add on top of a reference command, each for a reason the profile states.
 ALLOWED_EXTRAS = {

@@ -1,0 +1,197 @@
+"""What a deployment is while it runs: its state, its workers, and how they are named on the agents.
+
+Every worker meshdeck starts is named `meshdeck:<deployment>:<stage>:<command>` with the id
+`<deployment>.<command>`, so the agents alone say which deployments exist and in which order their
+parts started — `meshdeck deployments list|stop|logs` works from any machine, after the app that
+launched them is gone.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from meshdeck.core.errors import InputError
+
+DEPLOYMENT_STATES = (
+    "starting",  # stages being started, waiting for each to be ready
+    "running",  # every part up (vLLM serving; torch ranks running)
+    "degraded",  # a part crashed or restarts; the restart policy is being applied
+    "restarting",  # a multi-node deployment being restarted as a whole
+    "completed",  # every part exited 0 (a torch job that finished)
+    "failed",  # a part failed and no restart is left
+    "stopping",
+    "stopped",
+    "cancelled",  # the launch was cancelled before it was up
+)
+FINAL_STATES = ("completed", "failed", "stopped", "cancelled")
+WORKER_ACTIVE = ("starting", "running", "restarting")
+_NAME = re.compile(r"^meshdeck:(?P<deployment>[A-Za-z0-9._-]+):(?P<stage>\d+):(?P<command>[A-Za-z0-9._-]+)$")
+_SAFE = re.compile(r"[^A-Za-z0-9-]")
+
+
+def new_deployment_id(profile_name: str, now: float | None = None) -> str:
+    """`<profile>-<MMDDhhmmss>-<4 hex>`; short enough that `<id>.<command>` fits the agent's 64 characters."""
+    stamp = time.strftime("%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{_SAFE.sub('-', profile_name)[:28]}-{stamp}-{secrets.token_hex(2)}"
+
+
+def worker_id(deployment_id: str, command_name: str) -> str:
+    return f"{deployment_id}.{command_name}"
+
+
+def worker_name(deployment_id: str, stage: int, command_name: str) -> str:
+    return f"meshdeck:{deployment_id}:{stage}:{command_name}"
+
+
+def parse_worker_name(name: str) -> tuple[str, int, str] | None:
+    match = _NAME.match(name or "")
+    if not match:
+        return None
+    return match.group("deployment"), int(match.group("stage")), match.group("command")
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    command: str
+    host: str
+    worker_id: str
+    stage: int
+    state: str  # "pending" before it is started, then the agent's worker states
+    restarts: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeploymentSnapshot:
+    id: str
+    name: str
+    engine: str
+    state: str
+    reason: str
+    workers: tuple[WorkerSnapshot, ...]
+    started_at: float
+    serving_url: str | None = None
+    whole_restarts: int = 0
+    measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # worker -> vLLM startup numbers
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "engine": self.engine,
+            "state": self.state,
+            "reason": self.reason,
+            "started_at": self.started_at,
+            "serving_url": self.serving_url,
+            "whole_restarts": self.whole_restarts,
+            "workers": [w.as_dict() for w in self.workers],
+            "measured": {k: dict(v) for k, v in self.measured.items()},
+        }
+
+
+@dataclass(frozen=True)
+class LaunchProgress:
+    deployment_id: str
+    message: str
+    step: int  # commands started so far
+    total: int  # commands in the plan
+
+
+def describe_exit(state: str, exit_code: int | None, signal: int | None, reason: str) -> str:
+    """'killed by signal 9', 'exited with status 1', ... for the deployment's reason line."""
+    if reason:
+        return reason
+    if signal:
+        return f"killed by signal {signal}"
+    if exit_code is not None:
+        return f"exited with status {exit_code}"
+    return state
+
+
+def discover(listings: Mapping[str, Mapping[str, Any] | str]) -> list[DeploymentSnapshot]:
+    """Deployments as the agents see them: `listings` is host -> its `workers.list` reply (or an error)."""
+    found: dict[str, list[WorkerSnapshot]] = {}
+    started: dict[str, float] = {}
+    for host, reply in listings.items():
+        if isinstance(reply, str):
+            continue
+        for worker in reply.get("workers") or ():
+            parsed = parse_worker_name(str(worker.get("name") or ""))
+            if parsed is None:
+                continue
+            deployment, stage, command = parsed
+            found.setdefault(deployment, []).append(
+                WorkerSnapshot(
+                    command=command,
+                    host=host,
+                    worker_id=str(worker.get("id")),
+                    stage=stage,
+                    state=str(worker.get("state")),
+                    restarts=int(worker.get("restarts") or 0),
+                    exit_code=worker.get("exit_code"),
+                    signal=worker.get("signal"),
+                    reason=str(worker.get("reason") or ""),
+                )
+            )
+            if isinstance(worker.get("started_at"), (int, float)):
+                started[deployment] = min(started.get(deployment, worker["started_at"]), worker["started_at"])
+    snapshots = []
+    for deployment, workers in found.items():
+        workers.sort(key=lambda w: (w.stage, w.command))
+        snapshots.append(
+            DeploymentSnapshot(
+                id=deployment,
+                name=deployment.rsplit("-", 2)[0],
+                engine="torch" if any(w.command.startswith("torchrun") for w in workers) else "vllm",
+                state=summarize(workers),
+                reason="",
+                workers=tuple(workers),
+                started_at=started.get(deployment, 0.0),
+            )
+        )
+    return sorted(snapshots, key=lambda s: s.started_at)
+
+
+def summarize(workers: Iterable[WorkerSnapshot]) -> str:
+    """A deployment state from its workers' states alone (for deployments found on the agents)."""
+    states = [w.state for w in workers]
+    if all(s == "running" for s in states):
+        return "running"
+    if all(s in ("stopped", "exited", "failed") for s in states):
+        if any(s == "failed" for s in states):
+            return "failed"
+        if all(s == "exited" for s in states):
+            return "completed"
+        return "stopped"
+    if any(s in ("failed", "restarting", "exited", "stopped") for s in states):
+        return "degraded"
+    return "starting"
+
+
+def find(deployments: Iterable[DeploymentSnapshot], key: str) -> DeploymentSnapshot:
+    """By id, or by profile name when exactly one deployment of that profile is active."""
+    deployments = list(deployments)
+    for deployment in deployments:
+        if deployment.id == key:
+            return deployment
+    named = [d for d in deployments if d.name == key and not d.final]
+    if len(named) == 1:
+        return named[0]
+    if len(named) > 1:
+        raise InputError("deployment", f"{key!r} names {len(named)} running deployments; give the id")
+    known = ", ".join(d.id for d in deployments) or "none"
+    raise InputError("deployment", f"no deployment {key!r} on these hosts (found: {known})")

@@ -1,0 +1,115 @@
+"""Waiting for a launched part to be ready: port open, log line seen, process running — via the agents.
+
+`LogFollower` keeps reading each worker's log from where it left off (`workers.logs {id, offset}`),
+counts pattern matches over whole lines (a line split across two reads counts once) and keeps the
+tail for error messages. `ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its
+own deadline, cancellation and crash detection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshdeck.launch.plan import ReadyCheck
+
+TAIL_CHARS = 4000
+
+
+@dataclass
+class _Followed:
+    host: str
+    offset: int = 0
+    partial: str = ""
+    tail: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class LogFollower:
+    """Incremental reader of worker logs through `call(host, "workers.logs", ...)`."""
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self._call = call
+        self._workers: dict[str, _Followed] = {}
+        self._patterns: dict[str, re.Pattern[str]] = {}
+
+    def follow(self, host: str, worker_id: str) -> None:
+        self._workers.setdefault(worker_id, _Followed(host))
+
+    def reset(self, worker_id: str) -> None:
+        """Forget what was read (a restarted worker's log starts again from the agent's offset 0)."""
+        if worker_id in self._workers:
+            self._workers[worker_id] = _Followed(self._workers[worker_id].host)
+
+    def watch(self, pattern: str) -> None:
+        if pattern not in self._patterns:
+            self._patterns[pattern] = re.compile(pattern)
+            for followed in self._workers.values():
+                followed.counts.setdefault(pattern, 0)
+
+    def poll(self, worker_id: str) -> None:
+        followed = self._workers[worker_id]
+        for _ in range(8):  # at most a few MiB per poll; the rest next time
+            reply = self._call(followed.host, "workers.logs", {"id": worker_id, "offset": followed.offset})
+            data = reply.get("data") or ""
+            followed.offset = int(reply.get("offset", followed.offset))
+            if not data:
+                return
+            text = followed.partial + data
+            lines = text.split("\n")
+            followed.partial = lines.pop()
+            for line in lines:
+                for source, pattern in self._patterns.items():
+                    if pattern.search(line):
+                        followed.counts[source] = followed.counts.get(source, 0) + 1
+            followed.tail = (followed.tail + data)[-TAIL_CHARS:]
+
+    def count(self, pattern: str, worker_ids: list[str]) -> int:
+        self.watch(pattern)
+        total = 0
+        for worker_id in worker_ids:
+            self.poll(worker_id)
+            followed = self._workers[worker_id]
+            total += followed.counts.get(pattern, 0)
+            if followed.partial and self._patterns[pattern].search(followed.partial):
+                total += 1  # a last line without its newline yet
+        return total
+
+    def tail(self, worker_id: str, lines: int = 15) -> str:
+        followed = self._workers.get(worker_id)
+        if followed is None:
+            return ""
+        with contextlib.suppress(Exception):  # the agent may be gone; show what was read
+            self.poll(worker_id)
+        text = (followed.tail + followed.partial).rstrip("\n")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ReadyProbe:
+    """One readiness check, asked of the agents. `running_since` comes from the deployment's worker states."""
+
+    def __init__(self, call: Callable[..., Any], logs: LogFollower) -> None:
+        self._call = call
+        self._logs = logs
+
+    def passed(
+        self,
+        check: ReadyCheck,
+        *,
+        host: str,
+        address: str,
+        worker_ids: list[str],
+        running_since: float | None,
+    ) -> bool:
+        if check.kind == "tcp":
+            reply = self._call(host, "checks.tcp_connect", {"host": address, "port": check.port, "timeout_s": 2})
+            return bool(reply.get("ok"))
+        if check.kind == "log":
+            return self._logs.count(check.pattern or "", worker_ids) >= check.count
+        if check.kind == "running":
+            return running_since is not None and time.monotonic() - running_since >= check.settle_s
+        raise ValueError(f"unknown ready check {check.kind!r}")

@@ -1,0 +1,198 @@
+"""Pre-flight: ask every node's agent what usually breaks a launch, before anything is started.
+
+    report = run_preflight(fleet, plan, profile)       # PreflightReport, every check pass/fail + reason
+    report.passed
+
+The agents answer (`checks.files`, `checks.versions`, `checks.ports_free`, `checks.tcp_connect`,
+`agent.time`, `inventory`, `samples.read`); `meshdeck.launch.preflight_rules` judges. To test that the
+nodes reach the head's ports *before* anything listens on them, a short-lived probe worker on the head
+binds every planned port (which also proves they are free) while each node's agent connects to it;
+the probe is stopped right after. Hosts are asked in parallel. No Qt; callable from a worker thread.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from meshdeck.launch import preflight_rules as rules
+from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.preflight_rules import CheckResult, PreflightReport
+from meshdeck.launch.profile import Profile
+from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
+
+CALL_TIMEOUT_S = 60.0
+PROBE_SECONDS = 60
+# Runs on the head under python3 (3.6+): listen on every port given, say so, accept and drop connections.
+PORT_PROBE = """\
+import select, socket, sys, time
+listeners = []
+for port in sys.argv[2:]:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("", int(port)))
+    except OSError as exc:
+        print("busy %s %s" % (port, exc), flush=True)
+        continue
+    s.listen(64)
+    listeners.append(s)
+    print("listening %s" % port, flush=True)
+print("probe ready", flush=True)
+deadline = time.time() + float(sys.argv[1])
+while time.time() < deadline:
+    ready, _, _ = select.select(listeners, [], [], 0.5)
+    for s in ready:
+        conn, _ = s.accept()
+        conn.close()
+"""
+
+
+class AgentCaller(Protocol):
+    def call(
+        self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Any: ...
+
+
+def model_path(profile: Profile) -> str | None:
+    """Where the model (or the user's torch script) lives on the servers; None for built-in workloads."""
+    if profile.engine == "torch":
+        return None if profile.torch.script in BUILTIN_WORKLOADS else profile.torch.script
+    model = profile.model
+    if model.startswith(("/", "~", ".")):
+        return model
+    # a Hugging Face id: vLLM reads it from the hub cache (HF_HOME, else ~/.cache/huggingface)
+    home = profile.env.get("HF_HOME") or "~/.cache/huggingface"
+    return posixpath.join(home, "hub", "models--" + model.replace("/", "--"))
+
+
+def versions_python(profile: Profile) -> str:
+    if profile.engine == "torch":
+        return profile.torch.python
+    executable = profile.vllm.executable
+    return posixpath.join(posixpath.dirname(executable), "python3") if "/" in executable else "python3"
+
+
+def _ask(caller: AgentCaller, host: str, method: str, params: dict[str, Any] | None = None) -> Any:
+    """The reply, or the error as a one-line string (a check fails with it; pre-flight goes on)."""
+    try:
+        return caller.call(host, method, params or {}, timeout=CALL_TIMEOUT_S)
+    except Exception as exc:  # RpcError, NotConnected, timeouts: each becomes that host's failed check
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _per_host(hosts: list[str], ask: Callable[[str], Any]) -> dict[str, Any]:
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        return dict(zip(hosts, pool.map(ask, hosts), strict=True))
+
+
+def _latest_gpus(caller: AgentCaller, host: str, inventory: Any) -> list[dict[str, Any]] | str:
+    """Each GPU's total and used memory: totals from the inventory, use from the newest sample."""
+    if isinstance(inventory, str):
+        return inventory
+    gpus = {g["index"]: dict(g) for g in inventory.get("gpus") or () if isinstance(g, dict)}
+    first = _ask(caller, host, "samples.read", {"since_seq": 0, "limit": 1})
+    if isinstance(first, str):
+        return first
+    last_seq = first.get("last_seq")
+    newest = first if not isinstance(last_seq, int) else _ask(
+        caller, host, "samples.read", {"since_seq": max(0, last_seq - 1), "limit": 1}
+    )  # fmt: skip
+    if isinstance(newest, str):
+        return newest
+    samples = newest.get("samples") or []
+    for gpu in (samples[-1].get("gpus") or []) if samples else []:
+        if isinstance(gpu, dict) and gpu.get("index") in gpus:
+            gpus[gpu["index"]]["memory_used_bytes"] = gpu.get("memory_used_bytes")
+            if gpu.get("memory_total_bytes"):
+                gpus[gpu["index"]]["memory_total_bytes"] = gpu["memory_total_bytes"]
+    return list(gpus.values())
+
+
+def _clock_offset(caller: AgentCaller, host: str, clock: Callable[[], float]) -> tuple[float, float] | str:
+    before = clock()
+    answer = _ask(caller, host, "agent.time")
+    after = clock()
+    if isinstance(answer, str):
+        return answer
+    return float(answer["time"]) - (before + after) / 2, (after - before) / 2
+
+
+def _reachability(
+    caller: AgentCaller, plan: LaunchPlan, ports: list[int], python: str
+) -> tuple[list[CheckResult], dict[tuple[str, int], Any]]:
+    """Probe listener on the head, a connect from every node to each port, probe stopped."""
+    head = plan.head_host
+    probe_id = f"preflight-{uuid.uuid4().hex[:8]}"
+    spec = {"id": probe_id, "name": "meshdeck pre-flight port probe", "restart": "never",
+            "argv": [python, "-c", PORT_PROBE, str(PROBE_SECONDS), *map(str, ports)]}  # fmt: skip
+    started = _ask(caller, head, "workers.start", {"spec": spec})
+    if isinstance(started, str):
+        return [CheckResult("reach head", head, False, f"could not start the port probe: {started}")], {}
+    try:
+        deadline, text = time.monotonic() + 20.0, ""
+        while "probe ready" not in text and time.monotonic() < deadline:
+            logs = _ask(caller, head, "workers.logs", {"id": probe_id, "offset": 0})
+            text = logs.get("data", "") if isinstance(logs, dict) else ""
+            if "probe ready" not in text:
+                time.sleep(0.2)
+        busy = re.findall(r"^busy (\d+) (.*)$", text, re.MULTILINE)
+        problems = [CheckResult("reach head", head, False, f"probe could not listen on {p}: {why}") for p, why in busy]
+        if "probe ready" not in text:
+            return [CheckResult("reach head", head, False, "the port probe did not start within 20 s")], {}
+        listening = [p for p in ports if str(p) not in {b[0] for b in busy}]
+        targets = [(host, port) for host in plan.hosts for port in listening]
+        with ThreadPoolExecutor(max_workers=min(16, len(targets) or 1)) as pool:
+            replies = pool.map(
+                lambda t: _ask(caller, t[0], "checks.tcp_connect", {"host": plan.head_address, "port": t[1],
+                                                                     "timeout_s": 5}), targets)  # fmt: skip
+            answers = dict(zip(targets, replies, strict=True))
+        return problems, answers
+    finally:
+        _ask(caller, head, "workers.stop", {"id": probe_id, "grace_s": 1})
+
+
+def run_preflight(
+    caller: AgentCaller,
+    plan: LaunchPlan,
+    profile: Profile,
+    *,
+    inventories: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> PreflightReport:
+    """Every check on every host of `plan`; never raises for a failing host (that is a failed check)."""
+    hosts = list(plan.hosts)
+    results: list[CheckResult] = []
+    path = model_path(profile)
+    if path is not None:
+        results += rules.model_files(path, _per_host(hosts, lambda h: _ask(caller, h, "checks.files", {"path": path})))
+    python = versions_python(profile)
+    found = _per_host(hosts, lambda h: _ask(caller, h, "checks.versions", {"python": python}))
+    inventory = dict(inventories or {})
+    missing = [h for h in hosts if not isinstance(inventory.get(h), dict)]
+    inventory.update(_per_host(missing, lambda h: _ask(caller, h, "inventory")) if missing else {})
+    has_gpus = any(isinstance(inv, dict) and inv.get("gpus") for inv in inventory.values())
+    if profile.engine == "vllm":
+        required = ["vllm", "torch", "nccl"] + (["ray"] if plan.layout_class == "ray" else [])
+    else:
+        required = ["torch", "nccl"] if has_gpus else ["torch"]
+    results += rules.versions(required, found)
+    gpus = _per_host(hosts, lambda h: _latest_gpus(caller, h, inventory.get(h)))
+    utilization = profile.vllm.gpu_memory_utilization if profile.engine == "vllm" else None
+    results += rules.gpu_memory(profile.gpus_per_node, utilization, gpus, allow_cpu=profile.engine == "torch")
+    purposes = {use.port: use.purpose for use in plan.ports}
+    results += rules.ports_free(plan.head_host, purposes, _ask(caller, plan.head_host, "checks.ports_free",
+                                                                 {"ports": sorted(purposes)}))  # fmt: skip
+    if all(r.passed for r in results if r.check == "ports free"):
+        probe_python = profile.torch.python if profile.engine == "torch" else "python3"
+        problems, answers = _reachability(caller, plan, sorted(purposes), probe_python)
+        results += problems + rules.reach_head(plan.head_address, answers)
+    else:
+        results.append(CheckResult("reach head", None, False, "not probed: a port on the head is taken"))
+    results += rules.clocks(_per_host(hosts, lambda h: _clock_offset(caller, h, clock)))
+    return PreflightReport(tuple(results))

@@ -1,0 +1,121 @@
+"""A scripted fleet for DeployService tests: answers workers.* and checks.* like an agent, records calls,
+and delivers `worker` / `log` events the way the fleet's dispatcher does (from another thread)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from meshdeck.remote.events import AgentEvent
+
+
+class FakeFleet:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.workers: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[str, str] = {}
+        self.open_ports: set[tuple[str, int]] = set()
+        self.on_start: dict[str, Callable[[str, dict[str, Any]], None]] = {}  # command suffix -> behaviour
+        self.fail_start: set[str] = set()
+        self._subscribers: list[Callable[[Any], None]] = []
+        self._lock = threading.Lock()
+
+    # the Fleet protocol
+    def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        params = params or {}
+        with self._lock:
+            self.calls.append((host, method, params))
+        if method == "workers.start":
+            spec = params["spec"]
+            command = spec["id"].rsplit(".", 1)[1]
+            if command in self.fail_start:
+                raise RuntimeError(f"{host}: spawn failed")
+            worker = {"id": spec["id"], "name": spec["name"], "state": "running", "pid": 100, "exit_code": None,
+                      "signal": None, "restarts": 0, "reason": "", "spec": spec}  # fmt: skip
+            self.workers[(host, spec["id"])] = worker
+            self.logs.setdefault(spec["id"], "")
+            behaviour = self.on_start.get(command)
+            if behaviour:
+                threading.Thread(target=behaviour, args=(host, worker), daemon=True).start()
+            return {k: v for k, v in worker.items() if k != "spec"}
+        if method == "workers.stop":
+            worker = self.workers[(host, params["id"])]
+            if worker["state"] in ("running", "starting", "restarting"):
+                worker.update(state="stopped", reason="stopped by request")
+                self.emit_worker(host, worker)
+            return {k: v for k, v in worker.items() if k != "spec"}
+        if method == "workers.logs":
+            text = self.logs.get(params["id"], "")
+            offset = params.get("offset") or 0
+            return {"data": text[offset:], "offset": len(text), "size": len(text), "start": offset}
+        if method == "workers.list":
+            return {
+                "workers": [
+                    {k: v for k, v in w.items() if k != "spec"} for (h, _), w in self.workers.items() if h == host
+                ]
+            }
+        if method == "checks.tcp_connect":
+            return {"ok": (host, params["port"]) in self.open_ports, "error": None, "rtt_ms": 0.1}
+        raise AssertionError(f"unexpected call {method}")
+
+    # scripting
+    def emit_worker(self, host: str, worker: dict[str, Any]) -> None:
+        data = {k: v for k, v in worker.items() if k not in ("spec",)}
+        for callback in list(self._subscribers):
+            callback(AgentEvent(host, "worker", data))
+
+    def emit_log(self, host: str, worker_id: str, kind: str, fields: dict[str, Any]) -> None:
+        for callback in list(self._subscribers):
+            callback(AgentEvent(host, "log", {"worker": worker_id, "kind": kind, "fields": fields}))
+
+    def crash(self, host: str, worker_id: str, *, signal: int | None = 9, exit_code: int | None = None) -> None:
+        worker = self.workers[(host, worker_id)]
+        worker.update(state="failed", signal=signal, exit_code=exit_code, reason="")
+        self.emit_worker(host, worker)
+
+    def finish(self, host: str, worker_id: str) -> None:
+        worker = self.workers[(host, worker_id)]
+        worker.update(state="exited", exit_code=0, reason="exited with code 0")
+        self.emit_worker(host, worker)
+
+    def started(self) -> list[tuple[str, str]]:
+        return [(h, p["spec"]["id"].rsplit(".", 1)[1]) for h, m, p in self.calls if m == "workers.start"]
+
+    def stopped(self) -> list[tuple[str, str]]:
+        return [(h, p["id"].rsplit(".", 1)[1]) for h, m, p in self.calls if m == "workers.stop"]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+class Recorder:
+    """A DeploymentRecorder that keeps everything."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.finished: list[Any] = []
+        self.measured: list[tuple[str, str, dict[str, Any]]] = []
+
+    def deployment_started(self, snapshot: Any, plan: Any) -> None:
+        self.started.append((snapshot, plan))
+
+    def deployment_event(self, deployment_id: str, kind: str, message: str, data: Any) -> None:
+        self.events.append((deployment_id, kind, message))
+
+    def deployment_finished(self, snapshot: Any) -> None:
+        self.finished.append(snapshot)
+
+    def startup_measured(self, deployment_id: str, worker: str, measured: Any) -> None:
+        self.measured.append((deployment_id, worker, dict(measured)))

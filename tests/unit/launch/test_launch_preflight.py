@@ -1,0 +1,161 @@
+"""Pre-flight: each check passes or fails with a reason a user can act on, from the agents' real reply shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launch_builders import make_node, make_profile
+from meshdeck.launch import preflight_rules as rules
+from meshdeck.launch.build import build_launch_plan
+from meshdeck.services.preflight import PORT_PROBE, model_path, run_preflight, versions_python
+
+GIB = 1024**3
+FILES = {"exists": True, "files": [["config.json", 1639], ["model-00001-of-000163.safetensors", 5234139343]],
+         "total_bytes": 5234140982, "truncated": False}  # fmt: skip
+
+
+def test_model_files_must_match_the_head_file_by_file() -> None:
+    other = {**FILES, "files": [["config.json", 1639], ["model-00001-of-000163.safetensors", 1000]]}
+    results = rules.model_files("/m", {"gpu-a": FILES, "gpu-b": FILES, "gpu-c": other,
+                                       "gpu-d": {"exists": False, "files": []}, "gpu-e": "RpcTimeout: no answer"})  # fmt: skip
+    verdicts = {r.host: (r.passed, r.reason) for r in results}
+    assert verdicts["gpu-a"][0] and "reference" in verdicts["gpu-a"][1]
+    assert verdicts["gpu-b"] == (True, "same 2 files as gpu-a")
+    assert (
+        not verdicts["gpu-c"][0]
+        and "model-00001-of-000163.safetensors: 1000 vs 5234139343 bytes" in verdicts["gpu-c"][1]
+    )
+    assert verdicts["gpu-d"] == (False, "/m is not on this node; download it to the same path")
+    assert verdicts["gpu-e"] == (False, "could not list /m: RpcTimeout: no answer")
+
+
+def test_versions_must_be_installed_and_equal() -> None:
+    a = {"python": "3.11.7", "torch": "2.9.0", "vllm": "0.33.0", "nccl": "2.27.3", "ray": None, "error": None}
+    b = {**a, "vllm": "0.32.1"}
+    c = {**a, "nccl": None}
+    results = rules.versions(["vllm", "torch", "nccl"], {"gpu-a": a, "gpu-b": b, "gpu-c": c})
+    failed = [(r.host, r.reason) for r in results if not r.passed]
+    assert ("gpu-c", "not installed: nccl") in failed
+    assert (None, "vllm differs across nodes: gpu-a 0.33.0, gpu-b 0.32.1, gpu-c 0.33.0") in failed
+    error = {**a, "error": "interpreter 'python3' not found on this server's PATH"}
+    assert not rules.versions(["torch"], {"gpu-a": error})[0].passed
+
+
+def test_free_gpu_memory_must_cover_what_vllm_claims() -> None:
+    total = 150_000_000_000
+    roomy = [{"index": i, "memory_total_bytes": total, "memory_used_bytes": 600_000_000} for i in range(8)]
+    busy = [dict(g) for g in roomy]
+    busy[3]["memory_used_bytes"] = 40_000_000_000  # someone else's process
+    results = rules.gpu_memory(8, 0.9, {"gpu-a": roomy, "gpu-b": busy, "gpu-c": roomy[:4]})
+    verdicts = {r.host: r for r in results}
+    assert verdicts["gpu-a"].passed
+    assert not verdicts["gpu-b"].passed and verdicts["gpu-b"].reason.startswith("GPU 3: 102.4 GiB free < 125.7 GiB")
+    assert verdicts["gpu-c"].reason == "4 GPU(s), the plan needs 8"
+    assert rules.gpu_memory(2, None, {"cpu": []}, allow_cpu=True)[0].passed
+    assert not rules.gpu_memory(2, 0.9, {"cpu": []})[0].passed
+
+
+def test_ports_reach_and_clocks() -> None:
+    purposes = {8000: "vLLM API", 29501: "torch.distributed master (vLLM mp)"}
+    results = rules.ports_free("gpu-a", purposes, {"ports": {"8000": True, "29501": False}})
+    assert [r.passed for r in results] == [True, False]
+    assert results[1].reason == "29501 (torch.distributed master (vLLM mp)) is already taken on the head"
+    reach = rules.reach_head("10.0.0.1", {("gpu-b", 29501): {"ok": False, "error": "10.0.0.1:29501: timed out"},
+                                          ("gpu-a", 29501): {"ok": True, "rtt_ms": 0.2}})  # fmt: skip
+    assert [(r.host, r.passed) for r in reach] == [("gpu-a", True), ("gpu-b", False)]
+    assert "timed out" in reach[1].reason
+    skewed = rules.clocks({"gpu-a": (0.01, 0.002), "gpu-b": (1.9, 0.002), "gpu-c": "ConnectionLost"})
+    assert [r.passed for r in skewed] == [False, False]
+    assert "gpu-b is 1.89 s ahead of gpu-a" in skewed[1].reason
+    assert rules.clocks({"gpu-a": (0.01, 0.002), "gpu-b": (0.4, 0.002)})[0].passed
+
+
+class ScriptedAgents:
+    """Replies in the agents' shapes (agent/meshdeck_agent/checks.py, daemon.py)."""
+
+    def __init__(self, taken: set[int] | None = None, unreachable: set[str] | None = None) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.taken = taken or set()
+        self.unreachable = unreachable or set()
+        self.probe_running = False
+
+    def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        params = params or {}
+        self.calls.append((host, method, params))
+        if method == "checks.files":
+            return FILES
+        if method == "checks.versions":
+            return {
+                "python": "3.11.7",
+                "torch": "2.9.0",
+                "vllm": "0.33.0",
+                "nccl": "2.27.3",
+                "ray": None,
+                "error": None,
+            }
+        if method == "inventory":
+            return {"gpus": [{"index": i, "memory_total_bytes": 150 * 10**9} for i in range(8)], "nics": []}
+        if method == "samples.read":
+            gpus = [{"index": i, "memory_used_bytes": 10**9} for i in range(8)]
+            return {"samples": [{"seq": 9, "gpus": gpus}], "dropped": 0, "first_seq": 1, "last_seq": 9}
+        if method == "checks.ports_free":
+            return {"ports": {str(p): p not in self.taken for p in params["ports"]}}
+        if method == "workers.start":
+            assert params["spec"]["argv"][1:3] == ["-c", PORT_PROBE]
+            self.probe_running = True
+            return {"id": params["spec"]["id"], "state": "running"}
+        if method == "workers.logs":
+            return {"data": "listening 8000\nlistening 29501\nprobe ready\n", "offset": 40}
+        if method == "checks.tcp_connect":
+            assert self.probe_running, "probed before the listener was up"
+            if host in self.unreachable:
+                return {"ok": False, "error": f"{params['host']}:{params['port']}: timed out", "rtt_ms": None}
+            return {"ok": True, "error": None, "rtt_ms": 0.3}
+        if method == "workers.stop":
+            self.probe_running = False
+            return {"id": params["id"], "state": "stopped"}
+        if method == "agent.time":
+            import time
+
+            return {"time": time.time()}
+        raise AssertionError(method)
+
+
+def two_node_plan():
+    profile = make_profile(hosts=["gpu-a", "gpu-b"], layout={"tensor_parallel": 8, "pipeline_parallel": 2})
+    plan = build_launch_plan(profile, [make_node("gpu-a", "10.0.0.1"), make_node("gpu-b", "10.0.0.2")], run_id="r")
+    return profile, plan
+
+
+def test_preflight_asks_every_node_and_probes_the_heads_ports_with_a_listener() -> None:
+    profile, plan = two_node_plan()
+    agents = ScriptedAgents()
+    report = run_preflight(agents, plan, profile)
+    assert report.passed, [r for r in report.results if not r.passed]
+    checks = {(r.check, r.host) for r in report.results}
+    assert {("model files", "gpu-a"), ("model files", "gpu-b"), ("versions", "gpu-b"), ("GPU memory", "gpu-b"),
+            ("ports free", "gpu-a"), ("reach head", "gpu-b"), ("clocks", None)} <= checks  # fmt: skip
+    probes = [(h, p["port"]) for h, m, p in agents.calls if m == "checks.tcp_connect"]
+    assert sorted(probes) == [("gpu-a", 8000), ("gpu-a", 29501), ("gpu-b", 8000), ("gpu-b", 29501)]
+    assert all(p["host"] == "10.0.0.1" for h, m, p in agents.calls if m == "checks.tcp_connect")
+    assert not agents.probe_running  # the listener was stopped
+    files = next(p for h, m, p in agents.calls if m == "checks.files")
+    assert files["path"] == "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V3.2"
+
+
+def test_preflight_reports_a_taken_port_and_an_unreachable_node() -> None:
+    profile, plan = two_node_plan()
+    report = run_preflight(ScriptedAgents(taken={29501}), plan, profile)
+    assert not report.passed
+    assert any(r.check == "ports free" and not r.passed and "29501" in r.reason for r in report.results)
+    report = run_preflight(ScriptedAgents(unreachable={"gpu-b"}), plan, profile)
+    assert [r.host for r in report.failures] == ["gpu-b", "gpu-b"]
+    assert all("timed out" in r.reason for r in report.failures)
+
+
+def test_where_the_model_and_interpreter_are_looked_for() -> None:
+    assert model_path(make_profile(model="/models/ds32")) == "/models/ds32"
+    assert model_path(make_profile(env={"HF_HOME": "/data/hf"})) == "/data/hf/hub/models--deepseek-ai--DeepSeek-V3.2"
+    torch_profile = make_profile(engine="torch", torch={"script": "tiny-deepseek", "python": "/opt/py/bin/python"})
+    assert model_path(torch_profile) is None and versions_python(torch_profile) == "/opt/py/bin/python"
+    assert versions_python(make_profile(vllm={"executable": "/opt/venv/bin/vllm"})) == "/opt/venv/bin/python3"
