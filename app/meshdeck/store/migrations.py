@@ -41,6 +41,71 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "metric history: series, raw samples, 1-minute and 1-hour rollups, ingest positions, events, settings",
+        (
+            # One row per (host, device, metric, labels); ids are handed out in order of first sight, so
+            # one host's series are neighbours in the sample table's key space.
+            """CREATE TABLE series (
+                id INTEGER PRIMARY KEY,
+                host TEXT NOT NULL,
+                device TEXT NOT NULL,
+                metric TEXT NOT NULL,
+                labels TEXT NOT NULL DEFAULT '',
+                UNIQUE (host, device, metric, labels)
+            )""",
+            """CREATE TABLE samples (
+                series_id INTEGER NOT NULL,
+                ts INTEGER NOT NULL,
+                value REAL NOT NULL,
+                PRIMARY KEY (series_id, ts)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE rollup_1m (
+                series_id INTEGER NOT NULL,
+                bucket INTEGER NOT NULL,
+                vmin REAL NOT NULL,
+                vmax REAL NOT NULL,
+                vsum REAL NOT NULL,
+                n INTEGER NOT NULL,
+                PRIMARY KEY (series_id, bucket)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE rollup_1h (
+                series_id INTEGER NOT NULL,
+                bucket INTEGER NOT NULL,
+                vmin REAL NOT NULL,
+                vmax REAL NOT NULL,
+                vsum REAL NOT NULL,
+                n INTEGER NOT NULL,
+                PRIMARY KEY (series_id, bucket)
+            ) WITHOUT ROWID""",
+            # Per host: the last sample committed (the fleet resumes from last_seq after a restart) and the
+            # minute / hour buckets still open (not yet rolled up; queries read those from the finer tier).
+            """CREATE TABLE ingest_state (
+                host TEXT NOT NULL PRIMARY KEY,
+                last_seq INTEGER NOT NULL,
+                last_ts INTEGER NOT NULL,
+                open_minute INTEGER,
+                open_hour INTEGER,
+                samples INTEGER NOT NULL DEFAULT 0,
+                dropped INTEGER NOT NULL DEFAULT 0,
+                updated_at REAL NOT NULL
+            )""",
+            """CREATE TABLE events (
+                id INTEGER PRIMARY KEY,
+                ts REAL NOT NULL,
+                kind TEXT NOT NULL,
+                host TEXT,
+                subject TEXT,
+                deployment_id INTEGER,
+                data TEXT NOT NULL DEFAULT '{}'
+            )""",
+            "CREATE INDEX events_by_ts ON events (ts)",
+            "CREATE INDEX events_by_host ON events (host, ts)",
+            "CREATE INDEX events_by_deployment ON events (deployment_id, ts) WHERE deployment_id IS NOT NULL",
+            "CREATE TABLE settings (key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -1,0 +1,279 @@
+"""Turning batches of sample rows into one committed transaction: series ids, raw rows, rollups, positions.
+
+`SampleIngest` is single-threaded (the writer thread owns it). Rows arrive as `protocol.sample_rows`
+produces them, `(seq, ts_seconds, device, metric, value)`, per host. A re-delivered sample (backfill
+overlapping what is stored, a replay after a restart) is harmless: the raw table's primary key
+(series, ts) ignores the row, and rollups are recomputed from raw, never incremented. A sample that
+lands in a minute already rolled up (a gap filled late, a clock stepped back) re-rolls that minute.
+
+Per host the ingest keeps a position: the last seq (what the fleet resumes from; a lower seq with a
+later time means the agent restarted and counts from 1 again) and the minute still open.
+
+Everything a commit does — new series, samples, the rollups of buckets that closed, the positions and
+events — is one SQLite transaction: after a crash the database holds all of it or none of it, and
+`CommitAck` reports exactly what became durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from operator import itemgetter
+
+from meshdeck.store.database import Database
+from meshdeck.store.events import EventRecord, insert_events
+from meshdeck.store.rollups import HOUR_MS, MINUTE_MS, roll_up
+
+log = logging.getLogger(__name__)
+
+SampleRow = tuple[int, float, str, str, float]
+"""(seq, ts in Unix seconds, device, metric, value): the shape `meshdeck_agent.protocol.sample_rows` yields."""
+
+_INSERT_SAMPLE = "INSERT OR IGNORE INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
+_INSERT_SERIES = "INSERT INTO series (host, device, metric, labels) VALUES (?, ?, ?, '')"
+_SAVE_POSITION = """
+INSERT OR REPLACE INTO ingest_state (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+@dataclass(frozen=True)
+class CommittedRange:
+    """Every sample of `host` with a seq in first_seq..last_seq submitted before this commit is durable."""
+
+    host: str
+    first_seq: int
+    last_seq: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class CommitAck:
+    ranges: tuple[CommittedRange, ...]
+    rows: int  # sample rows inserted
+    events: int
+    duplicates: int  # rows that were already stored (re-delivered samples)
+    committed_at: float
+
+
+@dataclass(frozen=True)
+class HostPosition:
+    """Where a host's history stands: the last committed sample and the minute bucket still open."""
+
+    last_seq: int
+    last_ts_ms: int
+    open_minute: int | None
+    samples: int = 0
+    dropped: int = 0
+
+    @property
+    def open_hour(self) -> int | None:
+        return None if self.open_minute is None else self.open_minute - self.open_minute % HOUR_MS
+
+
+NEW_HOST = HostPosition(last_seq=-1, last_ts_ms=-1, open_minute=None)
+
+
+def load_positions(connection: sqlite3.Connection) -> dict[str, HostPosition]:
+    rows = connection.execute("SELECT host, last_seq, last_ts, open_minute, samples, dropped FROM ingest_state")
+    return {host: HostPosition(seq, ts, minute, samples, dropped) for host, seq, ts, minute, samples, dropped in rows}
+
+
+class SampleIngest:
+    """Stages rows, events and loss counts, and commits them as one transaction."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        self._series: dict[str, dict[tuple[str, str], int]] = {}
+        for series_id, host, device, metric in connection.execute(
+            "SELECT id, host, device, metric FROM series WHERE labels = ''"
+        ):
+            self._series.setdefault(host, {})[(device, metric)] = series_id
+        self._positions = load_positions(connection)
+        self._batches: list[tuple[str, Sequence[SampleRow]]] = []
+        self._dropped: dict[str, int] = {}
+        self._events: list[EventRecord] = []
+        self._seal: set[str] = set()
+        self._seal_all = False
+        self.pending_rows = 0
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._batches or self._dropped or self._events or self._seal or self._seal_all)
+
+    def positions(self) -> dict[str, HostPosition]:
+        return dict(self._positions)
+
+    def add_rows(self, host: str, rows: Sequence[SampleRow]) -> None:
+        if rows:
+            self._batches.append((host, rows))
+            self.pending_rows += len(rows)
+
+    def add_dropped(self, host: str, count: int) -> None:
+        if count > 0:
+            self._dropped[host] = self._dropped.get(host, 0) + count
+
+    def add_event(self, record: EventRecord) -> None:
+        self._events.append(record)
+
+    def seal(self, hosts: Sequence[str] | None = None) -> None:
+        """Roll up the open buckets of `hosts` (every host, staged ones included, when None) at the next commit."""
+        if hosts is None:
+            self._seal_all = True
+        else:
+            self._seal.update(hosts)
+
+    def idle_hosts(self, now_ms: int, idle_ms: int) -> list[str]:
+        """Hosts with an open bucket whose last sample is older than `idle_ms`."""
+        return [
+            host
+            for host, position in self._positions.items()
+            if position.open_minute is not None and now_ms - position.last_ts_ms > idle_ms
+        ]
+
+    def discard_pending(self) -> int:
+        """Forget everything staged (after a commit failed for good); returns the rows dropped."""
+        rows = self.pending_rows
+        self._batches, self._dropped, self._events, self._seal, self._seal_all = [], {}, [], set(), False
+        self.pending_rows = 0
+        return rows
+
+    def commit(self) -> CommitAck | None:
+        """Write everything staged in one transaction. On an exception nothing was written and the
+        staged data is kept (call again to retry, or `discard_pending`)."""
+        if not self.has_pending:
+            return None
+        connection = self._connection
+        params: list[tuple[int, int, float]] = []
+        minutes: list[tuple[str, int]] = []
+        hours: list[tuple[str, int]] = []
+        updated: dict[str, HostPosition] = {}
+        ranges: dict[str, CommittedRange] = {}
+        created: list[tuple[str, tuple[str, str]]] = []
+        duplicates = 0
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            for host, rows in self._batches:
+                position = updated.get(host) or self._positions.get(host, NEW_HOST)
+                position, accepted = self._convert(host, rows, position, params, minutes, hours, created)
+                updated[host] = position
+                if accepted is not None:
+                    low, high, count = accepted
+                    before = ranges.get(host)
+                    ranges[host] = (
+                        CommittedRange(host, low, high, count)
+                        if before is None
+                        else CommittedRange(
+                            host, min(low, before.first_seq), max(high, before.last_seq), before.samples + count
+                        )
+                    )
+            for host in (set(self._positions) | set(updated)) if self._seal_all else self._seal:
+                position = updated.get(host) or self._positions.get(host)
+                if position is None or position.open_minute is None:
+                    continue
+                minutes.append((host, position.open_minute))
+                hours.append((host, position.open_minute - position.open_minute % HOUR_MS))
+                updated[host] = replace(position, open_minute=None)
+            for host, count in self._dropped.items():
+                position = updated.get(host) or self._positions.get(host, NEW_HOST)
+                updated[host] = replace(position, dropped=position.dropped + count)
+            if params:
+                # Key order: each series' rows land on its last leaf page one after another (measured
+                # ~1.4x fewer CPU-seconds per row than time order); the sort is stable, so ts stays ascending.
+                params.sort(key=itemgetter(0))
+                before = connection.total_changes
+                connection.executemany(_INSERT_SAMPLE, params)
+                duplicates = len(params) - (connection.total_changes - before)
+            roll_up(connection, minutes, hours)
+            now = time.time()
+            connection.executemany(
+                _SAVE_POSITION,
+                [
+                    (host, p.last_seq, p.last_ts_ms, p.open_minute, p.open_hour, p.samples, p.dropped, now)
+                    for host, p in updated.items()
+                ],
+            )
+            events = insert_events(connection, self._events)
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            for host, key in created:
+                self._series.get(host, {}).pop(key, None)
+            raise
+        self._positions.update(updated)
+        self._batches, self._dropped, self._events, self._seal, self._seal_all = [], {}, [], set(), False
+        self.pending_rows = 0
+        return CommitAck(tuple(ranges.values()), len(params), events, duplicates, now)
+
+    def _convert(
+        self,
+        host: str,
+        rows: Sequence[SampleRow],
+        position: HostPosition,
+        params: list[tuple[int, int, float]],
+        minutes: list[tuple[str, int]],
+        hours: list[tuple[str, int]],
+        created: list[tuple[str, tuple[str, str]]],
+    ) -> tuple[HostPosition, tuple[int, int, int] | None]:
+        """The hot loop: one pass over the rows, with per-sample work only when the seq changes.
+
+        Returns the new position and (lowest seq, highest seq, samples) seen, or None for no rows.
+        """
+        ids = self._series.setdefault(host, {})
+        append = params.append
+        last_seq, last_ts, open_minute = position.last_seq, position.last_ts_ms, position.open_minute
+        current: int | None = None
+        ts_ms = 0
+        low = high = -1
+        count = 0
+        for seq, ts, device, metric, value in rows:
+            if seq != current:
+                current = seq
+                ts_ms = round(ts * 1000)
+                if count == 0 or seq < low:
+                    low = seq
+                if count == 0 or seq > high:
+                    high = seq
+                count += 1
+                if ts_ms > last_ts:  # a newer sample (possibly from a restarted agent with a lower seq)
+                    last_ts = ts_ms
+                    last_seq = seq
+                elif seq > last_seq:
+                    last_seq = seq
+                minute = ts_ms - ts_ms % MINUTE_MS
+                if minute != open_minute:
+                    if open_minute is None or minute > open_minute:
+                        if open_minute is not None:
+                            minutes.append((host, open_minute))
+                            open_hour = open_minute - open_minute % HOUR_MS
+                            if minute - minute % HOUR_MS != open_hour:
+                                hours.append((host, open_hour))
+                        open_minute = minute
+                    else:  # a late sample: its minute (and maybe its hour) was rolled up already
+                        minutes.append((host, minute))
+                        hour = minute - minute % HOUR_MS
+                        if hour != open_minute - open_minute % HOUR_MS:
+                            hours.append((host, hour))
+            key = (device, metric)
+            series_id = ids.get(key)
+            if series_id is None:
+                series_id = self._connection.execute(_INSERT_SERIES, (host, device, metric)).lastrowid
+                assert series_id is not None
+                ids[key] = series_id
+                created.append((host, key))
+            append((series_id, ts_ms, value))
+        new_position = HostPosition(last_seq, last_ts, open_minute, position.samples + count, position.dropped)
+        return new_position, (None if count == 0 else (low, high, count))
+
+
+def ingest_positions(db: Database) -> dict[str, HostPosition]:
+    """Per host, the last committed sample: the fleet passes `last_seq` as since_seq when it reconnects."""
+    with db.read() as connection:
+        rows = connection.exec_driver_sql(
+            "SELECT host, last_seq, last_ts, open_minute, samples, dropped FROM ingest_state"
+        ).all()
+    return {row[0]: HostPosition(*row[1:]) for row in rows}

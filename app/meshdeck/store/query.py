@@ -1,0 +1,213 @@
+"""Reading history back for a chart: pick the resolution by span, return at most `max_points` points.
+
+The tier is the coarsest one whose bucket still fits in one chart point (span / max_points): a
+15-minute chart reads raw samples, a day reads 1-minute rollups, a month reads 1-hour rollups. If the
+retention policy already deleted that tier for the start of the range, the next coarser tier is used.
+Points are grouped into steps that are whole multiples of the tier's bucket, aligned to the epoch
+(so a panned chart keeps its points), each with min / mean / max / count.
+
+Buckets a host has not closed yet (the current minute and hour) are not in the rollup tables; they are
+read from the finer tier, so the right edge of a chart is never missing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Select, select, text
+
+from meshdeck.core.errors import InputError
+from meshdeck.store import schema
+from meshdeck.store.database import Database
+from meshdeck.store.retention import RetentionPolicy, load_policy
+from meshdeck.store.rollups import HOUR, HOUR_MS, MINUTE, MINUTE_MS, RAW, Tier
+
+DEFAULT_MAX_POINTS = 1000
+
+
+@dataclass(frozen=True)
+class Series:
+    id: int
+    host: str
+    device: str
+    metric: str
+
+
+@dataclass(frozen=True)
+class SeriesRange:
+    """One series over a time range. `ts` are Unix seconds: the step's start (raw: the first sample's time)."""
+
+    series: Series
+    tier: str
+    step_s: float
+    ts: tuple[float, ...]
+    mean: tuple[float, ...]
+    minimum: tuple[float, ...]
+    maximum: tuple[float, ...]
+    count: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def _series_query(
+    host: str | None, device: str | None, metric: str | None, series_ids: Sequence[int] | None = None
+) -> Select[tuple[int, str, str, str]]:
+    table = schema.series
+    query = select(table.c.id, table.c.host, table.c.device, table.c.metric)
+    if series_ids is not None:
+        query = query.where(table.c.id.in_(list(series_ids)))
+    if host is not None:
+        query = query.where(table.c.host == host)
+    if device is not None:
+        query = query.where(table.c.device == device)
+    if metric is not None:
+        query = query.where(table.c.metric == metric)
+    return query.order_by(table.c.host, table.c.device, table.c.metric, table.c.id)
+
+
+def list_series(
+    db: Database, *, host: str | None = None, device: str | None = None, metric: str | None = None
+) -> list[Series]:
+    with db.read() as connection:
+        return [Series(*row) for row in connection.execute(_series_query(host, device, metric))]
+
+
+def choose_tier(span_s: float, max_points: int, since_s: float, policy: RetentionPolicy, now_s: float) -> Tier:
+    """The coarsest tier whose bucket fits one point, moved coarser while retention has removed `since`."""
+    width_ms = span_s * 1000 / max_points
+    tiers = [RAW, MINUTE, HOUR]
+    index = 2 if width_ms >= HOUR_MS else 1 if width_ms >= MINUTE_MS else 0
+    cutoffs = policy.cutoffs_ms(now_s)
+    while index < 2 and (cutoff := cutoffs[tiers[index].table]) is not None and since_s * 1000 < cutoff:
+        index += 1
+    return tiers[index]
+
+
+def _step_ms(tier: Tier, span_ms: float, max_points: int) -> int:
+    width = math.ceil(span_ms / max_points)
+    if tier.bucket_ms == 0:
+        return max(1, width)
+    return tier.bucket_ms * max(1, math.ceil(width / tier.bucket_ms))
+
+
+def _segments(tier: Tier, open_minute: int | None, lo: int, hi: int) -> list[tuple[str, int, int]]:
+    """(source, start, end) pieces covering [lo, hi): closed buckets from the tier, open ones from finer."""
+    if tier is RAW:
+        return [("samples", lo, hi)]
+    if open_minute is None:
+        return [(tier.table, lo, hi)]
+    if tier is MINUTE:
+        return [("rollup_1m", lo, min(hi, open_minute)), ("samples", max(lo, open_minute), hi)]
+    open_hour = open_minute - open_minute % HOUR_MS
+    return [
+        ("rollup_1h", lo, min(hi, open_hour)),
+        ("rollup_1m", max(lo, open_hour), min(hi, open_minute)),
+        ("samples", max(lo, open_minute), hi),
+    ]
+
+
+_SOURCE_SQL = {
+    "samples": (
+        "SELECT ts / :step AS g, min(ts), min(value), max(value), sum(value), count(*) FROM samples "
+        "WHERE series_id = :sid AND ts >= :lo AND ts < :hi GROUP BY g"
+    ),
+    "rollup_1m": (
+        "SELECT bucket / :step AS g, min(bucket), min(vmin), max(vmax), sum(vsum), sum(n) FROM rollup_1m "
+        "WHERE series_id = :sid AND bucket >= :lo AND bucket < :hi GROUP BY g"
+    ),
+    "rollup_1h": (
+        "SELECT bucket / :step AS g, min(bucket), min(vmin), max(vmax), sum(vsum), sum(n) FROM rollup_1h "
+        "WHERE series_id = :sid AND bucket >= :lo AND bucket < :hi GROUP BY g"
+    ),
+}
+
+
+def _read_series(
+    connection: Connection, series: Series, tier: Tier, step: int, open_minute: int | None, lo: int, hi: int
+) -> SeriesRange:
+    groups: dict[int, list[float]] = {}
+    for source, start, end in _segments(tier, open_minute, lo, hi):
+        if start >= end:
+            continue
+        rows = connection.execute(
+            text(_SOURCE_SQL[source]), {"step": step, "sid": series.id, "lo": start, "hi": end}
+        ).all()
+        for g, first, vmin, vmax, vsum, n in rows:
+            group = groups.get(g)
+            if group is None:
+                groups[g] = [first, vmin, vmax, vsum, n]
+            else:
+                group[0] = min(group[0], first)
+                group[1] = min(group[1], vmin)
+                group[2] = max(group[2], vmax)
+                group[3] += vsum
+                group[4] += n
+    keys = sorted(groups)
+    points = [groups[g] for g in keys]
+    ts = tuple(p[0] / 1000 for p in points) if tier is RAW else tuple(g * step / 1000 for g in keys)
+    return SeriesRange(
+        series=series,
+        tier=tier.name,
+        step_s=step / 1000,
+        ts=ts,
+        mean=tuple(p[3] / p[4] for p in points),
+        minimum=tuple(p[1] for p in points),
+        maximum=tuple(p[2] for p in points),
+        count=tuple(int(p[4]) for p in points),
+    )
+
+
+def tier_by_name(name: str) -> Tier:
+    by_name = {t.name: t for t in (RAW, MINUTE, HOUR)}
+    if name not in by_name:
+        raise InputError("tier", f"{name!r} is not one of raw, 1m, 1h")
+    return by_name[name]
+
+
+def query_range(
+    db: Database,
+    *,
+    since: float,
+    until: float,
+    host: str | None = None,
+    metric: str | None = None,
+    device: str | None = None,
+    series_ids: Sequence[int] | None = None,
+    max_points: int = DEFAULT_MAX_POINTS,
+    tier: str | None = None,
+    now: float | None = None,
+    policy: RetentionPolicy | None = None,
+) -> list[SeriesRange]:
+    """History of the matching series between `since` and `until` (Unix seconds), one chart's worth.
+
+    Select series by `series_ids`, or by any of host / metric / device. `tier` ("raw", "1m", "1h")
+    overrides the automatic choice.
+    """
+    if not (math.isfinite(since) and math.isfinite(until)) or until <= since:
+        raise InputError("range", f"until ({until}) must be after since ({since})")
+    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
+        raise InputError("max_points", f"{max_points!r} must be a positive integer")
+    if tier is None:
+        chosen = choose_tier(until - since, max_points, since, policy or load_policy(db), now or time.time())
+    else:
+        chosen = tier_by_name(tier)
+    step = _step_ms(chosen, (until - since) * 1000, max_points)
+    lo = math.floor(since * 1000)
+    hi = math.ceil(until * 1000)
+    if chosen.bucket_ms:
+        lo -= lo % chosen.bucket_ms
+    with db.read() as connection:
+        matched = [Series(*row) for row in connection.execute(_series_query(host, device, metric, series_ids))]
+        open_minutes: dict[str, int | None] = {}
+        hosts = sorted({s.host for s in matched})
+        if hosts and chosen is not RAW:
+            state = schema.ingest_state
+            query = select(state.c.host, state.c.open_minute).where(state.c.host.in_(hosts))
+            open_minutes = {host_name: minute for host_name, minute in connection.execute(query)}
+        return [
+            _read_series(connection, series, chosen, step, open_minutes.get(series.host), lo, hi) for series in matched
+        ]

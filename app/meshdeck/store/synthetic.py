@@ -1,0 +1,75 @@
+"""Fabricated GPU history in the real wire format, for `meshdeck bench ingest` and the store's tests.
+
+Every sample is marked `"simulated": true`. The shape is the one an 8-GPU server reports: per GPU the
+twelve scalar metrics below, with plausible H200 magnitudes (141 GB of HBM, 700 W, ~1980 MHz) that
+vary from second to second, deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from meshdeck_agent.protocol import sample_rows
+
+GPU_METRICS = (
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "memory_reserved_bytes",
+    "utilization_pct",
+    "memory_utilization_pct",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+)
+H200_MEMORY_BYTES = 141 * 1024**3
+
+
+def host_name(index: int) -> str:
+    return f"gpu-{index:02d}"
+
+
+def wire_sample(seq: int, ts: float, *, gpus: int = 8, rng: random.Random | None = None) -> dict[str, Any]:
+    """One SAMPLE as an agent sends it (protocol.py), `gpus` GPUs with the twelve GPU_METRICS each."""
+    rng = rng or random.Random(seq)
+    phase = math.sin(ts / 300.0)
+    devices = []
+    for index in range(gpus):
+        load = min(100.0, max(0.0, 70.0 + 25.0 * phase + rng.uniform(-5.0, 5.0)))
+        devices.append(
+            {
+                "index": index,
+                "uuid": f"GPU-simulated-{index}",
+                "memory_used_bytes": int(H200_MEMORY_BYTES * (0.80 + 0.1 * phase)) + rng.randrange(1 << 20),
+                "memory_total_bytes": H200_MEMORY_BYTES,
+                "memory_reserved_bytes": 512 * 1024**2,
+                "utilization_pct": round(load),
+                "memory_utilization_pct": round(load * 0.6),
+                "power_w": round(120.0 + 5.6 * load + rng.uniform(-8.0, 8.0), 2),
+                "power_limit_w": 700.0,
+                "temperature_c": round(38 + load * 0.35),
+                "sm_clock_mhz": 1980 if load > 5 else 345,
+                "mem_clock_mhz": 3201,
+                "pcie_tx_bytes_per_s": round(rng.uniform(0.5e9, 2.0e9)),
+                "pcie_rx_bytes_per_s": round(rng.uniform(0.5e9, 2.0e9)),
+            }
+        )
+    return {"seq": seq, "ts": ts, "simulated": True, "gpus": devices}
+
+
+def fleet_batches(
+    hosts: int, seconds: int, *, start_ts: float, gpus: int = 8, first_seq: int = 1, seed: int = 0
+) -> Iterator[tuple[str, list[tuple[int, float, str, str, float]]]]:
+    """(host, flattened rows of one sample) for every second and host, in arrival order (second by second)."""
+    rng = random.Random(seed)
+    for second in range(seconds):
+        seq = first_seq + second
+        for index in range(hosts):
+            sample = wire_sample(seq, start_ts + second, gpus=gpus, rng=rng)
+            yield host_name(index), list(sample_rows([sample]))

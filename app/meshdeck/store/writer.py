@@ -1,0 +1,336 @@
+"""The one thread that writes metric history: batches from a queue, one transaction per batch.
+
+Callers (the fleet adapter in `services/history.py`, tests, the ingest benchmark) hand it wire
+samples or flattened rows per host and return at once. The thread stages everything it finds in the
+queue and commits when the oldest staged item is `commit_interval_s` old, when `max_batch_rows` are
+staged, or when someone calls `flush()`. Each commit is reported as a `CommitAck` (which seqs of which
+host are now durable) to `on_commit` and in `committed_seq()`: the fleet resumes from there after a
+restart, and the agent's ring buffer (2 h) covers whatever was still in flight when the app died.
+
+Why not commit every second: samples are keyed (series, time), so one commit touches one B-tree leaf
+page per series. At 64 hosts × 96 series a 1 s cadence rewrites ~6,000 pages (25 MB) per second into
+the WAL; at 10 s it is a tenth of that for the same rows (see tests/benchmarks/test_bench_store.py).
+
+A failed commit (disk full, a lock held too long) keeps the batch staged and retries after
+`retry_s`; nothing is acknowledged until it is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meshdeck_agent.protocol import sample_rows
+
+from meshdeck.store.database import Database
+from meshdeck.store.events import EventRecord
+from meshdeck.store.ingest import CommitAck, HostPosition, SampleIngest, SampleRow
+from meshdeck.store.retention import RetentionPolicy, apply_retention, load_policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    commit_interval_s: float = 10.0
+    max_batch_rows: int = 200_000
+    cache_kib: int = 128 * 1024  # page cache of the writer's connection: every series' last leaf page stays hot
+    retention_every_s: float = 600.0
+    seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
+    retry_s: float = 5.0
+    max_pending_rows: int = 5_000_000  # beyond this, a failing database makes the writer drop (and log) data
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    commits: int
+    rows: int
+    samples: int
+    duplicates: int
+    events: int
+    failures: int
+    discarded_rows: int
+    cpu_seconds: float  # CPU time of the writer thread
+    last_error: str | None
+
+
+class _Flush:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+
+
+_STOP = object()
+_STOP_OPEN = object()  # stop, leaving the open buckets open
+
+
+class SampleWriter:
+    """Owns the database's write side for metric history. Thread-safe to submit to; `start()` then `stop()`."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        settings: WriterSettings | None = None,
+        retention: RetentionPolicy | None = None,
+        on_commit: Callable[[CommitAck], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.settings = settings or WriterSettings()
+        self._retention = retention
+        self._on_commit = on_commit
+        self._clock = clock
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._committed: dict[str, int] = {}
+        self._positions: dict[str, HostPosition] = {}
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._commits = self._rows = self._samples = self._duplicates = self._events = 0
+        self._failures = self._discarded = 0
+        self._cpu = 0.0
+        self._last_error: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> SampleWriter:
+        if self._thread is not None:
+            raise RuntimeError("the sample writer is already started")
+        self._thread = threading.Thread(target=self._run, name="meshdeck-sample-writer", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._start_error is not None:
+            raise self._start_error
+        return self
+
+    def stop(self, timeout: float = 60.0, *, roll_up_open_buckets: bool = True) -> None:
+        """Commit what is staged, roll up the open minute/hour of every host (unless told not to: the
+        next run then continues them), close the connection."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        self._queue.put(_STOP if roll_up_open_buckets else _STOP_OPEN)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.error("the sample writer did not stop within %.0f s", timeout)
+
+    def __enter__(self) -> SampleWriter:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- submitting ------------------------------------------------------------------------------
+
+    def _put(self, item: Any) -> None:
+        if not self.running:
+            raise RuntimeError("the sample writer is not running")
+        self._queue.put(item)
+
+    def submit_samples(self, host: str, samples: Sequence[Mapping[str, Any]], dropped: int = 0) -> None:
+        """Wire SAMPLE dicts of one host, seq ascending; `dropped` = samples the agent lost before them."""
+        self._put(("samples", host, samples, dropped))
+
+    def submit_rows(self, host: str, rows: Sequence[SampleRow]) -> None:
+        """Already flattened `(seq, ts_s, device, metric, value)` rows (finite float values), seq ascending."""
+        self._put(("rows", host, rows))
+
+    def submit_event(self, record: EventRecord) -> None:
+        self._put(("event", record))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Commit everything submitted before this call; True once it is durable."""
+        token = _Flush()
+        self._put(token)
+        return token.done.wait(timeout) and token.ok
+
+    # -- reading state ---------------------------------------------------------------------------
+
+    def committed_seq(self, host: str) -> int | None:
+        """The last seq of `host` known durable (across restarts: loaded from the database)."""
+        with self._lock:
+            return self._committed.get(host)
+
+    def positions(self) -> dict[str, HostPosition]:
+        with self._lock:
+            return dict(self._positions)
+
+    def stats(self) -> WriterStats:
+        with self._lock:
+            return WriterStats(
+                self._commits,
+                self._rows,
+                self._samples,
+                self._duplicates,
+                self._events,
+                self._failures,
+                self._discarded,
+                self._cpu,
+                self._last_error,
+            )
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            connection = self.db.raw_connection(cache_kib=self.settings.cache_kib)
+            ingest = SampleIngest(connection)
+            retention = self._retention or load_policy(self.db)
+        except BaseException as exc:
+            self._start_error = exc
+            self._ready.set()
+            return
+        self._publish(ingest)
+        self._ready.set()
+        try:
+            self._loop(connection, ingest, retention)
+        finally:
+            connection.close()
+
+    def _publish(self, ingest: SampleIngest) -> None:
+        positions = ingest.positions()
+        with self._lock:
+            self._positions = positions
+            self._committed = {host: p.last_seq for host, p in positions.items() if p.last_seq >= 0}
+
+    def _loop(self, connection: Any, ingest: SampleIngest, retention: RetentionPolicy) -> None:
+        settings = self.settings
+        deadline: float | None = None
+        next_retention = time.monotonic() + min(60.0, settings.retention_every_s)
+        flushes: list[_Flush] = []
+        stopping = seal = False
+        while not stopping:
+            timeout = next_retention - time.monotonic()
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+            try:
+                item = self._queue.get(timeout=max(0.0, timeout))
+            except queue.Empty:
+                item = None
+            cpu_start = time.thread_time()
+            while item is not None:
+                if item is _STOP or item is _STOP_OPEN:
+                    stopping = True
+                    seal = item is _STOP
+                elif isinstance(item, _Flush):
+                    flushes.append(item)
+                else:
+                    self._stage(ingest, item)
+                if ingest.pending_rows >= settings.max_batch_rows:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+            now = time.monotonic()
+            if ingest.has_pending and deadline is None:
+                deadline = now + settings.commit_interval_s
+            if seal:
+                ingest.seal()
+            due = deadline is not None and now >= deadline
+            if ingest.has_pending and (due or flushes or stopping or ingest.pending_rows >= settings.max_batch_rows):
+                ok = self._commit(ingest)
+                deadline = None if ok else now + settings.retry_s
+                if ok or stopping:
+                    for token in flushes:
+                        token.ok = ok
+                        token.done.set()
+                    flushes = []
+            elif flushes:
+                for token in flushes:
+                    token.ok = True  # nothing staged: everything submitted before it is committed
+                    token.done.set()
+                flushes = []
+            if now >= next_retention and not stopping:
+                self._retain(connection, ingest, retention)
+                next_retention = time.monotonic() + settings.retention_every_s
+            with self._lock:
+                self._cpu += time.thread_time() - cpu_start
+
+    def _stage(self, ingest: SampleIngest, item: tuple[Any, ...]) -> None:
+        kind = item[0]
+        try:
+            if kind == "samples":
+                _, host, samples, dropped = item
+                ingest.add_rows(host, list(sample_rows(list(samples))))
+                if dropped:
+                    ingest.add_dropped(host, dropped)
+                    ingest.add_event(
+                        EventRecord("samples_dropped", self._clock(), host=host, data={"dropped": dropped})
+                    )
+            elif kind == "rows":
+                ingest.add_rows(item[1], item[2])
+            elif kind == "event":
+                ingest.add_event(item[1])
+        except Exception:  # a malformed batch must not take the writer down
+            log.exception("the sample writer dropped a malformed %s batch", kind)
+
+    def _commit(self, ingest: SampleIngest) -> bool:
+        try:
+            ack = ingest.commit()
+        except Exception as exc:
+            with self._lock:
+                self._failures += 1
+                self._last_error = f"{type(exc).__name__}: {exc}"
+            if ingest.pending_rows > self.settings.max_pending_rows:
+                lost = ingest.discard_pending()
+                with self._lock:
+                    self._discarded += lost
+                log.error("history commit failed (%s); dropped %d staged rows to bound memory", exc, lost)
+            else:
+                log.warning("history commit failed (%s); retrying in %.0f s", exc, self.settings.retry_s)
+            return False
+        if ack is None:
+            return True
+        with self._lock:
+            self._commits += 1
+            self._rows += ack.rows
+            self._samples += sum(r.samples for r in ack.ranges)
+            self._duplicates += ack.duplicates
+            self._events += ack.events
+            self._last_error = None
+            for committed in ack.ranges:
+                self._committed[committed.host] = committed.last_seq
+        self._publish_positions(ingest)
+        if self._on_commit is not None:
+            try:
+                self._on_commit(ack)
+            except Exception:
+                log.exception("on_commit callback failed")
+        return True
+
+    def _publish_positions(self, ingest: SampleIngest) -> None:
+        positions = ingest.positions()
+        with self._lock:
+            self._positions = positions
+
+    def _retain(self, connection: Any, ingest: SampleIngest, retention: RetentionPolicy) -> None:
+        now = self._clock()
+        idle = ingest.idle_hosts(int(now * 1000), int(self.settings.seal_idle_s * 1000))
+        if idle:
+            ingest.seal(idle)
+            if not self._commit(ingest):
+                return
+        try:
+            result = apply_retention(connection, retention, now)
+        except Exception as exc:
+            log.warning("retention failed (%s); will retry", exc)
+            return
+        if result.samples or result.rollup_1m or result.rollup_1h:
+            log.info(
+                "retention deleted %d raw samples, %d minute and %d hour rollups",
+                result.samples,
+                result.rollup_1m,
+                result.rollup_1h,
+            )

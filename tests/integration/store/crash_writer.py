@@ -1,0 +1,43 @@
+"""Child process for the kill -9 test: resumes each host after its last committed seq, ingests as fast
+as it can in small commits, and prints every acknowledgement as a JSON line the moment it is durable."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from meshdeck.store.database import open_database
+from meshdeck.store.ingest import CommitAck
+from meshdeck.store.synthetic import wire_sample
+from meshdeck.store.writer import SampleWriter, WriterSettings
+
+T0 = 1_764_482_400.0
+HOSTS = ("gpu-a", "gpu-b", "gpu-c")
+
+
+def sample_time(seq: int) -> float:
+    return T0 + seq
+
+
+def main(path: str) -> None:
+    db = open_database(path)
+
+    def acknowledge(ack: CommitAck) -> None:
+        lines = [json.dumps({"host": r.host, "first": r.first_seq, "last": r.last_seq}) for r in ack.ranges]
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.flush()
+
+    settings = WriterSettings(commit_interval_s=0.01, max_batch_rows=4000, retention_every_s=3600)
+    writer = SampleWriter(db, settings=settings, on_commit=acknowledge).start()
+    next_seq = {host: (writer.committed_seq(host) or 0) + 1 for host in HOSTS}
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:  # until killed
+        for host in HOSTS:
+            seq = next_seq[host]
+            writer.submit_samples(host, [wire_sample(seq + i, sample_time(seq + i), gpus=4) for i in range(5)])
+            next_seq[host] = seq + 5
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
