@@ -199,9 +199,15 @@ def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings
     if not top.valid:
         return f"no valid layout: {top.invalid_reason}"
     if not top.fits:
+        room = (
+            f"it holds {top.kv_tokens_per_replica:,} KV tokens, so --max-model-len {top.kv_tokens_per_replica} would fit"
+            if top.kv_tokens_per_replica
+            else "its weights and reserve alone exceed --gpu-memory-utilization"
+        )
         return (
             f"nothing fits: the closest, {top.label()}, is short by {top.shortfall_bytes / GIB:.1f} GiB per GPU for one "
-            f"{settings.max_model_len}-token request — add GPUs, lower --max-model-len or use --kv-cache-dtype fp8"
+            f"{settings.max_model_len}-token request ({room}) — add GPUs, lower --max-model-len, raise "
+            "--gpu-memory-utilization or use --kv-cache-dtype fp8"
         )
     kv = f"{top.kv_tokens_per_replica:,} KV tokens per replica ({top.max_concurrency:.1f}× max_model_len)"
     if goal == "latency":
