@@ -187,10 +187,10 @@ class SshdServer:
         except psutil.NoSuchProcess:
             return []
 
-    def kill_sessions(self) -> list[int]:
-        """SIGKILL every per-connection sshd process: the client sees its connection drop."""
+    def kill_sessions(self, pids: list[int] | None = None) -> list[int]:
+        """SIGKILL the per-connection sshd processes (all, or `pids` taken earlier): their clients see a drop."""
         killed = []
-        for pid in self.session_pids():
+        for pid in self.session_pids() if pids is None else pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

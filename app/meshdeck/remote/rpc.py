@@ -97,7 +97,7 @@ class RpcClient:
         self._fail_all(ConnectionLost(f"{self.host}: {reason}"))
         try:
             self.stream.close()
-        except OSError as exc:
+        except (OSError, EOFError) as exc:
             log.debug("%s: closing stream: %s", self.host, exc)
         if self._reader.is_alive() and threading.current_thread() is not self._reader:
             self._reader.join(timeout=10)

@@ -90,7 +90,8 @@ class ChannelStream:
         return self.channel.exit_status if self.channel.exit_status_ready() else None
 
     def close(self) -> None:
-        self.channel.close()
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):  # the transport may be gone already
+            self.channel.close()
 
 
 class PipeStream:

@@ -215,7 +215,7 @@ class HostSupervisor:
         if link is not None:
             try:
                 link.close()
-            except OSError as exc:
+            except (OSError, EOFError) as exc:
                 log.debug("%s: closing link: %s", self.name, exc)
 
     def _serve(self, link: AgentLink) -> None:

@@ -1,13 +1,18 @@
-"""Fixtures for the remote integration tests: real sshd servers (tests/sshd.py) and SSH settings."""
+"""Fixtures for the remote integration tests: real sshd servers (tests/sshd.py), SSH settings, the real agent."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from meshdeck.remote.auth import AuthOptions
 from meshdeck.remote.hostkeys import HostKeyStore
 from meshdeck.remote.ssh import SshOptions
+from remote_agent_fixtures import (  # noqa: F401  (fixtures)
+    RemoteAgentSetup,
+    agent_pyz,
+    isolated_ssh_options,
+    remote_agent,
+)
 from sshd import SshdServer, ssh_agent, ssh_client_key, sshd, sshd_factory  # noqa: F401  (fixtures)
 
 
@@ -15,10 +20,8 @@ from sshd import SshdServer, ssh_agent, ssh_client_key, sshd, sshd_factory  # no
 def no_agent_options(tmp_path: Path) -> SshOptions:
     """Only explicit key files: no ssh-agent, no ~/.ssh defaults, no keyring."""
     empty = tmp_path / "no-default-keys"
-    empty.mkdir()
-    return SshOptions(
-        connect_timeout_s=10, auth=AuthOptions(use_agent=False, default_key_dir=str(empty), password_lookup=None)
-    )
+    empty.mkdir(exist_ok=True)
+    return isolated_ssh_options(empty)
 
 
 @pytest.fixture
