@@ -9,6 +9,7 @@ own `vllm serve`, e.g. one per node); an instance uses whole nodes, or a slice o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from meshdeck.core.cluster import ClusterSpec, LinkClass, slowest
 
@@ -124,8 +125,7 @@ def group_link(cluster: ClusterSpec, placement: Placement, ranks: list[int]) -> 
     return slowest([_link(cluster, a, b) for i, a in enumerate(where) for b in where[i + 1 :]])
 
 
-@dataclass(frozen=True)
-class GroupLinks:
+class GroupLinks(NamedTuple):
     tensor: LinkClass
     expert: LinkClass  # the TP×DP group of one stage (MoE dispatch/combine)
     pipeline: LinkClass
@@ -171,7 +171,14 @@ def group_links(
     span = (dp - 1) * pp * tp + tp - 1
     expert_net = multi_node and tp * dp > 1 and any((s * tp) // gpn != (s * tp + span) // gpn for s in range(pp))
     # stage s hands over to s + 1 between TP blocks j and j + 1 (j = d·PP + s, s < PP − 1)
-    pipe_net = multi_node and any((j * tp) // gpn != ((j + 1) * tp) // gpn for j in range(dp * pp) if j % pp != pp - 1)
+    if not multi_node or pp == 1:
+        pipe_net = False
+    elif tp % gpn == 0:
+        pipe_net = True  # every TP block starts a node
+    elif gpn % tp == 0:
+        pipe_net = (gpn // tp) % pp != 0  # a node ends every gpn/TP blocks, a replica's stages every PP blocks
+    else:
+        pipe_net = any((j * tp) // gpn != ((j + 1) * tp) // gpn for j in range(dp * pp) if j % pp != pp - 1)
     return GroupLinks(
         tensor=LinkClass.NETWORK if tensor_net else (intra if tp > 1 else LinkClass.LOCAL),
         expert=LinkClass.NETWORK if expert_net else (intra if tp * dp > 1 else LinkClass.LOCAL),

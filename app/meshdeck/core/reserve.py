@@ -24,6 +24,7 @@ Calibrated on the public point (vLLM 0.16.0, V3.2, TP8, 8×H200, 0.85, 16384): s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
@@ -44,8 +45,7 @@ CUDAGRAPH_BYTES_PER_GRAPH = 256 * 1024  # executable graph + pool growth per cap
 CUDAGRAPH_MIN_VLLM = (0, 21)
 
 
-@dataclass(frozen=True)
-class GroupMembership:
+class GroupMembership(NamedTuple):
     """One process group a rank belongs to, as far as NCCL memory is concerned."""
 
     size: int
@@ -54,8 +54,7 @@ class GroupMembership:
     communicators: int = 2  # vLLM GroupCoordinator: torch NCCL process group + PyNcclCommunicator
 
 
-@dataclass(frozen=True)
-class ReserveInputs:
+class ReserveInputs(NamedTuple):
     """What drives the reserve of every GPU of a layout (stage differences are given per call)."""
 
     tensor_parallel: int
@@ -170,8 +169,7 @@ def cudagraph_memory(card: ModelCard, inputs: ReserveInputs, stage_layers: int) 
     return inputs.cudagraph_capture_sizes * pieces * CUDAGRAPH_BYTES_PER_GRAPH + pool
 
 
-@dataclass(frozen=True)
-class LayoutReserve:
+class LayoutReserve(NamedTuple):
     """The reserve terms of a layout, computed once; `for_stage` adds what differs per pipeline stage."""
 
     card: ModelCard

@@ -16,7 +16,7 @@ below are typical achieved fractions, not measurements of your cluster).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from meshdeck.core.cluster import ClusterSpec, LinkClass
 from meshdeck.core.traffic import TrafficItem
@@ -37,8 +37,7 @@ COLLECTIVE_LATENCY_S = {
 }
 
 
-@dataclass(frozen=True)
-class DecodeStepInputs:
+class DecodeStepInputs(NamedTuple):
     non_expert_bytes: int  # per GPU, read every step
     expert_bytes_per_expert_layer: float  # one routed expert's bytes in one layer, per GPU share (already / ranks)
     moe_layers: int
@@ -54,8 +53,7 @@ class DecodeStepInputs:
     moe_ranks: int
 
 
-@dataclass(frozen=True)
-class DecodeEstimate:
+class DecodeEstimate(NamedTuple):
     tokens_per_s: float  # the replica (one DP rank's pipeline)
     tokens_per_s_per_request: float
     step_time_s: float

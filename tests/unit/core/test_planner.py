@@ -90,3 +90,38 @@ def test_json_form_has_the_issue_keys_and_labels_estimates(request_for, v32):
         assert key in layout
     assert any("estimate" in note for note in data["notes"])
     assert {t["link"] for t in layout["traffic_per_token"]} <= {"nvlink", "pcie", "network"}
+
+
+def test_group_links_agree_with_walking_every_rank():
+    import itertools
+
+    from meshdeck.core.cluster import ClusterSpec, LinkClass
+    from meshdeck.core.gpu_spec import gpu_from_memory
+    from meshdeck.core.placement import Placement, group_links, rank_of
+
+    gpu = gpu_from_memory(80)
+    for gpn, nodes in itertools.product((4, 6, 8), (2, 3, 4)):
+        cluster = ClusterSpec(nodes, gpn, gpu, "nvlink", 1e9)
+        for tp, pp, dp in itertools.product((1, 2, 4, 8), (1, 2, 3, 4), (1, 2, 4)):
+            size = tp * pp * dp
+            if size <= gpn or size % gpn or size > nodes * gpn:
+                continue
+            links = group_links(cluster, Placement(size, 1, gpn), tp, pp, dp)
+
+            def node(rank: int, gpn: int = gpn) -> int:
+                return rank // gpn
+
+            tensor = any(
+                len({node(rank_of(t, s, d, tp, pp)) for t in range(tp)}) > 1 for s in range(pp) for d in range(dp)
+            )
+            expert = any(
+                len({node(rank_of(t, s, d, tp, pp)) for t in range(tp) for d in range(dp)}) > 1 for s in range(pp)
+            )
+            pipe = any(
+                node(rank_of(0, s, d, tp, pp)) != node(rank_of(0, s + 1, d, tp, pp))
+                for s in range(pp - 1)
+                for d in range(dp)
+            )
+            assert (links.tensor is LinkClass.NETWORK) == tensor, (gpn, tp, pp, dp)
+            assert (links.expert is LinkClass.NETWORK) == expert, (gpn, tp, pp, dp)
+            assert (links.pipeline is LinkClass.NETWORK) == pipe, (gpn, tp, pp, dp)
