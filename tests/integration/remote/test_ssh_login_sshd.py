@@ -4,6 +4,8 @@ host keys unknown / accepted / changed, auth failure and unreachable hosts."""
 from __future__ import annotations
 
 import getpass
+import shlex
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,3 +167,28 @@ def test_closed_port_is_reported_unreachable(trusting_store, no_agent_options):
     port = parse_port(free_port())
     with pytest.raises(ConnectError, match="unreachable"):
         connect(resolve_route("127.0.0.1", port=port, config_path=None), trusting_store, no_agent_options)
+
+
+def test_proxycommand_from_the_config_runs_openssh_as_the_proxy(
+    sshd_factory: SshdFactory, ssh_client_key: Path, tmp_path: Path, no_agent_options
+):
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("OpenSSH client not installed (apt-get install openssh-client)")
+    bastion = sshd_factory.start(authorize=ssh_client_key)
+    target = sshd_factory.start(authorize=ssh_client_key)
+    known = target.write_known_hosts(bastion.write_known_hosts(tmp_path / "kh"))
+    proxy = shlex.join(
+        [ssh, "-F", "/dev/null", "-i", str(ssh_client_key), "-p", str(bastion.port), "-o", "BatchMode=yes",
+         "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-W", "%h:%p", "127.0.0.1"]
+    )  # fmt: skip
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host behind-bastion\n  HostName 127.0.0.1\n  Port {target.port}\n  IdentityFile {ssh_client_key}\n"
+        f"  ProxyCommand {proxy}\n"
+    )
+    route = resolve_route("behind-bastion", config_path=config)
+    assert route.jumps == () and route.target.proxy_command.endswith(f"-W 127.0.0.1:{target.port} 127.0.0.1")
+    with connect(route, HostKeyStore(known), no_agent_options) as conn:
+        assert _whoami(conn) == getpass.getuser()
+        assert conn.host_key.fingerprint == target.host_fingerprint()
