@@ -99,3 +99,76 @@ def test_a_config_that_is_not_deepseek_is_refused_naming_architectures(capsys, t
     code, _, err = run_cli(capsys, "--model", str(tmp_path), "--gpu", "H200-SXM-141GB")
     assert code == 2
     assert "architectures" in err and "DeepseekV3ForCausalLM" in err
+
+
+def test_model_from_a_checkpoint_directory(capsys, tmp_path):
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "resources" / "models" / "deepseek-v3.json"
+    (tmp_path / "config.json").write_text(config.read_text())
+    code, out, _ = run_cli(capsys, "--model", str(tmp_path), "--gpu", "H200-SXM-141GB", "--json", "--top", "1")
+    assert code == 0
+    assert json.loads(out)["model"]["source"].endswith("config.json")
+
+
+def test_topology_from_an_agent_inventory_supplies_gpu_and_links(capsys, tmp_path):
+    inventory = {
+        "gpus": [{"index": i, "name": "NVIDIA H200", "memory_total_bytes": 150_754_820_096} for i in range(8)],
+        "topology": {"matrix": [["X" if i == j else "NV18" for j in range(8)] for i in range(8)]},
+        "nics": [
+            {"name": f"mlx5_{i}/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "ACTIVE"} for i in range(8)
+        ],
+    }
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(inventory))
+    code, out, _ = run_cli(capsys, "--topology", str(path), "--nodes", "2", "--json", "--top", "1")
+    assert code == 0
+    data = json.loads(out)
+    assert data["cluster"]["gpu"] == "H200-SXM-141GB"
+    assert data["cluster"]["intra_node_link"] == "topology"
+    assert data["cluster"]["inter_node_gbps"] == 3200.0
+
+
+def test_nvidia_smi_topology_text_with_a_mismatched_gpu_count_is_refused(capsys):
+    from pathlib import Path
+
+    topo = Path(__file__).parent / "core" / "data" / "nvidia-smi_topo-m_pcie-only_5gpu_club3090-issue46.txt"
+    code, _, err = run_cli(capsys, "--gpu", "RTX-4090", "--topology", str(topo), "--gpus-per-node", "8")
+    assert code == 2 and err.startswith("meshdeck: error: --topology")
+
+
+def test_train_mode_prints_zero_memory_and_traffic(capsys):
+    code, out, _ = run_cli(
+        capsys,
+        "--engine",
+        "torch",
+        "--mode",
+        "train",
+        "--gpu",
+        "H100-SXM5-80GB",
+        "--nodes",
+        "32",
+        "--zero",
+        "3",
+        "--json",
+    )
+    assert code == 0
+    layouts = json.loads(out)["layouts"]
+    assert layouts and all(layout["zero_stage"] == 3 for layout in layouts)
+    assert {
+        "params_gib_per_gpu",
+        "optimizer_gib_per_gpu",
+        "activations_gib_per_gpu",
+        "pipeline_bubble_fraction",
+    } <= layouts[0].keys()
+    assert layouts[0]["traffic_per_step"]
+
+
+def test_make_run_command_reads_well(capsys):
+    code, out, _ = run_cli(
+        capsys, "--model", "deepseek-v3.2", "--gpu", "H200-SXM-141GB", "--nodes", "1", "--gpus-per-node", "8"
+    )
+    assert code == 0
+    header = out.splitlines()[0]
+    assert "deepseek-v3.2" in header and "H200-SXM-141GB" in header
+    assert "note: est_* numbers are estimates" in out

@@ -14,7 +14,7 @@ from typing import Any
 
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
-from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, resolve_gpu
+from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, match_catalog_gpu, resolve_gpu
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest, TrainingSettings, parse_vllm_version
 from meshdeck.core.plan_text import render_plan, render_training
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
     )
     add("--gpu", help="GPU name from resources/gpus.json (e.g. H200-SXM-141GB) or memory size like 80GB")
     add("--nodes", default="1", help="number of nodes (default 1)")
-    add("--gpus-per-node", default="8", help="GPUs per node (default 8)")
+    add("--gpus-per-node", help="GPUs per node (default: the --topology's count, else 8)")
     add("--gpu-memory-utilization", default="0.9", help="vLLM's fraction of GPU memory (default 0.9)")
     add("--max-model-len", help="context length per request (default: the model's, 163840)")
     add("--kv-cache-dtype", default="auto", help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent)")
@@ -128,7 +128,8 @@ def _gpu(args: argparse.Namespace, inventory_memory: int | None, inventory_name:
     if args.gpu:
         return resolve_gpu(args.gpu, catalog)
     if inventory_memory:
-        return gpu_from_memory(inventory_memory / (1 << 30), name=inventory_name)
+        detected = match_catalog_gpu(inventory_name or "", inventory_memory, catalog)
+        return detected or gpu_from_memory(inventory_memory / (1 << 30), name=inventory_name)
     raise InputError("--gpu", f"required; allowed: {', '.join(g.name for g in catalog)}, or a memory size like 80GB")
 
 
@@ -138,9 +139,7 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     if args.topology:
         topology, facts = load_topology(args.topology)
     gpu = _gpu(args, facts.gpu_memory_bytes if facts else None, facts.gpu_name if facts else None)
-    gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or 8
-    if topology is not None and args.gpus_per_node == "8" and topology.gpu_count != 8:
-        gpus_per_node = topology.gpu_count
+    gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or (topology.gpu_count if topology else 8)
     link = args.intra_node_link or ("nvlink" if gpu.has_nvlink else "pcie")
     _choice(link, "--intra-node-link", ("nvlink", "pcie"))
     if args.inter_node_gbps is not None:

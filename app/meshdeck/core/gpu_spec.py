@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from meshdeck.core.errors import InputError
@@ -132,6 +132,28 @@ def gpu_from_memory(gib: float, name: str | None = None) -> GpuSpec:
         fp8_native=False,
         assumed=True,
     )
+
+
+def _model_token(name: str) -> str:
+    """'H200-SXM-141GB' -> 'H200', 'RTX-4090' -> 'RTX4090', 'NVIDIA H100 80GB HBM3' -> 'NVIDIAH10080GBHBM3'."""
+    head = name.split("-")[0] if not name.upper().startswith("RTX") else name.replace("-", "")[:7]
+    return re.sub(r"[^A-Z0-9]", "", head.upper())
+
+
+def match_catalog_gpu(name: str, memory_bytes: int | None, catalog: Iterable[GpuSpec]) -> GpuSpec | None:
+    """A detected GPU (NVML name, exact memory) as its catalog entry with the detected memory, if one matches.
+
+    The model token must appear in the NVML name as a whole word ("H20" does not match "H200") and the
+    memory must be within 5 % of the catalog's (H100 80GB vs 94GB NVL are different cards).
+    """
+    words = set(re.findall(r"[A-Z0-9]+", name.upper().replace("GEFORCE ", "").replace("RTX ", "RTX")))
+    for spec in catalog:
+        if _model_token(spec.name) not in words:
+            continue
+        if memory_bytes and abs(memory_bytes - spec.memory_bytes) > 0.05 * spec.memory_bytes:
+            continue
+        return replace(spec, memory_bytes=memory_bytes) if memory_bytes else spec
+    return None
 
 
 _MEMORY_ARG = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GB|GIB|G)\s*$", re.IGNORECASE)

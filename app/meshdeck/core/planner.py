@@ -204,7 +204,8 @@ def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings
             if top.kv_tokens_per_replica
             else "its weights and reserve alone exceed --gpu-memory-utilization"
         )
-        return (
+        prefix = "" if top.supported else "vLLM cannot run this model on this GPU at all (see the warnings); "
+        return prefix + (
             f"nothing fits: the closest, {top.label()}, is short by {top.shortfall_bytes / GIB:.1f} GiB per GPU for one "
             f"{settings.max_model_len}-token request ({room}) — add GPUs, lower --max-model-len, raise "
             "--gpu-memory-utilization or use --kv-cache-dtype fp8"

@@ -93,3 +93,24 @@ def test_inventory_with_a_bad_memory_value_names_the_field():
     with pytest.raises(InputError) as err:
         inventory_facts({"gpus": [{"memory_total_bytes": "lots"}]}, source="gpu-07")
     assert err.value.field == "gpu-07: gpus[0].memory_total_bytes"
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "memory", "expected"),
+    [
+        ("NVIDIA H200", 150_754_820_096, "H200-SXM-141GB"),
+        ("NVIDIA H20", 102_625_181_696, "H20"),
+        ("NVIDIA H100 80GB HBM3", 85_520_809_984, "H100-SXM5-80GB"),
+        ("NVIDIA GeForce RTX 4090", 25_757_220_864, "RTX-4090"),
+        ("Tesla V100-SXM2-32GB", 34_089_730_048, None),
+        ("NVIDIA H100 NVL", 100_485_038_080, None),  # 94 GB card: not the 80 GB catalog entry
+    ],
+)
+def test_detected_gpus_map_to_catalog_entries_only_when_name_and_memory_agree(nvml_name, memory, expected):
+    from meshdeck.core.gpu_spec import match_catalog_gpu
+    from meshdeck.services.catalog import load_gpu_catalog
+
+    spec = match_catalog_gpu(nvml_name, memory, load_gpu_catalog())
+    assert (spec.name if spec else None) == expected
+    if spec:
+        assert spec.memory_bytes == memory
