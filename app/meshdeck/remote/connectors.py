@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
-from meshdeck.remote.errors import ConnectError
+from meshdeck.remote.errors import BootstrapError, ConnectError
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
 from meshdeck.remote.ssh import SshConnection, SshOptions, connect
 from meshdeck.remote.sshconfig import SshRoute
@@ -140,11 +141,17 @@ class LocalConnector:
     agent: AgentOptions = field(default_factory=AgentOptions)
     python: str = sys.executable
     env: dict[str, str] | None = None
+    agent_pyz: str | None = None  # used when meshdeck runs as a frozen (PyInstaller) app
 
     def describe(self) -> str:
         return f"local ({self.agent.simulate or 'this machine'})"
 
     def argv(self) -> list[str]:
+        if getattr(sys, "frozen", False):  # sys.executable is meshdeck itself: run the zipapp on python3
+            python = shutil.which("python3")
+            if python is None:
+                raise BootstrapError("no_python", f"{self.name}: the local agent needs python3 on PATH (>= 3.9)")
+            return [python, "-I", str(find_agent_package(self.agent_pyz).path), *self.agent.attach_args()]
         return [self.python, "-m", "meshdeck_agent", *self.agent.attach_args()]
 
     def open(self, progress: Progress) -> AgentLink:

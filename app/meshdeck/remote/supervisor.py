@@ -1,7 +1,8 @@
 """One thread per host: connect, keep the samples flowing in order, reconnect after every drop.
 
 States (events.HOST_STATES): disconnected → connecting → bootstrapping → connected, plus degraded
-(connected but no sample for `stall_after_s`) and failed(reason) for what retrying cannot fix
+(connected but no sample for `stall_after_s`, or 3 of the agent's sampling intervals if longer, or
+3 delivery intervals) and failed(reason) for what retrying cannot fix
 (unknown/changed host key, auth, no python3, protocol mismatch) until `retry()` is called.
 Transient failures are retried with exponential backoff and jitter.
 
@@ -89,6 +90,7 @@ class HostSupervisor:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._last_sample_at = 0.0
+        self._stall_after_s = self.settings.stall_after_s
         self._thread = threading.Thread(target=self._run, name=f"meshdeck-host-{name}", daemon=True)
 
     # -- public API --------------------------------------------------------------------------------
@@ -233,7 +235,11 @@ class HostSupervisor:
             params["since_seq"] = self._last_seq
         if self.settings.delivery_interval_s is not None:
             params["interval_s"] = self.settings.delivery_interval_s
-        client.call("samples.subscribe", params, self.settings.call_timeout_s)
+        subscribed = client.call("samples.subscribe", params, self.settings.call_timeout_s)
+        intervals = [self.settings.delivery_interval_s or 0.0]
+        if isinstance(subscribed, dict) and isinstance(subscribed.get("interval_s"), (int, float)):
+            intervals.append(float(subscribed["interval_s"]))
+        self._stall_after_s = max(self.settings.stall_after_s, 3 * max(intervals))
         self.connects += 1
         self._last_sample_at = time.monotonic()
         self._set_state("connected")
@@ -243,8 +249,8 @@ class HostSupervisor:
         while not self._stop.is_set():
             event = client.next_event(timeout=0.5)  # raises ConnectionLost when the stream ends
             if event is None:
-                if time.monotonic() - self._last_sample_at > self.settings.stall_after_s:
-                    self._set_state("degraded", f"no samples for {self.settings.stall_after_s:g} s")
+                if time.monotonic() - self._last_sample_at > self._stall_after_s:
+                    self._set_state("degraded", f"no samples for {self._stall_after_s:g} s")
                 continue
             if event.event == "samples":
                 samples = event.data.get("samples") or []

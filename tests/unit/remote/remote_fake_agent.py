@@ -44,6 +44,7 @@ class FakeAgent:
         agent_version: str = "fake-1.0",
         inventory: dict[str, Any] | None = None,
         handlers: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
+        interval_s: float = 1.0,
     ) -> None:
         self.sock = sock
         self.ring: list[dict[str, Any]] = ring if ring is not None else []
@@ -61,6 +62,7 @@ class FakeAgent:
         self.subscribed_since: int | None = None
         self.subscribed = threading.Event()
         self.silent_methods: set[str] = set()  # requests to these are never answered
+        self.interval_s = interval_s  # the sampling interval reported by samples.subscribe
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._stream_lock = threading.RLock()
@@ -135,7 +137,7 @@ class FakeAgent:
                 if backlog and (backlog["samples"] or backlog["dropped"]):
                     self.send(protocol.event("samples", {"samples": backlog["samples"], "dropped": backlog["dropped"]}))
             self.subscribed.set()
-            return {"subscribed": True, "last_seq": self.last_seq}
+            return {"subscribed": True, "last_seq": self.last_seq, "interval_s": self.interval_s}
         raise protocol.ProtocolError(protocol.UNKNOWN_METHOD, f"unknown method {req.method!r}", req.id)
 
     def _handle(self, line: bytes) -> None:

@@ -138,3 +138,19 @@ def _public_key() -> paramiko.PKey:
     public = ed25519.Ed25519PrivateKey.generate().public_key()
     line = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     return paramiko.PKey.from_type_string("ssh-ed25519", base64.b64decode(line.split()[1]))
+
+
+def test_local_connector_runs_the_package_or_in_a_frozen_app_the_zipapp(tmp_path: Path, monkeypatch):
+    from meshdeck.remote.connectors import AgentOptions, LocalConnector
+
+    options = AgentOptions(socket="/tmp/md/a.sock", simulate="8xH200", interval_s=0.5)
+    connector = LocalConnector("demo-a", options, python="/venv/bin/python")
+    assert connector.argv() == [
+        "/venv/bin/python", "-m", "meshdeck_agent", "attach",
+        "--socket", "/tmp/md/a.sock", "--simulate", "8xH200", "--interval", "0.5",
+    ]  # fmt: skip
+    pyz = tmp_path / "meshdeck-agent.pyz"
+    pyz.write_bytes(b"PK")
+    monkeypatch.setattr("sys.frozen", True, raising=False)
+    frozen = LocalConnector("demo-a", options, agent_pyz=str(pyz)).argv()
+    assert frozen[1:4] == ["-I", str(pyz), "attach"] and frozen[0].endswith("python3")

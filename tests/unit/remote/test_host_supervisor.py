@@ -185,6 +185,14 @@ def test_no_samples_for_a_while_is_degraded_then_recovers(harness):
     recorder.wait_for(lambda: supervisor.state == "connected" and supervisor.last_seq == 1)
 
 
+def test_stall_threshold_follows_a_slow_agent_sampling_interval(harness):
+    settings = SupervisorSettings(hello_timeout_s=10, call_timeout_s=10, stall_after_s=0.2, backoff=FAST.backoff)
+    supervisor, _connector, recorder = harness(settings=settings, interval_s=0.5)
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.state == "degraded")
+    assert supervisor.reason == "no samples for 1.5 s"  # 3 x the agent's 0.5 s, not the 0.2 s floor
+
+
 def test_stop_closes_the_connection_and_reports_disconnected(harness):
     supervisor, connector, recorder = harness()
     supervisor.start()
