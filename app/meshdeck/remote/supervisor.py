@@ -180,6 +180,10 @@ class HostSupervisor:
                 self._wait_backoff(attempt, f"unexpected error: {exc}", exc)
                 attempt += 1
                 continue
+            if self._stop.is_set():  # stopped while connecting
+                self._link = link
+                self._close_link()
+                break
             try:
                 self._serve(link)
             except RemoteError as exc:
