@@ -14,14 +14,13 @@ from functools import lru_cache, partial
 from meshdeck.core.cluster import LinkClass
 from meshdeck.core.kv_cache import kv_capacity_from_blocks
 from meshdeck.core.layout_plan import LayoutDetails, LayoutPlan
-from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
+from meshdeck.core.model_card import ModelCard
 from meshdeck.core.placement import GroupLinks, Placement, group_links
 from meshdeck.core.plan_request import PlanRequest, ResolvedSettings
 from meshdeck.core.reserve import (
     GroupMembership,
     Reserve,
     ReserveInputs,
-    cudagraph_capture_size_count,
     layout_reserve,
 )
 from meshdeck.core.rules import RuleInputs, layout_warnings
@@ -57,29 +56,27 @@ def pp_partition(num_layers: int, pipeline_parallel: int) -> tuple[tuple[int, in
     return tuple(bounds)
 
 
-def _nvls(request: PlanRequest, size: int, crosses: bool) -> bool:
-    """NCCL NVLink SHARP: NVSwitch Hopper/Blackwell boards, groups of more than 2 GPUs on one node."""
-    cluster = request.cluster
-    nvswitch = cluster.intra_node_link == "nvlink" and (cluster.topology is None or cluster.topology.fully_nvlinked)
-    return nvswitch and not crosses and size > 2 and cluster.gpu.arch in ("hopper", "blackwell")
-
-
 def _groups(
-    request: PlanRequest, tp: int, pp: int, dp: int, ep: bool, links: GroupLinks
+    settings: ResolvedSettings, gpus_per_node: int, tp: int, pp: int, dp: int, ep: bool, links: GroupLinks
 ) -> tuple[GroupMembership, ...]:
-    """The process groups vLLM opens for this rank (world, TP, PP, DP, EP) and what they span."""
+    """The process groups vLLM opens for this rank (world, TP, PP, DP, EP) and what they span.
+
+    NCCL NVLink SHARP (NVLS) needs an NVSwitch Hopper/Blackwell node and more than 2 GPUs in the group.
+    """
     net = LinkClass.NETWORK
+    nvls = settings.nvls_capable
     world = tp * pp * dp
-    world_crosses = request.cluster.gpus_per_node < world
+    world_crosses = gpus_per_node < world
+    tensor_crosses, expert_crosses = links.tensor is net, links.expert is net
     groups = [
-        GroupMembership(world, world_crosses, _nvls(request, world, world_crosses), communicators=1),
-        GroupMembership(tp, links.tensor is net, _nvls(request, tp, links.tensor is net)),
+        GroupMembership(world, world_crosses, nvls and not world_crosses and world > 2, 1),
+        GroupMembership(tp, tensor_crosses, nvls and not tensor_crosses and tp > 2),
         GroupMembership(pp, links.pipeline is net, False),
-        GroupMembership(dp, links.expert is net, _nvls(request, dp, links.expert is net)),
+        GroupMembership(dp, expert_crosses, nvls and not expert_crosses and dp > 2),
     ]
     if ep or dp > 1:
         size = tp * dp
-        groups.append(GroupMembership(size, links.expert is net, _nvls(request, size, links.expert is net)))
+        groups.append(GroupMembership(size, expert_crosses, nvls and not expert_crosses and size > 2))
     return tuple(groups)
 
 
@@ -163,11 +160,6 @@ def evaluate_layout(
 
     links = group_links(cluster, placement, tp, pp, dp)
     mtp_layers = card.num_nextn_predict_layers if request.mtp else 0
-    deep_gemm = (
-        settings.weights_dtype == "fp8"
-        and card.checkpoint_dtype == CHECKPOINT_FP8_BLOCK
-        and cluster.gpu.arch in ("hopper", "blackwell")
-    )
     reserve_terms = layout_reserve(
         card,
         ReserveInputs(
@@ -177,11 +169,11 @@ def evaluate_layout(
             moe_ranks=tp * dp,
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
-            groups=_groups(request, tp, pp, dp, ep, links),
-            cudagraph_capture_sizes=cudagraph_capture_size_count(settings.max_num_seqs),
+            groups=_groups(settings, cluster.gpus_per_node, tp, pp, dp, ep, links),
+            cudagraph_capture_sizes=settings.cudagraph_capture_sizes,
             mtp=bool(mtp_layers),
             vllm_version=request.vllm_version,
-            deep_gemm_moe=deep_gemm,
+            deep_gemm_moe=settings.deep_gemm_moe,
         ),
     )
     totals = shard_totals(card, shape, bool(mtp_layers), settings.max_num_batched_tokens)

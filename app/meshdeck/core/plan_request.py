@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from meshdeck.core.cluster import ClusterSpec
 from meshdeck.core.errors import InputError
 from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
-from meshdeck.core.model_card import CHECKPOINT_INT4, ModelCard
-from meshdeck.core.reserve import default_scheduler_limits
+from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
+from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
 from meshdeck.core.rules import MLA_COMBINE_SAFE_MAX_SEQS
 from meshdeck.core.weights import WEIGHTS_DTYPES
 
@@ -131,6 +131,9 @@ class ResolvedSettings:
     max_num_seqs_from_user: bool
     max_num_batched_tokens: int
     context_tokens: int
+    nvls_capable: bool  # NCCL NVLink SHARP possible inside a node (NVSwitch Hopper/Blackwell)
+    deep_gemm_moe: bool  # FP8 block MoE on Hopper/Blackwell runs DeepGEMM grouped GEMMs
+    cudagraph_capture_sizes: int
 
 
 def resolve(request: PlanRequest) -> ResolvedSettings:
@@ -154,4 +157,13 @@ def resolve(request: PlanRequest) -> ResolvedSettings:
         max_num_seqs_from_user=request.max_num_seqs is not None,
         max_num_batched_tokens=tokens,
         context_tokens=min(context, max_model_len),
+        nvls_capable=(
+            request.cluster.intra_node_link == "nvlink"
+            and (request.cluster.topology is None or request.cluster.topology.fully_nvlinked)
+            and gpu.arch in ("hopper", "blackwell")
+        ),
+        deep_gemm_moe=weights == "fp8"
+        and card.checkpoint_dtype == CHECKPOINT_FP8_BLOCK
+        and gpu.arch in ("hopper", "blackwell"),
+        cudagraph_capture_sizes=cudagraph_capture_size_count(max_num_seqs),
     )

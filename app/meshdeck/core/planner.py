@@ -58,11 +58,11 @@ def instance_sizes(gpus_per_node: int, nodes: int, max_gpus: int) -> list[int]:
     """GPUs per vLLM instance worth planning.
 
     Slices of one node (the divisors of its GPU count), then whole nodes: powers of two, the small
-    divisors of the cluster (3 of 6 nodes …) and the whole cluster — up to `max_gpus` (the routed
+    divisors of a small cluster (3 of 6 nodes …) and the whole cluster — up to `max_gpus` (the routed
     expert count: beyond it an instance can only grow by pipeline stages; more instances serve better).
     """
     sizes = set(_divisors(gpus_per_node))
-    node_counts = {d for d in _divisors(nodes) if d <= 4}
+    node_counts = {d for d in _divisors(nodes) if d <= 4} if nodes < 8 else set()
     node_counts.add(nodes)
     power = 1
     while power <= nodes:
