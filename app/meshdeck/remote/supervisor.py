@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshdeck.remote.connectors import AgentLink, Connector
-from meshdeck.remote.errors import ConnectionLost, NotConnected, RemoteError
+from meshdeck.remote.errors import ConnectionLost, NotConnected, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.remote.rpc import RpcClient
 
@@ -250,11 +250,16 @@ class HostSupervisor:
         self._pump(client)
 
     def _pump(self, client: RpcClient) -> None:
+        last_ping = time.monotonic()
         while not self._stop.is_set():
             event = client.next_event(timeout=0.5)  # raises ConnectionLost when the stream ends
             if event is None:
-                if time.monotonic() - self._last_sample_at > self._stall_after_s:
+                now = time.monotonic()
+                if now - self._last_sample_at > self._stall_after_s:
                     self._set_state("degraded", f"no samples for {self._stall_after_s:g} s")
+                    if now - last_ping > self._stall_after_s:
+                        self._ping(client)
+                        last_ping = time.monotonic()
                 continue
             if event.event == "samples":
                 samples = event.data.get("samples") or []
@@ -262,6 +267,16 @@ class HostSupervisor:
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))
         raise ConnectionLost(f"{self.name}: stopped")
+
+    def _ping(self, client: RpcClient) -> None:
+        """While samples stall, ask the agent something cheap: a silent link is dropped and reconnected
+        (paramiko's keepalive only sends; this is OpenSSH's ServerAliveCountMax in spirit)."""
+        try:
+            client.call("agent.time", {}, self._stall_after_s)
+        except RpcTimeout:
+            raise ConnectionLost(
+                f"{self.name}: no samples and no answer from the agent for {self._stall_after_s:g} s; reconnecting"
+            ) from None
 
     # -- samples -----------------------------------------------------------------------------------
 

@@ -185,6 +185,18 @@ def test_no_samples_for_a_while_is_degraded_then_recovers(harness):
     recorder.wait_for(lambda: supervisor.state == "connected" and supervisor.last_seq == 1)
 
 
+def test_a_silent_link_is_dropped_and_reconnected(harness):
+    settings = SupervisorSettings(hello_timeout_s=10, call_timeout_s=10, stall_after_s=0.3, backoff=FAST.backoff)
+    supervisor, connector, recorder = harness(settings=settings, interval_s=0.1)
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    connector.agent.silent_methods.add("agent.time")  # the link still "works" but nothing comes back
+    recorder.wait_for(lambda: connector.opens >= 2)
+    reasons = [e.reason for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "disconnected"]
+    assert any("no answer from the agent" in r for r in reasons)
+    recorder.wait_for(lambda: supervisor.state == "degraded" and supervisor.connects >= 2)
+
+
 def test_stall_threshold_follows_a_slow_agent_sampling_interval(harness):
     settings = SupervisorSettings(hello_timeout_s=10, call_timeout_s=10, stall_after_s=0.2, backoff=FAST.backoff)
     supervisor, _connector, recorder = harness(settings=settings, interval_s=0.5)
