@@ -174,6 +174,7 @@ def evaluate_layout(
             mtp=bool(mtp_layers),
             vllm_version=request.vllm_version,
             deep_gemm_moe=settings.deep_gemm_moe,
+            speculative_tokens=request.mtp_speculative_tokens if request.mtp else 0,
         ),
     )
     totals = shard_totals(card, shape, bool(mtp_layers), settings.max_num_batched_tokens)
@@ -272,6 +273,7 @@ def evaluate_layout(
         context_tokens=context,
         pipeline_parallel=pp,
         weights_fp8=settings.weights_dtype == "fp8",
+        speculative_tokens=request.mtp_speculative_tokens if request.mtp else 0,
     )
     extra: tuple[str, ...] = ()
     outside = w_reserve.outside_budget_bytes

@@ -31,6 +31,7 @@ from meshdeck.core.plan_request import (
     resolve,
 )
 from meshdeck.core.rules import gpu_supported
+from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
 
@@ -257,4 +258,9 @@ def plan(request: PlanRequest) -> PlanResult:
             else " (CUDA graphs captured after sizing, outside the KV budget; pass --vllm-version 0.21 for newer)"
         ),
     )
+    if request.mtp:
+        notes += (
+            f"MTP: est_* assume each of the {request.mtp_speculative_tokens} draft tokens is accepted with probability "
+            f"{MTP_ACCEPTANCE:g} (≈{expected_accepted_tokens(request.mtp_speculative_tokens):.2f} tokens per step)",
+        )
     return PlanResult(request, settings, counts, scored, _top_reason(scored, request.goal, settings), notes)

@@ -68,6 +68,7 @@ class ReserveInputs(NamedTuple):
     mtp: bool
     vllm_version: tuple[int, int]
     deep_gemm_moe: bool = False  # FP8 block MoE on Hopper/Blackwell: DeepGEMM grouped GEMM workspaces
+    speculative_tokens: int = 0  # MTP drafts per step: the verifier samples 1 + k rows per sequence
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,8 @@ def mtp_drafter_peak(card: ModelCard, inputs: ReserveInputs) -> int:
 
 
 def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
-    """The dummy sampler pass (last pipeline stage only)."""
-    rows = min(inputs.max_num_seqs, inputs.max_num_batched_tokens)
+    """The dummy sampler pass (last pipeline stage only); with MTP every draft position is sampled too."""
+    rows = min(inputs.max_num_seqs * (1 + inputs.speculative_tokens), inputs.max_num_batched_tokens)
     return rows * card.vocab_size * SAMPLER_BYTES_PER_LOGIT
 
 

@@ -27,6 +27,9 @@ HBM_EFFICIENCY = 0.75
 # public vLLM run of DeepSeek-R1-0528-AWQ on 8×H100 measured 16.1 ms per output token at one request
 # (tenstorrent/tt-inference-server #356) where weights and all-reduces alone explain ~2 ms.
 LAYER_STEP_OVERHEAD_S = 200e-6
+# Assumed chance that each MTP draft position is accepted (DeepSeek-V3 report: 85-90 % for the first
+# draft; later positions lower) — an assumption, stated in the plan's notes when --mtp is on.
+MTP_ACCEPTANCE = 0.75
 TENSOR_EFFICIENCY = 0.45
 LINK_EFFICIENCY = 0.7
 COLLECTIVE_LATENCY_S = {
@@ -61,6 +64,11 @@ class DecodeEstimate(NamedTuple):
     batch: int
 
 
+def expected_accepted_tokens(speculative_tokens: int) -> float:
+    """Tokens emitted per verification step: 1 + a + a² + … + a^k for k drafts accepted with probability a each."""
+    return sum(MTP_ACCEPTANCE**i for i in range(speculative_tokens + 1))
+
+
 def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
     if tokens <= 0:
         return 0.0
@@ -87,10 +95,14 @@ def stage_step(
     batch: int,
     context_tokens: int,
     weights_fp8: bool,
+    tokens_per_sequence: int = 1,
 ) -> tuple[float, str]:
-    """(seconds, bound) for one decode step of `batch` sequences on the busiest stage."""
+    """(seconds, bound) for one decode step of `batch` sequences on the busiest stage.
+
+    With speculative decoding every sequence runs 1 + k query tokens through the model per step.
+    """
     gpu = cluster.gpu
-    moe_tokens = batch * inputs.data_parallel
+    moe_tokens = batch * inputs.data_parallel * tokens_per_sequence
     touched = expected_distinct_experts(inputs.n_routed_experts, inputs.experts_per_token, moe_tokens)
     expert_bytes = touched * inputs.expert_bytes_per_expert_layer * inputs.moe_layers
     attended = min(context_tokens, inputs.index_topk) if inputs.index_topk else context_tokens
@@ -104,9 +116,12 @@ def stage_step(
     )
     memory_time = (inputs.non_expert_bytes + expert_bytes + kv_bytes) / (gpu.hbm_bytes_per_s * HBM_EFFICIENCY)
     tflops = gpu.fp8_tflops if (weights_fp8 and gpu.fp8_native and gpu.fp8_tflops) else gpu.bf16_tflops
-    flops = batch * inputs.flops_per_token + moe_tokens * inputs.expert_flops_per_token / inputs.moe_ranks
+    flops = (
+        batch * tokens_per_sequence * inputs.flops_per_token
+        + moe_tokens * inputs.expert_flops_per_token / inputs.moe_ranks
+    )
     compute_time = flops / (tflops * 1e12 * TENSOR_EFFICIENCY) if tflops else 0.0
-    comm_time = sum(batch * per_sequence + latency for per_sequence, latency in collectives)
+    comm_time = sum(batch * tokens_per_sequence * per_token + latency for per_token, latency in collectives)
     overhead = inputs.attention_layers * LAYER_STEP_OVERHEAD_S
     local = max(memory_time, compute_time)
     if overhead > max(local, comm_time):
@@ -129,16 +144,20 @@ def decode_estimates(
     context_tokens: int,
     pipeline_parallel: int,
     weights_fp8: bool,
+    speculative_tokens: int = 0,
 ) -> tuple[DecodeEstimate, ...]:
     """Replica tokens/s at each batch size (concurrent sequences), and the speed one request sees."""
     collectives, hop = _links(cluster, traffic)
+    accepted = expected_accepted_tokens(speculative_tokens)
     out = []
     for requested in batches:
         batch = max(1, requested)
         micro = max(1, -(-batch // pipeline_parallel))
-        step, bound = stage_step(inputs, cluster, collectives, micro, context_tokens, weights_fp8)
-        stage_time = step + hop * micro
-        round_trip = pipeline_parallel * stage_time
+        step, bound = stage_step(
+            inputs, cluster, collectives, micro, context_tokens, weights_fp8, 1 + speculative_tokens
+        )
+        stage_time = step + hop * micro * (1 + speculative_tokens)
+        round_trip = pipeline_parallel * stage_time / accepted
         tokens_per_s = min(batch, pipeline_parallel * micro) / round_trip
         if pipeline_parallel > 1 and batch < pipeline_parallel:
             bound = "pipeline bubble"

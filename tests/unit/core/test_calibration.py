@@ -63,3 +63,13 @@ def test_newer_vllm_subtracts_cuda_graphs_from_the_kv_budget(v32, request_for):
     new = plan(request_for(v32, vllm_version=(0, 21), **common)).layouts[0]
     assert new.reserve.cudagraph_in_budget
     assert old.kv_budget_bytes_per_gpu - new.kv_budget_bytes_per_gpu == new.reserve.cudagraph_bytes
+
+
+def test_mtp_loads_a_layer_adds_its_kv_and_samples_every_draft(v32, request_for):
+    common = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
+    plain = plan(request_for(v32, max_model_len=16384, **common)).layouts[0]
+    mtp = plan(request_for(v32, max_model_len=16384, mtp=True, **common)).layouts[0]
+    assert mtp.weights_bytes_per_gpu > plain.weights_bytes_per_gpu
+    assert mtp.kv_bytes_per_token_per_gpu == plain.kv_bytes_per_token_per_gpu * 62 // 61
+    assert mtp.reserve.sampler_bytes == 4 * plain.reserve.sampler_bytes  # 1 + 3 speculative rows
+    assert "--speculative-config" in mtp.vllm_args

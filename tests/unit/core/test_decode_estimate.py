@@ -48,3 +48,13 @@ def test_estimates_are_labelled_in_json_keys_and_table_header(request_for, v32):
     result = plan(request_for(v32))
     assert all(key.startswith("est_") for key in result.as_dict()["layouts"][0] if "tokens_per_s" in key)
     assert "est. tok/s" in render_plan(result) and "bound (est.)" in render_plan(result)
+
+
+def test_mtp_raises_the_single_request_estimate_by_the_accepted_draft_length(request_for, v32):
+    from meshdeck.core.throughput import expected_accepted_tokens
+
+    plain = plan(request_for(v32, max_model_len=16384, **TP8)).layouts[0]
+    mtp = plan(request_for(v32, max_model_len=16384, mtp=True, **TP8)).layouts[0]
+    gain = mtp.est_decode_tokens_per_s_per_request / plain.est_decode_tokens_per_s_per_request
+    assert 1.5 < gain < expected_accepted_tokens(3)
+    assert any("MTP" in note for note in plan(request_for(v32, mtp=True, **TP8)).notes)
