@@ -58,6 +58,7 @@ def register(subparsers: Any) -> None:
     probe.add_argument("--agent-pyz", metavar="FILE", help="agent zipapp to upload (default: dist/meshdeck-agent.pyz)")
     probe.add_argument("--remote-cache-dir", metavar="DIR", help="where the agent goes (default ~/.cache/meshdeck)")
     probe.add_argument("--agent-socket", metavar="PATH", help="the agent's socket on the server")
+    probe.add_argument("--agent-state-dir", metavar="DIR", help="the agent's state dir (default: next to its socket)")
     probe.add_argument("--python", metavar="PATH", help="python3 on the server (default: python3 on its PATH)")
     probe.add_argument("--timeout", default="60", metavar="S", help="seconds to wait for the agent (default 60)")
     probe.set_defaults(func=_probe)
@@ -157,6 +158,7 @@ def _probe(args: argparse.Namespace) -> int:
         agent_pyz=args.agent_pyz,
         remote_cache_dir=args.remote_cache_dir,
         agent_socket=args.agent_socket,
+        agent_state_dir=args.agent_state_dir,
         pythons=(args.python,) if args.python else None,
     )
     if args.ssh_config:
