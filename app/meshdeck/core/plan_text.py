@@ -184,5 +184,21 @@ def render_training(result: PlanResult, *, top: int = 10, include_all: bool = Fa
         for row in rows:
             cells = [row[c].rjust(widths[c]) if c not in (1,) else row[c].ljust(widths[c]) for c in range(len(widths))]
             out.append("  ".join([*cells, row[-1]]).rstrip())
-    out += ["", f"Top pick: {training.top_reason}", "", *(f"note: {note}" for note in training.notes)]
+    out += ["", f"Top pick: {training.top_reason}"]
+    if training.strategies:
+        out += [
+            "",
+            "Strategies on this cluster (GiB per GPU; traffic per step per GPU; link need to hide it behind compute):",
+        ]
+        for name, layout in training.strategies:
+            needs = layout.link_needs_bytes_per_s()
+            traffic = "; ".join(
+                f"{kind} {volume / GIB:.1f} GiB over {link.value} (needs {needs.get(kind, 0) * 8 / 1e9:,.0f} Gb/s)"
+                for kind, volume, link in layout.traffic
+            )
+            fits = "" if layout.fits else " — does not fit"
+            out.append(
+                f"  {name:<7} {layout.label():<28} {layout.total_bytes / GIB:7.1f}{fits}; {traffic or 'no traffic'}"
+            )
+    out += ["", *(f"note: {note}" for note in training.notes)]
     return "\n".join(out) + "\n"

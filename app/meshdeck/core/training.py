@@ -63,6 +63,11 @@ class TrainingLayout:
     traffic: tuple[tuple[str, float, LinkClass], ...]  # (strategy, bytes per step per GPU, link)
     est_step_time_s: float
     est_tokens_per_s: float
+    est_compute_time_s: float  # per step, without communication or bubble
+
+    def link_needs_bytes_per_s(self) -> dict[str, float]:
+        """Bandwidth each strategy's traffic needs to hide behind the step's compute."""
+        return {name: volume / self.est_compute_time_s for name, volume, _ in self.traffic if self.est_compute_time_s}
 
     @property
     def total_bytes(self) -> int:
@@ -100,6 +105,7 @@ class TrainingLayout:
             ],
             "est_step_time_s": round(self.est_step_time_s, 3),
             "est_tokens_per_s": round(self.est_tokens_per_s, 1),
+            "est_link_needs_gbps": {k: round(v * 8 / 1e9, 1) for k, v in self.link_needs_bytes_per_s().items()},
         }
 
 
@@ -108,6 +114,7 @@ class TrainingPlan:
     layouts: list[TrainingLayout]
     top_reason: str
     notes: tuple[str, ...]
+    strategies: tuple[tuple[str, TrainingLayout], ...] = ()  # the seed table, on this cluster
 
     def as_dict(self, *, include_all: bool = False, top: int | None = None) -> dict[str, Any]:
         chosen = self.layouts if include_all else [layout for layout in self.layouts if layout.fits]
@@ -119,6 +126,7 @@ class TrainingPlan:
             "notes": list(self.notes),
             "layouts_total": len(self.layouts),
             "layouts": [layout.as_dict() for layout in chosen],
+            "strategies": [{"strategy": name, **layout.as_dict()} for name, layout in self.strategies],
         }
 
 
@@ -152,10 +160,11 @@ def _evaluate(
     dp: int,
     ep: bool,
     placement: Placement,
+    zero: int | None = None,
 ) -> TrainingLayout:
     card, cluster, training = request.model, request.cluster, request.training
     assert training is not None
-    zero = training.zero_stage
+    zero = training.zero_stage if zero is None else zero
     s, b, m = training.seq_len, training.micro_batch_size, training.micro_batches
     bounds = pp_partition(card.num_hidden_layers, pp)
     per_layer_attn = (counts.attention + counts.indexer) / card.num_hidden_layers
@@ -242,6 +251,7 @@ def _evaluate(
         traffic=tuple(traffic),
         est_step_time_s=step,
         est_tokens_per_s=tokens_step / step * placement.instances if step > 0 else 0.0,
+        est_compute_time_s=compute,
     )
 
 
@@ -288,4 +298,34 @@ def plan_training(request: PlanRequest, settings: ResolvedSettings, counts: Para
             f"nothing fits: the smallest, {top.label()}, needs {top.total_bytes / GIB:.1f} GiB per GPU of "
             f"{top.usable_bytes / GIB:.1f} — raise --zero, turn on --activation-checkpointing, or add GPUs"
         )
-    return TrainingPlan(layouts, reason, notes)
+    return TrainingPlan(layouts, reason, notes, strategy_table(request, settings, counts, placement, top))
+
+
+def strategy_table(
+    request: PlanRequest,
+    settings: ResolvedSettings,
+    counts: ParameterCounts,
+    placement: Placement,
+    best: TrainingLayout,
+) -> tuple[tuple[str, TrainingLayout], ...]:
+    """One row per classic strategy over every GPU of this cluster: memory, traffic and link needs.
+
+    DP and ZeRO 1-3 replicate the model on every GPU; TP shards it inside a node (DP across nodes);
+    PP stacks stages across nodes; 3D is the best-ranked TP × PP × DP layout.
+    """
+    card, cluster = request.model, request.cluster
+    gpus = cluster.total_gpus
+    rows: list[tuple[str, TrainingLayout]] = []
+    for zero in (0, 1, 2, 3):
+        rows.append(
+            (
+                "DP" if zero == 0 else f"ZeRO-{zero}",
+                _evaluate(request, settings, counts, 1, 1, gpus, False, placement, zero),
+            )
+        )
+    tp = max(d for d in _divisors(card.num_attention_heads) if d <= cluster.gpus_per_node and gpus % d == 0)
+    rows.append((f"TP{tp}", _evaluate(request, settings, counts, tp, 1, gpus // tp, False, placement, 0)))
+    pp = max(d for d in _divisors(gpus) if d <= min(card.num_hidden_layers, 16))
+    rows.append((f"PP{pp}", _evaluate(request, settings, counts, 1, pp, gpus // pp, False, placement, 0)))
+    rows.append(("3D", best))
+    return tuple(rows)

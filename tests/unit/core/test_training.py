@@ -58,3 +58,15 @@ def test_train_mode_needs_the_torch_engine(request_for, v3):
     with pytest.raises(InputError) as err:
         request_for(v3, mode="train")
     assert err.value.field == "--mode"
+
+
+def test_strategy_table_puts_the_classic_strategies_in_numbers_for_this_cluster(request_for, v3):
+    result = train(request_for, v3, nodes=32, zero_stage=1)
+    rows = dict(result.strategies)
+    assert {"DP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "TP8", "PP16", "3D"} <= rows.keys()
+    assert rows["DP"].total_bytes > rows["ZeRO-1"].total_bytes > rows["ZeRO-2"].total_bytes > rows["ZeRO-3"].total_bytes
+    assert not rows["DP"].fits and rows["ZeRO-3"].fits  # 671B × 16 B never fits one GPU; ZeRO-3 over 256 does
+    assert rows["3D"] is result.layouts[0]
+    needs = rows["TP8"].link_needs_bytes_per_s()
+    assert needs["tp_all_reduce"] > 0 and needs["dp_gradients"] > 0
+    assert "strategies" in result.as_dict()
