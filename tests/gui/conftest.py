@@ -78,3 +78,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.gui)
+
+
+@pytest.fixture(scope="session")
+def simulated_inventory() -> dict:
+    """A real simulated agent's inventory (`meshdeck-agent inventory --simulate 8xH200 --json`)."""
+    import json
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-m", "meshdeck_agent", "inventory", "--simulate", "8xH200", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    return json.loads(out)
+
+
+@pytest.fixture
+def console_context(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A ConsoleContext without fleet or database: views fed by posting events to its bridge."""
+    from meshdeck.ui.bridge import FleetBridge
+    from meshdeck.ui.context import ConsoleContext
+    from meshdeck.ui.jobs import JobRunner
+    from PySide6.QtCore import QSettings
+
+    context = ConsoleContext(
+        fleet=None,
+        db=None,
+        bridge=FleetBridge(),
+        jobs=JobRunner(),
+        settings=QSettings(str(tmp_path / "console.ini"), QSettings.Format.IniFormat),
+    )
+    yield context
+    context.shutdown()

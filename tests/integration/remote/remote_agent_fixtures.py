@@ -44,11 +44,10 @@ def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder = REPO / "packaging" / "build_agent.py"
     if not builder.exists():
         pytest.skip("packaging/build_agent.py (the agent zipapp builder) is not in this tree yet")
-    out_dir = tmp_path_factory.mktemp("agent-pyz")
-    subprocess.run([sys.executable, str(builder), "--out", str(out_dir)], check=True, capture_output=True, timeout=300)
-    built = sorted(out_dir.glob("*.pyz"))
-    assert built, f"packaging/build_agent.py produced no .pyz in {out_dir}"
-    return built[0]
+    out = tmp_path_factory.mktemp("agent-pyz") / "meshdeck-agent.pyz"
+    subprocess.run([sys.executable, str(builder), "--out", str(out)], check=True, capture_output=True, timeout=300)
+    assert out.is_file(), f"packaging/build_agent.py did not write {out}"
+    return out
 
 
 def stop_agent(socket_path: Path) -> None:

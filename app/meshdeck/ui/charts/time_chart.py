@@ -72,9 +72,15 @@ class TimeChart(QWidget):
         item.disableAutoRange()  # ranges are set from the data in update_data: see _fit_y
         self._interactive = False
         self._y_range: tuple[float, float] | None = None
-        left_label = f"{unit.axis_label}  (↑ TX  ↓ RX)" if mirrored else unit.axis_label
-        item.setLabel("left", left_label)
-        item.getAxis("left").enableAutoSIPrefix(False)
+        direction = "↑ TX  ↓ RX" if mirrored else None
+        if unit.si_prefix:  # pyqtgraph writes e.g. "(GB/s)" and scales the tick labels to match
+            item.setLabel("left", direction, units=unit.axis_label)
+        else:
+            item.setLabel("left", f"{unit.axis_label}  ({direction})" if mirrored else unit.axis_label)
+            item.getAxis("left").enableAutoSIPrefix(False)
+        for name in ("left", "bottom"):  # grid lines at major ticks only
+            item.getAxis(name).setStyle(maxTickLevel=0 if name == "left" else 1)
+        self._y_floor_raw = 0.0
         self._title_text = title
         self._specs: list[CurveSpec] = []
         self._pen_keys: dict[tuple[str, bool], int] = {}
@@ -203,8 +209,9 @@ class TimeChart(QWidget):
         bounds = y_bounds(self._batches, x_start, x_end)
         low, high = bounds if bounds is not None else (0.0, 0.0)
         high = max([high, *(line.value() for line in self._reference_lines)])
-        magnitude = max(abs(low), abs(high), self.unit.minimum_span * self.unit.scale)
-        top = nice_ceiling(magnitude * 1.04)
+        magnitude = max(abs(low), abs(high)) * 1.04
+        floor = max(self.unit.axis_floor, self._y_floor_raw * self.unit.scale)
+        top = nice_ceiling(magnitude) if magnitude > floor else floor
         wanted = (-top if self.mirrored or low < 0 else 0.0, top)
         if wanted != self._y_range:
             self._y_range = wanted
@@ -232,6 +239,12 @@ class TimeChart(QWidget):
     def reference_values(self) -> list[float]:
         """Reference lines in raw units (what was passed to set_reference_lines)."""
         return [line.value() / self.unit.scale for line in self._reference_lines]
+
+    def set_y_floor(self, raw: float) -> None:
+        """The y axis reaches at least `raw` (wire units), e.g. the GPUs' total memory on the VRAM chart."""
+        if raw != self._y_floor_raw:
+            self._y_floor_raw = raw
+            self._y_range = None
 
     def set_interactive(self, enabled: bool) -> None:
         """Pan and zoom with the mouse (while paused); live charts follow the newest data instead."""

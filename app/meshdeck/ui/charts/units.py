@@ -15,13 +15,17 @@ _BINARY_PREFIXES = ((2**40, "Ti"), (2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki"))
 
 @dataclass(frozen=True)
 class Unit:
-    """`scale` turns a wire value into axis units; `axis_label` is what the axis says."""
+    """`scale` turns a wire value into axis units; `axis_label` is what the axis says.
+
+    `si_prefix`: the axis picks k/M/G/T itself (pyqtgraph's SI prefix) — decimal rates only.
+    `axis_floor`: the y axis always reaches at least this (axis units), e.g. 100 for percentages."""
 
     name: str
     scale: float
     axis_label: str
     decimals: int = 1
-    minimum_span: float = 0.0  # raw units the y axis always covers (e.g. 100 % for percentages)
+    axis_floor: float = 0.0
+    si_prefix: bool = False
 
     def format(self, raw: float) -> str:
         """A readout string for one raw wire value, e.g. `112.4 GiB`, `23.1 GB/s`, `71 %`."""
@@ -57,14 +61,14 @@ FORMATTERS = {
     "tokens_per_s": lambda v, d: _decimal(v, "tok/s", d),
 }
 
-GIB = Unit("bytes", 1 / 2**30, "GiB", 1)
-BYTES_PER_S = Unit("bytes_per_s", 1e-9, "GB/s", 2)
-PERCENT = Unit("percent", 1.0, "%", 0, minimum_span=100.0)
-FRACTION_AS_PERCENT = Unit("fraction", 100.0, "%", 1, minimum_span=1.0)
-WATTS = Unit("watts", 1.0, "W", 0)
-CELSIUS = Unit("celsius", 1.0, "°C", 0)
-COUNT = Unit("count", 1.0, "", 0, minimum_span=1.0)
-TOKENS_PER_S = Unit("tokens_per_s", 1.0, "tokens/s", 1)
+GIB = Unit("bytes", 1 / 2**30, "GiB", 1, axis_floor=1.0)
+BYTES_PER_S = Unit("bytes_per_s", 1.0, "B/s", 2, axis_floor=1e6, si_prefix=True)
+PERCENT = Unit("percent", 1.0, "%", 0, axis_floor=100.0)
+FRACTION_AS_PERCENT = Unit("fraction", 100.0, "%", 1, axis_floor=100.0)
+WATTS = Unit("watts", 1.0, "W", 0, axis_floor=100.0)
+CELSIUS = Unit("celsius", 1.0, "°C", 0, axis_floor=50.0)
+COUNT = Unit("count", 1.0, "", 0, axis_floor=1.0)
+TOKENS_PER_S = Unit("tokens_per_s", 1.0, "tok/s", 1, axis_floor=1.0, si_prefix=True)
 
 
 def nice_ceiling(value: float) -> float:

@@ -208,6 +208,18 @@ class DashboardView(QWidget):
         self.charts["vram"].set_reference_lines([(value, f"plan {format_bytes(value)}") for value in lines])
         self._built_for = (self.metrics.version, self.selection)
 
+    def _largest_gpu_memory(self) -> float:
+        """The biggest total memory of the GPUs shown: the VRAM chart's y axis reaches it."""
+        totals = [
+            self.metrics.latest(host, f"gpu{index}", "memory_total_bytes")
+            for host in self.metrics.hosts
+            if self.selection.shows_host(host)
+            for index in self.metrics.gpu_indices(host)
+            if self.selection.shows_gpu(index)
+        ]
+        finite = [t for t in totals if math.isfinite(t)]
+        return max(finite, default=0.0)
+
     def refresh(self) -> int:
         """Redraw every chart from the rings now. Returns the number of points handed to pyqtgraph."""
         self._sync_hosts()
@@ -225,6 +237,7 @@ class DashboardView(QWidget):
         def source(host: str, series_ids: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
             return self.metrics.window(host, series_ids, self.window_s, x_end)
 
+        self.charts["vram"].set_y_floor(self._largest_gpu_memory())
         points = sum(chart.update_data(source, x_start, x_end) for chart in self.charts.values())
         self._drawn_generation = self.metrics.generation
         self._last_refresh = time.monotonic()

@@ -193,4 +193,4 @@ DASHBOARD_CHARTS: tuple[ChartDefinition, ...] = (
 def dashboard_metrics(definitions: Sequence[ChartDefinition] = DASHBOARD_CHARTS) -> frozenset[str]:
     """Every metric name the charts draw: what `LiveMetrics(keep_metrics=...)` needs to keep."""
     names = {pick.metric for definition in definitions for pick in definition.picks}
-    return frozenset(names | set(KV_USAGE_METRICS))
+    return frozenset(names | set(KV_USAGE_METRICS) | {"memory_total_bytes"})  # the VRAM chart's scale

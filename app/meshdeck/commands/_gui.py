@@ -1,0 +1,44 @@
+"""Opens the console window: `meshdeck --demo`, `--screenshots DIR`, `--quit-after SECONDS`.
+
+cli.py calls `run_gui` for those flags (and, with a display, for a plain `meshdeck`). Qt is
+imported only here and below, so the rest of the CLI works on a server without any display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from meshdeck.core.errors import InputError
+
+
+def has_display() -> bool:
+    """A window can be shown: an X11 / Wayland display, or a Qt platform chosen explicitly."""
+    return any(os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    if args.screenshots and not args.demo:
+        print("meshdeck: error: --screenshots: only with --demo (it pictures the demo cluster)", file=sys.stderr)
+        return 2
+    if args.quit_after is not None and not args.quit_after > 0:
+        print(
+            f"meshdeck: error: --quit-after: must be a positive number of seconds, got {args.quit_after}",
+            file=sys.stderr,
+        )
+        return 2
+    if not has_display():
+        print(
+            "meshdeck: error: no display: set DISPLAY (or run under xvfb-run), or QT_QPA_PLATFORM=offscreen "
+            "for --screenshots",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        from meshdeck.ui.app import run_console
+
+        return run_console(args)
+    except InputError as exc:
+        print(f"meshdeck: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,116 @@
+"""The demo cluster behind `meshdeck --demo`: two simulated 8×H200 agents on this machine, demo-a and demo-b.
+
+Both agents are real `meshdeck-agent` daemons started through the fleet's local transport (the
+same code path as a server reached over SSH, minus SSH) with `--simulate 8xH200`: their GPUs,
+NVLink/PCIe/InfiniBand traffic and vLLM stand-ins are simulated and say so in every inventory and
+sample. Torch workloads they start are real processes. The demo has its own database, sockets and
+known_hosts in a fresh folder, so it never touches the operator's real hosts, and `shutdown()`
+stops both daemons and removes that folder. No Qt here.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshdeck_agent import protocol
+
+from meshdeck import __version__
+from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.store.database import Database, open_database
+
+log = logging.getLogger(__name__)
+
+DEMO_HOSTS = ("demo-a", "demo-b")
+DEMO_SPEC = "8xH200"
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+@dataclass
+class DemoCluster:
+    fleet: FleetService
+    db: Database
+    folder: Path
+    hosts: tuple[str, ...] = DEMO_HOSTS
+    spec: str = DEMO_SPEC
+    _closed: bool = field(default=False, repr=False)
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        db_path: str | Path | None = None,
+        spec: str = DEMO_SPEC,
+        hosts: tuple[str, ...] = DEMO_HOSTS,
+        interval_s: float = 1.0,
+        fleet_settings: FleetSettings | None = None,
+    ) -> DemoCluster:
+        """Open the demo database and start supervising one simulated local agent per host name.
+
+        The folder lives under /tmp: agent sockets need short paths (108 bytes of sun_path)."""
+        folder = Path(tempfile.mkdtemp(prefix="meshdeck-demo-", dir="/tmp" if Path("/tmp").is_dir() else None))
+        try:
+            db = open_database(db_path or folder / "demo.sqlite")
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        settings = fleet_settings or FleetSettings(known_hosts=str(folder / "known_hosts"), ssh_config=None)
+        fleet = FleetService(settings)
+        cluster = cls(fleet=fleet, db=db, folder=folder, hosts=hosts, spec=spec)
+        try:
+            for name in hosts:
+                fleet.add_local(
+                    name,
+                    simulate=spec,
+                    socket=str(folder / f"{name}.sock"),
+                    state_dir=str(folder / name),
+                    interval_s=interval_s,
+                )
+        except BaseException:
+            cluster.shutdown()
+            raise
+        log.info("demo cluster: %s (simulated %s) in %s", ", ".join(hosts), spec, folder)
+        return cluster
+
+    def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Stop both agent daemons (and what they run), the fleet, the database; remove the folder."""
+        if self._closed:
+            return
+        self._closed = True
+        for name in self.fleet.hosts():
+            try:
+                self.fleet.call(name, "agent.shutdown", timeout=timeout)
+            except Exception as exc:  # not connected (yet): asked directly on its socket below
+                log.info("demo: shutting down %s through the fleet: %s", name, exc)
+        self.fleet.close()
+        for name in self.hosts:  # a daemon `attach` started before the fleet connected to it
+            socket_path = self.folder / f"{name}.sock"
+            if socket_path.exists():
+                shutdown_agent_socket(socket_path, timeout)
+        self.db.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def shutdown_agent_socket(path: Path, timeout: float = SHUTDOWN_TIMEOUT_S) -> bool:
+    """Say hello and `agent.shutdown` to the daemon on a Unix socket. False when none answered."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout)
+            connection.connect(str(path))
+            connection.sendall(protocol.encode(protocol.hello(__version__)))
+            connection.sendall(protocol.encode(protocol.request(1, "agent.shutdown")))
+            reader = connection.makefile("rb")
+            for _ in range(100):  # hello, perhaps sample events, then our reply
+                line = reader.readline()
+                if not line:
+                    return True  # the daemon closed the connection: it is going down
+                message = protocol.decode(line)
+                if isinstance(message, protocol.Response | protocol.ErrorReply) and message.id == 1:
+                    return isinstance(message, protocol.Response)
+    except (OSError, protocol.ProtocolError) as exc:
+        log.info("demo: no agent answered on %s: %s", path, exc)
+    return False

@@ -1,0 +1,127 @@
+"""Starting the console: the QApplication, the services, the views, and an orderly shutdown.
+
+    meshdeck --demo                                   # two simulated 8×H200 agents, a plan, a launch
+    meshdeck --demo --screenshots DIR --quit-after 60 # one PNG per view once the demo settled
+    meshdeck                                          # (with a display) the console on your hosts
+
+Without --demo the console opens the database (`--db` or the platform data dir) and supervises
+every stored host over SSH. Everything that talks to a host or the disk after the window is up
+runs in the fleet's threads or as a job; the GUI thread only draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+from meshdeck.services.fleet import FleetService
+from meshdeck.store.database import open_database
+from meshdeck.store.hosts import list_hosts
+from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import JobRunner
+from meshdeck.ui.main_window import MainWindow, ViewEntry
+from meshdeck.ui.screenshots import save_screenshots
+from meshdeck.ui.theme import apply_theme
+from meshdeck.ui.views.dashboard import DashboardView
+from meshdeck.ui.views.planner import PlannerView
+
+log = logging.getLogger(__name__)
+
+SCREENSHOT_MARGIN_S = 4.0  # screenshots are taken this long before --quit-after, at the latest
+
+
+def application() -> QApplication:
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication([sys.argv[0] if sys.argv else "meshdeck"])
+    assert isinstance(app, QApplication)
+    app.setOrganizationName("meshdeck")
+    app.setApplicationName("meshdeck")
+    app.setApplicationDisplayName("meshdeck")
+    app.setDesktopFileName("meshdeck")
+    return app
+
+
+VIEW_KEYS = ("planner", "dashboard")
+
+
+def build_views(context: ConsoleContext) -> list[ViewEntry]:
+    """Every view of the console, in navigation order (keys as in VIEW_KEYS)."""
+    planner = PlannerView(context)
+    dashboard = DashboardView(context.live)
+    views = [
+        ViewEntry("planner", "Planner", planner),
+        ViewEntry("dashboard", "Dashboard", dashboard),
+    ]
+    assert tuple(v.key for v in views) == VIEW_KEYS
+    return views
+
+
+def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleContext:
+    """Services for the console: the demo cluster, or the stored hosts over SSH."""
+    bridge = FleetBridge()
+    jobs = JobRunner()
+    if args.demo:
+        from meshdeck.services.demo import DemoCluster
+
+        demo = DemoCluster.start(db_path=args.db)
+        context = ConsoleContext(
+            fleet=demo.fleet, db=demo.db, bridge=bridge, jobs=jobs, settings=settings, simulated=True
+        )
+        context.on_shutdown.append(demo.shutdown)
+        context.demo = demo
+    else:
+        db = open_database(args.db)
+        fleet = FleetService()
+        context = ConsoleContext(fleet=fleet, db=db, bridge=bridge, jobs=jobs, settings=settings)
+        context.on_shutdown.append(db.close)
+        context.on_shutdown.append(fleet.close)
+    assert context.fleet is not None
+    unsubscribe: Callable[[], None] = context.fleet.subscribe(bridge.post)
+    context.on_shutdown.append(unsubscribe)
+    if not args.demo:
+        assert context.db is not None
+        for record in list_hosts(context.db):
+            context.fleet.add_record(record)
+    return context
+
+
+def run_console(args: argparse.Namespace) -> int:
+    app = application()
+    apply_theme(app)
+    # The demo keeps its own window layout and choices: it must not rearrange the real console's.
+    settings = QSettings("meshdeck", "console-demo" if args.demo else "console")
+    context = build_context(args, settings)
+    try:
+        window = MainWindow(context, build_views(context))
+        if args.screenshots:
+            window.resize(1500, 950)  # pictures of a known size, whatever the last session left
+        window.show()
+        if args.screenshots:
+            delay = max(1.0, (args.quit_after or 30.0) - SCREENSHOT_MARGIN_S)
+            QTimer.singleShot(int(delay * 1000), lambda: _screenshots_then_quit(window, args))
+        elif args.quit_after is not None:
+            QTimer.singleShot(int(args.quit_after * 1000), window.close)
+        status = app.exec()
+        window.save_settings()
+        return status
+    finally:
+        context.shutdown()
+
+
+def _screenshots_then_quit(window: MainWindow, args: argparse.Namespace) -> None:
+    try:
+        written = save_screenshots(window, args.screenshots)
+        print(f"meshdeck: {len(written)} screenshots in {args.screenshots}")  # noqa: T201 (the CLI's answer)
+    except OSError as exc:
+        log.error("screenshots failed: %s", exc)
+        QApplication.instance().exit(1)  # type: ignore[union-attr]
+        return
+    if args.quit_after is not None:
+        window.close()

@@ -1,0 +1,127 @@
+"""What every view of the console shares: the services, the Qt bridge, the job runner, live data.
+
+The console is wired once (`meshdeck.ui.app`) and each view gets this object. Services are the
+Qt-free layer (fleet, store, deploy); the views never call a host or the database on the GUI
+thread: they start a job (`jobs`) or react to the bridge's signals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QSettings, Signal
+
+from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.services.fleet import FleetService
+from meshdeck.store.database import Database
+from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.charts.live_metrics import LiveMetrics
+from meshdeck.ui.jobs import JobRunner
+from meshdeck.ui.views.dashboard_charts import dashboard_metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HostView:
+    """The console's picture of one host, from fleet events (GUI thread only)."""
+
+    name: str
+    state: str = "disconnected"
+    reason: str = ""
+    error: Exception | None = None
+    inventory: dict[str, Any] | None = None
+    last_sample_ts: float | None = None
+    dropped: int = 0
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.inventory and self.inventory.get("simulated"))
+
+
+class HostsModel(QObject):
+    """Host states and inventories, fed by the bridge. Views listen to `changed(host)`."""
+
+    changed = Signal(str)
+
+    def __init__(self, bridge: FleetBridge, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.hosts: dict[str, HostView] = {}
+        bridge.host_state_changed.connect(self._on_state)
+        bridge.inventory_received.connect(self._on_inventory)
+        bridge.samples_received.connect(self._on_samples)
+
+    def get(self, name: str) -> HostView:
+        view = self.hosts.get(name)
+        if view is None:
+            view = self.hosts[name] = HostView(name)
+        return view
+
+    def forget(self, name: str) -> None:
+        if self.hosts.pop(name, None) is not None:
+            self.changed.emit(name)
+
+    def _on_state(self, event: HostStateChanged) -> None:
+        view = self.get(event.host)
+        view.state, view.reason, view.error = event.state, event.reason, event.error
+        self.changed.emit(event.host)
+
+    def _on_inventory(self, event: InventoryReceived) -> None:
+        self.get(event.host).inventory = dict(event.inventory)
+        self.changed.emit(event.host)
+
+    def _on_samples(self, event: SamplesReceived) -> None:
+        view = self.get(event.host)
+        view.dropped += event.dropped
+        if event.samples:
+            ts = event.samples[-1].get("ts")
+            if isinstance(ts, int | float):
+                view.last_sample_ts = float(ts)
+
+    def connected_inventories(self) -> dict[str, dict[str, Any]]:
+        """host -> inventory of every host that is connected (or degraded) and has reported one."""
+        return {
+            name: view.inventory
+            for name, view in self.hosts.items()
+            if view.inventory is not None and view.state in ("connected", "degraded")
+        }
+
+
+@dataclass
+class ConsoleContext:
+    """Shared by every view. `fleet`/`db` are None only in tests of views that do not need them."""
+
+    fleet: FleetService | None
+    db: Database | None
+    bridge: FleetBridge
+    jobs: JobRunner
+    settings: QSettings
+    live: LiveMetrics = field(default_factory=lambda: LiveMetrics(keep_metrics=dashboard_metrics()))
+    hosts: HostsModel | None = None
+    simulated: bool = False  # the demo: every host is a simulated agent
+    deploy: Any = None  # services.deploy.DeployService
+    profiles: Any = None  # the profiles service (store-backed): save_profile(Profile) -> record
+    demo: Any = None  # services.demo.DemoCluster under --demo
+    on_shutdown: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.hosts is None:
+            self.hosts = HostsModel(self.bridge)
+        self.bridge.samples_received.connect(self._ingest)
+
+    def _ingest(self, event: SamplesReceived) -> None:
+        self.live.ingest(event.host, event.samples)
+
+    def shutdown(self) -> None:
+        """Stop jobs, then every service, in reverse order of start. Safe to call twice."""
+        self.jobs.shutdown()
+        self.bridge.stop()
+        while self.on_shutdown:
+            step = self.on_shutdown.pop()
+            try:
+                step()
+            except Exception:
+                log.exception("console shutdown step failed")

@@ -1,0 +1,204 @@
+"""The console window: a navigation list of views, the current view, and a status bar.
+
+Keyboard: Ctrl+1..9 opens a view, Ctrl+PgDown / Ctrl+PgUp steps through them, the list itself
+follows the arrow keys. Window geometry, splitter and the last view are kept in QSettings. The
+status bar shows how many hosts are connected, says "SIMULATED" when any host is a simulated
+agent, and carries the running jobs with a Cancel button.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QWidget,
+)
+
+from meshdeck import __version__
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import Job
+
+
+@dataclass(frozen=True)
+class ViewEntry:
+    key: str  # stable: settings, screenshots (`<key>.png`), tests
+    title: str
+    widget: QWidget
+
+
+class JobsIndicator(QWidget):
+    """The newest running job: its message, a progress bar and Cancel."""
+
+    def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._jobs: list[Job] = []
+        self.label = QLabel()
+        self.bar = QProgressBar()
+        self.bar.setMaximumWidth(160)
+        self.bar.setTextVisible(False)
+        self.cancel = QPushButton("Cancel")
+        self.cancel.setObjectName("cancelJob")
+        self.cancel.clicked.connect(self._cancel)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.label)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.cancel)
+        context.jobs.job_started.connect(self._started)
+        context.jobs.job_ended.connect(self._ended)
+        self._refresh()
+
+    def _started(self, job: Job) -> None:
+        self._jobs.append(job)
+        job.progressed.connect(lambda fraction, message, job=job: self._progress(job, fraction, message))
+        self.label.setText(job.name)
+        self.bar.setRange(0, 0)
+        self._refresh()
+
+    def _progress(self, job: Job, fraction: float, message: str) -> None:
+        if self._jobs and self._jobs[-1] is job:
+            self.label.setText(f"{job.name}: {message}" if message else job.name)
+            if fraction < 0:
+                self.bar.setRange(0, 0)
+            else:
+                self.bar.setRange(0, 100)
+                self.bar.setValue(round(100 * fraction))
+
+    def _ended(self, job: Job) -> None:
+        if job in self._jobs:
+            self._jobs.remove(job)
+        if self._jobs:
+            self.label.setText(self._jobs[-1].name)
+        self._refresh()
+
+    def _cancel(self) -> None:
+        if self._jobs:
+            self._jobs[-1].cancel()
+            self.label.setText(f"{self._jobs[-1].name}: cancelling…")
+
+    def _refresh(self) -> None:
+        self.setVisible(bool(self._jobs))
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, context: ConsoleContext, views: Sequence[ViewEntry], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        self.views = list(views)
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("meshdeck" + (" — demo cluster (simulated)" if context.simulated else ""))
+        self.navigation = QListWidget()
+        self.navigation.setObjectName("navigation")
+        self.navigation.setAccessibleName("Views")
+        self.navigation.setMaximumWidth(200)
+        self.stack = QStackedWidget()
+        for index, entry in enumerate(self.views):
+            item = QListWidgetItem(entry.title)
+            item.setData(Qt.ItemDataRole.UserRole, entry.key)
+            if index < 9:
+                item.setToolTip(f"Ctrl+{index + 1}")
+                QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self, activated=lambda i=index: self.show_view_at(i))
+            self.navigation.addItem(item)
+            entry.widget.setObjectName(entry.widget.objectName() or f"{entry.key}View")
+            self.stack.addWidget(entry.widget)
+        self.navigation.currentRowChanged.connect(self.stack.setCurrentIndex)
+        QShortcut(QKeySequence("Ctrl+PgDown"), self, activated=lambda: self._step(1))
+        QShortcut(QKeySequence("Ctrl+PgUp"), self, activated=lambda: self._step(-1))
+        self.splitter = QSplitter()
+        self.splitter.addWidget(self.navigation)
+        self.splitter.addWidget(self.stack)
+        self.splitter.setStretchFactor(1, 1)
+        self.setCentralWidget(self.splitter)
+
+        self.hosts_summary = QLabel()
+        self.hosts_summary.setObjectName("hostsSummary")
+        self.simulated_badge = QLabel("SIMULATED")
+        self.simulated_badge.setObjectName("simulatedBadge")
+        self.simulated_badge.setToolTip("At least one host is a simulated agent (meshdeck-agent --simulate)")
+        self.jobs_indicator = JobsIndicator(context)
+        status = self.statusBar()
+        status.addWidget(self.hosts_summary, 1)
+        status.addPermanentWidget(self.jobs_indicator)
+        status.addPermanentWidget(self.simulated_badge)
+        status.addPermanentWidget(QLabel(f"meshdeck {__version__}"))
+        assert context.hosts is not None
+        context.hosts.changed.connect(self._update_summary)
+        self._update_summary()
+        self._restore()
+
+    # ------------------------------------------------------------------ navigation
+
+    def view_keys(self) -> list[str]:
+        return [entry.key for entry in self.views]
+
+    def show_view(self, key: str) -> QWidget:
+        index = self.view_keys().index(key)
+        self.show_view_at(index)
+        return self.views[index].widget
+
+    def show_view_at(self, index: int) -> None:
+        if 0 <= index < len(self.views):
+            self.navigation.setCurrentRow(index)
+
+    def current_view_key(self) -> str:
+        return self.views[self.stack.currentIndex()].key
+
+    def _step(self, delta: int) -> None:
+        self.show_view_at((self.stack.currentIndex() + delta) % len(self.views))
+
+    # ------------------------------------------------------------------ status
+
+    def _update_summary(self, _host: str = "") -> None:
+        assert self.context.hosts is not None
+        hosts = self.context.hosts.hosts
+        connected = sum(1 for h in hosts.values() if h.state in ("connected", "degraded"))
+        failed = [h.name for h in hosts.values() if h.state == "failed"]
+        text = f"{connected} of {len(hosts)} host(s) connected" if hosts else "no hosts yet: add one in Hosts"
+        if failed:
+            text += f"; failed: {', '.join(failed)}"
+        self.hosts_summary.setText(text)
+        self.simulated_badge.setVisible(self.context.simulated or any(h.simulated for h in hosts.values()))
+
+    # ------------------------------------------------------------------ settings
+
+    def _restore(self) -> None:
+        settings = self.context.settings
+        geometry = settings.value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1500, 950)
+        splitter = settings.value("window/splitter")
+        if isinstance(splitter, QByteArray) and not splitter.isEmpty():
+            self.splitter.restoreState(splitter)
+        else:
+            self.splitter.setSizes([170, 1330])
+        last = settings.value("window/view", "")
+        self.show_view_at(self.view_keys().index(last) if last in self.view_keys() else 0)
+
+    def save_settings(self) -> None:
+        settings = self.context.settings
+        settings.setValue("window/geometry", self.saveGeometry())
+        settings.setValue("window/splitter", self.splitter.saveState())
+        settings.setValue("window/view", self.current_view_key())
+        for entry in self.views:
+            save = getattr(entry.widget, "save_settings", None)
+            if callable(save):
+                save(settings)
+        settings.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.save_settings()
+        super().closeEvent(event)

@@ -1,0 +1,283 @@
+"""The planner's inputs: the cluster (detected hosts, or typed in) and the serving settings.
+
+Detected hosts come first: every connected host with GPUs is listed with what its agent reported,
+and the ones ticked (in list order, the first is the head) form the cluster. The form only collects
+choices; `PlannerInputs` is turned into a `PlanRequest` off the GUI thread (model cards and the GPU
+catalog are files), where bad values become InputErrors naming the field, shown under the form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.gpu_spec import GpuSpec
+from meshdeck.core.kv_cache import KV_CACHE_DTYPES
+from meshdeck.core.plan_request import GOALS, PlanRequest
+from meshdeck.core.weights import WEIGHTS_DTYPES
+from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model
+from meshdeck.ui.views.planner_inputs import DetectedCluster, detected_cluster
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class PlannerInputs:
+    """Everything the form holds; `to_request()` does the file reads and validation (worker thread)."""
+
+    use_detected: bool
+    hosts: tuple[str, ...]
+    inventories: Mapping[str, Mapping[str, Any]]
+    gpu_name: str
+    nodes: int
+    gpus_per_node: int
+    model: str
+    engine: str
+    goal: str
+    weights_dtype: str | None
+    kv_cache_dtype: str
+    max_model_len: int | None
+    gpu_memory_utilization: float
+    max_num_seqs: int | None
+    mtp: bool
+
+    def to_request(self) -> tuple[PlanRequest, DetectedCluster | None]:
+        detected = None
+        catalog = load_gpu_catalog()
+        if self.use_detected:
+            detected = detected_cluster(self.inventories, self.hosts, catalog)
+            cluster = detected.cluster
+        else:
+            gpu = next(g for g in catalog if g.name == self.gpu_name)
+            link = "nvlink" if gpu.has_nvlink else "pcie"
+            cluster = ClusterSpec(
+                nodes=self.nodes,
+                gpus_per_node=self.gpus_per_node,
+                gpu=gpu,
+                intra_node_link=link,
+                inter_node_bytes_per_s=default_inter_node_bytes_per_s(self.gpus_per_node, link),
+            )
+        request = PlanRequest(
+            model=load_model(self.model),
+            cluster=cluster,
+            engine=self.engine,
+            goal=self.goal,
+            weights_dtype=self.weights_dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            mtp=self.mtp,
+        )
+        return request, detected
+
+
+def _describe(inventory: Mapping[str, Any]) -> str:
+    gpus = inventory.get("gpus") or []
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
+    memory = max((g.get("memory_total_bytes") or 0 for g in gpus if isinstance(g, dict)), default=0)
+    text = f"{len(gpus)}× {', '.join(names) or 'GPU'} {memory / GIB:.0f} GiB" if gpus else "no GPUs"
+    return text + (" (simulated)" if inventory.get("simulated") else "")
+
+
+class PlannerForm(QWidget):
+    plan_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("plannerForm")
+        self._inventories: dict[str, Mapping[str, Any]] = {}
+
+        cluster_box = QGroupBox("Cluster")
+        self.detected = QRadioButton("Detected hosts")
+        self.detected.setObjectName("useDetected")
+        self.typed = QRadioButton("Typed in")
+        self.typed.setObjectName("useTyped")
+        source = QButtonGroup(self)
+        source.addButton(self.detected)
+        source.addButton(self.typed)
+        self.host_list = QListWidget()
+        self.host_list.setObjectName("plannerHosts")
+        self.host_list.setAccessibleName("Hosts to plan for (the first ticked is the head)")
+        self.host_list.setMaximumHeight(110)
+        self.gpu = QComboBox()
+        self.gpu.setObjectName("plannerGpu")
+        self.nodes = QSpinBox()
+        self.nodes.setRange(1, 4096)
+        self.nodes.setValue(1)
+        self.gpus_per_node = QSpinBox()
+        self.gpus_per_node.setRange(1, 64)
+        self.gpus_per_node.setValue(8)
+        cluster_form = QFormLayout(cluster_box)
+        cluster_form.addRow(self.detected)
+        cluster_form.addRow(self.host_list)
+        cluster_form.addRow(self.typed)
+        cluster_form.addRow("GPU", self.gpu)
+        cluster_form.addRow("Nodes", self.nodes)
+        cluster_form.addRow("GPUs per node", self.gpus_per_node)
+        self.detected.toggled.connect(self._source_changed)
+
+        serving_box = QGroupBox("Serving")
+        self.model = QComboBox()
+        self.model.setObjectName("plannerModel")
+        self.model.setEditable(True)  # a bundled name, or a config.json / checkpoint path
+        self.model.addItems(bundled_model_names())
+        self.model.setToolTip("A bundled model, or the path of a config.json / checkpoint directory")
+        self.engine = QComboBox()
+        self.engine.addItems(["vllm", "torch"])
+        self.goal = QComboBox()
+        self.goal.setObjectName("plannerGoal")
+        self.goal.addItems(GOALS)
+        self.weights = QComboBox()
+        self.weights.addItem("as shipped", None)
+        for dtype in WEIGHTS_DTYPES:
+            self.weights.addItem(dtype, dtype)
+        self.kv_dtype = QComboBox()
+        self.kv_dtype.addItems(KV_CACHE_DTYPES)
+        self.max_model_len = QSpinBox()
+        self.max_model_len.setObjectName("plannerMaxModelLen")
+        self.max_model_len.setRange(0, 1_048_576)
+        self.max_model_len.setSingleStep(4096)
+        self.max_model_len.setSpecialValueText("model default")
+        self.utilization = QDoubleSpinBox()
+        self.utilization.setRange(0.05, 1.0)
+        self.utilization.setSingleStep(0.01)
+        self.utilization.setValue(0.9)
+        self.max_num_seqs = QSpinBox()
+        self.max_num_seqs.setRange(0, 65536)
+        self.max_num_seqs.setSpecialValueText("vLLM default")
+        self.mtp = QCheckBox("MTP speculative decoding")
+        serving_form = QFormLayout(serving_box)
+        serving_form.addRow("Model", self.model)
+        serving_form.addRow("Engine", self.engine)
+        serving_form.addRow("Goal", self.goal)
+        serving_form.addRow("Weights", self.weights)
+        serving_form.addRow("KV cache dtype", self.kv_dtype)
+        serving_form.addRow("max_model_len", self.max_model_len)
+        serving_form.addRow("gpu_memory_utilization", self.utilization)
+        serving_form.addRow("max_num_seqs", self.max_num_seqs)
+        serving_form.addRow(self.mtp)
+
+        self.plan_button = QPushButton("Plan")
+        self.plan_button.setObjectName("planButton")
+        self.plan_button.setDefault(True)
+        self.plan_button.setToolTip("Rank every layout (Ctrl+Return)")
+        self.plan_button.clicked.connect(self.plan_requested)
+        self.error = QLabel()
+        self.error.setObjectName("fieldError")
+        self.error.setWordWrap(True)
+        self.error.setVisible(False)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(cluster_box)
+        layout.addWidget(serving_box)
+        layout.addWidget(self.plan_button)
+        layout.addWidget(self.error)
+        layout.addStretch(1)
+        self.typed.setChecked(True)
+
+    # ------------------------------------------------------------------ inputs from outside
+
+    def set_gpu_catalog(self, catalog: tuple[GpuSpec, ...], preferred: str = "H200-SXM-141GB") -> None:
+        current = self.gpu.currentText() or preferred
+        self.gpu.clear()
+        self.gpu.addItems([g.name for g in catalog])
+        index = self.gpu.findText(current)
+        self.gpu.setCurrentIndex(max(index, 0))
+
+    def set_hosts(self, inventories: Mapping[str, Mapping[str, Any]]) -> None:
+        """Connected hosts with their inventories; keeps the user's ticks, ticks new GPU hosts."""
+        ticked = set(self.ticked_hosts()) if self.host_list.count() else None
+        self._inventories = dict(inventories)
+        self.host_list.clear()
+        for host, inventory in inventories.items():
+            item = QListWidgetItem(f"{host} — {_describe(inventory)}")
+            item.setData(Qt.ItemDataRole.UserRole, host)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            has_gpus = bool(inventory.get("gpus"))
+            tick = (host in ticked) if ticked is not None else has_gpus
+            item.setCheckState(Qt.CheckState.Checked if tick and has_gpus else Qt.CheckState.Unchecked)
+            self.host_list.addItem(item)
+        if inventories and not self.detected.isChecked() and ticked is None:
+            self.detected.setChecked(True)  # pre-fill from what is connected
+        self._source_changed()
+
+    def ticked_hosts(self) -> list[str]:
+        return [
+            self.host_list.item(i).data(Qt.ItemDataRole.UserRole)
+            for i in range(self.host_list.count())
+            if self.host_list.item(i).checkState() == Qt.CheckState.Checked
+        ]
+
+    def _source_changed(self) -> None:
+        detected = self.detected.isChecked()
+        self.host_list.setEnabled(detected)
+        for widget in (self.gpu, self.nodes, self.gpus_per_node):
+            widget.setEnabled(not detected)
+
+    def inputs(self) -> PlannerInputs:
+        return PlannerInputs(
+            use_detected=self.detected.isChecked(),
+            hosts=tuple(self.ticked_hosts()),
+            inventories=dict(self._inventories),
+            gpu_name=self.gpu.currentText(),
+            nodes=self.nodes.value(),
+            gpus_per_node=self.gpus_per_node.value(),
+            model=self.model.currentText().strip(),
+            engine=self.engine.currentText(),
+            goal=self.goal.currentText(),
+            weights_dtype=self.weights.currentData(),
+            kv_cache_dtype=self.kv_dtype.currentText(),
+            max_model_len=self.max_model_len.value() or None,
+            gpu_memory_utilization=round(self.utilization.value(), 3),
+            max_num_seqs=self.max_num_seqs.value() or None,
+            mtp=self.mtp.isChecked(),
+        )
+
+    def show_error(self, text: str | None) -> None:
+        self.error.setText(text or "")
+        self.error.setVisible(bool(text))
+
+    # ------------------------------------------------------------------ settings
+
+    def save_settings(self, settings: QSettings) -> None:
+        settings.setValue("planner/model", self.model.currentText())
+        settings.setValue("planner/goal", self.goal.currentText())
+        settings.setValue("planner/kv_dtype", self.kv_dtype.currentText())
+        settings.setValue("planner/max_model_len", self.max_model_len.value())
+        settings.setValue("planner/utilization", self.utilization.value())
+        settings.setValue("planner/gpu", self.gpu.currentText())
+        settings.setValue("planner/nodes", self.nodes.value())
+
+    def restore_settings(self, settings: QSettings) -> None:
+        for combo, key in ((self.model, "model"), (self.goal, "goal"), (self.kv_dtype, "kv_dtype")):
+            value = settings.value(f"planner/{key}")
+            if isinstance(value, str) and value:
+                index = combo.findText(value)
+                if index >= 0:
+                    combo.setCurrentIndex(index)
+                elif combo.isEditable():
+                    combo.setEditText(value)
+        self.max_model_len.setValue(int(settings.value("planner/max_model_len", 0) or 0))
+        self.utilization.setValue(float(settings.value("planner/utilization", 0.9) or 0.9))
+        self.nodes.setValue(int(settings.value("planner/nodes", 1) or 1))

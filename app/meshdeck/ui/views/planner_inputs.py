@@ -1,0 +1,163 @@
+"""The planner's cluster from what the connected hosts reported (no Qt here; tested on its own).
+
+A detected node beats typed-in numbers: the GPU model is matched against the catalog (so HBM and
+NVLink bandwidths are the datasheet's, not guesses), the GPU × GPU link matrix is the node's own,
+and the inter-node bandwidth is the RDMA ports' summed rate. Hosts that disagree (different GPU
+count or model) cannot share one uniform layout: that is an error naming the hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.errors import InputError
+from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory
+from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.planner import PlanResult
+
+GIB = 1 << 30
+
+
+def match_gpu(name: str | None, memory_bytes: int | None, catalog: Sequence[GpuSpec]) -> GpuSpec:
+    """The catalog entry for a GPU an agent reported (e.g. "NVIDIA H200", 141 GiB -> H200-SXM-141GB).
+
+    The model token ("H200", "H100", "A100", "L40S", "RTX 4090") must match the start of a catalog
+    name; among several, the one whose memory is closest. No match: a GPU known by memory alone."""
+    if name:
+        token = name.upper().replace("NVIDIA", "").strip().replace(" ", "-")
+        token = token.split("-")[0] if not token.startswith("RTX") else "-".join(token.split("-")[:2])
+        candidates = [g for g in catalog if g.name.upper().split("-")[0] == token or g.name.upper().startswith(token)]
+        if candidates:
+            if memory_bytes:
+                return min(candidates, key=lambda g: abs(g.memory_bytes - memory_bytes))
+            return candidates[0]
+    if memory_bytes:
+        return gpu_from_memory(memory_bytes / GIB, name=name)
+    raise InputError("hosts", f"cannot tell the GPU model: the agent reported name {name!r} and no memory size")
+
+
+@dataclass(frozen=True)
+class DetectedCluster:
+    cluster: ClusterSpec
+    hosts: tuple[str, ...]
+    facts: Mapping[str, InventoryFacts]
+    notes: tuple[str, ...]
+
+    @property
+    def simulated(self) -> bool:
+        return any(f.simulated for f in self.facts.values())
+
+
+def detected_cluster(
+    inventories: Mapping[str, Mapping[str, Any]], hosts: Sequence[str], catalog: Sequence[GpuSpec]
+) -> DetectedCluster:
+    """A ClusterSpec of `hosts` (in order: the first is the head) from their agents' inventories."""
+    if not hosts:
+        raise InputError("hosts", "choose at least one connected host")
+    facts = {host: inventory_facts(inventories[host], source=f"{host} inventory") for host in hosts}
+    counts = {host: f.gpu_count for host, f in facts.items()}
+    if 0 in counts.values():
+        empty = [h for h, c in counts.items() if c == 0]
+        raise InputError("hosts", f"{', '.join(empty)} reported no GPUs; the planner needs GPU nodes")
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{h}: {c}" for h, c in counts.items())
+        raise InputError("hosts", f"hosts have different GPU counts ({detail}); choose hosts of one kind")
+    names = {f.gpu_name for f in facts.values()}
+    if len(names) > 1:
+        raise InputError("hosts", f"hosts have different GPU models ({', '.join(sorted(map(str, names)))})")
+    first = facts[hosts[0]]
+    memory = min((f.gpu_memory_bytes for f in facts.values() if f.gpu_memory_bytes), default=None)
+    gpu = match_gpu(first.gpu_name, memory, catalog)
+    notes = [f"GPU: {first.gpu_name or 'unnamed'} → {gpu.name}" + (" (assumed bandwidths)" if gpu.assumed else "")]
+    rdma = [f.rdma_bytes_per_s for f in facts.values()]
+    if first.topology is not None:  # the matrix decides per pair; this flag only names the common case
+        has_nvlink = any(len(island) > 1 for island in first.topology.nvlink_islands)
+    else:
+        has_nvlink = gpu.has_nvlink
+    link = "nvlink" if has_nvlink else "pcie"
+    if len(hosts) > 1 and all(rdma):
+        inter, assumed = float(min(r for r in rdma if r)), False
+        notes.append(f"inter-node: {inter * 8 / 1e9:.0f} Gb/s of RDMA ports per node (slowest host)")
+    else:
+        inter, assumed = default_inter_node_bytes_per_s(first.gpu_count, link), True
+        if len(hosts) > 1:
+            notes.append("inter-node bandwidth assumed: some hosts reported no active RDMA port")
+    cluster = ClusterSpec(
+        nodes=len(hosts),
+        gpus_per_node=first.gpu_count,
+        gpu=gpu,
+        intra_node_link=link,
+        inter_node_bytes_per_s=inter,
+        inter_node_assumed=assumed,
+        topology=first.topology,
+    )
+    if first.topology is not None:
+        notes.append(f"intra-node links: {hosts[0]}'s detected GPU × GPU matrix")
+    return DetectedCluster(cluster, tuple(hosts), facts, tuple(notes))
+
+
+BUNDLED_MODEL_IDS = {
+    "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+}
+_KV_TO_PROFILE = {"auto": "auto", "bf16": "bfloat16", "fp8": "fp8"}
+
+
+def model_id_for(model: str) -> str:
+    """What a profile should name: the Hugging Face id for a bundled card, else the path as given."""
+    return BUNDLED_MODEL_IDS.get(model.strip().lower(), model)
+
+
+def profile_mappings(
+    layout: LayoutPlan,
+    result: PlanResult,
+    node_names: Sequence[str],
+    name: str,
+    model: str,
+) -> list[dict[str, Any]]:
+    """One profile mapping (launch.profile format) per instance of `layout`, on its nodes' hosts.
+
+    Raises InputError when the layout packs several instances into one node: a profile has no
+    field that pins GPUs, so those instances could not be launched side by side from profiles."""
+    placement = layout.placement
+    if placement.instances > 1 and placement.gpus_per_instance < placement.gpus_per_node:
+        raise InputError(
+            "layout",
+            f"{layout.label()} runs {placement.instances_per_node} instances per node; a profile cannot pin GPUs, "
+            "so save a layout whose instances use whole nodes",
+        )
+    request, settings = result.request, result.settings
+    gpus_per_node = min(placement.gpus_per_instance, placement.gpus_per_node)
+    mappings = []
+    for instance in range(placement.instances):
+        nodes = sorted({r.node for r in layout.rank_map if r.instance == instance})
+        hosts = [node_names[n] if n < len(node_names) else f"node{n}" for n in nodes]
+        suffix = f"-{instance + 1}" if placement.instances > 1 else ""
+        mapping: dict[str, Any] = {
+            "name": f"{name}{suffix}",
+            "model": model,
+            "engine": request.engine,
+            "hosts": hosts,
+            "gpus_per_node": gpus_per_node,
+            "layout": {
+                "tensor_parallel": layout.tensor_parallel,
+                "pipeline_parallel": layout.pipeline_parallel,
+                "data_parallel": layout.data_parallel,
+                "expert_parallel": layout.expert_parallel,
+            },
+        }
+        if request.engine == "vllm":
+            mapping["vllm"] = {
+                "max_model_len": settings.max_model_len,
+                "gpu_memory_utilization": request.gpu_memory_utilization,
+                "kv_cache_dtype": _KV_TO_PROFILE.get(request.kv_cache_dtype, request.kv_cache_dtype),
+                "max_num_seqs": settings.max_num_seqs_emitted,
+                "speculative_mtp": request.mtp,
+            }
+        mappings.append(mapping)
+    return mappings

@@ -1,0 +1,148 @@
+"""Turning the chosen layout into deployment profiles: ask a name and the model id, validate, store or export.
+
+The mappings come from `planner_inputs.profile_mappings` and are validated by launch.profile
+(the same checks a profile file gets), so a saved profile always launches the layout that was
+planned. Storing goes through the profiles service, exporting writes YAML atomically (temp file +
+rename); both run as jobs, never on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QWidget,
+)
+
+from meshdeck.core.errors import InputError
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.planner import PlanResult
+from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.views.planner_inputs import model_id_for, profile_mappings
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def profiles_from_layout(
+    layout: LayoutPlan, result: PlanResult, node_names: Sequence[str], name: str, model: str
+) -> list[Profile]:
+    """Validated profiles (one per instance). Raises InputError naming the field."""
+    return [
+        profile_from_mapping(m, source="profile") for m in profile_mappings(layout, result, node_names, name, model)
+    ]
+
+
+class ProfileDialog(QDialog):
+    def __init__(self, default_name: str, default_model: str, instances: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("profileDialog")
+        self.setWindowTitle("Save layout as profile")
+        self.name = QLineEdit(default_name)
+        self.name.setObjectName("profileName")
+        self.model = QLineEdit(default_model)
+        self.model.setObjectName("profileModel")
+        self.model.setToolTip("Hugging Face id, or the checkpoint path on the servers")
+        form = QFormLayout(self)
+        form.addRow("Profile name", self.name)
+        form.addRow("Model (id or path on the servers)", self.model)
+        if instances > 1:
+            form.addRow(QLabel(f"This layout runs {instances} independent instances: one profile each (-1, -2, …)."))
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+
+class ProfileSaver(QObject):
+    saved = Signal(list)  # profile names stored or exported
+    failed = Signal(str)
+
+    def __init__(self, context: ConsoleContext, parent: QWidget) -> None:
+        super().__init__(parent)
+        self.context = context
+        self._parent = parent
+
+    def ask(self, layout: LayoutPlan, result: PlanResult, model: str) -> tuple[str, str] | None:
+        default = f"{result.request.model.name}-{layout.label()}".lower()
+        default = "".join(c if c.isalnum() or c in "._-" else "-" for c in default).strip("-")[:60]
+        dialog = ProfileDialog(default, model_id_for(model), layout.instances, self._parent)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return None
+        return dialog.name.text().strip(), dialog.model.text().strip()
+
+    def save(
+        self, layout: LayoutPlan, result: PlanResult, node_names: Sequence[str], model: str, *, to_file: bool
+    ) -> None:
+        answer = self.ask(layout, result, model)
+        if answer is None:
+            return
+        name, model_id = answer
+        try:
+            profiles = profiles_from_layout(layout, result, node_names, name, model_id)
+        except InputError as exc:
+            self._tell(str(exc))
+            return
+        if to_file:
+            target, _ = QFileDialog.getSaveFileName(
+                self._parent, "Export profile", f"{name}.yaml", "YAML (*.yaml *.yml)"
+            )
+            if target:
+                self.export(profiles, Path(target))
+            return
+        self.store(profiles)
+
+    def export(self, profiles: Sequence[Profile], target: Path) -> None:
+        def work(_progress: Any) -> list[str]:
+            paths = []
+            for index, profile in enumerate(profiles):
+                path = target if len(profiles) == 1 else target.with_name(f"{target.stem}-{index + 1}{target.suffix}")
+                write_text_atomically(path, dump_profile(profile))
+                paths.append(profile.name)
+            return paths
+
+        job = self.context.jobs.start("export profile", work)
+        job.succeeded.connect(self.saved.emit)
+        job.failed.connect(self._tell)
+
+    def store(self, profiles: Sequence[Profile]) -> None:
+        service = self.context.profiles
+        if service is None:
+            self._tell("profiles cannot be stored: no database is open")
+            return
+
+        def work(_progress: Any) -> list[str]:
+            return [service.save_profile(profile).name for profile in profiles]
+
+        job = self.context.jobs.start("save profile", work)
+        job.succeeded.connect(self.saved.emit)
+        job.failed.connect(self._tell)
+
+    def _tell(self, message: str) -> None:
+        self.failed.emit(message)
+        QMessageBox.warning(self._parent, "Profile not saved", message)

@@ -1,0 +1,26 @@
+"""Helpers shared by the console's tests (tests/gui is on sys.path: `from gui_helpers import ...`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshdeck.remote.events import HostStateChanged, InventoryReceived
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QWidget
+
+
+def press(widget: QWidget, key: Qt.Key, modifiers: Qt.KeyboardModifier = Qt.KeyboardModifier.NoModifier) -> None:
+    """A key press as the window system delivers it, so QShortcuts see it (QTest on a QWidget skips them)."""
+    window = widget.window().windowHandle()
+    assert window is not None, "show the window first"
+    QTest.keyClick(window, key, modifiers)
+
+
+def connect_hosts(qtbot: Any, context: Any, inventories: dict[str, dict[str, Any]]) -> None:
+    """Post what a fleet would for hosts that connected and reported their inventory; wait for delivery."""
+    for host, inventory in inventories.items():
+        context.bridge.post(HostStateChanged(host, "connecting"))
+        context.bridge.post(HostStateChanged(host, "connected"))
+        context.bridge.post(InventoryReceived(host, inventory))
+    qtbot.waitUntil(lambda: all(context.hosts.get(h).inventory is not None for h in inventories), timeout=5000)

@@ -1,0 +1,77 @@
+"""`meshdeck --demo`: two real simulated 8×H200 agents, and nothing left running afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from meshdeck.cli import build_parser
+from meshdeck.commands._gui import run_gui
+from meshdeck.services.demo import DEMO_HOSTS, DemoCluster
+
+
+def _agent_processes(folder: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info.get("cmdline") or [])
+        if "meshdeck_agent" in cmdline and str(folder) in cmdline:
+            found.append(process)
+    return found
+
+
+@pytest.mark.slow
+def test_demo_cluster_starts_two_simulated_agents_and_shuts_them_down() -> None:
+    demo = DemoCluster.start(interval_s=0.5)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and any(demo.fleet.status(h).state != "connected" for h in DEMO_HOSTS):
+            time.sleep(0.2)
+        assert [demo.fleet.status(h).state for h in DEMO_HOSTS] == ["connected", "connected"]
+        inventory = demo.fleet.call("demo-a", "inventory", timeout=30)
+        assert inventory["simulated"] is True and len(inventory["gpus"]) == 8
+        assert (demo.folder / "demo.sqlite").exists()
+        assert _agent_processes(demo.folder)
+    finally:
+        demo.shutdown()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _agent_processes(demo.folder):
+        time.sleep(0.2)
+    assert not _agent_processes(demo.folder)
+    assert not demo.folder.exists()
+
+
+def test_screenshots_without_demo_and_a_bad_quit_after_are_refused(capsys) -> None:
+    args = build_parser().parse_args(["--screenshots", "/tmp/x"])
+    assert run_gui(args) == 2
+    assert "--screenshots" in capsys.readouterr().err
+    args = build_parser().parse_args(["--demo", "--quit-after", "-1"])
+    assert run_gui(args) == 2
+    assert "--quit-after" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_screenshots_one_png_per_view_offscreen(tmp_path: Path) -> None:
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    shots = tmp_path / "shots"
+    done = subprocess.run(
+        [sys.executable, "-m", "meshdeck", "--demo", "--screenshots", str(shots), "--quit-after", "20"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = sorted(p.name for p in shots.glob("*.png"))
+    assert names == sorted(f"{i + 1:02d}-{key}.png" for i, key in enumerate(_view_keys()))
+    assert all(p.stat().st_size > 10_000 for p in shots.glob("*.png"))
+
+
+def _view_keys() -> list[str]:
+    from meshdeck.ui.app import VIEW_KEYS
+
+    return list(VIEW_KEYS)

@@ -1,0 +1,146 @@
+"""The planner view plans from the detected hosts, ranks layouts, draws memory and ranks, exports profiles."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from gui_helpers import connect_hosts
+from meshdeck.core.errors import InputError
+from meshdeck.launch.profile import load_profile
+from meshdeck.services.catalog import load_gpu_catalog
+from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.planner_inputs import detected_cluster, match_gpu, model_id_for
+from meshdeck.ui.views.planner_save import ProfileSaver
+from meshdeck.ui.widgets.rank_map import rank_labels
+
+
+@pytest.fixture
+def planner(qtbot, console_context, simulated_inventory):
+    connect_hosts(qtbot, console_context, {"demo-a": simulated_inventory, "demo-b": simulated_inventory})
+    view = PlannerView(console_context)
+    qtbot.addWidget(view)
+    view.resize(1400, 900)
+    view.show()
+    qtbot.waitUntil(lambda: view.form.gpu.count() > 0, timeout=10000)  # catalog loaded by a job
+    return view
+
+
+def _plan(qtbot, view: PlannerView) -> None:
+    with qtbot.waitSignal(view.planned, timeout=30000):
+        view.form.plan_button.click()
+
+
+def test_plans_from_the_detected_hosts_and_shows_the_top_layout(qtbot, planner) -> None:
+    assert planner.form.detected.isChecked()  # pre-filled from the connected hosts
+    assert planner.form.ticked_hosts() == ["demo-a", "demo-b"]
+    _plan(qtbot, planner)
+    result = planner.result
+    assert result is not None
+    cluster = result.request.cluster
+    assert (cluster.nodes, cluster.gpus_per_node, cluster.gpu.name) == (2, 8, "H200-SXM-141GB")
+    assert cluster.topology is not None  # the agent's GPU x GPU matrix, not a guess
+    assert planner.table.rowCount() == len(result.layouts)
+    assert planner.table.item(0, 1).text() == result.layouts[0].label()
+    assert "demo-a, demo-b (detected)" in planner.summary.text()
+    layout = planner.selected_layout()
+    assert layout is result.layouts[0]
+    bars = planner.memory.bars
+    assert len(bars) == layout.pipeline_parallel
+    segments = dict(bars[0].segments)
+    assert segments["weights"] == layout.stages[0].weights_bytes
+    assert sum(segments.values()) == pytest.approx(cluster.gpu.memory_bytes, rel=1e-9)
+    placed = planner.rank_map.placements()
+    assert len(placed) == layout.gpus
+    assert planner.rank_map.node_names == ["demo-a", "demo-b"]
+
+
+def test_choosing_another_layout_redraws_its_ranks_and_warnings(qtbot, planner) -> None:
+    _plan(qtbot, planner)
+    result = planner.result
+    row = next(i for i, layout in enumerate(result.layouts) if layout.pipeline_parallel == 2 and layout.valid)
+    planner.table.selectRow(row)
+    layout = result.layouts[row]
+    assert len(planner.memory.bars) == 2
+    stages = {rank.pipeline_stage for rank in planner.rank_map.placements().values()}
+    assert stages == {0, 1}
+    assert planner.warnings.count() >= 1
+    assert "vllm serve <model>" in planner.flags.toPlainText()
+    assert " ".join(layout.vllm_args) in planner.flags.toPlainText()
+
+
+def test_a_bad_input_is_shown_under_the_form_naming_the_field(qtbot, planner) -> None:
+    planner.form.model.setEditText("/nonexistent/config.json")
+    with qtbot.waitSignal(planner.context.jobs.job_ended, timeout=10000):
+        planner.form.plan_button.click()
+    qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=5000)
+    assert planner.form.error.text().startswith("--model:")
+
+
+def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, planner, tmp_path, monkeypatch) -> None:
+    _plan(qtbot, planner)
+    single = next(
+        i
+        for i, layout in enumerate(planner.result.layouts)
+        if layout.instances == 1 and layout.fits and layout.nodes == 2
+    )
+    planner.table.selectRow(single)
+    layout = planner.selected_layout()
+    target = tmp_path / "ds32.yaml"
+    monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: ("ds32-demo", "deepseek-ai/DeepSeek-V3.2"))
+    monkeypatch.setattr("meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
+    with qtbot.waitSignal(planner.saver.saved, timeout=10000) as saved:
+        planner.export_button.click()
+    assert saved.args == [["ds32-demo"]]
+    profile = load_profile(target.read_text(), source=str(target))
+    assert profile.hosts == ["demo-a", "demo-b"]
+    assert profile.layout.world_size == layout.gpus
+    assert (profile.layout.tensor_parallel, profile.layout.pipeline_parallel) == (
+        layout.tensor_parallel,
+        layout.pipeline_parallel,
+    )
+    assert profile.vllm.gpu_memory_utilization == pytest.approx(0.9)
+    assert yaml.safe_load(target.read_text())["model"] == "deepseek-ai/DeepSeek-V3.2"
+    assert not list(tmp_path.glob(".ds32.yaml.*"))  # the temporary file was renamed away
+
+
+def test_catalog_match_uses_the_reported_model_and_memory() -> None:
+    catalog = load_gpu_catalog()
+    assert match_gpu("NVIDIA H200", 150_754_820_096, catalog).name == "H200-SXM-141GB"
+    assert match_gpu("NVIDIA H100 80GB HBM3", 85_520_809_984, catalog).name == "H100-SXM5-80GB"
+    unknown = match_gpu("Mystery X1", 48 * 2**30, catalog)
+    assert unknown.assumed and unknown.memory_bytes == 48 * 2**30
+    with pytest.raises(InputError, match="hosts"):
+        match_gpu(None, None, catalog)
+
+
+def test_detected_cluster_refuses_hosts_of_different_kinds(simulated_inventory) -> None:
+    smaller = {**simulated_inventory, "gpus": simulated_inventory["gpus"][:4]}
+    smaller["topology"] = {"matrix": [row[:4] for row in simulated_inventory["topology"]["matrix"][:4]]}
+    with pytest.raises(InputError, match="different GPU counts"):
+        detected_cluster({"a": simulated_inventory, "b": smaller}, ["a", "b"], load_gpu_catalog())
+    with pytest.raises(InputError, match="at least one"):
+        detected_cluster({}, [], load_gpu_catalog())
+
+
+def test_bundled_models_are_named_by_their_hugging_face_id() -> None:
+    assert model_id_for("deepseek-v3.2") == "deepseek-ai/DeepSeek-V3.2"
+    assert model_id_for("/models/my-v3") == "/models/my-v3"
+
+
+def test_rank_labels_name_tp_pp_dp_and_ep(qtbot, planner) -> None:
+    _plan(qtbot, planner)
+    layout = next(layout for layout in planner.result.layouts if layout.expert_parallel and layout.data_parallel > 1)
+    rank = layout.rank_map[-1]
+    text = " ".join(rank_labels(rank, layout))
+    assert f"TP {rank.tensor_rank}" in text and f"DP {rank.data_parallel_rank}" in text
+    assert f"EP {rank.data_parallel_rank * layout.tensor_parallel + rank.tensor_rank}" in text
+
+
+def test_plan_settings_are_kept_between_sessions(qtbot, planner, console_context) -> None:
+    planner.form.max_model_len.setValue(32768)
+    planner.form.goal.setCurrentText("latency")
+    planner.save_settings(console_context.settings)
+    again = PlannerView(console_context)
+    qtbot.addWidget(again)
+    assert again.form.max_model_len.value() == 32768
+    assert again.form.goal.currentText() == "latency"
