@@ -5,6 +5,7 @@
     meshdeck-agent attach  [same options]   start the daemon if none answers, relay stdin/stdout to it
     meshdeck-agent inventory [--simulate SPEC] [--seed N] [--json]
     meshdeck-agent version [--json]
+    meshdeck-agent capture-nvml [--out FILE]   record NVML's answers here as a test fixture
 
 Works as `python -m meshdeck_agent`, as the console script, and as `python3 -I meshdeck-agent.pyz`.
 Exit status: 0 ok, 2 bad input (one line on stderr naming it), 3 another daemon already serves the
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     inventory.add_argument("--json", action="store_true", help="print the inventory JSON")
     version = commands.add_parser("version", help="print the agent and protocol version")
     version.add_argument("--json", action="store_true")
+    capture = commands.add_parser("capture-nvml", help="record NVML's answers on this GPU server as a test fixture")
+    capture.add_argument("--out", metavar="FILE", help="write the JSON here (default: stdout)")
+    capture.add_argument("--reads", type=int, default=3, help="NVLink counter readings to keep (default 3)")
+    capture.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between readings")
     keeper = commands.add_parser("keeper")
     keeper.add_argument("worker_dir")
     commands.add_parser("simvllm", add_help=False)
@@ -206,6 +211,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _inventory(args)
     if args.command == "version":
         return _version(args)
+    if args.command == "capture-nvml":
+        from .gpu.capture import main as capture_main
+
+        logging.basicConfig(level=logging.WARNING)
+        return capture_main(args.out, max(1, args.reads), max(0.0, args.interval))
     if args.command == "keeper":
         from .keeper import run_keeper
 

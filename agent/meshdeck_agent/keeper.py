@@ -91,9 +91,13 @@ class RotatingLog:
                 self.rotate()
                 continue
             piece = data[:room]
-            newline = piece.rfind(b"\n")
-            if len(data) > room and newline >= 0:
-                piece = piece[: newline + 1]  # rotate on a line boundary when one is in reach
+            if len(data) > room:
+                newline = piece.rfind(b"\n")
+                if newline >= 0:
+                    piece = piece[: newline + 1]  # rotate on a line boundary when one is in reach
+                elif self.size > 0:
+                    self.rotate()  # the next line does not fit: start it in a fresh file
+                    continue
             self.handle.write(piece)
             self.handle.flush()
             self.size += len(piece)

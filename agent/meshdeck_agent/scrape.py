@@ -28,11 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
-
-from prometheus_client.parser import text_string_to_metric_families
 
 GAUGES = {
     "vllm:kv_cache_usage_perc": ("kv_cache_usage_perc", 0),
@@ -137,6 +133,9 @@ class EngineSnapshot:
 
 def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
     """{engine label ("" when none): snapshot}. Raises ValueError on text the parser rejects."""
+    # imported here: prometheus_client costs ~10 MB of RSS, paid only once a worker has metrics to scrape
+    from prometheus_client.parser import text_string_to_metric_families
+
     engines: Dict[str, EngineSnapshot] = {}
     capacities: Dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -286,6 +285,8 @@ class VllmMetrics:
 
 
 def fetch(url: str, timeout_s: float) -> str:
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
     with urllib.request.urlopen(request, timeout=timeout_s) as reply:
         return reply.read(16 * 1024 * 1024).decode("utf-8", errors="replace")
@@ -318,7 +319,7 @@ class ScrapeLoop:
             text = self.fetcher(self.url, max(0.5, min(5.0, self.interval_s)))
             entries = self.metrics.update(now, parse_vllm_metrics(text))
             self.error = None
-        except (OSError, ValueError, urllib.error.URLError) as exc:
+        except (OSError, ValueError) as exc:  # urllib's URLError is an OSError
             self.error = "%s: %s" % (self.url, exc)
             entries = [{"id": self.worker_id, "engine": "", "metrics": {"up": 0}, "error": self.error}]
         with self._lock:

@@ -25,74 +25,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFILL_TOKENS_PER_S = 20000.0
 BASE_ITL_S = 0.022
-TTFT_BUCKETS = [
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-]
-ITL_BUCKETS = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-]
-LATENCY_BUCKETS = [
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-]
+# vLLM's own buckets (vllm/v1/metrics/loggers.py)
+# fmt: off
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0]
+ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                   480.0, 960.0, 1920.0, 7680.0]
+# fmt: on
 
 
 @dataclass
@@ -211,14 +151,21 @@ class EngineLoad:
         self.metrics.running.labels(*labels).set(0)
         self.metrics.waiting.labels(*labels).set(0)
         self.metrics.kv_usage.labels(*labels).set(0)
-        for counter in (
+        # vLLM creates every per-engine series up front, so they are exported (as 0) before any request
+        for family in (
             metrics.prompt_tokens,
             metrics.generation_tokens,
             metrics.prefix_queries,
             metrics.prefix_hits,
             metrics.preemptions,
+            metrics.ttft,
+            metrics.itl,
+            metrics.e2e,
+            metrics.queue,
         ):
-            counter.labels(*labels)
+            family.labels(*labels)
+        for reason in ("stop", "length", "abort"):
+            metrics.success.labels(*labels, reason)
 
     def _lengths(self) -> _Request:
         prompt = int(min(self.max_model_len * 0.75, max(16, self.rng.lognormvariate(math.log(1200), 0.8))))
