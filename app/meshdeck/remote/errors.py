@@ -22,6 +22,12 @@ class ConnectError(RemoteError):
     """The host (or a jump host) could not be reached: refused, timed out, DNS, SSH negotiation."""
 
 
+class HostConfigError(RemoteError):
+    """How to reach the host is not usable (bad target or jump, missing key file, broken ssh config)."""
+
+    permanent = True
+
+
 class ConnectionLost(RemoteError):
     """An established connection ended (EOF, reset, keepalive failure)."""
 

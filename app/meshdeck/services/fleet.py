@@ -29,8 +29,8 @@ import platformdirs
 
 from meshdeck.core.errors import InputError
 from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS
-from meshdeck.remote.connectors import AgentOptions, Connector, LocalConnector, SshConnector
-from meshdeck.remote.errors import HostKeyUnknown, NotConnected
+from meshdeck.remote.connectors import AgentLink, AgentOptions, Connector, LocalConnector, SshConnector
+from meshdeck.remote.errors import HostConfigError, HostKeyUnknown, NotConnected
 from meshdeck.remote.events import FleetEvent
 from meshdeck.remote.hostkeys import HostKeyInfo, HostKeyPrompt, HostKeyStore
 from meshdeck.remote.ssh import SshOptions
@@ -91,6 +91,37 @@ def ssh_connector(
         pythons=settings.pythons,
         host_key_prompt=host_key_prompt,
     )
+
+
+@dataclass
+class RecordConnector:
+    """Connects to a stored host: resolves its route through the ssh config on each open()."""
+
+    record: HostRecord
+    settings: FleetSettings
+    host_keys: HostKeyStore
+    host_key_prompt: HostKeyPrompt | None = None
+
+    def describe(self) -> str:
+        return self.record.target
+
+    def connector(self) -> SshConnector:
+        try:
+            return ssh_connector(
+                self.settings,
+                self.record.target,
+                port=self.record.port,
+                identity_file=self.record.identity_file,
+                jump=self.record.jump,
+                simulate=self.record.simulate,
+                host_keys=self.host_keys,
+                host_key_prompt=self.host_key_prompt,
+            )
+        except InputError as exc:
+            raise HostConfigError(f"{self.record.name}: {exc}") from None
+
+    def open(self, progress: Callable[[str], None]) -> AgentLink:
+        return self.connector().open(progress)
 
 
 @dataclass(frozen=True)
@@ -166,17 +197,9 @@ class FleetService:
     def add_record(
         self, record: HostRecord, *, since_seq: int | None = None, host_key_prompt: HostKeyPrompt | None = None
     ) -> HostSupervisor:
-        """Supervise a stored host over SSH."""
-        connector = ssh_connector(
-            self.settings,
-            record.target,
-            port=record.port,
-            identity_file=record.identity_file,
-            jump=record.jump,
-            simulate=record.simulate,
-            host_keys=self.host_keys,
-            host_key_prompt=host_key_prompt,
-        )
+        """Supervise a stored host over SSH. Its route is resolved at every connect (so an edited
+        ~/.ssh/config applies on retry); one that cannot be resolved shows as failed, naming why."""
+        connector = RecordConnector(record, self.settings, self.host_keys, host_key_prompt)
         return self.add_host(record.name, connector, since_seq=since_seq)
 
     def add_local(

@@ -17,7 +17,7 @@ from unit.remote.remote_fake_agent import Recorder  # tests/ is on sys.path (tes
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """Agent sockets need short paths (sun_path is 108 bytes); pytest's tmp_path can be too long."""
-    path = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="mdf-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

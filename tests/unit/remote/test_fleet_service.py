@@ -154,3 +154,14 @@ def test_local_connector_runs_the_package_or_in_a_frozen_app_the_zipapp(tmp_path
     monkeypatch.setattr("sys.frozen", True, raising=False)
     frozen = LocalConnector("demo-a", options, agent_pyz=str(pyz)).argv()
     assert frozen[1:4] == ["-I", str(pyz), "attach"] and frozen[0].endswith("python3")
+
+
+def test_a_stored_host_that_cannot_be_resolved_shows_failed_instead_of_raising(fleet: FleetService, tmp_path: Path):
+    from meshdeck.store.hosts import HostRecord
+
+    record = HostRecord(name="gpu-a", target="ops@10.0.0.5", identity_file=str(tmp_path / "deleted_key"))
+    states = Waiter()
+    fleet.subscribe(states)
+    supervisor = fleet.add_record(record)
+    states.wait(lambda: any(isinstance(e, HostStateChanged) and e.state == "failed" for e in states.events))
+    assert supervisor.reason == f"gpu-a: identity_file: {tmp_path / 'deleted_key'}: no such file"
