@@ -1,0 +1,1 @@
+"""Custom widgets of the console (memory bars, rank map)."""
