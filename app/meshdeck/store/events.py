@@ -29,7 +29,8 @@ EVENT_KINDS = (
     "vllm_startup",  # subject: worker id; data: numbers vLLM logs at startup (weights_gib, kv_cache_tokens, ...)
     "preflight",  # subject: check name; data: {"ok", "detail"}
     "launch",  # deployment started
-    "stop",  # deployment stopped
+    "stop",  # deployment finished (stopped, failed, completed, cancelled)
+    "deployment",  # subject: what happened to a deployment ("running", "worker_failed", ...); data: {"message", ...}
     "planned_vs_measured",  # data: {"metric", "planned", "measured"}
     "samples_dropped",  # data: {"dropped"}: samples the agent's ring lost before meshdeck read them
     "alert",  # an agent alert, passed through

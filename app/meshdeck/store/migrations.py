@@ -106,6 +106,67 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE settings (key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
         ),
     ),
+    Migration(
+        3,
+        "deployment profiles with every edit kept as a version; deployments with their plan and measurements",
+        (
+            """CREATE TABLE profiles (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                current_version INTEGER NOT NULL,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL
+            )""",
+            # `yaml` is the text exactly as imported or saved (export gives it back byte for byte);
+            # `data` is the validated profile as canonical JSON, for listing and comparing.
+            """CREATE TABLE profile_versions (
+                profile_id INTEGER NOT NULL REFERENCES profiles (id) ON DELETE CASCADE,
+                version INTEGER NOT NULL,
+                yaml TEXT NOT NULL,
+                data TEXT NOT NULL,
+                note TEXT NOT NULL DEFAULT '',
+                created_at REAL NOT NULL,
+                PRIMARY KEY (profile_id, version)
+            )""",
+            # `key` is the id the deploy service gave the deployment (also in its workers' names).
+            """CREATE TABLE deployments (
+                id INTEGER PRIMARY KEY,
+                key TEXT NOT NULL UNIQUE,
+                name TEXT NOT NULL,
+                engine TEXT NOT NULL,
+                model TEXT NOT NULL DEFAULT '',
+                profile_name TEXT,
+                profile_version INTEGER,
+                profile_yaml TEXT,
+                plan TEXT NOT NULL DEFAULT '{}',
+                planned TEXT,
+                state TEXT NOT NULL,
+                reason TEXT NOT NULL DEFAULT '',
+                started_at REAL NOT NULL,
+                finished_at REAL,
+                workers TEXT NOT NULL DEFAULT '[]'
+            )""",
+            "CREATE INDEX deployments_by_start ON deployments (started_at)",
+            """CREATE TABLE deployment_nodes (
+                deployment_id INTEGER NOT NULL REFERENCES deployments (id) ON DELETE CASCADE,
+                position INTEGER NOT NULL,
+                host TEXT NOT NULL,
+                name TEXT NOT NULL,
+                role TEXT NOT NULL,
+                stage INTEGER NOT NULL,
+                argv TEXT NOT NULL,
+                env TEXT NOT NULL,
+                PRIMARY KEY (deployment_id, position)
+            )""",
+            """CREATE TABLE deployment_measurements (
+                deployment_id INTEGER NOT NULL REFERENCES deployments (id) ON DELETE CASCADE,
+                worker TEXT NOT NULL,
+                measured TEXT NOT NULL,
+                measured_at REAL NOT NULL,
+                PRIMARY KEY (deployment_id, worker)
+            )""",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -5,7 +5,7 @@ The migrations are the source of truth for the file; these mirror them (a test c
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Integer, MetaData, Table, Text
+from sqlalchemy import Column, Float, ForeignKey, Integer, MetaData, Table, Text
 
 metadata = MetaData()
 
@@ -88,4 +88,67 @@ settings = Table(
     metadata,
     Column("key", Text, primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+profiles = Table(
+    "profiles",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("current_version", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+profile_versions = Table(
+    "profile_versions",
+    metadata,
+    Column("profile_id", Integer, ForeignKey("profiles.id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("yaml", Text, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("note", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("key", Text, nullable=False, unique=True),
+    Column("name", Text, nullable=False),
+    Column("engine", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("profile_name", Text),
+    Column("profile_version", Integer),
+    Column("profile_yaml", Text),
+    Column("plan", Text, nullable=False),
+    Column("planned", Text),
+    Column("state", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Column("workers", Text, nullable=False),
+)
+
+deployment_nodes = Table(
+    "deployment_nodes",
+    metadata,
+    Column("deployment_id", Integer, ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("argv", Text, nullable=False),
+    Column("env", Text, nullable=False),
+)
+
+deployment_measurements = Table(
+    "deployment_measurements",
+    metadata,
+    Column("deployment_id", Integer, ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True),
+    Column("worker", Text, primary_key=True),
+    Column("measured", Text, nullable=False),
+    Column("measured_at", Float, nullable=False),
 )

@@ -186,7 +186,6 @@ class SampleWriter:
         try:
             connection = self.db.raw_connection(cache_kib=self.settings.cache_kib)
             ingest = SampleIngest(connection)
-            retention = self._retention or load_policy(self.db)
         except BaseException as exc:
             self._start_error = exc
             self._ready.set()
@@ -194,7 +193,7 @@ class SampleWriter:
         self._publish(ingest)
         self._ready.set()
         try:
-            self._loop(connection, ingest, retention)
+            self._loop(connection, ingest)
         finally:
             connection.close()
 
@@ -204,7 +203,7 @@ class SampleWriter:
             self._positions = positions
             self._committed = {host: p.last_seq for host, p in positions.items() if p.last_seq >= 0}
 
-    def _loop(self, connection: Any, ingest: SampleIngest, retention: RetentionPolicy) -> None:
+    def _loop(self, connection: Any, ingest: SampleIngest) -> None:
         settings = self.settings
         deadline: float | None = None
         next_retention = time.monotonic() + min(60.0, settings.retention_every_s)
@@ -253,7 +252,7 @@ class SampleWriter:
                     token.done.set()
                 flushes = []
             if now >= next_retention and not stopping:
-                self._retain(connection, ingest, retention)
+                self._retain(connection, ingest)
                 next_retention = time.monotonic() + settings.retention_every_s
             with self._lock:
                 self._cpu += time.thread_time() - cpu_start
@@ -315,7 +314,9 @@ class SampleWriter:
         with self._lock:
             self._positions = positions
 
-    def _retain(self, connection: Any, ingest: SampleIngest, retention: RetentionPolicy) -> None:
+    def _retain(self, connection: Any, ingest: SampleIngest) -> None:
+        """Roll up idle hosts' open buckets, then delete what the policy (re-read each time, so a change
+        from `meshdeck history retention` applies to a running app) no longer keeps."""
         now = self._clock()
         idle = ingest.idle_hosts(int(now * 1000), int(self.settings.seal_idle_s * 1000))
         if idle:
@@ -323,7 +324,7 @@ class SampleWriter:
             if not self._commit(ingest):
                 return
         try:
-            result = apply_retention(connection, retention, now)
+            result = apply_retention(connection, self._retention or load_policy(self.db), now)
         except Exception as exc:
             log.warning("retention failed (%s); will retry", exc)
             return

@@ -1,0 +1,123 @@
+"""`meshdeck history hosts|export|retention`: the metric history in the database.
+
+    meshdeck history hosts [--json]
+    meshdeck history export --host gpu-a [--metric memory_used_bytes] [--device gpu3]
+                            [--since 2h | 2025-11-30T06:00Z | 1764482400] [--until now]
+                            [--format csv|json] [--tier raw|1m|1h] [-o FILE]
+    meshdeck history retention [--raw-days 7] [--minute-days 90] [--hour-days forever]
+
+`export` streams every point in the range (raw samples by default; `--tier 1m|1h` gives min, mean,
+max and count per bucket). Times are Unix seconds, ISO 8601 (UTC unless an offset is given), `now`,
+or an age such as `2h` / `7d`. With `-o` the file appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.services import history as history_service
+from meshdeck.services.history import utc_stamp
+from meshdeck.store.database import open_database
+from meshdeck.store.retention import RetentionPolicy, load_policy, save_policy
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("history", help="metric history: hosts recorded, export, retention")
+    commands = parser.add_subparsers(dest="history_command", metavar="ACTION", required=True)
+
+    hosts = commands.add_parser("hosts", help="hosts with recorded history")
+    hosts.add_argument("--json", action="store_true", help="print JSON")
+    hosts.set_defaults(func=_hosts)
+
+    export = commands.add_parser("export", help="write a host's samples as CSV or JSON")
+    export.add_argument("--host", required=True, help="the host's name")
+    export.add_argument("--metric", help="one metric, e.g. memory_used_bytes (default: all)")
+    export.add_argument("--device", help="one device, e.g. gpu3, host, nic:mlx5_0/1 (default: all)")
+    export.add_argument("--since", help="start: Unix seconds, ISO 8601, 'now' or an age like 2h (default: all)")
+    export.add_argument("--until", help="end (exclusive), same forms (default: now)")
+    export.add_argument("--format", default="csv", choices=history_service.EXPORT_FORMATS)
+    export.add_argument("--tier", default="raw", choices=("raw", "1m", "1h"), help="resolution (default raw)")
+    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    export.set_defaults(func=_export)
+
+    retention = commands.add_parser("retention", help="show or set how long each resolution is kept")
+    for flag, tier in (
+        ("--raw-days", "raw samples"),
+        ("--minute-days", "1-minute rollups"),
+        ("--hour-days", "1-hour rollups"),
+    ):
+        retention.add_argument(flag, metavar="DAYS", help=f"days to keep {tier}, or 'forever'")
+    retention.add_argument("--json", action="store_true", help="print JSON")
+    retention.set_defaults(func=_retention)
+
+
+def _hosts(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        rows = history_service.history_hosts(db)
+    if args.json:
+        print(json.dumps([row.__dict__ for row in rows], indent=2))
+        return 0
+    if not rows:
+        print("no history recorded yet")
+        return 0
+    print(f"{'HOST':<24} {'SERIES':>7} {'SAMPLES':>10} {'LOST':>6} {'LAST SEQ':>10}  LAST SAMPLE")
+    for row in rows:
+        print(
+            f"{row.host:<24} {row.series:>7} {row.samples:>10} {row.dropped:>6} {row.last_seq:>10}  {utc_stamp(row.last_ts)}"
+        )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    since = None if args.since is None else history_service.parse_time(args.since, field="--since")
+    until = None if args.until is None else history_service.parse_time(args.until, field="--until")
+    options = {
+        "host": args.host,
+        "metric": args.metric,
+        "device": args.device,
+        "since": since,
+        "until": until,
+        "fmt": args.format,
+        "tier": args.tier,
+    }
+    with open_database(args.db) as db:
+        if args.output:
+            with history_service.atomic_output(args.output) as handle:
+                count = history_service.export_history(db, handle, **options)
+            print(f"wrote {count} points to {args.output}", file=sys.stderr)
+        else:
+            history_service.export_history(db, sys.stdout, **options)
+    return 0
+
+
+def _days(text: str | None, flag: str, current: float | None) -> float | None:
+    if text is None:
+        return current
+    if text.strip().lower() in ("forever", "none", "never"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(flag, f"{text!r} is not a number of days or 'forever'") from None
+
+
+def _retention(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        policy = load_policy(db)
+        if args.raw_days is not None or args.minute_days is not None or args.hour_days is not None:
+            policy = RetentionPolicy(
+                raw_days=_days(args.raw_days, "--raw-days", policy.raw_days),
+                minute_days=_days(args.minute_days, "--minute-days", policy.minute_days),
+                hour_days=_days(args.hour_days, "--hour-days", policy.hour_days),
+            )
+            save_policy(db, policy)
+    if args.json:
+        print(json.dumps(policy.__dict__))
+    else:
+        for name, days in (("raw", policy.raw_days), ("1m", policy.minute_days), ("1h", policy.hour_days)):
+            print(f"{name:<4} {'forever' if days is None else f'{days:g} days'}")
+    return 0

@@ -1,0 +1,172 @@
+"""`meshdeck profiles list|show|import|export|duplicate|delete`: deployment profiles kept in the database.
+
+    meshdeck profiles import ds32-h200-2n.yaml [--replace] [--note "raise max_model_len"]
+    meshdeck profiles list [--json]
+    meshdeck profiles show ds32-h200-2n [--version 3] [--versions] [--json]
+    meshdeck profiles export ds32-h200-2n [--version 3] [--canonical] [-o FILE]
+    meshdeck profiles duplicate ds32-h200-2n ds32-h200-2n-fp8
+    meshdeck profiles delete ds32-h200-2n
+
+A file that fails validation (wrong types, unknown keys, a layout that does not match its hosts,
+anchors/aliases) is refused with `meshdeck: error: FILE: field: problem` and exit status 2; nothing
+is stored. `export` writes the text exactly as imported unless `--canonical` asks for the normalised
+form; with `-o` the file appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.launch.profile import MAX_PROFILE_BYTES
+from meshdeck.services import profiles as profile_service
+from meshdeck.services.history import atomic_output, utc_stamp
+from meshdeck.store.database import open_database
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("profiles", help="list, show, import, export and delete deployment profiles")
+    commands = parser.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+
+    listing = commands.add_parser("list", help="every stored profile with its current version")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=_list)
+
+    show = commands.add_parser("show", help="print a profile's YAML (or its versions)")
+    show.add_argument("name")
+    show.add_argument("--version", type=int, metavar="N", help="a past version (default: the current one)")
+    show.add_argument("--versions", action="store_true", help="list every version with its note")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=_show)
+
+    imported = commands.add_parser("import", help="validate a profile YAML file and store it ('-' reads stdin)")
+    imported.add_argument("file")
+    imported.add_argument("--replace", action="store_true", help="store as the next version of an existing profile")
+    imported.add_argument("--note", default="", help="why this version (kept with it)")
+    imported.set_defaults(func=_import)
+
+    export = commands.add_parser("export", help="write a profile's YAML to stdout or a file")
+    export.add_argument("name")
+    export.add_argument("--version", type=int, metavar="N", help="a past version (default: the current one)")
+    export.add_argument("--canonical", action="store_true", help="normalised YAML with every default spelled out")
+    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    export.set_defaults(func=_export)
+
+    duplicate = commands.add_parser("duplicate", help="copy a profile under a new name")
+    duplicate.add_argument("name")
+    duplicate.add_argument("new_name")
+    duplicate.set_defaults(func=_duplicate)
+
+    delete = commands.add_parser("delete", help="delete a profile and its versions (deployment records keep a copy)")
+    delete.add_argument("name")
+    delete.set_defaults(func=_delete)
+
+
+def _list(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        summaries = profile_service.list_profiles(db)
+    if args.json:
+        rows = [
+            {
+                "name": s.name,
+                "version": s.current_version,
+                "versions": s.versions,
+                "created_at": s.created_at,
+                "updated_at": s.updated_at,
+                "engine": s.data.get("engine"),
+                "model": s.data.get("model"),
+                "hosts": s.data.get("hosts"),
+                "layout": s.data.get("layout"),
+            }
+            for s in summaries
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not summaries:
+        print("no profiles yet; add one with `meshdeck profiles import FILE`")
+        return 0
+    print(f"{'NAME':<28} {'VER':>4} {'ENGINE':<6} {'LAYOUT (TPxPPxDP)':<18} {'HOSTS':<24} UPDATED")
+    for s in summaries:
+        layout = s.data.get("layout") or {}
+        shape = f"{layout.get('tensor_parallel')}x{layout.get('pipeline_parallel')}x{layout.get('data_parallel')}"
+        hosts = ",".join(s.data.get("hosts") or [])
+        print(
+            f"{s.name:<28} {s.current_version:>4} {s.data.get('engine', ''):<6} {shape:<18} {hosts:<24} {utc_stamp(s.updated_at)}"
+        )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        if args.versions:
+            versions = profile_service.profile_versions(db, args.name)
+            if args.json:
+                print(
+                    json.dumps([{"version": v.version, "note": v.note, "created_at": v.created_at} for v in versions])
+                )
+            else:
+                for v in versions:
+                    print(f"v{v.version:<4} {utc_stamp(v.created_at)}  {v.note}")
+            return 0
+        stored = profile_service.get_profile(db, args.name, args.version)
+    if args.json:
+        document = {"name": stored.version.name, "version": stored.version.version, "profile": stored.version.data}
+        print(json.dumps(document, indent=2))
+    else:
+        sys.stdout.write(stored.version.yaml if stored.version.yaml.endswith("\n") else stored.version.yaml + "\n")
+    return 0
+
+
+def _read_profile_file(name: str) -> bytes:
+    if name == "-":
+        data = sys.stdin.buffer.read(MAX_PROFILE_BYTES + 1)
+    else:
+        path = Path(name)
+        if not path.is_file():
+            raise InputError(name, "no such file")
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_PROFILE_BYTES + 1)
+        except OSError as exc:
+            raise InputError(name, f"cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_PROFILE_BYTES:
+        raise InputError(name, f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
+    return data
+
+
+def _import(args: argparse.Namespace) -> int:
+    data = _read_profile_file(args.file)
+    source = "stdin" if args.file == "-" else args.file
+    with open_database(args.db) as db:
+        stored = profile_service.import_profile(db, data, source, replace=args.replace, note=args.note)
+    print(f"stored profile {stored.version.name} v{stored.version.version}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        text = profile_service.export_profile(db, args.name, args.version, canonical=args.canonical)
+    if args.output:
+        with atomic_output(args.output) as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _duplicate(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        stored = profile_service.duplicate_profile(db, args.name, args.new_name)
+    print(f"stored profile {stored.version.name} v{stored.version.version} (copy of {args.name})")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        versions = profile_service.delete_profile(db, args.name)
+    print(f"deleted profile {args.name} ({versions} version{'s' if versions != 1 else ''})")
+    return 0

@@ -1,0 +1,295 @@
+"""Metric history for the console and the CLI: record the fleet's events, chart a range, export.
+
+    writer = SampleWriter(db).start()
+    recorder = HistoryRecorder(writer)
+    unsubscribe = fleet.subscribe(recorder.handle)          # samples, host states, worker events, XIDs
+    fleet.add_record(host, since_seq=resume_seqs(db).get(host.name))
+
+`HistoryRecorder.handle` runs on the fleet's dispatcher thread and only enqueues; the writer thread
+does the database work. Times given on the command line (`--since`, `--until`) are parsed by
+`parse_time`: Unix seconds, ISO 8601 (UTC unless an offset is given), `now`, or an age such as
+`2h` / `-90m` / `7d` meaning that long ago.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from meshdeck.core.errors import InputError
+from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived
+from meshdeck.store.database import Database
+from meshdeck.store.events import EventRecord
+from meshdeck.store.ingest import ingest_positions
+from meshdeck.store.query import Series, SeriesRange, list_series, query_range, tier_by_name
+from meshdeck.store.rollups import RAW
+from meshdeck.store.writer import SampleWriter
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMATS = ("csv", "json")
+
+
+class HistoryRecorder:
+    """Turns fleet events into writer submissions (samples) and history events (everything else)."""
+
+    def __init__(self, writer: SampleWriter) -> None:
+        self.writer = writer
+
+    def handle(self, event: FleetEvent) -> None:
+        try:
+            self._handle(event)
+        except RuntimeError:  # the writer stopped (app shutting down): nothing left to record into
+            log.debug("history writer stopped; dropped %s", type(event).__name__)
+
+    def _handle(self, event: FleetEvent) -> None:
+        if isinstance(event, SamplesReceived):
+            if event.samples or event.dropped:
+                self.writer.submit_samples(event.host, event.samples, dropped=event.dropped)
+        elif isinstance(event, HostStateChanged):
+            data = {"state": event.state, "reason": event.reason}
+            self.writer.submit_event(EventRecord("host_state", event.ts or time.time(), host=event.host, data=data))
+        elif isinstance(event, AgentEvent):
+            record = agent_event_record(event)
+            if record is not None:
+                self.writer.submit_event(record)
+
+
+def _ts(data: dict[str, Any]) -> float:
+    value = data.get("ts")
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return time.time()
+
+
+def agent_event_record(event: AgentEvent) -> EventRecord | None:
+    """The history event for an agent notification, or None for one not worth keeping (plain log lines)."""
+    data = dict(event.data)
+    if event.event == "worker":
+        return EventRecord("worker_state", _ts(data), host=event.host, subject=str(data.get("id")), data=data)
+    if event.event == "log" and data.get("kind") in ("nccl_transport", "vllm_startup"):
+        fields = dict(data.get("fields") or {})
+        return EventRecord(str(data["kind"]), _ts(data), host=event.host, subject=str(data.get("worker")), data=fields)
+    if event.event == "alert":
+        if data.get("kind") == "xid":
+            return EventRecord("xid", _ts(data), host=event.host, subject=f"gpu{data.get('gpu')}", data=data)
+        return EventRecord("alert", _ts(data), host=event.host, subject=str(data.get("kind")), data=data)
+    return None
+
+
+def resume_seqs(db: Database) -> dict[str, int]:
+    """Per host, the last seq stored: pass it as `since_seq` so the agent's ring fills the gap."""
+    return {host: p.last_seq for host, p in ingest_positions(db).items() if p.last_seq >= 0}
+
+
+@dataclass(frozen=True)
+class HostHistory:
+    host: str
+    series: int
+    samples: int  # received (re-deliveries included)
+    dropped: int  # lost by the agent's ring before meshdeck read them
+    last_seq: int
+    last_ts: float
+
+
+def history_hosts(db: Database) -> list[HostHistory]:
+    positions = ingest_positions(db)
+    counts: dict[str, int] = {}
+    for series in list_series(db):
+        counts[series.host] = counts.get(series.host, 0) + 1
+    return [
+        HostHistory(host, counts.get(host, 0), p.samples, p.dropped, p.last_seq, p.last_ts_ms / 1000)
+        for host, p in sorted(positions.items())
+    ]
+
+
+def chart(
+    db: Database,
+    *,
+    host: str,
+    metric: str,
+    since: float,
+    until: float,
+    device: str | None = None,
+    max_points: int = 1000,
+) -> list[SeriesRange]:
+    """One chart's worth of history (every device of `host` reporting `metric`), tier chosen by span."""
+    return query_range(db, host=host, metric=metric, device=device, since=since, until=until, max_points=max_points)
+
+
+# -- times ------------------------------------------------------------------------------------------
+
+_AGE = re.compile(r"^-?(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>s|m|min|h|d|w)$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_time(text: str, *, field: str, now: float | None = None) -> float:
+    """Unix seconds from `1764482400`, `2025-11-30T06:00:00Z`, `2025-11-30 06:00` (UTC), `now`, `2h` (ago)."""
+    current = time.time() if now is None else now
+    value = text.strip()
+    if value == "now":
+        return current
+    age = _AGE.match(value)
+    if age:
+        return current - float(age.group("amount")) * _UNIT_S[age.group("unit")]
+    try:
+        number = float(value)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(number):
+            return number
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            field, f"{text!r} is not a time: use Unix seconds, ISO 8601 (2025-11-30T06:00Z), 'now' or an age like 2h"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+# -- export -----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[TextIO]:
+    """A text file that appears at `path` complete or not at all (temp file in the same folder, renamed)."""
+    target = Path(path)
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below, before the rename
+        "w", encoding="utf-8", newline="", dir=target.parent or ".", prefix=f".{target.name}.", delete=False
+    )
+    try:
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, target)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+
+
+def utc_stamp(ts: float) -> str:
+    """`2025-11-30 06:00:00Z`: how tables on the command line show a time."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def export_history(
+    db: Database,
+    out: TextIO,
+    *,
+    host: str,
+    metric: str | None = None,
+    device: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    fmt: str = "csv",
+    tier: str = "raw",
+) -> int:
+    """Write every point of the matching series in [since, until) to `out`; returns the number of points.
+
+    raw: one row per sample (time, ts, host, device, metric, value). 1m / 1h: one row per bucket with
+    min, mean, max and count (the open bucket computed from the finer tier).
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise InputError("--format", f"{fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    chosen = tier_by_name(tier)
+    matched = list_series(db, host=host, metric=metric, device=device)
+    if not matched:
+        known = sorted({s.host for s in list_series(db)})
+        if host not in known:
+            raise InputError(
+                "--host", f"no history for host {host!r} (hosts with history: {', '.join(known) or 'none'})"
+            )
+        raise InputError("--metric", f"host {host!r} has no series matching metric={metric!r} device={device!r}")
+    start = 0.0 if since is None else since
+    end = time.time() + 86400 if until is None else until
+    if end <= start:
+        raise InputError("--until", f"must be after --since ({_iso(start)})")
+    raw = chosen is RAW
+    header = ["time", "ts", "host", "device", "metric"] + (["value"] if raw else ["min", "mean", "max", "count"])
+    writer = _RowWriter(out, fmt, header)
+    count = 0
+    for series in matched:
+        for row in _series_rows(db, series, chosen.name, start, end):
+            writer.write(row)
+            count += 1
+    writer.close()
+    return count
+
+
+def _series_rows(db: Database, series: Series, tier: str, since: float, until: float) -> Iterator[list[Any]]:
+    """One series' points in time order: raw rows streamed from the table, buckets through query_range
+    over the span the series actually has data in (so an open-ended range costs nothing extra)."""
+    prefix = [series.host, series.device, series.metric]
+    with db.read() as connection:
+        if tier == "raw":
+            rows = connection.exec_driver_sql(
+                "SELECT ts, value FROM samples WHERE series_id = ? AND ts >= ? AND ts < ? ORDER BY ts",
+                (series.id, math.floor(since * 1000), math.ceil(until * 1000)),
+            )
+            for ts_ms, value in rows:
+                yield [_iso(ts_ms / 1000), ts_ms / 1000, *prefix, value]
+            return
+        table = "rollup_1m" if tier == "1m" else "rollup_1h"
+        edges = ", ".join(  # each a seek on the primary key
+            f"(SELECT {edge}({column}) FROM {source} WHERE series_id = :sid)"
+            for source, column in (("samples", "ts"), (table, "bucket"))
+            for edge in ("min", "max")
+        )
+        known = [t for t in connection.exec_driver_sql(f"SELECT {edges}", {"sid": series.id}).one() if t is not None]
+    first, last = (min(known), max(known)) if known else (None, None)
+    if first is None:
+        return
+    bucket_s = 60.0 if tier == "1m" else 3600.0
+    start = max(since, first / 1000)
+    start -= start % bucket_s
+    stop = min(until, last / 1000 + bucket_s)
+    if stop <= start:
+        return
+    points = max(1, math.ceil((stop - start) / bucket_s))
+    (result,) = query_range(db, series_ids=[series.id], since=start, until=stop, tier=tier, max_points=points)
+    for i, ts in enumerate(result.ts):
+        yield [_iso(ts), ts, *prefix, result.minimum[i], result.mean[i], result.maximum[i], result.count[i]]
+
+
+class _RowWriter:
+    """CSV rows, or a JSON array of objects written as it goes (one object per line)."""
+
+    def __init__(self, out: TextIO, fmt: str, header: list[str]) -> None:
+        self.out, self.fmt, self.header = out, fmt, header
+        self.first = True
+        if fmt == "csv":
+            self.csv = csv.writer(out, lineterminator="\n")
+            self.csv.writerow(header)
+        else:
+            out.write("[")
+
+    def write(self, row: list[Any]) -> None:
+        if self.fmt == "csv":
+            self.csv.writerow(row)
+            return
+        self.out.write(("\n" if self.first else ",\n") + json.dumps(dict(zip(self.header, row, strict=True))))
+        self.first = False
+
+    def close(self) -> None:
+        if self.fmt == "json":
+            self.out.write("\n]\n" if not self.first else "]\n")

@@ -1,0 +1,194 @@
+"""Profiles and the deployments launched from them: validate with `meshdeck.launch.profile`, keep in
+the store, and record each deployment the deploy service runs (`StoreDeploymentRecorder`).
+
+A profile file is untrusted: it is parsed and validated whole before anything is written, so a bad
+file (wrong types, unknown keys, a layout that does not match its hosts, a YAML bomb) is refused with
+the field named and leaves the database as it was. The text is stored exactly as written, so
+`export` gives back the imported file byte for byte; `canonical=True` gives the normalised form
+(every default spelled out) that `dump_profile` writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.profile import Profile, dump_profile, load_profile, profile_from_mapping, profile_to_mapping
+from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.store import deployments as deployment_store
+from meshdeck.store import profiles as profile_store
+from meshdeck.store.database import Database
+from meshdeck.store.profiles import ProfileSummary, ProfileVersion
+
+log = logging.getLogger(__name__)
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    """A validated profile as stored: the model plus its version record."""
+
+    profile: Profile
+    version: ProfileVersion
+
+
+def parse_profile(text: str | bytes, source: str) -> Profile:
+    """load_profile, with nesting deep enough to exhaust the parser's recursion also refused by name."""
+    try:
+        return load_profile(text, source)
+    except RecursionError:
+        raise InputError(source, "not valid YAML: nested too deeply for a profile") from None
+
+
+def import_profile(
+    db: Database, text: str | bytes, source: str, *, replace: bool = False, note: str = ""
+) -> StoredProfile:
+    """Validate profile YAML and store it: a new profile, or (with `replace`) a new version of the one
+    with its name. Raises InputError naming the file and field; on error nothing is stored."""
+    profile = parse_profile(text, source)
+    body = text.decode("utf-8") if isinstance(text, bytes) else text
+    data = profile_to_mapping(profile)
+    if profile_store.find_profile(db, profile.name) is None:
+        version = profile_store.create_profile(db, profile.name, body, data, note or f"imported from {source}")
+    elif replace:
+        version = profile_store.update_profile(db, profile.name, body, data, note or f"imported from {source}")
+    else:
+        raise InputError(
+            f"{source}: name",
+            f"a profile named {profile.name!r} already exists; pass --replace to store this as its next version",
+        )
+    return StoredProfile(profile, version)
+
+
+def save_profile(db: Database, profile: Profile, note: str = "") -> StoredProfile:
+    """Store an edited profile (from the console's editor) as the next version, or create it."""
+    checked = profile_from_mapping(profile_to_mapping(profile), f"profile {profile.name}")
+    text = dump_profile(checked)
+    data = profile_to_mapping(checked)
+    if profile_store.find_profile(db, checked.name) is None:
+        version = profile_store.create_profile(db, checked.name, text, data, note)
+    else:
+        version = profile_store.update_profile(db, checked.name, text, data, note)
+    return StoredProfile(checked, version)
+
+
+def get_profile(db: Database, name: str, version: int | None = None) -> StoredProfile:
+    stored = profile_store.get_profile(db, name, version)
+    return StoredProfile(parse_profile(stored.yaml, f"profile {name} v{stored.version}"), stored)
+
+
+def export_profile(db: Database, name: str, version: int | None = None, *, canonical: bool = False) -> str:
+    """The profile's YAML: as stored (byte for byte what was imported), or normalised."""
+    stored = profile_store.get_profile(db, name, version)
+    if not canonical:
+        return stored.yaml
+    return dump_profile(parse_profile(stored.yaml, f"profile {name} v{stored.version}"))
+
+
+def duplicate_profile(db: Database, source_name: str, new_name: str, note: str = "") -> StoredProfile:
+    """A copy of the current version under a new name (the `name:` inside the YAML is changed too)."""
+    source = get_profile(db, source_name)
+    data = dict(profile_to_mapping(source.profile))
+    data["name"] = new_name
+    copy = profile_from_mapping(data, "duplicate")
+    text = dump_profile(copy)
+    version = profile_store.create_profile(
+        db, new_name, text, profile_to_mapping(copy), note or f"duplicated from {source_name} v{source.version.version}"
+    )
+    return StoredProfile(copy, version)
+
+
+def delete_profile(db: Database, name: str) -> int:
+    return profile_store.delete_profile(db, name)
+
+
+def list_profiles(db: Database) -> list[ProfileSummary]:
+    return profile_store.list_profiles(db)
+
+
+def profile_versions(db: Database, name: str) -> list[ProfileVersion]:
+    return profile_store.profile_versions(db, name)
+
+
+# -- deployments ------------------------------------------------------------------------------------
+
+
+def planned_numbers(plan: LaunchPlan) -> dict[str, Any] | None:
+    """The planner's prediction under the names vLLM's startup log numbers are parsed to, so
+    `compare_deployments` puts planned and measured on the same row (per GPU / per DP engine)."""
+    planned = plan.planned
+    if planned is None:
+        return None
+    return {
+        "weights_gib": planned.weights_bytes / GIB,
+        "available_kv_gib": planned.kv_cache_bytes / GIB,
+        "kv_cache_tokens": planned.kv_tokens,
+        "max_concurrency": planned.max_concurrency,
+        "max_model_len": planned.max_model_len,
+        "gpu_memory_gib": planned.gpu_memory_bytes / GIB,
+    }
+
+
+class StoreDeploymentRecorder:
+    """The deploy service's `DeploymentRecorder`, writing into the database.
+
+    Recording never breaks a launch: a database error is logged and the deployment goes on.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None:
+        stored = profile_store.find_profile(self.db, plan.name)
+        nodes = [
+            deployment_store.DeploymentNode(c.host, c.name, c.role, c.stage, tuple(c.argv), tuple(c.env))
+            for c in plan.commands
+        ]
+        self._guard(
+            "start",
+            deployment_store.record_deployment_started,
+            self.db,
+            key=snapshot.id,
+            name=plan.name,
+            engine=plan.engine,
+            model=plan.model,
+            nodes=nodes,
+            plan=plan.dry_run(),
+            planned=planned_numbers(plan),
+            profile_name=None if stored is None else stored.name,
+            profile_version=None if stored is None else stored.version,
+            profile_yaml=None if stored is None else stored.yaml,
+            started_at=snapshot.started_at,
+            state=snapshot.state,
+        )
+
+    def deployment_event(self, deployment_id: str, kind: str, message: str, data: Mapping[str, Any]) -> None:
+        self._guard("event", deployment_store.record_deployment_event, self.db, deployment_id, kind, message, data)
+        if kind in ("running", "degraded", "restarting", "recovered"):
+            state = "running" if kind == "recovered" else kind
+            self._guard("state", deployment_store.record_deployment_state, self.db, deployment_id, state, message)
+
+    def deployment_finished(self, snapshot: DeploymentSnapshot) -> None:
+        self._guard(
+            "finish",
+            deployment_store.record_deployment_finished,
+            self.db,
+            snapshot.id,
+            state=snapshot.state,
+            reason=snapshot.reason,
+            workers=[w.as_dict() for w in snapshot.workers],
+        )
+
+    def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None:
+        self._guard("measured", deployment_store.record_measured, self.db, deployment_id, worker, measured)
+
+    @staticmethod
+    def _guard(what: str, func: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            func(*args, **kwargs)
+        except Exception:
+            log.exception("could not record deployment %s", what)
