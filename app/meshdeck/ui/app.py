@@ -29,7 +29,9 @@ from meshdeck.ui.main_window import MainWindow, ViewEntry
 from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
 from meshdeck.ui.views.dashboard import DashboardView
+from meshdeck.ui.views.hosts import HostsView
 from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.topology import TopologyView
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +50,16 @@ def application() -> QApplication:
     return app
 
 
-VIEW_KEYS = ("planner", "dashboard")
+VIEW_KEYS = ("hosts", "topology", "planner", "dashboard")
 
 
 def build_views(context: ConsoleContext) -> list[ViewEntry]:
     """Every view of the console, in navigation order (keys as in VIEW_KEYS)."""
-    planner = PlannerView(context)
-    dashboard = DashboardView(context.live)
     views = [
-        ViewEntry("planner", "Planner", planner),
-        ViewEntry("dashboard", "Dashboard", dashboard),
+        ViewEntry("hosts", "Hosts", HostsView(context)),
+        ViewEntry("topology", "Topology", TopologyView(context)),
+        ViewEntry("planner", "Planner", PlannerView(context)),
+        ViewEntry("dashboard", "Dashboard", DashboardView(context.live)),
     ]
     assert tuple(v.key for v in views) == VIEW_KEYS
     return views

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from meshdeck.core.layout_plan import LayoutPlan
-from meshdeck.ui.charts.units import format_bytes
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QPainter, QPalette
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.ui.charts.units import format_bytes
 
 SEGMENT_COLORS = {
     "weights": "#4E79A7",

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshdeck.core.layout_plan import LayoutPlan
-from meshdeck.core.placement import RankPlacement
-from meshdeck.ui import theme
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.placement import RankPlacement
+from meshdeck.ui import theme
 
 
 def rank_labels(rank: RankPlacement, layout: LayoutPlan) -> list[str]:

@@ -1,0 +1,308 @@
+"""The hosts view: every stored or supervised host, its live state and why, and what to do about it.
+
+Rows come from the database (stored hosts) and the fleet (supervised ones, e.g. the demo's local
+agents). The state column follows the fleet's events — connecting, bootstrapping (the agent being
+uploaded), connected, degraded, failed — with the reason beside it. A host that failed on an
+unknown or changed host key gets "Review host key…". Adding, connecting, disconnecting and removing
+run as jobs: they read ssh configs, write the database and wait for SSH threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
+from meshdeck.remote.sshconfig import load_ssh_config
+from meshdeck.services import hosts as host_service
+from meshdeck.store.hosts import HostRecord
+from meshdeck.ui import theme
+from meshdeck.ui.context import ConsoleContext, HostView
+from meshdeck.ui.views.host_dialogs import AddHostDialog, HostKeyDialog, NewHost
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("host", "reached through", "state", "reason", "GPUs", "last sample")
+BUSY_STATES = ("connecting", "bootstrapping")
+
+
+def gpu_summary(inventory: dict[str, Any] | None) -> str:
+    if not inventory:
+        return "—"
+    gpus = inventory.get("gpus") or []
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
+    memory = max((g.get("memory_total_bytes") or 0 for g in gpus if isinstance(g, dict)), default=0)
+    text = f"{len(gpus)}× {', '.join(names)} {memory / 2**30:.0f} GiB" if gpus else "no GPUs"
+    driver = inventory.get("driver")
+    text += f", driver {driver}" if driver else ""
+    return text + (" (simulated)" if inventory.get("simulated") else "")
+
+
+class HostsView(QWidget):
+    def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("hostsView")
+        self.context = context
+        self.records: dict[str, HostRecord] = {}
+        self.ssh_config_hosts: list[str] = []
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("hostsTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+
+        self.add_button = QPushButton("Add host…")
+        self.add_button.setObjectName("addHost")
+        self.connect_button = QPushButton("Connect")
+        self.connect_button.setObjectName("connectHost")
+        self.disconnect_button = QPushButton("Disconnect")
+        self.disconnect_button.setObjectName("disconnectHost")
+        self.retry_button = QPushButton("Retry")
+        self.retry_button.setObjectName("retryHost")
+        self.key_button = QPushButton("Review host key…")
+        self.key_button.setObjectName("reviewHostKey")
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setObjectName("removeHost")
+        self.add_button.clicked.connect(self.add_host)
+        self.connect_button.clicked.connect(lambda: self.connect_host(self.selected()))
+        self.disconnect_button.clicked.connect(lambda: self.disconnect_host(self.selected()))
+        self.retry_button.clicked.connect(lambda: self.retry_host(self.selected()))
+        self.key_button.clicked.connect(lambda: self.review_host_key(self.selected()))
+        self.remove_button.clicked.connect(lambda: self.remove_host(self.selected()))
+        buttons = QHBoxLayout()
+        for button in (
+            self.add_button,
+            self.connect_button,
+            self.disconnect_button,
+            self.retry_button,
+            self.key_button,
+        ):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.remove_button)
+        self.message = QLabel()
+        self.message.setObjectName("hostsMessage")
+        self.message.setWordWrap(True)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(buttons)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.message)
+
+        assert context.hosts is not None
+        context.hosts.changed.connect(lambda _host: self.refresh())
+        self._ages = QTimer(self)
+        self._ages.setInterval(1000)
+        self._ages.timeout.connect(self.refresh)
+        self._ages.start()
+        self.reload_records()
+        self.refresh()
+
+    # ------------------------------------------------------------------ data
+
+    def reload_records(self) -> None:
+        db = self.context.db
+        if db is None:
+            return
+
+        def work(_progress: Any) -> tuple[list[HostRecord], list[str]]:
+            config_hosts: list[str] = []
+            settings = self.context.fleet.settings if self.context.fleet else None
+            try:
+                config = load_ssh_config(settings.ssh_config if settings else "~/.ssh/config")
+                config_hosts = sorted(h for h in config.get_hostnames() if not any(c in h for c in "*?!"))
+            except Exception as exc:  # a broken ~/.ssh/config must not hide the stored hosts
+                log.warning("reading the ssh config: %s", exc)
+            return host_service.list_hosts(db), config_hosts
+
+        job = self.context.jobs.start("load hosts", work)
+        job.succeeded.connect(self._records_loaded)
+
+    def _records_loaded(self, answer: tuple[list[HostRecord], list[str]]) -> None:
+        records, self.ssh_config_hosts = answer
+        self.records = {r.name: r for r in records}
+        self.refresh()
+
+    def host_names(self) -> list[str]:
+        assert self.context.hosts is not None
+        names = set(self.records) | set(self.context.hosts.hosts)
+        if self.context.fleet is not None:
+            names |= set(self.context.fleet.hosts())
+        return sorted(names)
+
+    def _through(self, name: str) -> str:
+        record = self.records.get(name)
+        if record is not None:
+            via = record.target + (f":{record.port}" if record.port else "")
+            via += f" via {record.jump}" if record.jump else ""
+            return via + (f" (simulate {record.simulate})" if record.simulate else "")
+        if self.context.fleet is not None and name in self.context.fleet.hosts():
+            return self.context.fleet.supervisor(name).connector.describe()
+        return "—"
+
+    def refresh(self) -> None:
+        assert self.context.hosts is not None
+        selected = self.selected()
+        names = self.host_names()
+        self.table.setRowCount(len(names))
+        supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
+        now = time.time()
+        for row, name in enumerate(names):
+            view = self.context.hosts.hosts.get(name) or HostView(name)
+            state = view.state if name in supervised or view.state != "disconnected" else "not connected"
+            if state in BUSY_STATES:
+                state += "…"
+            age = f"{now - view.last_sample_ts:.0f} s ago" if view.last_sample_ts else "—"
+            cells = (name, self._through(name), state, view.reason, gpu_summary(view.inventory), age)
+            for column, text in enumerate(cells):
+                item = self.table.item(row, column)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(row, column, item)
+                if item.text() != text:
+                    item.setText(text)
+                if column == 2:
+                    item.setForeground(QColor(theme.STATE_COLORS.get(view.state, "#757575")))
+        if selected in names:
+            self.table.selectRow(names.index(selected))
+        self._update_buttons()
+
+    def selected(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        return item.text() if item else None
+
+    def _update_buttons(self) -> None:
+        name = self.selected()
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name or "")
+        supervised = bool(name and self.context.fleet and name in self.context.fleet.hosts())
+        self.connect_button.setEnabled(bool(name in self.records and not supervised))
+        self.disconnect_button.setEnabled(supervised)
+        self.retry_button.setEnabled(supervised and view is not None and view.state in ("failed", "disconnected"))
+        self.key_button.setEnabled(view is not None and isinstance(view.error, HostKeyUnknown | HostKeyChanged))
+        self.remove_button.setEnabled(name in self.records)
+        self.add_button.setEnabled(self.context.db is not None and self.context.fleet is not None)
+
+    # ------------------------------------------------------------------ actions
+
+    def _run(self, name: str, work: Any, done: str) -> None:
+        job = self.context.jobs.start(name, work)
+        job.succeeded.connect(lambda _result: self._say(done))
+        job.failed.connect(lambda message: self._say(message, error=True))
+        job.ended.connect(self.reload_records)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.message.setText(text)
+        self.message.setObjectName("fieldError" if error else "hostsMessage")
+        self.message.style().unpolish(self.message)
+        self.message.style().polish(self.message)
+
+    def add_host(self) -> None:
+        dialog = AddHostDialog(self.ssh_config_hosts, self)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        self.add(dialog.new_host())
+
+    def add(self, new: NewHost) -> None:
+        db, fleet = self.context.db, self.context.fleet
+        assert db is not None and fleet is not None
+
+        def work(_progress: Any) -> HostRecord:
+            record = host_service.add_host(
+                db,
+                new.name,
+                new.target,
+                port=new.port,
+                identity_file=new.identity_file,
+                jump=new.jump,
+                simulate=new.simulate,
+                settings=fleet.settings,
+            )
+            fleet.add_record(record)
+            return record
+
+        self._run(f"add host {new.name}", work, f"{new.name} added; connecting…")
+
+    def connect_host(self, name: str | None) -> None:
+        record = self.records.get(name or "")
+        fleet = self.context.fleet
+        if record is None or fleet is None:
+            return
+        self._run(f"connect {record.name}", lambda _p: fleet.add_record(record), f"connecting to {record.name}…")
+
+    def disconnect_host(self, name: str | None) -> None:
+        fleet = self.context.fleet
+        if not name or fleet is None:
+            return
+        self._run(
+            f"disconnect {name}", lambda _p: fleet.remove_host(name), f"{name} disconnected (its agent keeps running)"
+        )
+
+    def retry_host(self, name: str | None) -> None:
+        if name and self.context.fleet is not None:
+            self.context.fleet.retry(name)  # wakes the supervisor thread; no I/O here
+
+    def remove_host(self, name: str | None) -> None:
+        db, fleet = self.context.db, self.context.fleet
+        if not name or db is None:
+            return
+        answer = QMessageBox.question(self, "Remove host", f"Forget {name}? Its agent and workers keep running.")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+
+        def work(_progress: Any) -> None:
+            if fleet is not None and name in fleet.hosts():
+                fleet.remove_host(name)
+            host_service.remove_host(db, name)
+
+        self._run(f"remove {name}", work, f"{name} removed")
+        assert self.context.hosts is not None
+        self.context.hosts.forget(name)
+
+    def review_host_key(self, name: str | None) -> None:
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name or "")
+        if view is None or not isinstance(view.error, HostKeyUnknown | HostKeyChanged):
+            return
+        dialog = HostKeyDialog(view.name, view.error, self)
+        accepted = dialog.exec() == QDialog.DialogCode.Accepted
+        self.decide_host_key(view.name, view.error, accepted)
+
+    def decide_host_key(self, name: str, error: HostKeyUnknown | HostKeyChanged, accepted: bool) -> None:
+        """Save an accepted unknown key and reconnect; a refused or changed key leaves the host failed."""
+        fleet = self.context.fleet
+        if not accepted or isinstance(error, HostKeyChanged) or fleet is None:
+            self._say(f"{name}: host key not accepted; the host stays disconnected", error=True)
+            return
+        self._run(
+            f"accept key of {name}",
+            lambda _p: fleet.accept_host_key(name, error),
+            f"{name}: {error.key_type} {error.fingerprint} saved to meshdeck's known_hosts; reconnecting…",
+        )

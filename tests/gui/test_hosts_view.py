@@ -1,0 +1,137 @@
+"""The hosts view: add a host, follow its state with the reason, accept or refuse its host key.
+
+The host-key tests use a real OpenSSH server on loopback and the real agent zipapp: the key the
+dialog shows is the server's, and accepting it really connects, uploads the agent and attaches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
+from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.store.database import open_database
+from meshdeck.ui.views.host_dialogs import HostKeyDialog, NewHost
+from meshdeck.ui.views.hosts import HostsView
+from sshd import SshdServer, generate_key
+
+
+@pytest.fixture
+def hosts_view(qtbot, console_context, tmp_path):
+    def make(settings: FleetSettings) -> HostsView:
+        console_context.db = open_database(tmp_path / "console.sqlite")
+        console_context.fleet = FleetService(settings)
+        console_context.fleet.subscribe(console_context.bridge.post)
+        console_context.on_shutdown.append(console_context.db.close)
+        console_context.on_shutdown.append(console_context.fleet.close)
+        view = HostsView(console_context)
+        qtbot.addWidget(view)
+        view.show()
+        return view
+
+    return make
+
+
+def _state(view: HostsView, name: str):
+    return view.context.hosts.hosts.get(name)
+
+
+def _row_text(view: HostsView, name: str, column: int) -> str:
+    row = view.host_names().index(name)
+    return view.table.item(row, column).text()
+
+
+def test_adding_a_host_stores_it_and_shows_why_it_cannot_connect(qtbot, hosts_view, tmp_path) -> None:
+    closed_port = 9  # discard: nothing listens on loopback
+    view = hosts_view(FleetSettings(known_hosts=str(tmp_path / "known_hosts"), user_known_hosts=(), ssh_config=None))
+    view.add(NewHost("gpu-x", "127.0.0.1", closed_port, None, None, None))
+    qtbot.waitUntil(lambda: "gpu-x" in view.records, timeout=15000)
+    qtbot.waitUntil(
+        lambda: _state(view, "gpu-x") is not None and _state(view, "gpu-x").state == "disconnected", timeout=30000
+    )
+    assert "retrying in" in _state(view, "gpu-x").reason
+    qtbot.waitUntil(lambda: "retrying in" in _row_text(view, "gpu-x", 3), timeout=5000)
+    assert _row_text(view, "gpu-x", 1) == "127.0.0.1:9"
+
+    view.table.selectRow(view.host_names().index("gpu-x"))
+    assert view.disconnect_button.isEnabled() and not view.connect_button.isEnabled()
+    view.disconnect_host("gpu-x")
+    qtbot.waitUntil(lambda: "gpu-x" not in view.context.fleet.hosts(), timeout=30000)
+    qtbot.waitUntil(lambda: view.connect_button.isEnabled(), timeout=5000)
+
+
+def test_a_host_with_a_bad_target_is_refused_naming_the_field(qtbot, hosts_view, tmp_path) -> None:
+    view = hosts_view(FleetSettings(known_hosts=str(tmp_path / "known_hosts"), user_known_hosts=(), ssh_config=None))
+    view.add(NewHost("bad", "-oProxyCommand=touch /tmp/pwned", None, None, None, None))
+    qtbot.waitUntil(lambda: view.message.text() != "", timeout=10000)
+    assert "host.target" in view.message.text() or "target" in view.message.text()
+    assert "bad" not in view.records and not Path("/tmp/pwned").exists()
+
+
+def _add_sshd_host(qtbot, view: HostsView, sshd: SshdServer, key: Path) -> HostKeyUnknown | HostKeyChanged:
+    view.add(NewHost("lab", "127.0.0.1", sshd.port, str(key), None, None))
+    qtbot.waitUntil(lambda: _state(view, "lab") is not None and _state(view, "lab").state == "failed", timeout=60000)
+    error = _state(view, "lab").error
+    assert isinstance(error, HostKeyUnknown | HostKeyChanged), _state(view, "lab").reason
+    view.table.selectRow(view.host_names().index("lab"))
+    assert view.key_button.isEnabled()
+    return error
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_an_unknown_host_key_is_shown_with_its_fingerprint_and_accepting_connects(
+    qtbot, hosts_view, remote_agent, sshd, ssh_client_key
+) -> None:
+    view = hosts_view(remote_agent.settings)
+    error = _add_sshd_host(qtbot, view, sshd, ssh_client_key)
+    assert isinstance(error, HostKeyUnknown)
+    dialog = HostKeyDialog("lab", error)
+    qtbot.addWidget(dialog)
+    assert dialog.fingerprint.text() == sshd.host_fingerprint()  # what `ssh-keygen -lf` prints
+    assert dialog.accept_button is not None
+    assert "ssh-ed25519" in [label.text() for label in dialog.findChildren(type(dialog.fingerprint))]
+    view.decide_host_key("lab", error, accepted=True)
+    qtbot.waitUntil(lambda: _state(view, "lab").state == "connected", timeout=120000)
+    qtbot.waitUntil(lambda: _state(view, "lab").inventory is not None, timeout=30000)
+    assert sshd.host_public_key().split()[1] in remote_agent.known_hosts.read_text()
+    assert "lab" in view.records
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_refusing_an_unknown_host_key_keeps_the_host_failed_and_saves_nothing(
+    qtbot, hosts_view, remote_agent, sshd, ssh_client_key
+) -> None:
+    view = hosts_view(remote_agent.settings)
+    error = _add_sshd_host(qtbot, view, sshd, ssh_client_key)
+    view.decide_host_key("lab", error, accepted=False)
+    assert "not accepted" in view.message.text()
+    qtbot.wait(1000)
+    assert _state(view, "lab").state == "failed"
+    assert (
+        not remote_agent.known_hosts.exists()
+        or sshd.host_public_key().split()[1] not in remote_agent.known_hosts.read_text()
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_a_changed_host_key_shows_both_fingerprints_and_cannot_be_accepted(
+    qtbot, hosts_view, remote_agent, sshd, ssh_client_key, tmp_path
+) -> None:
+    impostor = generate_key(tmp_path / "impostor" / "key")
+    recorded = Path(str(impostor) + ".pub").read_text().split()[:2]
+    remote_agent.known_hosts.write_text(f"{sshd.known_hosts_name} {' '.join(recorded)}\n")
+    view = hosts_view(remote_agent.settings)
+    error = _add_sshd_host(qtbot, view, sshd, ssh_client_key)
+    assert isinstance(error, HostKeyChanged)
+    dialog = HostKeyDialog("lab", error)
+    qtbot.addWidget(dialog)
+    assert dialog.accept_button is None
+    assert dialog.fingerprint.text() == sshd.host_fingerprint()
+    texts = " ".join(label.text() for label in dialog.findChildren(type(dialog.fingerprint)))
+    assert error.expected in texts and "ssh-keygen -R" not in texts  # the command is in a read-only field
+    view.decide_host_key("lab", error, accepted=True)  # even a "yes" cannot replace a known key
+    assert _state(view, "lab").state == "failed"
+    assert remote_agent.known_hosts.read_text().split()[2] == recorded[1]
