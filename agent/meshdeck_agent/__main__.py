@@ -129,7 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _attach(args: argparse.Namespace) -> int:
-    from .attach import AttachError, connect_or_start, relay
+    from .attach import AttachError, attach_socket, relay
     from .gpu.catalog import SimulateSpecError, parse_simulate
     from .paths import UnsafePath
 
@@ -145,12 +145,12 @@ def _attach(args: argparse.Namespace) -> int:
         parse_simulate(args.simulate)
         socket_path, state_dir = _locations(args)
         serve_args += ["--log-file", os.path.join(state_dir, "agent.log")]
-        sock = connect_or_start(socket_path, serve_args, state_dir)
+        sock, hello = attach_socket(socket_path, serve_args, state_dir)
     except (SimulateSpecError, UnsafePath) as exc:
         return _fail(str(exc))
     except AttachError as exc:
         return _fail(str(exc), 1)
-    return relay(sock, sys.stdin.fileno(), sys.stdout.fileno())
+    return relay(sock, sys.stdin.fileno(), sys.stdout.fileno(), preamble=hello)
 
 
 def _inventory(args: argparse.Namespace) -> int:

@@ -7,20 +7,31 @@ half-closes the socket so the daemon flushes what it owes, and waits for that at
 Starting the daemon: under an exclusive lock (`<socket>.start.lock`, so two attaches racing at the same
 moment start one daemon), it runs `serve` with the same options in a new session, detached from this
 process (stdio to the daemon's log file in its state dir), and waits for the socket to answer.
+
+Upgrades: the daemon's hello names its version. If it is not this agent's version or protocol (the app
+just uploaded a newer zipapp), attach stops that daemon with SIGTERM (its pid and start time are in
+`<state dir>/agent.pid`; workers keep running and the new daemon re-adopts them) and starts its own.
+The hello line it read is passed on unchanged, so the relay stays byte-exact.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
+from . import __version__
+from .keeper import process_is_zombie, process_start_time
 from .paths import check_socket_path, ensure_private_dir, self_command, self_env
+from .protocol import PROTOCOL_VERSION
 
 STDIN_EOF_GRACE_S = 5.0
 
@@ -46,7 +57,7 @@ def connect_or_start(socket_path: str, serve_args: List[str], state_dir: str, ti
         return sock
     ensure_private_dir(state_dir)
     log_path = os.path.join(state_dir, "agent.log")
-    with open(socket_path + ".start.lock", "a+") as lock:
+    with os.fdopen(os.open(socket_path + ".start.lock", os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         sock = _connect(socket_path)
         if sock is not None:
@@ -78,9 +89,81 @@ def connect_or_start(socket_path: str, serve_args: List[str], state_dir: str, ti
         )
 
 
-def relay(sock: socket.socket, stdin_fd: int, stdout_fd: int) -> int:
-    """Copy stdin -> socket and socket -> stdout until the socket closes (or stdin closes + grace)."""
+def _read_line(sock: socket.socket, timeout_s: float = 15.0) -> bytes:
+    sock.settimeout(timeout_s)
+    data = b""
+    try:
+        while not data.endswith(b"\n") and len(data) < 65536:
+            chunk = sock.recv(1)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return data
+
+
+def _hello_version(line: bytes) -> Optional[Tuple[int, str]]:
+    try:
+        hello = json.loads(line)["hello"]
+        return int(hello["protocol"]), str(hello.get("agent", ""))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _stop_daemon(state_dir: str, socket_path: str, timeout_s: float = 20.0) -> None:
+    """SIGTERM the daemon recorded in agent.pid (if it is still that process) and wait for its socket to go."""
+    try:
+        with open(os.path.join(state_dir, "agent.pid")) as handle:
+            record = json.load(handle)
+        pid, start_time = int(record["pid"]), record.get("start_time")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise AttachError(
+            "an agent of another version serves %s and its pid is unknown; stop it by hand" % socket_path
+        ) from None
+    if start_time is not None and process_start_time(pid) != start_time:
+        raise AttachError(
+            "an agent of another version serves %s but pid %d is no longer it; stop it by hand" % (socket_path, pid)
+        )
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        gone = process_start_time(pid) is None or process_is_zombie(pid)
+        if gone and not os.path.exists(socket_path):
+            return
+        time.sleep(0.05)
+    raise AttachError(
+        "the agent of another version on %s (pid %d) did not stop within %.0fs" % (socket_path, pid, timeout_s)
+    )
+
+
+def attach_socket(socket_path: str, serve_args: List[str], state_dir: str) -> Tuple[socket.socket, bytes]:
+    """A socket to a daemon of this version and the hello line it sent (replacing another version)."""
+    for attempt in range(2):
+        sock = connect_or_start(socket_path, serve_args, state_dir)
+        hello_line = _read_line(sock)
+        first = _hello_version(hello_line)
+        if first == (PROTOCOL_VERSION, __version__):
+            return sock, hello_line
+        sock.close()
+        if attempt:
+            break
+        found = "agent %s, protocol %s" % (first[1], first[0]) if first else "an unreadable hello"
+        sys.stderr.write(
+            "meshdeck-agent: replacing the daemon on %s (%s) with agent %s; workers keep running\n"
+            % (socket_path, found, __version__)
+        )
+        _stop_daemon(state_dir, socket_path)
+    raise AttachError("the daemon on %s still does not speak agent %s after a restart" % (socket_path, __version__))
+
+
+def relay(sock: socket.socket, stdin_fd: int, stdout_fd: int, preamble: bytes = b"") -> int:
+    """Copy stdin -> socket and socket -> stdout until the socket closes (or stdin closes + grace).
+
+    `preamble` (bytes already read from the socket) is written to stdout first."""
     stdin_closed = threading.Event()
+    if preamble:
+        _write_all(stdout_fd, preamble)
 
     def pump_in() -> None:
         try:
@@ -113,12 +196,15 @@ def relay(sock: socket.socket, stdin_fd: int, stdout_fd: int) -> int:
                 return 0
             if not data:
                 return 0
-            view = memoryview(data)
-            while view:
-                try:
-                    written = os.write(stdout_fd, view)
-                except BrokenPipeError:
-                    return 0
-                view = view[written:]
+            try:
+                _write_all(stdout_fd, data)
+            except BrokenPipeError:
+                return 0
     finally:
         sock.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

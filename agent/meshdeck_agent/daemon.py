@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from . import checks, protocol
+from . import __version__, checks, protocol
+from .keeper import process_start_time
 from .machine import build_machine
 from .paths import atomic_write, check_socket_path, ensure_private_dir
 from .ring import DEFAULT_CAPACITY, SampleRing
@@ -104,11 +105,13 @@ class Daemon:
         )
         self.exporter: Any = None
         self._listener: Optional[socket.socket] = None
+        self._pid_path = os.path.join(self.state_dir, "agent.pid")
 
     # -- setup -----------------------------------------------------------------------------------
 
     def _take_lock(self) -> Any:
-        handle = open(self.socket_path + ".lock", "a+")  # noqa: SIM115 - held for the object's life
+        fd = os.open(self.socket_path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        handle = os.fdopen(fd, "r+")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -133,6 +136,9 @@ class Daemon:
     def start(self) -> None:
         """Start every part except the accept loop (serve_forever runs that)."""
         self._listener = self._bind()
+        pid = os.getpid()
+        record = {"pid": pid, "start_time": process_start_time(pid), "agent": __version__, "socket": self.socket_path}
+        atomic_write(self._pid_path, json.dumps(record).encode())
         self.machine.start()
         self.supervisor.start()
         self.sampler.start()
@@ -204,8 +210,9 @@ class Daemon:
         self._pool.shutdown(wait=False)
         self.machine.close()
         self.seqs.close(self.ring.last_seq + 1 if self.ring.last_seq else self.seqs.first)
-        with contextlib.suppress(OSError):
-            os.unlink(self.socket_path)
+        for path in (self.socket_path, self._pid_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         self._lock_file.close()
 
     # -- plumbing used by sessions, sampler and supervisor ----------------------------------------

@@ -128,6 +128,8 @@ class Supervisor:
                     "started with --simulate (real vLLM is never replaced silently)",
                 )
             simulate = validate_simulate(spec.simulate, self.simulated_gpus)
+        if spec.log is not None and not os.path.isabs(spec.log):
+            raise protocol.ProtocolError(protocol.BAD_PARAMS, "spec.log: must be an absolute path, got %r" % spec.log)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise protocol.ProtocolError(
                 protocol.BAD_PARAMS, "spec.cwd: no such directory %r on this server" % spec.cwd

@@ -122,7 +122,12 @@ class InProcessAgent:
     def client(self, hello: bool = True) -> Client:
         return Client.connect(self.socket_path, hello)
 
-    def stop(self) -> None:
+    def stop(self, stop_workers: bool = True) -> None:
+        """Shut the daemon down; with stop_workers, first end every worker a test left running."""
+        if stop_workers:
+            for worker in self.daemon.supervisor.list_workers():
+                if worker["state"] in ("starting", "running", "restarting"):
+                    self.daemon.supervisor.stop_worker(worker["id"], grace_s=2.0)
         self.daemon.request_shutdown()
         self.thread.join(timeout=15)
 

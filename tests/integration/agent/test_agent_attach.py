@@ -149,3 +149,28 @@ def test_serve_refuses_a_second_daemon_on_the_same_socket(sock_dir):
         env=agent_env(),
     )
     assert result.returncode == 3 and b"already serves" in result.stderr
+
+
+def test_attach_replaces_a_daemon_of_another_version_and_passes_the_new_hello_on(sock_dir):
+    old = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[2] / "fakes" / "old_agent.py"),
+            str(sock_dir / "agent.sock"),
+            str(sock_dir / "agent.state"),
+            "0.0.9",
+        ]
+    )
+    try:
+        assert wait_for((sock_dir / "agent.sock").exists, timeout=20)
+        result = _attach(sock_dir, HELLO + b'{"id":1,"method":"agent.time"}\n')
+        assert result.returncode == 0, result.stderr.decode()
+        assert b"replacing the daemon" in result.stderr and b"agent 0.0.9" in result.stderr
+        replies = _replies(result.stdout)
+        assert replies[0] == {"hello": {"protocol": 1, "agent": "0.1.0"}}
+        assert any(r.get("id") == 1 and "time" in r["result"] for r in replies)
+        assert old.wait(timeout=20) == 0
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()

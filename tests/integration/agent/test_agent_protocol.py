@@ -235,3 +235,25 @@ def test_samples_carry_simulated_flag_and_sample_shape_on_the_wire(agent):
     assert len(gpu["nvlink_links"]) == 18
     assert json.loads(json.dumps(sample)) == sample
     client.close()
+
+
+def test_a_subscriber_whose_since_seq_rolled_off_the_ring_is_told_how_many_were_dropped():
+    with in_process_agent("1xH100", interval_s=0.05, ring_capacity=20) as small:
+        assert wait_for(lambda: small.daemon.ring.first_seq > 1, timeout=60)
+        client = small.client()
+        client.call("samples.subscribe", {"since_seq": 0})
+        event = client.wait_event(lambda e: e["event"] == "samples")
+        first = event["data"]["samples"][0]["seq"]
+        assert first > 1 and event["data"]["dropped"] == first - 1
+        client.close()
+
+
+def test_the_prometheus_exporter_serves_the_daemons_samples():
+    import urllib.request
+
+    with in_process_agent("2xH200", interval_s=0.1, prometheus="127.0.0.1:0") as exported:
+        assert wait_for(lambda: exported.daemon.ring.last_seq >= 1)
+        host, port = exported.daemon.exporter.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        assert 'meshdeck_gpu_memory_total_bytes{gpu="1"' in text and 'simulated="true"' in text

@@ -178,6 +178,8 @@ def test_starting_a_running_id_again_is_a_conflict_and_bad_specs_name_the_field(
     assert client.request("workers.start", {"spec": {"argv": ["true"], "id": "dup"}})["error"]["code"] == "conflict"
     bad_cwd = client.request("workers.start", {"spec": {"argv": ["true"], "cwd": str(tmp_path / "missing")}})
     assert bad_cwd["error"]["code"] == "bad_params" and "spec.cwd" in bad_cwd["error"]["message"]
+    relative_log = client.request("workers.start", {"spec": {"argv": ["true"], "log": "logs/out.log"}})
+    assert "spec.log: must be an absolute path" in relative_log["error"]["message"]
     bad_argv = client.request("workers.start", {"spec": {"argv": "vllm serve"}})
     assert "spec.argv" in bad_argv["error"]["message"]
     simulated = client.request("workers.start", {"spec": {"argv": ["vllm"], "simulate": {"kind": "vllm"}}})
@@ -208,7 +210,7 @@ def test_a_restarted_agent_readopts_running_workers_and_learns_exits_it_missed()
             {"spec": {"argv": [PY, "-c", "import sys, time; time.sleep(1.5); sys.exit(4)"], "id": "short"}},
         )
         client.close()
-        first.stop()
+        first.stop(stop_workers=False)
         assert _alive(long["pid"])
         time.sleep(2.5)  # "short" exits while no agent runs
         second = InProcessAgent(directory, simulate=None, interval_s=0.5)
@@ -251,6 +253,18 @@ def _worker(client, worker_id: str) -> dict:
 def _state(client, worker_id: str) -> tuple[str, int]:
     worker = _worker(client, worker_id)
     return worker["state"], worker["restarts"]
+
+
+def test_a_worker_log_goes_where_the_spec_says(agent, tmp_path):
+    client = agent.client()
+    target = tmp_path / "logs" / "vllm.log"
+    client.call(
+        "workers.start", {"spec": {"argv": [PY, "-c", "print('to my file')"], "id": "ownlog", "log": str(target)}}
+    )
+    assert wait_for(lambda: _state(client, "ownlog")[0] == "exited", timeout=30)
+    assert target.read_text() == "to my file\n"
+    assert client.call("workers.logs", {"id": "ownlog", "offset": 0})["data"] == "to my file\n"
+    client.close()
 
 
 def test_worker_state_files_are_private_and_json(agent):
