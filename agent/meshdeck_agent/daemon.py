@@ -304,17 +304,19 @@ class Daemon:
         if method == "inventory":
             return self.machine.inventory()
         if method == "samples.subscribe":
+            last = self.ring.last_seq
+            since = params.get("since_seq")
+            # a since_seq beyond the newest sample (the client remembers a wiped state dir) starts live
+            cursor = last if since is None or since > last else since
             result = {
                 "subscribed": True,
                 "first_seq": self.ring.first_seq,
-                "last_seq": self.ring.last_seq,
+                "last_seq": last,
+                "cursor": cursor,
                 "interval_s": self.config.interval_s,
             }
-            session.subscribe(
-                params.get("since_seq"),
-                float(params.get("interval_s", 0.0)),
-                protocol.encode(protocol.response(request.id, result)),
-            )
+            response = protocol.encode(protocol.response(request.id, result))
+            session.subscribe(cursor, float(params.get("interval_s", 0.0)), response)
             return None
         if method == "samples.unsubscribe":
             session.unsubscribe()

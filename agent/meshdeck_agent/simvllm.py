@@ -92,6 +92,19 @@ class StandIn:
             "used; the numbers below come from the deployment plan\n" % (self.model, s["gpus"])
         )
         sys.stdout.flush()
+        for flag, given, planned in (
+            ("--tensor-parallel-size", self.args.tensor_parallel_size, s["tensor_parallel"]),
+            ("--pipeline-parallel-size", self.args.pipeline_parallel_size, s["pipeline_parallel"]),
+            ("--data-parallel-size-local", self.args.data_parallel_size_local, s["data_parallel_local"]),
+            ("--port", self.args.port, s.get("port")),
+        ):
+            if given is not None and planned is not None and given != planned:
+                _say(
+                    "APIServer",
+                    "simvllm",
+                    "argv says %s %s but the plan says %s; using the plan (simulated)" % (flag, given, planned),
+                    "WARNING",
+                )
         weights_at, kv_at = startup_phases(s)
         free = int(os.environ.get("MESHDECK_SIM_GPU_FREE_BYTES", "0") or 0) or None
         if self._sleep(weights_at):

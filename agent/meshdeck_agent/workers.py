@@ -24,17 +24,16 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import protocol
 from .keeper import RUN_FILE, process_start_time, write_json
-from .logparse import parse_line
 from .paths import ensure_private_dir, self_command, self_env
 from .scrape import ScrapeLoop
 from .simspec import SimVllmTracker, metrics_url, validate_simulate
 from .worker_logs import read_log
 from .worker_state import WorkerRecord, exit_reason, oom_kill_count, process_alive, read_json
+from .worker_tail import catch_up_log, replay_log, skip_log
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
-LOG_EVENTS_PER_POLL = 200
 MAX_BACKOFF_S = 60.0
 
 
@@ -101,11 +100,11 @@ class Supervisor:
                 record.state = "running"
                 if record.tracker is not None:
                     record.tracker.process_started(record.pid)
-                    self._replay_log(record)
+                    replay_log(record)
                     long_up = time.time() - (record.started_at or 0) > 2 * record.simulate["startup_s"]
                     if long_up and not record.tracker.kv_allocated:
                         record.tracker.weights_loaded = record.tracker.kv_allocated = True  # start lines rotated away
-                self._skip_log(record)
+                skip_log(record)
                 self._start_scrape(record)
             elif process_alive(record.keeper_pid, record.keeper_start_time):
                 record.state = "starting"
@@ -319,7 +318,7 @@ class Supervisor:
         self._stop_scrape(record)
         if record.keeper_process is not None:
             record.keeper_process.poll()
-        self._catch_up_log(record)
+        catch_up_log(record, self.emit)
         if announce:
             self._announce(record)
         policy = record.spec.restart
@@ -368,55 +367,8 @@ class Supervisor:
         if exit_info is not None:
             self._finish(record, exit_info)
             return
-        self._catch_up_log(record)
+        catch_up_log(record, self.emit)
         worker_gone = record.state == "running" and not process_alive(record.pid, record.start_time)
         keeper_gone = not process_alive(record.keeper_pid, record.keeper_start_time)
         if worker_gone and keeper_gone and record.exit_info() is None:
             self._finish(record, {"exit_code": None, "signal": None})  # the keeper was killed too
-
-    def _skip_log(self, record: WorkerRecord) -> None:
-        """Start tailing at the end: what a previous agent already reported is not sent again."""
-        record.log_cursor = read_log(record.log_path, record.logstate_path, None, 1)["size"]
-        record.log_partial = b""
-
-    def _replay_log(self, record: WorkerRecord, limit_bytes: int = 4 << 20) -> None:
-        """Feed the kept log's first `limit_bytes` to the tracker only (after a re-adoption)."""
-        offset, seen = 0, 0
-        partial = b""
-        while seen < limit_bytes:
-            chunk = read_log(record.log_path, record.logstate_path, offset, 512 * 1024)
-            if not chunk["data"]:
-                break
-            lines = (partial + chunk["data"].encode("utf-8")).split(b"\n")
-            partial = lines.pop()
-            for raw in lines:
-                parsed = parse_line(raw.decode("utf-8", errors="replace"))
-                if parsed is not None and record.tracker is not None:
-                    record.tracker.log_event(parsed["kind"], parsed["fields"])
-            seen += chunk["offset"] - chunk["start"]
-            offset = chunk["offset"]
-
-    def _catch_up_log(self, record: WorkerRecord) -> None:
-        """Parse new complete log lines and emit them as `log` events (at most LOG_EVENTS_PER_POLL a poll)."""
-        chunk = read_log(record.log_path, record.logstate_path, record.log_cursor, 256 * 1024)
-        if chunk["offset"] == record.log_cursor:
-            return
-        lines = (record.log_partial + chunk["data"].encode("utf-8")).split(b"\n")
-        record.log_partial = lines.pop()[-65536:]
-        record.log_cursor = chunk["offset"]
-        emitted = 0
-        for raw in lines:
-            line = raw.decode("utf-8", errors="replace")
-            parsed = parse_line(line)
-            if parsed is None:
-                continue
-            if record.tracker is not None:
-                record.tracker.log_event(parsed["kind"], parsed["fields"])
-            if emitted < LOG_EVENTS_PER_POLL:
-                data = {"worker": record.id, "kind": parsed["kind"], "fields": parsed["fields"], "line": line[:500]}
-                data["ts"] = time.time()
-                self.emit("log", data)
-            emitted += 1
-        if emitted > LOG_EVENTS_PER_POLL:
-            suppressed = emitted - LOG_EVENTS_PER_POLL
-            self.emit("alert", {"kind": "log_events_capped", "worker": record.id, "suppressed": suppressed})

@@ -162,6 +162,7 @@ class NvmlGpus:
         self._previous_fields: Dict[Tuple[int, int, int], Tuple[float, int]] = {}
         self._xid_pending: Dict[int, List[Dict[str, Any]]] = {}
         self._xid_lock = threading.Lock()
+        self._uuids: Dict[int, Optional[str]] = {}
 
     # -- discovery -------------------------------------------------------------------------------
 
@@ -311,7 +312,7 @@ class NvmlGpus:
             samples.append(
                 {
                     "index": index,
-                    "uuid": _text(call("nvmlDeviceGetUUID", handle)),
+                    "uuid": self._uuid(index, handle),
                     "memory_used_bytes": getattr(memory, "used", None),
                     "memory_total_bytes": getattr(memory, "total", None),
                     "memory_reserved_bytes": getattr(memory, "reserved", None),
@@ -344,6 +345,11 @@ class NvmlGpus:
                 }
             )
         return samples
+
+    def _uuid(self, index: int, handle: Any) -> Optional[str]:
+        if self._uuids.get(index) is None:
+            self._uuids[index] = _text(self.nvml.call("nvmlDeviceGetUUID", handle))
+        return self._uuids[index]
 
     def add_xid(self, index: int, event: Dict[str, Any]) -> None:
         with self._xid_lock:

@@ -93,6 +93,15 @@ def test_subscribe_delivers_backlog_after_since_seq_then_live_samples_without_ga
     client.close()
 
 
+def test_a_since_seq_from_the_future_subscribes_live(agent):
+    client = agent.client()
+    result = client.call("samples.subscribe", {"since_seq": 10**9})
+    assert result["cursor"] == result["last_seq"]
+    event = client.wait_event(lambda e: e["event"] == "samples")
+    assert event["data"]["samples"][0]["seq"] == result["last_seq"] + 1
+    client.close()
+
+
 def test_subscribe_without_since_seq_sends_only_live_samples(agent):
     client = agent.client()
     result = client.call("samples.subscribe", {})
