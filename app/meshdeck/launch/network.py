@@ -57,6 +57,7 @@ class NodeNetwork:
     address: str
     interfaces: tuple[NetworkInterface, ...] = ()
     ib_ports: tuple[IbPort, ...] = ()
+    nics_known: bool = True  # False: nobody asked the agent (a dry run); no IB preset either way
 
     def __post_init__(self) -> None:
         check_address(self.address, f"host {self.host}: address")
@@ -111,7 +112,7 @@ def nccl_env(node: NodeNetwork, head_address: str) -> dict[str, str]:
     active = [p for p in node.ib_ports if p.active and p.kind in IB_KINDS]
     if active:
         env["NCCL_IB_HCA"] = "=" + ",".join(p.nccl_name for p in active)
-    else:
+    elif node.nics_known:
         env["NCCL_IB_DISABLE"] = "1"
     interface = route_interface(node, head_address)
     if interface:

@@ -113,3 +113,18 @@ class ReadyProbe:
         if check.kind == "running":
             return running_since is not None and time.monotonic() - running_since >= check.settle_s
         raise ValueError(f"unknown ready check {check.kind!r}")
+
+
+def read_log(call: Callable[..., Any], host: str, worker_id: str, *, offset: int = 0, max_bytes: int = 8 << 20) -> str:
+    """A worker's log from `offset` to its end (at most `max_bytes`), through `workers.logs`."""
+    parts: list[str] = []
+    size = 0
+    while size < max_bytes:
+        reply = call(host, "workers.logs", {"id": worker_id, "offset": offset})
+        data = reply.get("data") or ""
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+        offset = int(reply.get("offset", offset + len(data)))
+    return "".join(parts)

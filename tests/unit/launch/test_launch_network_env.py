@@ -116,3 +116,8 @@ def test_malformed_inventory_is_refused_naming_host_and_field(inventory: dict, f
 def test_addresses_that_are_not_addresses_are_refused(address: str) -> None:
     with pytest.raises(InputError, match="neither an IP address nor a host name"):
         NodeNetwork("gpu-a", address)
+
+
+def test_a_node_whose_nics_nobody_asked_gets_no_ib_preset() -> None:
+    env = nccl_env(NodeNetwork("gpu-a", "10.0.0.1", nics_known=False), "10.0.0.2")
+    assert "NCCL_IB_DISABLE" not in env and "NCCL_IB_HCA" not in env

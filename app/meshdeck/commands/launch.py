@@ -1,0 +1,160 @@
+"""`meshdeck launch PROFILE.yaml [--dry-run] [--json] [--skip-preflight] [--force] [--wait]`
+
+--dry-run       print every node's command (argv and env) and run nothing, contact nothing
+--json          with --dry-run: {"nodes": [{"host", "argv", "env", ...}, ...], ...}; otherwise the outcome
+--skip-preflight  launch without the pre-flight checks; --force launches even if one fails
+--wait          stay until the deployment ends (a torch job) and print its result
+
+Hosts are the names `meshdeck hosts add` stored; `local` is this machine's agent. The deployment keeps
+running on the agents when this command returns; see `meshdeck deployments list|stop|logs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.launch.build import build_launch_plan
+from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.profile import Profile, load_profile
+from meshdeck.launch.torch_launch import BUNDLE_ENV
+from meshdeck.services import deploy_hosts
+from meshdeck.services.deploy import DeployService, LaunchFailed
+from meshdeck.services.deploy_model import LaunchProgress, new_deployment_id
+from meshdeck.services.deploy_targets import node_for_dry_run, prepare_launch
+from meshdeck.services.fleet import FleetService
+from meshdeck.services.preflight import run_preflight
+from meshdeck.store.database import Database, default_database_path, open_database
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("launch", help="start a deployment profile on its hosts (vLLM or torchrun)")
+    parser.add_argument("profile", help="profile YAML file")
+    parser.add_argument("--dry-run", action="store_true", help="print each node's command; run and contact nothing")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--skip-preflight", action="store_true", help="do not run the pre-flight checks")
+    parser.add_argument("--force", action="store_true", help="launch even when a pre-flight check fails")
+    parser.add_argument("--wait", action="store_true", help="stay until the deployment ends and print its result")
+    parser.set_defaults(func=run)
+
+
+def read_profile(path_text: str) -> Profile:
+    path = Path(path_text)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path_text, f"cannot read the profile: {exc.strerror or exc}") from None
+    return load_profile(data, source=path_text)
+
+
+def _stored_db(args: argparse.Namespace) -> Database | None:
+    """The host database if it exists (a dry run never creates one)."""
+    path = Path(args.db) if args.db else default_database_path()
+    return open_database(path) if path.exists() else None
+
+
+def dry_run(profile: Profile, args: argparse.Namespace) -> int:
+    db = _stored_db(args)
+    try:
+        addresses: dict[str, str] = {}
+        for host in profile.hosts:
+            try:
+                addresses.update(deploy_hosts.addresses_for([host], db))
+            except InputError:
+                addresses[host] = host  # not stored yet: show it by name
+    finally:
+        if db is not None:
+            db.close()
+    nodes = [node_for_dry_run(host, addresses[host]) for host in profile.hosts]
+    plan = build_launch_plan(profile, nodes, run_id=new_deployment_id(profile.name))
+    notes = ["dry run: the agents were not asked, so per-node NIC presets (NCCL_IB_HCA, *_SOCKET_IFNAME) are omitted"]
+    if args.json:
+        document = plan.dry_run()
+        document["warnings"] = [*document["warnings"], *notes]
+        print(json.dumps(document, indent=2))
+    else:
+        print(render_plan(plan, notes))
+    return 0
+
+
+def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> str:
+    lines = [f"{plan.name}: {plan.engine}, {plan.layout_class}, head {plan.head_host} ({plan.head_address})"]
+    for command in plan.commands:
+        shown = command
+        if BUNDLE_ENV in command.env_dict:  # the inline workload files: name them instead of 10 KB of base64
+            files = ", ".join(f"{f.name} ({f.size} B)" for f in command.staged)
+            env = tuple((k, f"<{len(v)} chars: {files}>" if k == BUNDLE_ENV else v) for k, v in command.env)
+            shown = type(command)(**{**command.__dict__, "env": env})
+        lines.append(f"\n[stage {command.stage}] {command.name} on {command.host} ({command.role})")
+        lines.append(f"  {shown.display()}")
+        if command.ready:
+            lines.append(f"  ready when: {' or '.join(c.describe() for c in command.ready)}")
+    if plan.ports:
+        lines.append("\nports on the head: " + ", ".join(f"{p.port} ({p.purpose})" for p in plan.ports))
+    for warning in (*plan.warnings, *notes):
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = read_profile(args.profile)
+    if args.dry_run:
+        return dry_run(profile, args)
+    with open_database(args.db) as db, FleetService() as fleet:
+        deploy_hosts.connect(fleet, profile.hosts, db)
+        addresses = deploy_hosts.addresses_for(profile.hosts, db)
+        deployment_id = new_deployment_id(profile.name)
+        prepared = prepare_launch(profile, fleet, addresses=addresses, run_id=deployment_id)
+        if not args.json:
+            print(render_plan(prepared.plan), file=sys.stderr)
+            if prepared.planned_note:
+                print(f"note: {prepared.planned_note}", file=sys.stderr)
+        if not args.skip_preflight:
+            report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
+            for result in report.results:
+                mark = "ok  " if result.passed else "FAIL"
+                print(f"{mark} {result.check:<12} {result.host or 'cluster':<14} {result.reason}", file=sys.stderr)
+            if not report.passed and not args.force:
+                if args.json:
+                    print(json.dumps({"launched": False, "preflight": report.as_dict()}, indent=2))
+                print("meshdeck: pre-flight failed; nothing was started (--force to launch anyway)", file=sys.stderr)
+                return 1
+        return _launch(fleet, prepared.plan, deployment_id, args)
+
+
+def _launch(fleet: FleetService, plan: LaunchPlan, deployment_id: str, args: argparse.Namespace) -> int:
+    deploy = DeployService(fleet)
+
+    def progress(update: LaunchProgress) -> None:
+        print(f"[{update.step}/{update.total}] {update.message}", file=sys.stderr, flush=True)
+
+    cancel = threading.Event()
+    try:
+        snapshot = deploy.launch(plan, deployment_id=deployment_id, progress=progress, cancel=cancel)
+    except LaunchFailed as failed:
+        if args.json:
+            print(json.dumps(failed.snapshot.as_dict(), indent=2))
+        print(f"meshdeck: launch {failed.snapshot.state}: {failed.snapshot.reason}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        cancel.set()
+        deploy.stop(deployment_id, grace_s=5)
+        raise
+    if args.wait:
+        while not snapshot.final:
+            time.sleep(0.5)
+            snapshot = deploy.get(snapshot.id)
+    deploy.close()
+    if args.json:
+        print(json.dumps(snapshot.as_dict(), indent=2))
+    else:
+        print(f"{snapshot.id}: {snapshot.state}" + (f" at {snapshot.serving_url}" if snapshot.serving_url else ""))
+        if snapshot.reason:
+            print(snapshot.reason)
+    return 0 if snapshot.state in ("running", "completed") else 1

@@ -1,0 +1,154 @@
+"""From a profile and the connected agents to a LaunchPlan: node addresses and NICs, simulated or real,
+and the planner's prediction for the chosen layout (what a simulated vLLM fakes, and what the measured
+startup numbers are compared against).
+
+    prepared = prepare_launch(profile, fleet, addresses={"gpu-a": "10.0.0.1", ...}, run_id=...)
+    prepared.plan, prepared.inventories, prepared.simulated
+
+Addresses: the address other nodes reach a host at — the host part of its SSH target, or 127.0.0.1
+for agents on this machine. A mix of simulated and real agents is refused (a simulated node cannot
+join a real NCCL group).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.errors import InputError
+from meshdeck.core.gpu_spec import gpu_from_memory, resolve_gpu
+from meshdeck.core.inventory_facts import inventory_facts
+from meshdeck.core.plan_request import PlanRequest, resolve
+from meshdeck.core.planner import plan as plan_layouts
+from meshdeck.launch.build import build_launch_plan
+from meshdeck.launch.network import NodeNetwork, node_network_from_inventory
+from meshdeck.launch.plan import LaunchPlan, PlannedStartup
+from meshdeck.launch.profile import Profile
+from meshdeck.launch.vllm_launch import is_deepseek_v32
+from meshdeck.services.catalog import load_gpu_catalog, load_model
+
+log = logging.getLogger(__name__)
+LOCAL_ADDRESS = "127.0.0.1"
+_V3 = re.compile(r"deepseek-(v3(-0324)?|r1(-0528)?)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    plan: LaunchPlan
+    inventories: Mapping[str, Mapping[str, Any]]
+    simulated: bool
+    planned_note: str = ""  # why there is no prediction, when there is none
+
+
+def address_of_target(target: str) -> str:
+    """`user@10.0.0.5` -> `10.0.0.5`; `[fe80::1]` -> `fe80::1`."""
+    host = target.rsplit("@", 1)[-1]
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def bundled_model_for(model: str) -> str | None:
+    """The bundled model card a profile's model id or path is (None when it names no known model)."""
+    if is_deepseek_v32(model):
+        return "deepseek-v3.2"
+    if _V3.search(model.rstrip("/").rsplit("/", 1)[-1]):
+        return "deepseek-v3"
+    return None
+
+
+def planned_startup(profile: Profile, inventory: Mapping[str, Any]) -> tuple[PlannedStartup | None, str]:
+    """The planner's numbers for exactly this profile's layout on the head's GPUs, or (None, why)."""
+    if profile.engine != "vllm":
+        return None, ""
+    name = bundled_model_for(profile.model)
+    if name is None:
+        return None, f"{profile.model!r} is not a model meshdeck has a card for; no prediction to compare"
+    facts = inventory_facts(inventory, "head inventory")
+    if not facts.gpu_memory_bytes:
+        return None, "the head reports no GPU memory; no prediction"
+    try:
+        gpu = resolve_gpu(facts.gpu_name or "", load_gpu_catalog())
+    except InputError:
+        gpu = gpu_from_memory(facts.gpu_memory_bytes / 2**30, name=facts.gpu_name)
+    link = "nvlink" if gpu.has_nvlink else "pcie"
+    cluster = ClusterSpec(
+        nodes=len(profile.hosts),
+        gpus_per_node=profile.gpus_per_node,
+        gpu=gpu,
+        intra_node_link=link,
+        inter_node_bytes_per_s=facts.rdma_bytes_per_s or default_inter_node_bytes_per_s(profile.gpus_per_node, link),
+        inter_node_assumed=not facts.rdma_bytes_per_s,
+    )
+    layout = profile.layout
+    request = PlanRequest(
+        model=load_model(name),
+        cluster=cluster,
+        kv_cache_dtype=profile.vllm.kv_cache_dtype,
+        max_model_len=profile.vllm.max_model_len,
+        gpu_memory_utilization=profile.vllm.gpu_memory_utilization,
+        max_num_seqs=profile.vllm.max_num_seqs,
+        mtp=profile.vllm.speculative_mtp,
+        tensor_parallel=layout.tensor_parallel,
+        pipeline_parallel=layout.pipeline_parallel,
+        data_parallel=layout.data_parallel,
+        expert_parallel=layout.expert_parallel,
+    )
+    chosen = [
+        lp
+        for lp in plan_layouts(request).layouts
+        if (lp.tensor_parallel, lp.pipeline_parallel, lp.data_parallel, lp.expert_parallel)
+        == (layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel, layout.expert_parallel)
+    ]
+    if not chosen or not chosen[0].fits:
+        reason = chosen[0].reason if chosen else "the planner has no such layout"
+        return None, f"the planner says this layout does not fit: {reason}"
+    best = chosen[0]
+    return (
+        PlannedStartup(
+            gpu_memory_bytes=max(best.usable_bytes_per_gpu, best.weights_bytes_per_gpu + best.kv_cache_bytes_per_gpu),
+            weights_bytes=best.weights_bytes_per_gpu,
+            kv_cache_bytes=best.kv_cache_bytes_per_gpu,
+            kv_tokens=best.kv_tokens_per_replica,
+            max_concurrency=best.max_concurrency,
+            max_model_len=resolve(request).max_model_len,
+        ),
+        "",
+    )
+
+
+def prepare_launch(
+    profile: Profile,
+    fleet: Any,
+    *,
+    addresses: Mapping[str, str],
+    run_id: str,
+    inventories: Mapping[str, Mapping[str, Any]] | None = None,
+) -> PreparedLaunch:
+    """Ask each host for its inventory (unless given), then build the plan with real network facts."""
+    found: dict[str, Mapping[str, Any]] = dict(inventories or {})
+    for host in profile.hosts:
+        if host not in found:
+            found[host] = fleet.call(host, "inventory", {}, timeout=60)
+    simulated = {host: bool(inv.get("simulated")) for host, inv in found.items() if host in profile.hosts}
+    if len(set(simulated.values())) > 1:
+        fake = ", ".join(h for h, s in simulated.items() if s)
+        raise InputError("hosts", f"{fake} run simulated GPUs and the others real ones; a launch needs one kind")
+    is_simulated = any(simulated.values())
+    nodes = []
+    for host in profile.hosts:
+        if host not in addresses:
+            raise InputError("hosts", f"no address known for {host!r}; add it with `meshdeck hosts add`")
+        nodes.append(node_network_from_inventory(host, addresses[host], found[host]))
+    planned, note = planned_startup(profile, found[profile.hosts[0]])
+    if is_simulated and profile.engine == "vllm" and planned is None:
+        raise InputError("profile", f"a simulated vLLM needs the planner's prediction: {note}")
+    plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned, simulate=is_simulated)
+    return PreparedLaunch(plan, found, is_simulated, note)
+
+
+def node_for_dry_run(host: str, address: str | None) -> NodeNetwork:
+    """A node known only by name (no agent asked): its address, no NICs."""
+    return NodeNetwork(host, address or host, nics_known=False)
