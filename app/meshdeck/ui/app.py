@@ -20,8 +20,10 @@ from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
 from meshdeck.services.fleet import FleetService
+from meshdeck.services.history import HistoryRecorder, resume_seqs
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import list_hosts
+from meshdeck.store.writer import SampleWriter, WriterSettings
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import JobRunner
@@ -29,8 +31,10 @@ from meshdeck.ui.main_window import MainWindow, ViewEntry
 from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
 from meshdeck.ui.views.dashboard import DashboardView
+from meshdeck.ui.views.history import HistoryView
 from meshdeck.ui.views.hosts import HostsView
 from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.profiles import ProfilesView
 from meshdeck.ui.views.topology import TopologyView
 
 log = logging.getLogger(__name__)
@@ -50,16 +54,21 @@ def application() -> QApplication:
     return app
 
 
-VIEW_KEYS = ("hosts", "topology", "planner", "dashboard")
+VIEW_KEYS = ("hosts", "topology", "planner", "dashboard", "history", "profiles")
 
 
 def build_views(context: ConsoleContext) -> list[ViewEntry]:
-    """Every view of the console, in navigation order (keys as in VIEW_KEYS)."""
+    """Every view of the console, in navigation order (keys as in VIEW_KEYS), wired to each other."""
+    planner = PlannerView(context)
+    profiles = ProfilesView(context)
+    planner.profiles_saved.connect(lambda names: profiles.reload(names[0] if names else None))
     views = [
         ViewEntry("hosts", "Hosts", HostsView(context)),
         ViewEntry("topology", "Topology", TopologyView(context)),
-        ViewEntry("planner", "Planner", PlannerView(context)),
+        ViewEntry("planner", "Planner", planner),
         ViewEntry("dashboard", "Dashboard", DashboardView(context.live)),
+        ViewEntry("history", "History", HistoryView(context)),
+        ViewEntry("profiles", "Profiles", profiles),
     ]
     assert tuple(v.key for v in views) == VIEW_KEYS
     return views
@@ -84,13 +93,17 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
         context = ConsoleContext(fleet=fleet, db=db, bridge=bridge, jobs=jobs, settings=settings)
         context.on_shutdown.append(db.close)
         context.on_shutdown.append(fleet.close)
-    assert context.fleet is not None
+    assert context.fleet is not None and context.db is not None
+    # Every sample and event goes to the store (history) as well as to the window.
+    writer = SampleWriter(context.db, settings=WriterSettings(commit_interval_s=2.0 if args.demo else 10.0)).start()
+    context.on_shutdown.append(writer.stop)
+    context.on_shutdown.append(context.fleet.subscribe(HistoryRecorder(writer).handle))
     unsubscribe: Callable[[], None] = context.fleet.subscribe(bridge.post)
     context.on_shutdown.append(unsubscribe)
     if not args.demo:
-        assert context.db is not None
+        resume = resume_seqs(context.db)
         for record in list_hosts(context.db):
-            context.fleet.add_record(record)
+            context.fleet.add_record(record, since_seq=resume.get(record.name))
     return context
 
 

@@ -103,7 +103,6 @@ class ConsoleContext:
     hosts: HostsModel | None = None
     simulated: bool = False  # the demo: every host is a simulated agent
     deploy: Any = None  # services.deploy.DeployService
-    profiles: Any = None  # the profiles service (store-backed): save_profile(Profile) -> record
     demo: Any = None  # services.demo.DemoCluster under --demo
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
 

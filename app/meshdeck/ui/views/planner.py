@@ -148,7 +148,7 @@ class PlannerView(QWidget):
         self.export_button.clicked.connect(self.export_profile)
         for button in (self.save_button, self.export_button):
             button.setEnabled(False)
-        self.save_button.setVisible(context.profiles is not None)  # needs the store's profiles
+        self.save_button.setVisible(context.db is not None)  # profiles live in the database
         buttons = QHBoxLayout()
         buttons.addStretch(1)
         buttons.addWidget(self.export_button)

@@ -2,7 +2,7 @@
 
 The mappings come from `planner_inputs.profile_mappings` and are validated by launch.profile
 (the same checks a profile file gets), so a saved profile always launches the layout that was
-planned. Storing goes through the profiles service, exporting writes YAML atomically (temp file +
+planned. Storing goes through the profiles service (a new version when the name exists), exporting writes YAML atomically (temp file +
 rename); both run as jobs, never on the GUI thread.
 """
 
@@ -30,6 +30,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
+from meshdeck.services import profiles as profile_service
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.planner_inputs import model_id_for, profile_mappings
 
@@ -131,13 +132,14 @@ class ProfileSaver(QObject):
         job.failed.connect(self._tell)
 
     def store(self, profiles: Sequence[Profile]) -> None:
-        service = self.context.profiles
-        if service is None:
+        db = self.context.db
+        if db is None:
             self._tell("profiles cannot be stored: no database is open")
             return
 
         def work(_progress: Any) -> list[str]:
-            return [service.save_profile(profile).name for profile in profiles]
+            note = "saved from the planner"
+            return [profile_service.save_profile(db, profile, note).profile.name for profile in profiles]
 
         job = self.context.jobs.start("save profile", work)
         job.succeeded.connect(self.saved.emit)

@@ -1,0 +1,323 @@
+"""The profiles view: the stored deployment profiles, their versions, an editor that validates as you type,
+YAML import / export, and "Launch…" (handed to the deployments view).
+
+Validation is launch.profile's (the same the CLI and the launcher apply): the first problem is
+shown under the editor with the field named, and Save stays disabled until the text is a valid
+profile. Saving stores a new version (older ones stay readable in the versions list); every
+database or file access runs as a job.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from meshdeck.core.errors import InputError
+from meshdeck.launch.profile import Profile
+from meshdeck.services import profiles as profile_service
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.views.planner_save import write_text_atomically
+
+log = logging.getLogger(__name__)
+COLUMNS = ("profile", "version", "engine", "hosts", "layout", "model")
+
+
+def layout_text(data: dict[str, Any]) -> str:
+    layout = data.get("layout") or {}
+    parts = [
+        f"TP{layout.get('tensor_parallel', 1)}",
+        f"PP{layout.get('pipeline_parallel', 1)}",
+        f"DP{layout.get('data_parallel', 1)}",
+    ]
+    return "·".join(parts) + ("·EP" if layout.get("expert_parallel") else "")
+
+
+class ProfilesView(QWidget):
+    launch_requested = Signal(str)  # profile name
+
+    def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("profilesView")
+        self.context = context
+        self.summaries: list[Any] = []
+        self.current: str | None = None
+        self.valid: Profile | None = None
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("profilesTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.itemSelectionChanged.connect(self._selected)
+        self.versions = QListWidget()
+        self.versions.setObjectName("profileVersions")
+        self.versions.setMaximumHeight(140)
+        self.versions.currentItemChanged.connect(self._version_chosen)
+        self.editor = QPlainTextEdit()
+        self.editor.setObjectName("profileEditor")
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.editor.setFont(mono)
+        self.editor.textChanged.connect(lambda: self._validate_timer.start())
+        self.problem = QLabel()
+        self.problem.setObjectName("fieldError")
+        self.problem.setWordWrap(True)
+        self._validate_timer = QTimer(self)
+        self._validate_timer.setSingleShot(True)
+        self._validate_timer.setInterval(250)
+        self._validate_timer.timeout.connect(self.validate)
+
+        self.import_button = QPushButton("Import YAML…")
+        self.export_button = QPushButton("Export YAML…")
+        self.duplicate_button = QPushButton("Duplicate…")
+        self.delete_button = QPushButton("Delete")
+        self.save_button = QPushButton("Save as new version")
+        self.save_button.setObjectName("saveProfileVersion")
+        self.launch_button = QPushButton("Launch…")
+        self.launch_button.setObjectName("launchProfile")
+        self.import_button.clicked.connect(self.import_yaml)
+        self.export_button.clicked.connect(self.export_yaml)
+        self.duplicate_button.clicked.connect(self.duplicate)
+        self.delete_button.clicked.connect(self.delete)
+        self.save_button.clicked.connect(self.save)
+        self.launch_button.clicked.connect(lambda: self.current and self.launch_requested.emit(self.current))
+        list_buttons = QHBoxLayout()
+        for button in (self.import_button, self.export_button, self.duplicate_button, self.delete_button):
+            list_buttons.addWidget(button)
+        list_buttons.addStretch(1)
+        editor_buttons = QHBoxLayout()
+        editor_buttons.addWidget(self.problem, 1)
+        editor_buttons.addWidget(self.save_button)
+        editor_buttons.addWidget(self.launch_button)
+
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.addLayout(list_buttons)
+        left_layout.addWidget(self.table, 1)
+        left_layout.addWidget(QLabel("Versions"))
+        left_layout.addWidget(self.versions)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.addWidget(QLabel("Profile YAML (validated as you type)"))
+        right_layout.addWidget(self.editor, 1)
+        right_layout.addLayout(editor_buttons)
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setSizes([650, 650])
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+        self.message = QLabel()
+        self.message.setObjectName("profilesMessage")
+        layout.addWidget(self.message)
+        self._buttons()
+        self.reload()
+
+    # ------------------------------------------------------------------ list
+
+    def reload(self, select: str | None = None) -> None:
+        db = self.context.db
+        if db is None:
+            return
+        job = self.context.jobs.start("load profiles", lambda _p: profile_service.list_profiles(db))
+        job.succeeded.connect(lambda summaries: self._loaded(summaries, select or self.current))
+
+    def _loaded(self, summaries: list[Any], select: str | None) -> None:
+        self.summaries = list(summaries)
+        self.table.setRowCount(len(self.summaries))
+        for row, summary in enumerate(self.summaries):
+            data = dict(summary.data)
+            cells = (
+                summary.name,
+                f"v{summary.current_version} ({summary.versions})",
+                str(data.get("engine", "")),
+                ", ".join(data.get("hosts") or []),
+                layout_text(data),
+                str(data.get("model", "")),
+            )
+            for column, text in enumerate(cells):
+                self.table.setItem(row, column, QTableWidgetItem(text))
+        names = [s.name for s in self.summaries]
+        self.table.blockSignals(True)  # one reload of the versions below, selection changed or not
+        if select in names:
+            self.table.selectRow(names.index(select))
+        elif names and self.current is None:
+            self.table.selectRow(0)
+        self.table.blockSignals(False)
+        self._selected()
+        self._buttons()
+
+    def _selected(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return
+        name = self.summaries[rows[0].row()].name
+        self.current = name
+        db = self.context.db
+        assert db is not None
+        job = self.context.jobs.start("profile versions", lambda _p: profile_service.profile_versions(db, name))
+        job.succeeded.connect(lambda versions, name=name: self._versions_loaded(name, versions))
+
+    def _versions_loaded(self, name: str, versions: list[Any]) -> None:
+        if name != self.current:
+            return
+        self.versions.clear()
+        for version in sorted(versions, key=lambda v: v.version, reverse=True):
+            item = QListWidgetItem(f"v{version.version}  {version.note or ''}".rstrip())
+            item.setData(Qt.ItemDataRole.UserRole, version)
+            self.versions.addItem(item)
+        if self.versions.count():
+            self.versions.setCurrentRow(0)
+        self._buttons()
+
+    def _version_chosen(self, item: QListWidgetItem | None) -> None:
+        if item is not None:
+            self.editor.setPlainText(item.data(Qt.ItemDataRole.UserRole).yaml)
+            self.validate()
+
+    # ------------------------------------------------------------------ editing
+
+    def validate(self) -> Profile | None:
+        """Parse the editor's text as a profile; show the first problem naming the field."""
+        text = self.editor.toPlainText()
+        try:
+            self.valid = profile_service.parse_profile(text, "profile") if text.strip() else None
+            self.problem.setText("" if self.valid else "empty")
+        except InputError as exc:
+            self.valid = None
+            self.problem.setText(str(exc))
+        self._buttons()
+        return self.valid
+
+    def _buttons(self) -> None:
+        has_db = self.context.db is not None
+        chosen = self.current is not None
+        for button in (self.export_button, self.duplicate_button, self.delete_button, self.launch_button):
+            button.setEnabled(has_db and chosen)
+        self.import_button.setEnabled(has_db)
+        self.save_button.setEnabled(has_db and self.valid is not None)
+
+    def _run(self, name: str, work: Any, done: Any) -> None:
+        job = self.context.jobs.start(name, work)
+        job.succeeded.connect(done)
+        job.failed.connect(lambda message: self._tell(message, error=True))
+
+    def _tell(self, text: str, error: bool = False) -> None:
+        self.message.setText(text)
+        if error:
+            QMessageBox.warning(self, "Profiles", text)
+
+    def save(self) -> None:
+        profile = self.validate()
+        db = self.context.db
+        if profile is None or db is None:
+            return
+        self._run(
+            "save profile",
+            lambda _p: profile_service.save_profile(db, profile, "edited in the console"),
+            lambda stored: (
+                self._tell(f"{stored.profile.name} saved as v{stored.version.version}"),
+                self.reload(stored.profile.name),
+            ),
+        )
+
+    def import_yaml(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import profile", "", "YAML (*.yaml *.yml)")
+        if path:
+            self.import_file(Path(path))
+
+    def import_file(self, path: Path, replace: bool = True) -> None:
+        db = self.context.db
+        assert db is not None
+
+        def work(_progress: Any) -> Any:
+            return profile_service.import_profile(db, path.read_bytes(), str(path), replace=replace)
+
+        self._run(
+            "import profile",
+            work,
+            lambda stored: (
+                self._tell(f"imported {stored.profile.name} v{stored.version.version}"),
+                self.reload(stored.profile.name),
+            ),
+        )
+
+    def export_yaml(self) -> None:
+        if self.current is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export profile", f"{self.current}.yaml", "YAML (*.yaml *.yml)")
+        if path:
+            self.export_file(self.current, Path(path))
+
+    def export_file(self, name: str, path: Path) -> None:
+        db = self.context.db
+        assert db is not None
+
+        def work(_progress: Any) -> Path:
+            write_text_atomically(path, profile_service.export_profile(db, name))
+            return path
+
+        self._run("export profile", work, lambda written: self._tell(f"exported {name} to {written}"))
+
+    def duplicate(self) -> None:
+        if self.current is None:
+            return
+        new_name, ok = QInputDialog.getText(self, "Duplicate profile", "New name", text=f"{self.current}-copy")
+        if ok and new_name.strip():
+            self.duplicate_as(self.current, new_name.strip())
+
+    def duplicate_as(self, name: str, new_name: str) -> None:
+        db = self.context.db
+        assert db is not None
+        self._run(
+            "duplicate profile",
+            lambda _p: profile_service.duplicate_profile(db, name, new_name),
+            lambda stored: (self._tell(f"{name} duplicated as {new_name}"), self.reload(new_name)),
+        )
+
+    def delete(self) -> None:
+        if self.current is None:
+            return
+        if (
+            QMessageBox.question(self, "Delete profile", f"Delete {self.current} and all its versions?")
+            == QMessageBox.StandardButton.Yes
+        ):
+            self.delete_named(self.current)
+
+    def delete_named(self, name: str) -> None:
+        db = self.context.db
+        assert db is not None
+        self.current = None
+        self.editor.clear()
+        self.versions.clear()
+        self._run(
+            "delete profile",
+            lambda _p: profile_service.delete_profile(db, name),
+            lambda _n: (self._tell(f"{name} deleted"), self.reload()),
+        )

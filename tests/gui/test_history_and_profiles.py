@@ -1,0 +1,167 @@
+"""History: a range query from the store drawn with the dashboard's charts, and CSV export.
+Profiles: list, validate while editing, versions, import / export YAML, duplicate, delete, save from the planner."""
+
+from __future__ import annotations
+
+import csv
+import time
+
+import pytest
+from gui_helpers import connect_hosts
+from meshdeck.services import profiles as profile_service
+from meshdeck.store.database import open_database
+from meshdeck.store.writer import SampleWriter
+from meshdeck.ui.views.history import HistoryView
+from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.planner_save import ProfileSaver
+from meshdeck.ui.views.profiles import ProfilesView
+from wire_samples import GIB, wire_samples
+
+PROFILE = """\
+name: ds32-h200
+model: deepseek-ai/DeepSeek-V3.2
+engine: vllm
+hosts: [demo-a]
+gpus_per_node: 8
+layout: {tensor_parallel: 8, pipeline_parallel: 1, data_parallel: 1, expert_parallel: false}
+vllm: {max_model_len: 32768, gpu_memory_utilization: 0.9}
+"""
+
+
+@pytest.fixture
+def db_context(console_context, tmp_path):
+    console_context.db = open_database(tmp_path / "console.sqlite")
+    console_context.on_shutdown.append(console_context.db.close)
+    return console_context
+
+
+def _store_samples(db, host: str, count: int, start: float) -> None:
+    writer = SampleWriter(db).start()
+    try:
+        writer.submit_samples(host, wire_samples(count, start, gpus=2, memory_used_bytes=90 * GIB))
+        assert writer.flush(60)
+    finally:
+        writer.stop()
+
+
+def test_history_range_query_draws_stored_samples_with_the_same_charts(qtbot, db_context, tmp_path) -> None:
+    start = time.time() - 1200
+    _store_samples(db_context.db, "demo-a", 600, start)
+    view = HistoryView(db_context)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitUntil(lambda: view.host.count() == 1, timeout=10000)
+    assert view.host.currentText() == "demo-a"
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    with qtbot.waitSignal(view.loaded, timeout=30000) as loaded:
+        view.query_button.click()
+    frame = loaded.args[0]
+    assert ("gpu1", "memory_used_bytes") in frame.series
+    specs = view.charts["vram"].curve_specs
+    assert [s.key for s in specs] == [("demo-a", "gpu0", "memory_used_bytes"), ("demo-a", "gpu1", "memory_used_bytes")]
+    x, y = view.charts["vram"].curve_data(specs[0].key)
+    assert x.min() >= start - 60 and x.max() <= start + 660
+    assert float(max(y[y == y])) == pytest.approx(90, rel=0.01)  # GiB, through the rollup tier or raw
+    assert frame.tier in view.status.text()
+
+    target = tmp_path / "export.csv"
+    since, until = view.time_range()
+    view.export_to(str(target), "demo-a", since, until, "raw")
+    qtbot.waitUntil(lambda: view.status.text().startswith("exported"), timeout=30000)
+    with target.open() as stream:
+        rows = list(csv.DictReader(stream))
+    assert rows and set(rows[0]) == {"time", "ts", "host", "device", "metric", "value"}
+    assert {r["device"] for r in rows} >= {"gpu0", "gpu1"}
+    assert sum(1 for r in rows if r["device"] == "gpu0" and r["metric"] == "memory_used_bytes") == 600
+
+
+def test_history_without_a_host_says_what_to_do(qtbot, db_context) -> None:
+    view = HistoryView(db_context)
+    qtbot.addWidget(view)
+    qtbot.waitUntil(lambda: "No history yet" in view.status.text(), timeout=10000)
+    view.query()
+    assert "Choose a host" in view.status.text()
+
+
+@pytest.fixture
+def profiles_view(qtbot, db_context):
+    view = ProfilesView(db_context)
+    qtbot.addWidget(view)
+    view.show()
+    return view
+
+
+def _wait_listed(qtbot, view: ProfilesView, name: str) -> None:
+    qtbot.waitUntil(lambda: name in [s.name for s in view.summaries], timeout=10000)
+
+
+def test_import_edit_with_validation_and_versions(qtbot, profiles_view, tmp_path) -> None:
+    source = tmp_path / "ds32.yaml"
+    source.write_text(PROFILE)
+    profiles_view.import_file(source)
+    _wait_listed(qtbot, profiles_view, "ds32-h200")
+    qtbot.waitUntil(lambda: profiles_view.editor.toPlainText() == PROFILE, timeout=10000)
+    assert profiles_view.table.item(0, 4).text() == "TP8·PP1·DP1"
+
+    profiles_view.editor.setPlainText(PROFILE.replace("engine: vllm", "engine: vllm\nreplicas: 2"))
+    profiles_view.validate()
+    assert profiles_view.problem.text().startswith("profile: replicas: unknown key")
+    assert not profiles_view.save_button.isEnabled()
+    profiles_view.editor.setPlainText(PROFILE.replace("tensor_parallel: 8", "tensor_parallel: 4"))
+    profiles_view.validate()
+    assert "layout" in profiles_view.problem.text()  # TP4 x PP1 x DP1 does not match 1 host x 8 GPUs
+
+    profiles_view.editor.setPlainText(PROFILE.replace("max_model_len: 32768", "max_model_len: 65536"))
+    assert profiles_view.validate() is not None and profiles_view.save_button.isEnabled()
+    profiles_view.save_button.click()
+    qtbot.waitUntil(lambda: profiles_view.versions.count() == 2, timeout=10000)
+    assert profiles_view.versions.item(0).text().startswith("v2")
+    profiles_view.versions.setCurrentRow(1)
+    assert "max_model_len: 32768" in profiles_view.editor.toPlainText()  # the old version is still there
+
+
+def test_export_duplicate_and_delete(qtbot, profiles_view, db_context, tmp_path) -> None:
+    source = tmp_path / "ds32.yaml"
+    source.write_text(PROFILE)
+    profiles_view.import_file(source)
+    _wait_listed(qtbot, profiles_view, "ds32-h200")
+    target = tmp_path / "out.yaml"
+    profiles_view.export_file("ds32-h200", target)
+    qtbot.waitUntil(lambda: profiles_view.message.text().startswith("exported"), timeout=10000)
+    assert target.read_text() == PROFILE  # byte for byte what was imported
+    profiles_view.duplicate_as("ds32-h200", "ds32-copy")
+    _wait_listed(qtbot, profiles_view, "ds32-copy")
+    profiles_view.delete_named("ds32-h200")
+    qtbot.waitUntil(lambda: [s.name for s in profiles_view.summaries] == ["ds32-copy"], timeout=10000)
+
+
+def test_a_bad_import_names_the_field_and_stores_nothing(
+    qtbot, profiles_view, db_context, tmp_path, monkeypatch
+) -> None:
+    told = []
+    monkeypatch.setattr(ProfilesView, "_tell", lambda self, text, error=False: told.append(text))
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x]\nb: &b [*a, *a]\n")
+    profiles_view.import_file(bomb)
+    qtbot.waitUntil(lambda: bool(told), timeout=5000)
+    assert "anchors" in told[0] or "aliases" in told[0]
+    assert profile_service.list_profiles(db_context.db) == []
+
+
+def test_save_as_profile_from_the_planner_stores_it(qtbot, db_context, simulated_inventory, monkeypatch) -> None:
+    connect_hosts(qtbot, db_context, {"demo-a": simulated_inventory, "demo-b": simulated_inventory})
+    planner = PlannerView(db_context)
+    qtbot.addWidget(planner)
+    qtbot.waitUntil(lambda: planner.form.gpu.count() > 0, timeout=10000)
+    with qtbot.waitSignal(planner.planned, timeout=30000):
+        planner.plan()
+    row = next(i for i, lp in enumerate(planner.result.layouts) if lp.instances == 1 and lp.fits and lp.nodes == 2)
+    planner.table.selectRow(row)
+    assert planner.save_button.isVisibleTo(planner) and planner.save_button.isEnabled()
+    monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: ("demo-plan", "deepseek-ai/DeepSeek-V3.2"))
+    with qtbot.waitSignal(planner.profiles_saved, timeout=10000) as saved:
+        planner.save_button.click()
+    assert saved.args == [["demo-plan"]]
+    stored = profile_service.get_profile(db_context.db, "demo-plan")
+    assert stored.profile.hosts == ["demo-a", "demo-b"]
+    assert stored.version.note == "saved from the planner"
