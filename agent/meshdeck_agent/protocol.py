@@ -71,13 +71,22 @@ METHODS = (
 
 # method -> {param: (python type(s), required)}. Validated by `validate_params` on the agent side.
 METHOD_PARAMS: Dict[str, Dict[str, Tuple[Tuple[type, ...], bool]]] = {
+    # {} -> the inventory (shape in meshdeck_agent/inventory.py)
     "inventory": {},
+    # {since_seq?, interval_s?} -> {"subscribed": true, "first_seq", "last_seq", "cursor", "interval_s"}; then
+    # `samples` events for seq > cursor (the backlog first; no since_seq: live only), at most one per interval_s
     "samples.subscribe": {"since_seq": ((int,), False), "interval_s": ((int, float), False)},
     "samples.unsubscribe": {},
+    # -> {"samples", "dropped", "first_seq", "last_seq", "more": bool}  (limit default 600, at most 7200, ~3 MiB)
     "samples.read": {"since_seq": ((int,), True), "limit": ((int,), False)},
+    # -> the worker record {"id", "name", "state", "pid", "exit_code", "signal", "reason", "error", "restarts",
+    #    "started_at", "ended_at", "argv", "gpus", "metrics_url", "simulated", "adopted", "log"}
     "workers.start": {"spec": ((dict,), True)},
+    # -> the worker record once it ended (SIGTERM to its process group, SIGKILL after grace_s, default 10)
     "workers.stop": {"id": ((str,), True), "grace_s": ((int, float), False)},
+    # -> {"workers": [record, ...]}
     "workers.list": {},
+    # -> {"data": str, "offset": next, "size": total, "start": offset of data[0]}; no offset: the last `limit` bytes
     "workers.logs": {"id": ((str,), True), "offset": ((int,), False), "limit": ((int,), False)},
     # {"path": "/models/DeepSeek-V3.2"} -> {"exists": bool, "files": [[relpath, size], ...]}
     "checks.files": {"path": ((str,), True)},
