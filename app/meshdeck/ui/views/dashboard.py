@@ -16,7 +16,6 @@ import numpy as np
 
 from meshdeck.core.errors import InputError
 from meshdeck.ui.charts.live_metrics import LiveMetrics
-from meshdeck.ui.charts.time_chart import TimeChart
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.views.dashboard_charts import (
     DASHBOARD_CHARTS,
@@ -25,18 +24,17 @@ from meshdeck.ui.views.dashboard_charts import (
     dashboard_metrics,
     parse_gpu_filter,
 )
+from meshdeck.ui.widgets.tables import chart_grid
 
 __all__ = ["WINDOWS", "DashboardView", "dashboard_metrics"]
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -109,20 +107,8 @@ class DashboardView(QWidget):
         bar.addWidget(self.simulated_badge)
         bar.addWidget(self.status, 1)
 
-        self.charts: dict[str, TimeChart] = {}
-        self._definitions: dict[str, ChartDefinition] = {}
-        grid_host = QWidget()
-        grid = QGridLayout(grid_host)
-        grid.setContentsMargins(4, 4, 4, 4)
-        for position, definition in enumerate(DASHBOARD_CHARTS):
-            chart = TimeChart(definition.title, definition.unit, mirrored=definition.mirrored)
-            chart.setObjectName(f"chart_{definition.name}")
-            self.charts[definition.name] = chart
-            self._definitions[definition.name] = definition
-            grid.addWidget(chart, position // 2, position % 2)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(grid_host)
+        scroll, self.charts = chart_grid(DASHBOARD_CHARTS, "chart_")
+        self._definitions: dict[str, ChartDefinition] = {d.name: d for d in DASHBOARD_CHARTS}
 
         layout = QVBoxLayout(self)
         layout.addLayout(bar)

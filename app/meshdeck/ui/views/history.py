@@ -18,20 +18,18 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDateTimeEdit,
     QFileDialog,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
 
 from meshdeck.services import history as history_service
-from meshdeck.ui.charts.time_chart import TimeChart
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
 from meshdeck.ui.views.history_data import HistoryFrame, history_frame
+from meshdeck.ui.widgets.tables import chart_grid
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +96,7 @@ class HistoryView(QWidget):
         bar.addStretch(1)
         bar.addWidget(self.export_tier)
         bar.addWidget(self.export_button)
-        self.charts: dict[str, TimeChart] = {}
-        grid_host = QWidget()
-        grid = QGridLayout(grid_host)
-        for position, definition in enumerate(DASHBOARD_CHARTS):
-            chart = TimeChart(definition.title, definition.unit, mirrored=definition.mirrored)
-            chart.setObjectName(f"history_{definition.name}")
-            self.charts[definition.name] = chart
-            grid.addWidget(chart, position // 2, position % 2)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(grid_host)
+        scroll, self.charts = chart_grid(DASHBOARD_CHARTS, "history_")
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.status)

@@ -16,14 +16,12 @@ from typing import Any
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -36,6 +34,7 @@ from meshdeck.store.hosts import HostRecord
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
 from meshdeck.ui.views.host_dialogs import AddHostDialog, HostKeyDialog, NewHost
+from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +62,8 @@ class HostsView(QWidget):
         self.records: dict[str, HostRecord] = {}
         self.ssh_config_hosts: list[str] = []
 
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setObjectName("hostsTable")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table = row_table("hostsTable", COLUMNS, stretch_last=False)
+        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.table.itemSelectionChanged.connect(self._update_buttons)
 
         self.add_button = QPushButton("Add host…")

@@ -15,16 +15,13 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QListWidget,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
@@ -41,6 +38,7 @@ from meshdeck.ui.views.planner_inputs import DetectedCluster
 from meshdeck.ui.views.planner_save import ProfileSaver
 from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
 from meshdeck.ui.widgets.rank_map import RankMapWidget
+from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +102,7 @@ class PlannerView(QWidget):
         self.notes = QLabel()
         self.notes.setObjectName("planNotes")
         self.notes.setWordWrap(True)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setObjectName("layoutTable")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table = row_table("layoutTable", COLUMNS)
         self.table.itemSelectionChanged.connect(self._layout_chosen)
 
         self.memory = MemoryBarsWidget()

@@ -16,10 +16,8 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QInputDialog,
     QLabel,
     QListWidget,
@@ -28,7 +26,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -39,6 +36,7 @@ from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.planner_save import write_text_atomically
+from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
 COLUMNS = ("profile", "version", "engine", "hosts", "layout", "model")
@@ -65,15 +63,7 @@ class ProfilesView(QWidget):
         self.current: str | None = None
         self.valid: Profile | None = None
 
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setObjectName("profilesTable")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table = row_table("profilesTable", COLUMNS)
         self.table.itemSelectionChanged.connect(self._selected)
         self.versions = QListWidget()
         self.versions.setObjectName("profileVersions")
