@@ -58,8 +58,15 @@ def register(subparsers: Any) -> None:
     add("--engine", default="vllm", help="vllm | torch")
     add("--mode", default="serve", help="serve | train (train needs --engine torch)")
     add("--goal", default="throughput", help=f"{' | '.join(GOALS)} (default throughput)")
-    add("--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's; 256 for V3.2)")
-    add("--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU)")
+    add(
+        "--max-num-seqs",
+        help="vLLM --max-num-seqs (default: vLLM's own, 1024 on GPUs of 70 GiB or more except A100, else 256; "
+        "only emitted when set)",
+    )
+    add(
+        "--max-num-batched-tokens",
+        help="vLLM --max-num-batched-tokens (default: vLLM's own, 8192 or 2048 by the same rule)",
+    )
     add("--mtp", action="store_true", help="MTP speculative decoding (loads the MTP layer, adds its KV)")
     add("--mtp-tokens", default="3", help="speculative tokens with --mtp (default 3)")
     add("--intra-node-link", default=None, help="nvlink | pcie (default: nvlink if the GPU has it)")

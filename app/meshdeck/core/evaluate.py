@@ -15,7 +15,7 @@ from meshdeck.core.cluster import LinkClass
 from meshdeck.core.kv_cache import kv_capacity_from_blocks
 from meshdeck.core.layout_plan import LayoutDetails, LayoutPlan
 from meshdeck.core.model_card import ModelCard
-from meshdeck.core.placement import GroupLinks, Placement, group_links
+from meshdeck.core.placement import GroupLinks, Placement, group_links, pipeline_inside_nvlink_node
 from meshdeck.core.plan_request import PlanRequest, ResolvedSettings
 from meshdeck.core.reserve import (
     GroupMembership,
@@ -23,7 +23,7 @@ from meshdeck.core.reserve import (
     ReserveInputs,
     layout_reserve,
 )
-from meshdeck.core.rules import RuleInputs, layout_warnings
+from meshdeck.core.rules import RuleInputs, layout_warnings, practice_tier
 from meshdeck.core.throughput import DecodeStepInputs, decode_estimates
 from meshdeck.core.traffic import decode_traffic
 from meshdeck.core.units import GIB
@@ -95,6 +95,7 @@ def _details(
     dp: int,
     ep: bool,
     links: GroupLinks,
+    pipeline_in_node: bool,
     batch: int,
     extra: tuple[str, ...],
 ) -> LayoutDetails:
@@ -111,6 +112,7 @@ def _details(
             expert_link=links.expert,
             pipeline_link=links.pipeline,
             tensor_crosses_socket=links.tensor_crosses_socket,
+            pipeline_inside_nvlink_node=pipeline_in_node,
             weights_dtype=settings.weights_dtype,
             max_num_seqs=settings.max_num_seqs,
             max_num_seqs_from_user=settings.max_num_seqs_from_user,
@@ -159,6 +161,8 @@ def evaluate_layout(
         return LayoutPlan(tp, pp, dp, ep, placement, False, reason, False, reason=f"invalid: {reason}")
 
     links = group_links(cluster, placement, tp, pp, dp)
+    pipeline_in_node = pp > 1 and pipeline_inside_nvlink_node(cluster, placement, tp, pp)
+    tier = practice_tier(pp, dp, pipeline_in_node)
     mtp_layers = card.num_nextn_predict_layers if request.mtp else 0
     reserve_terms = layout_reserve(
         card,
@@ -241,10 +245,10 @@ def evaluate_layout(
             f"does not fit: short by {max(0, shortfall) / GIB:.1f} GiB per GPU for one "
             f"{settings.max_model_len}-token request"
         )
-        factory = partial(_details, request, settings, tp, pp, dp, ep, links, 1, ())
+        factory = partial(_details, request, settings, tp, pp, dp, ep, links, pipeline_in_node, 1, ())
         return LayoutPlan(
             tp, pp, dp, ep, placement, True, None, supported, fits=False, shortfall_bytes=max(0, int(shortfall)),
-            reason=line, details_factory=factory, **common,
+            practice_tier=tier, reason=line, details_factory=factory, **common,
         )  # fmt: skip
 
     moe_in_worst = card.moe_layers_between(w_start, w_end)
@@ -292,8 +296,9 @@ def evaluate_layout(
         est_bound=busy.bound,
         est_batch_per_replica=batch,
         traffic=traffic,
+        practice_tier=tier,
         reason=line,
-        details_factory=partial(_details, request, settings, tp, pp, dp, ep, links, batch, extra),
+        details_factory=partial(_details, request, settings, tp, pp, dp, ep, links, pipeline_in_node, batch, extra),
         **common,
     )  # fmt: skip
 

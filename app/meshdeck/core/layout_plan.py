@@ -77,6 +77,7 @@ class LayoutPlan:
     traffic: tuple[TrafficItem, ...] = ()
     # per stage: (first_layer, end_layer, weights_bytes, reserve, kv_budget_bytes, kv_cache_bytes)
     stage_rows: tuple[tuple[int, int, int, Reserve, int, int], ...] = ()
+    practice_tier: int = 0  # rules.PRACTICE_*: 0 documented; higher ranks lower whatever the estimate
     reason: str = ""
     # Warnings and flags are only needed for the layouts someone looks at: built on first use.
     details_factory: Callable[[], LayoutDetails] | None = field(default=None, compare=False, repr=False)
@@ -155,7 +156,8 @@ class LayoutPlan:
         text = "·".join(parts)
         return f"{self.instances}× {text}" if self.instances > 1 else text
 
-    def as_dict(self, *, include_rank_map: bool = True) -> dict[str, Any]:
+    def as_dict(self, *, include_rank_map: bool = True, rank_note: str = "") -> dict[str, Any]:
+        """JSON form; `rank_note` is the plan's word on where it ranked this layout (PlanResult.rank_note)."""
         out: dict[str, Any] = {
             "tensor_parallel": self.tensor_parallel,
             "pipeline_parallel": self.pipeline_parallel,
@@ -199,8 +201,10 @@ class LayoutPlan:
             "traffic_bytes_per_token_by_link": {k: round(v) for k, v in traffic_by_link(self.traffic).items()},
             "stages": [stage.as_dict() for stage in self.stages],
             "warnings": list(self.warnings),
+            "warning_codes": list(self.warning_codes),
             "vllm_args": list(self.vllm_args),
             "reason": self.reason,
+            "rank_note": rank_note,
         }
         if include_rank_map:
             out["rank_map"] = [r.as_dict() for r in self.rank_map]

@@ -125,6 +125,22 @@ def group_link(cluster: ClusterSpec, placement: Placement, ranks: list[int]) -> 
     return slowest([_link(cluster, a, b) for i, a in enumerate(where) for b in where[i + 1 :]])
 
 
+def pipeline_inside_nvlink_node(
+    cluster: ClusterSpec, placement: Placement, tensor_parallel: int, pipeline_parallel: int
+) -> bool:
+    """True when some stage of a replica hands off to the next on the same node over NVLink.
+
+    Replica 0's PP − 1 hand-offs decide: the other replicas repeat its pattern when TP divides the node.
+    """
+    tp, pp = tensor_parallel, pipeline_parallel
+    for stage in range(pp - 1):
+        here = placement.locate(0, rank_of(0, stage, 0, tp, pp))
+        there = placement.locate(0, rank_of(0, stage + 1, 0, tp, pp))
+        if here[0] == there[0] and cluster.intra_link(here[1], there[1]) is LinkClass.NVLINK:
+            return True
+    return False
+
+
 class GroupLinks(NamedTuple):
     tensor: LinkClass
     expert: LinkClass  # the TP×DP group of one stage (MoE dispatch/combine)

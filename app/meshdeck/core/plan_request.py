@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from meshdeck.core.cluster import ClusterSpec
 from meshdeck.core.errors import InputError
+from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
-from meshdeck.core.rules import MLA_COMBINE_SAFE_MAX_SEQS
 from meshdeck.core.weights import WEIGHTS_DTYPES
 
 GOALS = ("throughput", "latency", "context")
@@ -126,26 +126,43 @@ class ResolvedSettings:
     kv: KvFormat
     max_model_len: int
     usable_bytes_per_gpu: int
-    max_num_seqs: int
-    max_num_seqs_emitted: int | None  # what goes into --max-num-seqs (None: leave vLLM's default)
+    max_num_seqs: int  # what vLLM will run with: the user's value or vLLM's own default
+    max_num_seqs_emitted: int | None  # what goes into --max-num-seqs: only the user's value, else vLLM's default
     max_num_seqs_from_user: bool
-    max_num_batched_tokens: int
+    max_num_batched_tokens: int  # likewise: the user's value or vLLM's own default
     context_tokens: int
     nvls_capable: bool  # NCCL NVLink SHARP possible inside a node (NVSwitch Hopper/Blackwell)
     deep_gemm_moe: bool  # FP8 block MoE on Hopper/Blackwell runs DeepGEMM grouped GEMMs
     cudagraph_capture_sizes: int
 
 
+def scheduler_limits(
+    gpu: GpuSpec, max_model_len: int, max_num_seqs: int | None, max_num_batched_tokens: int | None
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as `vllm serve` resolves them when the user leaves either unset.
+
+    vLLM's EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (OPENAI_API_SERVER context):
+    take the per-GPU defaults (get_batch_defaults), cap a defaulted token budget at
+    max_num_seqs × max_model_len (chunked prefill is on for DeepSeek), then cap a defaulted
+    max_num_seqs at the token budget. Values the user set are kept as they are.
+    """
+    default_tokens, default_seqs = default_scheduler_limits(gpu)
+    seqs = max_num_seqs or default_seqs
+    tokens = max_num_batched_tokens
+    if tokens is None:
+        tokens = min(seqs * max_model_len, default_tokens)
+    if max_num_seqs is None:
+        seqs = min(seqs, tokens)
+    return tokens, seqs
+
+
 def resolve(request: PlanRequest) -> ResolvedSettings:
     card, gpu = request.model, request.cluster.gpu
     weights = request.weights_dtype or ("int4" if card.checkpoint_dtype == CHECKPOINT_INT4 else card.checkpoint_dtype)
     max_model_len = request.max_model_len or card.max_position_embeddings
-    default_tokens, default_seqs = default_scheduler_limits(gpu)
-    emitted = request.max_num_seqs
-    if request.max_num_seqs is None and card.has_sparse_indexer and default_seqs > MLA_COMBINE_SAFE_MAX_SEQS:
-        emitted = MLA_COMBINE_SAFE_MAX_SEQS  # V3.2: large batches fail in mla_combine
-    max_num_seqs = emitted or default_seqs
-    tokens = request.max_num_batched_tokens or default_tokens
+    # The memory accounting must use what vLLM will actually run with: its own defaults unless the
+    # user sets them (V3.2's mla_combine advice is a warning, never a silent cap — see rules.py).
+    tokens, max_num_seqs = scheduler_limits(gpu, max_model_len, request.max_num_seqs, request.max_num_batched_tokens)
     context = request.context_tokens or min(max_model_len, DEFAULT_ESTIMATE_CONTEXT)
     return ResolvedSettings(
         weights_dtype=weights,
@@ -153,7 +170,7 @@ def resolve(request: PlanRequest) -> ResolvedSettings:
         max_model_len=max_model_len,
         usable_bytes_per_gpu=int(gpu.torch_visible_bytes * request.gpu_memory_utilization),
         max_num_seqs=max_num_seqs,
-        max_num_seqs_emitted=emitted,
+        max_num_seqs_emitted=request.max_num_seqs,
         max_num_seqs_from_user=request.max_num_seqs is not None,
         max_num_batched_tokens=tokens,
         context_tokens=min(context, max_model_len),

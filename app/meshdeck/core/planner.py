@@ -6,7 +6,8 @@ cluster; at most as many GPUs as routed experts), and the cluster runs as many i
 as fit — so "fewer GPUs" layouts appear whenever an instance size does not divide the cluster.
 Within an instance TP is tried over the divisors of the head count, PP over the divisors of what
 is left (stages step across nodes; up to 16 stages), DP takes the rest; expert parallel on and off. Layouts vLLM
-would refuse are kept with their reason (shown with --all); layouts that fit are ranked by:
+would refuse are kept with their reason (shown with --all); layouts that fit are ranked first by practice
+(documented layouts before PP inside an NVLink node, before DP × PP — see `rank_layouts`), then by:
 - throughput: estimated decode tokens/s of the whole cluster;
 - latency: estimated tokens/s one request sees;
 - context: KV tokens per replica (how long or how many contexts one replica holds).
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.evaluate import evaluate_layout
@@ -30,7 +32,13 @@ from meshdeck.core.plan_request import (
     TrainingSettings,
     resolve,
 )
-from meshdeck.core.rules import gpu_supported
+from meshdeck.core.rules import (
+    EP_TIE_TOLERANCE,
+    PRACTICE_DOCUMENTED,
+    PRACTICE_NOTES,
+    PRACTICE_PP_INSIDE_NVLINK_NODE,
+    gpu_supported,
+)
 from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
@@ -40,15 +48,21 @@ __all__ = [
     "LayoutPlan",
     "PlanRequest",
     "PlanResult",
+    "Ranking",
     "TrainingSettings",
     "candidate_layouts",
     "plan",
+    "rank_layouts",
 ]
 
 
 # Deeper pipelines are never a good DeepSeek layout (a handful of layers per stage, bubbles everywhere);
 # they are still evaluated when asked for with --pipeline-parallel.
 MAX_ENUMERATED_PIPELINE_STAGES = 16
+PP_MAKES_IT_FIT_NOTE = (
+    "ranked by its KV tokens despite PP inside an NVLink node: no layout without it holds a max_model_len "
+    "request (--goal context)"
+)
 
 
 def _divisors(n: int) -> list[int]:
@@ -116,18 +130,86 @@ def _ep_options(request: PlanRequest, moe_ranks: int) -> tuple[bool, ...]:
     return (False, True) if moe_ranks > 1 else (False,)
 
 
-def _score(layout: LayoutPlan, goal: str) -> tuple[float, ...]:
-    head = (float(layout.valid), float(layout.supported), float(layout.fits))
-    if not layout.fits:
-        return (*head, -layout.shortfall_bytes, 0.0, 0.0)
-    rate, single = layout.est_decode_tokens_per_s, layout.est_decode_tokens_per_s_per_request
+def _metric(layout: LayoutPlan, goal: str) -> tuple[float, float]:
+    """What the goal ranks fitting layouts by (primary, tie-break)."""
     if goal == "latency":
-        metric = (single, rate)
-    elif goal == "context":
-        metric = (float(layout.kv_tokens_per_replica), rate)
-    else:
-        metric = (rate, float(layout.kv_tokens_total))
-    return (*head, *metric, -float(layout.gpus))
+        return (layout.est_decode_tokens_per_s_per_request, layout.est_decode_tokens_per_s)
+    if goal == "context":
+        return (float(layout.kv_tokens_per_replica), layout.est_decode_tokens_per_s)
+    return (layout.est_decode_tokens_per_s, float(layout.kv_tokens_total))
+
+
+def _ep_preference_note(layout: LayoutPlan, twin: LayoutPlan, shortfall: float) -> str:
+    ranks = layout.tensor_parallel * layout.data_parallel
+    return (
+        f"ranked ahead of {twin.label()} (its estimate is {shortfall:.1%} lower, inside the estimate's "
+        f"{EP_TIE_TOLERANCE:.0%} resolution): with --enable-expert-parallel each of the {ranks} GPUs holds whole "
+        "experts (full-width grouped GEMMs) and vLLM can use DeepEP all2all and EPLB — the DP + EP layout of "
+        "vLLM's DeepSeek recipes"
+    )
+
+
+class Ranking(NamedTuple):
+    """Layouts in rank order and, per position, why it is there when the estimate alone does not say."""
+
+    layouts: list[LayoutPlan]
+    notes: tuple[str, ...]
+
+
+def rank_layouts(layouts: list[LayoutPlan], goal: str) -> Ranking:
+    """Layouts in rank order: runnable and fitting first, then practice, then the goal's estimate.
+
+    - A layout vLLM does not document (DP × PP) or that puts pipeline stages inside an NVLink node
+      ranks below every documented layout that fits, whatever its estimate; for --goal context,
+      in-node PP keeps its place when no documented layout fits (then PP is what makes it fit).
+    - With DP > 1, the EP variant of a layout ranks ahead of the same layout without EP unless its
+      estimate is more than EP_TIE_TOLERANCE worse (the two differ only by a few hundred MiB of reserve).
+    A layout whose place is not the estimate's alone gets a note saying why (the note belongs to the
+    ranking, not to the layout: the same layout ranks differently for another goal).
+    """
+    fitting = [layout for layout in layouts if layout.valid and layout.fits]
+    pp_makes_it_fit = goal == "context" and not any(layout.practice_tier == PRACTICE_DOCUMENTED for layout in fitting)
+    metrics = {id(layout): _metric(layout, goal) for layout in fitting}
+    without_ep = {
+        (lay.tensor_parallel, lay.pipeline_parallel, lay.data_parallel, lay.gpus_per_instance): lay
+        for lay in fitting
+        if lay.data_parallel > 1 and not lay.expert_parallel
+    }
+    notes: dict[int, str] = {}
+    for layout in fitting:
+        if not layout.expert_parallel or layout.data_parallel == 1:
+            continue
+        twin = without_ep.get(
+            (layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel, layout.gpus_per_instance)
+        )
+        if twin is None:
+            continue
+        own, other = metrics[id(layout)], metrics[id(twin)]
+        if own < other and own[0] >= (1 - EP_TIE_TOLERANCE) * other[0]:
+            metrics[id(layout)] = other
+            notes[id(layout)] = _ep_preference_note(layout, twin, 1 - own[0] / other[0] if other[0] else 0.0)
+
+    def tier_of(layout: LayoutPlan) -> int:
+        if pp_makes_it_fit and layout.practice_tier == PRACTICE_PP_INSIDE_NVLINK_NODE:
+            return PRACTICE_DOCUMENTED
+        return layout.practice_tier
+
+    best_tier = min((tier_of(layout) for layout in fitting), default=PRACTICE_DOCUMENTED)
+    for layout in fitting:
+        if pp_makes_it_fit and layout.practice_tier == PRACTICE_PP_INSIDE_NVLINK_NODE:
+            notes[id(layout)] = PP_MAKES_IT_FIT_NOTE
+        elif tier_of(layout) > best_tier:  # demoted below a layout that fits: say why (first)
+            notes[id(layout)] = "; ".join(filter(None, (PRACTICE_NOTES[layout.practice_tier], notes.get(id(layout)))))
+
+    def key(layout: LayoutPlan) -> tuple[float, ...]:
+        head = (float(layout.valid), float(layout.supported), float(layout.fits))
+        if not layout.fits:
+            return (*head, 0.0, -float(layout.shortfall_bytes), 0.0, 0.0, 0.0)
+        ep_with_dp = float(layout.expert_parallel and layout.data_parallel > 1)
+        return (*head, -float(tier_of(layout)), *metrics[id(layout)], ep_with_dp, -float(layout.gpus))
+
+    ranked = sorted(layouts, key=key, reverse=True)
+    return Ranking(ranked, tuple(notes.get(id(layout), "") for layout in ranked))
 
 
 @dataclass(frozen=True)
@@ -139,6 +221,15 @@ class PlanResult:
     top_reason: str = ""
     notes: tuple[str, ...] = ()
     training: Any = None  # a TrainingPlan for --mode train
+    rank_notes: tuple[str, ...] = ()  # per layout, in rank order: why it sits there (see rank_layouts)
+
+    @cached_property
+    def _note_by_layout(self) -> dict[int, str]:
+        return {id(layout): note for layout, note in zip(self.layouts, self.rank_notes, strict=False) if note}
+
+    def rank_note(self, layout: LayoutPlan) -> str:
+        """Why this plan ranked `layout` where it did, when its estimate alone does not say ("" otherwise)."""
+        return self._note_by_layout.get(id(layout), "")
 
     @property
     def fitting(self) -> list[LayoutPlan]:
@@ -189,11 +280,13 @@ class PlanResult:
             "notes": list(self.notes),
             "layouts_total": len(self.layouts),
             "layouts_fitting": len(self.fitting),
-            "layouts": [layout.as_dict(include_rank_map=include_rank_map) for layout in chosen],
+            "layouts": [
+                layout.as_dict(include_rank_map=include_rank_map, rank_note=self.rank_note(layout)) for layout in chosen
+            ],
         }
 
 
-def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings) -> str:
+def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings, top_note: str = "") -> str:
     if not layouts:
         return "no layout matches the filters"
     top = layouts[0]
@@ -222,7 +315,8 @@ def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings
             f"highest est. cluster decode throughput, {top.est_decode_tokens_per_s:,.0f} tok/s ({top.est_bound} bound)"
         )
     caveat = "" if top.supported else " — but see its warnings: vLLM cannot run it on this GPU"
-    return f"{top.label()} on {top.gpus} GPUs: {why}; {kv}{caveat}"
+    note = f"; {top_note}" if top_note else ""
+    return f"{top.label()} on {top.gpus} GPUs: {why}; {kv}{note}{caveat}"
 
 
 def plan(request: PlanRequest) -> PlanResult:
@@ -246,7 +340,8 @@ def plan(request: PlanRequest) -> PlanResult:
             "--tensor-parallel",
             f"no layout on {request.cluster.nodes}×{request.cluster.gpus_per_node} GPUs matches the TP/PP/DP filters",
         )
-    scored = sorted(layouts, key=lambda layout: _score(layout, request.goal), reverse=True)
+    ranking = rank_layouts(layouts, request.goal)
+    scored = ranking.layouts
     notes = (
         "est_* numbers are estimates from bandwidth and FLOP models, not measurements",
         f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
@@ -263,4 +358,5 @@ def plan(request: PlanRequest) -> PlanResult:
             f"MTP: est_* assume each of the {request.mtp_speculative_tokens} draft tokens is accepted with probability "
             f"{MTP_ACCEPTANCE:g} (≈{expected_accepted_tokens(request.mtp_speculative_tokens):.2f} tokens per step)",
         )
-    return PlanResult(request, settings, counts, scored, _top_reason(scored, request.goal, settings), notes)
+    top_reason = _top_reason(scored, request.goal, settings, ranking.notes[0] if scored else "")
+    return PlanResult(request, settings, counts, scored, top_reason, notes, rank_notes=ranking.notes)

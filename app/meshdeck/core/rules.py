@@ -3,6 +3,8 @@
 They do not change the memory numbers; they tell the operator what the numbers do not show:
 slow links under a collective, kernels that pad or do not exist on a GPU, idle pipeline stages.
 Warnings whose `blocks_launch` is true describe a layout vLLM cannot run on this hardware.
+`practice_tier` sorts layouts by how far they stray from documented practice; the planner ranks
+by it before any estimate (a layout vLLM does not document never outranks one it does).
 """
 
 from __future__ import annotations
@@ -14,6 +16,20 @@ from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
 
 MLA_COMBINE_SAFE_MAX_SEQS = 256
+# How far a layout strays from practice, in ranking order (lower ranks first, whatever the estimate).
+PRACTICE_DOCUMENTED = 0
+PRACTICE_PP_INSIDE_NVLINK_NODE = 1  # DESIGN.md: TP inside an NVLink domain, PP across nodes
+PRACTICE_DP_WITH_PP = 2  # vLLM documents DP engines of TP workers, not DP over pipelines
+# The decode estimate cannot tell a DP layout with expert parallel from the same layout without it
+# when they differ by a few per cent (only their reserve, hence KV, hence batch differs): inside this
+# margin the EP variant ranks first, as vLLM's recipes run it.
+EP_TIE_TOLERANCE = 0.05
+PRACTICE_NOTES = {  # why a fitting layout ranks below others that fit, whatever its estimate
+    PRACTICE_PP_INSIDE_NVLINK_NODE: "ranked below the layouts without PP inside an NVLink node (TP/DP/EP use "
+    "those GPUs without pipeline bubbles; PP belongs across nodes)",
+    PRACTICE_DP_WITH_PP: "ranked below the documented layouts that fit: vLLM documents DP engines of TP workers, "
+    "not DP over pipelines",
+}
 # FlashMLA-sparse processes a fixed number of query heads per rank and pads to it.
 SPARSE_MLA_HEADS_PER_RANK = {"hopper": 64, "blackwell": 128}
 
@@ -37,6 +53,7 @@ class RuleInputs:
     expert_link: LinkClass
     pipeline_link: LinkClass
     tensor_crosses_socket: bool
+    pipeline_inside_nvlink_node: bool  # some stage hands off to the next on the same NVLink node
     weights_dtype: str
     max_num_seqs: int
     max_num_seqs_from_user: bool
@@ -90,6 +107,15 @@ def gpu_supported(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> bool:
     return not any(w.blocks_launch for w in _gpu_rules(card, gpu, weights_dtype))
 
 
+def practice_tier(pipeline_parallel: int, data_parallel: int, pipeline_inside_nvlink_node: bool) -> int:
+    """PRACTICE_* of a layout: documented, PP inside an NVLink node, or DP over pipelines."""
+    if pipeline_parallel > 1 and data_parallel > 1:
+        return PRACTICE_DP_WITH_PP
+    if pipeline_parallel > 1 and pipeline_inside_nvlink_node:
+        return PRACTICE_PP_INSIDE_NVLINK_NODE
+    return PRACTICE_DOCUMENTED
+
+
 def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
     card, cluster = inputs.card, inputs.cluster
     tp, pp, dp = inputs.tensor_parallel, inputs.pipeline_parallel, inputs.data_parallel
@@ -140,8 +166,35 @@ def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
                 "PP pays off at high concurrency",
             )
         )
-    if pp > 1 and inputs.pipeline_link is LinkClass.PCIE and cluster.nodes == 1:
+    if pp > 1 and dp > 1:
+        out.append(
+            Warning(
+                "dp_with_pp",
+                f"DP={dp} × PP={pp}: vLLM documents data-parallel engines that each own TP GPU workers "
+                "(docs/serving/data_parallel_deployment.md), not DP over pipelines — an untested combination, "
+                "so it ranks below every documented layout whatever its estimate",
+            )
+        )
+    if pp > 1 and inputs.pipeline_inside_nvlink_node:
+        out.append(
+            Warning(
+                "pp_inside_nvlink_node",
+                f"PP={pp} hands stages off inside an NVLink node: TP/DP/EP on the same GPUs keep every GPU busy "
+                "without pipeline bubbles (TP inside an NVLink domain, PP across nodes), so it ranks below them "
+                "unless nothing else holds the context (--goal context)",
+            )
+        )
+    elif pp > 1 and inputs.pipeline_link is LinkClass.PCIE and cluster.nodes == 1:
         out.append(Warning("pp_inside_node", f"PP={pp} inside one node: stages hand off over PCIe"))
+    if dp > 1 and not inputs.expert_parallel and card.n_routed_experts:
+        out.append(
+            Warning(
+                "dp_without_ep",
+                f"DP={dp} without --enable-expert-parallel: vLLM runs the MoE layers tensor-parallel over all "
+                f"{tp * dp} ranks (every expert cut {tp * dp} ways) and cannot use the DeepEP all2all kernels or "
+                "EPLB — vLLM's recipes pair attention DP with --enable-expert-parallel",
+            )
+        )
     if inputs.expert_link is LinkClass.NETWORK and dp > 1:
         out.append(
             Warning(
@@ -151,12 +204,17 @@ def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
             )
         )
     if card.has_sparse_indexer and inputs.max_num_seqs > MLA_COMBINE_SAFE_MAX_SEQS:
-        origin = "--max-num-seqs" if inputs.max_num_seqs_from_user else "vLLM's default max_num_seqs"
+        origin = (
+            f"--max-num-seqs {inputs.max_num_seqs}"
+            if inputs.max_num_seqs_from_user
+            else f"vLLM's default max_num_seqs ({inputs.max_num_seqs} on this GPU)"
+        )
         out.append(
             Warning(
                 "mla_combine_large_batch",
-                f"{origin} {inputs.max_num_seqs} > {MLA_COMBINE_SAFE_MAX_SEQS}: large V3.2 batches can fail in "
-                "FlashMLA's mla_combine — use --max-num-seqs 256 or lower",
+                f"{origin} > {MLA_COMBINE_SAFE_MAX_SEQS}: V3.2 batches that large can fail in FlashMLA's "
+                'mla_combine ("CUDA error … mla_combine.cu … invalid configuration argument", vLLM\'s '
+                f"DeepSeek-V3.2 recipe) — if it does, pass --max-num-seqs {MLA_COMBINE_SAFE_MAX_SEQS}",
             )
         )
     return tuple(out)

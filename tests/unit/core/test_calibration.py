@@ -1,9 +1,11 @@
 """The planner reproduces vLLM's own startup numbers for DeepSeek deployments.
 
 Public point (VLLM-FACTS.md): vLLM 0.16.0, DeepSeek-V3.2, TP8 on 8×H200, gpu_memory_utilization 0.85,
-max_model_len 16384, KV auto (BF16 on the FlashMLA-sparse path), vLLM's defaults otherwise
-(max_num_seqs 1024 and max_num_batched_tokens 8192 for `vllm serve` on a >= 70 GiB GPU):
+max_model_len 16384, KV auto (BF16 on the FlashMLA-sparse path), vLLM's defaults otherwise:
 "Model loading took 80.78 GiB", "Available KV cache memory: 30.52 GiB", "GPU KV cache size: 418,304 tokens".
+Every point here goes through the defaults a user gets (nothing the published run did not set is set
+here): the planner must itself resolve vLLM's max_num_seqs 1024 / max_num_batched_tokens 8192 for
+`vllm serve` on a >= 70 GiB GPU. tests/unit/test_cli_plan.py runs the same point through `meshdeck plan`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ def test_v32_tp8_h200_weights_within_3_percent_and_kv_tokens_within_5_percent(v3
         v32,
         max_model_len=16384,
         gpu_memory_utilization=0.85,
-        max_num_seqs=1024,
         tensor_parallel=8,
         pipeline_parallel=1,
         data_parallel=1,
         expert_parallel=False,
     )
-    layout = plan(request).layouts[0]
+    result = plan(request)
+    assert (result.settings.max_num_seqs, result.settings.max_num_batched_tokens) == (1024, 8192)
+    layout = result.layouts[0]
     assert layout.weights_bytes_per_gpu / GIB == pytest.approx(80.78, rel=0.03)
     assert layout.kv_tokens_per_replica == pytest.approx(418_304, rel=0.05)
     assert layout.kv_cache_bytes_per_gpu / GIB == pytest.approx(30.52, rel=0.05)
@@ -39,9 +42,7 @@ def test_kimi_k2_thinking_tp8_h200_available_kv_within_5_percent(kimi_k2, reques
     # with every memory setting at its default): "Available KV cache memory: 46.80 GiB",
     # "GPU KV cache size: 715,072 tokens". A different checkpoint format (int4 experts, BF16 rest), head
     # count, expert count and vocabulary than the V3.2 point: the same accounting must carry over.
-    request = request_for(
-        kimi_k2, max_num_seqs=1024, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False
-    )
+    request = request_for(kimi_k2, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False)
     layout = plan(request).layouts[0]
     assert layout.kv_budget_bytes_per_gpu / GIB == pytest.approx(46.80, rel=0.05)
     assert layout.kv_tokens_per_replica == pytest.approx(715_072, rel=0.05)
@@ -73,3 +74,16 @@ def test_mtp_loads_a_layer_adds_its_kv_and_samples_every_draft(v32, request_for)
     assert mtp.kv_bytes_per_token_per_gpu == plain.kv_bytes_per_token_per_gpu * 62 // 61
     assert mtp.reserve.sampler_bytes == 4 * plain.reserve.sampler_bytes  # 1 + 3 speculative rows
     assert "--speculative-config" in mtp.vllm_args
+
+
+def test_scheduler_defaults_follow_vllm_serve(gpu):
+    # vLLM EngineArgs.get_batch_defaults / _set_default_max_num_seqs_and_batched_tokens_args, OPENAI_API_SERVER.
+    from meshdeck.core.plan_request import scheduler_limits
+
+    assert scheduler_limits(gpu("H200-SXM-141GB"), 163840, None, None) == (8192, 1024)
+    assert scheduler_limits(gpu("H100-SXM5-80GB"), 163840, None, None) == (8192, 1024)  # 79 GiB >= 70
+    assert scheduler_limits(gpu("A100-SXM4-80GB"), 163840, None, None) == (2048, 256)  # A100 excluded by name
+    assert scheduler_limits(gpu("L40S"), 163840, None, None) == (2048, 256)  # < 70 GiB
+    assert scheduler_limits(gpu("H200-SXM-141GB"), 4, None, None) == (4096, 1024)  # budget <= seqs × max_model_len
+    assert scheduler_limits(gpu("H200-SXM-141GB"), 163840, None, 512) == (512, 512)  # seqs <= a set budget
+    assert scheduler_limits(gpu("H200-SXM-141GB"), 163840, 2048, 512) == (512, 2048)  # set values stay as set

@@ -14,7 +14,9 @@ def test_one_h200_node_lists_dp_ep_tp_and_pp_layouts(request_for, v32):
     assert all(layout.gpus <= 8 for layout in result.layouts)
 
 
-def test_fitting_layouts_come_first_and_in_goal_order(request_for, v32):
+def test_fitting_layouts_come_first_in_practice_then_goal_order(request_for, v32):
+    from meshdeck.core.rules import EP_TIE_TOLERANCE
+
     for goal, metric in (
         ("throughput", lambda lay: lay.est_decode_tokens_per_s),
         ("latency", lambda lay: lay.est_decode_tokens_per_s_per_request),
@@ -23,8 +25,25 @@ def test_fitting_layouts_come_first_and_in_goal_order(request_for, v32):
         layouts = plan(request_for(v32, goal=goal)).layouts
         fitting = [lay for lay in layouts if lay.fits]
         assert layouts[: len(fitting)] == fitting
-        values = [metric(lay) for lay in fitting]
-        assert values == sorted(values, reverse=True)
+        assert [lay.practice_tier for lay in fitting] == sorted(lay.practice_tier for lay in fitting)
+        twins = {
+            (lay.tensor_parallel, lay.pipeline_parallel, lay.data_parallel): lay
+            for lay in fitting
+            if not lay.expert_parallel
+        }
+
+        def ranked_by(lay, twins=twins, metric=metric):
+            """The goal's metric, an EP layout with DP taking its non-EP twin's when within the tolerance."""
+            value = metric(lay)
+            twin = twins.get((lay.tensor_parallel, lay.pipeline_parallel, lay.data_parallel))
+            tie = twin is not None and value >= (1 - EP_TIE_TOLERANCE) * metric(twin)
+            if lay.expert_parallel and lay.data_parallel > 1 and tie:
+                return max(value, metric(twin))
+            return value
+
+        for tier in {lay.practice_tier for lay in fitting}:
+            values = [ranked_by(lay) for lay in fitting if lay.practice_tier == tier]
+            assert values == sorted(values, reverse=True), goal
 
 
 def test_an_80gb_node_cannot_hold_deepseek_but_two_can(request_for, v3):

@@ -119,23 +119,51 @@ def test_ada_cannot_run_v32_sparse_attention(request_for, v32):
     assert "no_sparse_mla_kernels" in codes(lay) and not lay.supported
 
 
-def test_large_v32_batches_warn_about_mla_combine(request_for, v32):
-    big = layout(
-        request_for,
-        v32,
-        tensor_parallel=8,
-        pipeline_parallel=1,
-        data_parallel=1,
+def test_v32_at_vllms_default_batch_warns_about_mla_combine_without_capping_it(request_for, v32):
+    tp8 = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
+    default = layout(request_for, v32, **tp8)
+    message = next(w for w in default.warnings if "mla_combine" in w)
+    assert "vLLM's default max_num_seqs (1024 on this GPU)" in message and "--max-num-seqs 256" in message
+    assert "--max-num-seqs" not in default.vllm_args  # the default is what vLLM runs; the planner accounts it
+    capped = layout(request_for, v32, max_num_seqs=256, **tp8)
+    assert "mla_combine_large_batch" not in codes(capped)
+    assert capped.vllm_args[capped.vllm_args.index("--max-num-seqs") + 1] == "256"
+    big = layout(request_for, v32, max_num_seqs=512, **tp8)
+    assert any(w.startswith("--max-num-seqs 512 > 256") for w in big.warnings)
+
+
+def test_dp_over_pipelines_warns_that_vllm_does_not_document_it(request_for, v32):
+    lay = layout(request_for, v32, tensor_parallel=1, pipeline_parallel=2, data_parallel=4, expert_parallel=True)
+    assert lay.valid and lay.fits  # kept and listed: no vLLM source refuses it
+    message = next(w for w in lay.warnings if w.startswith("DP=4 × PP=2"))
+    assert "data_parallel_deployment" in message and "ranks below" in message
+
+
+def test_pp_inside_an_nvlink_node_warns_and_pp_across_nodes_does_not(request_for, v3):
+    inside = layout(request_for, v3, tensor_parallel=4, pipeline_parallel=2, data_parallel=1, expert_parallel=False)
+    assert "pp_inside_nvlink_node" in codes(inside)
+    across = layout(
+        request_for, v3, "H100-SXM5-80GB", 2, 8, tensor_parallel=8, pipeline_parallel=2, data_parallel=1,
         expert_parallel=False,
-        max_num_seqs=512,
+    )  # fmt: skip
+    assert "pp_inside_nvlink_node" not in codes(across) and across.practice_tier == 0
+    half = layout(
+        request_for, v3, "H100-SXM5-80GB", 2, 8, tensor_parallel=4, pipeline_parallel=4, data_parallel=1,
+        expert_parallel=False,
+    )  # fmt: skip
+    assert "pp_inside_nvlink_node" in codes(half)  # stages 0→1 and 2→3 hand off inside a node
+    pcie = layout(
+        request_for, v3, "L40S", 4, 8, tensor_parallel=4, pipeline_parallel=8, data_parallel=1, expert_parallel=False
     )
-    assert "mla_combine_large_batch" in codes(big)
-    default = layout(request_for, v32, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False)
-    assert "mla_combine_large_batch" not in codes(default)
-    assert (
-        "--max-num-seqs" in default.vllm_args
-        and default.vllm_args[default.vllm_args.index("--max-num-seqs") + 1] == "256"
-    )
+    assert "pp_inside_nvlink_node" not in codes(pcie) and pcie.practice_tier == 0  # PP is how PCIe boxes scale
+
+
+def test_dp_without_expert_parallel_says_the_moe_is_sliced_over_every_rank(request_for, v32):
+    lay = layout(request_for, v32, tensor_parallel=2, pipeline_parallel=1, data_parallel=4, expert_parallel=False)
+    message = next(w for w in lay.warnings if w.startswith("DP=4 without --enable-expert-parallel"))
+    assert "all 8 ranks" in message and "DeepEP" in message
+    with_ep = layout(request_for, v32, tensor_parallel=2, pipeline_parallel=1, data_parallel=4, expert_parallel=True)
+    assert "dp_without_ep" not in codes(with_ep)
 
 
 def test_a_gpu_known_by_memory_alone_says_its_numbers_are_assumed(request_for, v3):
