@@ -201,3 +201,16 @@ def test_make_run_command_reads_well(capsys):
     header = out.splitlines()[0]
     assert "deepseek-v3.2" in header and "H200-SXM-141GB" in header
     assert "note: est_* numbers are estimates" in out
+
+
+def test_table_says_where_its_settings_and_order_come_from(capsys):
+    code, out, _ = run_cli(capsys, "--model", "deepseek-v3", "--gpu", "H100-SXM5-80GB", "--nodes", "2")
+    assert code == 0
+    header = out.splitlines()[:2]
+    assert "network 3,200 Gb/s per node, assumed — set --inter-node-gbps" in header[0]
+    assert "max_num_seqs 1024 (vLLM default)" in header[1] and "est. at 4,096-token contexts" in header[1]
+    assert "order: documented layouts first" in out
+    assert "sequences of 4,096 tokens per replica" in out
+    assert "are added at launch" in out  # a 2-node top pick: the printed flags are not the whole command
+    _, given, _ = run_cli(capsys, "--gpu", "H200-SXM-141GB", "--max-num-seqs", "256", "--inter-node-gbps", "800")
+    assert "max_num_seqs 256 (--max-num-seqs)" in given and "Gb/s per node" not in given  # one node: no network

@@ -10,7 +10,8 @@ import shlex
 from typing import TYPE_CHECKING
 
 from meshdeck.core.layout_plan import LayoutPlan
-from meshdeck.core.units import GIB
+from meshdeck.core.rules import EP_TIE_TOLERANCE
+from meshdeck.core.units import GIB, KIB, MIB
 
 if TYPE_CHECKING:
     from meshdeck.core.planner import PlanResult
@@ -79,17 +80,40 @@ def table(layouts: list[LayoutPlan]) -> str:
     return "\n".join(lines)
 
 
+RANKING_LEGEND = (
+    "order: documented layouts first, then PP inside an NVLink node, then DP × PP (see their warnings); "
+    f"within each, the goal's estimate — a DP layout with EP goes ahead of its twin without EP inside "
+    f"{EP_TIE_TOLERANCE:.0%}"
+)
+
+
+def _bytes(n_bytes: float) -> str:
+    return f"{n_bytes / MIB:.1f} MiB" if n_bytes >= MIB else f"{n_bytes / KIB:.1f} KiB"
+
+
+def _network(result: PlanResult) -> str:
+    cluster = result.request.cluster
+    if cluster.nodes == 1:
+        return ""
+    gbps = cluster.inter_node_bytes_per_s * 8 / 1e9
+    origin = ", assumed — set --inter-node-gbps" if cluster.inter_node_assumed else ""
+    return f"; network {gbps:,.0f} Gb/s per node{origin}"
+
+
 def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False) -> str:
     request, settings, card = result.request, result.settings, result.request.model
     cluster = request.cluster
     link = "topology file" if cluster.topology else cluster.intra_node_link
+    seqs_origin = "--max-num-seqs" if settings.max_num_seqs_from_user else "vLLM default"
+    tokens_origin = "--max-num-batched-tokens" if request.max_num_batched_tokens else "vLLM default"
     out = [
-        f"meshdeck plan — {card.name} on {cluster.nodes} × {cluster.gpus_per_node} {cluster.gpu.name} ({link}), "
-        f"{request.engine}, goal: {request.goal}",
+        f"meshdeck plan — {card.name} on {cluster.nodes} × {cluster.gpus_per_node} {cluster.gpu.name} ({link}"
+        f"{_network(result)}), {request.engine}, goal: {request.goal}",
         f"weights {settings.weights_dtype}, KV {settings.kv.kv_cache_dtype} ({settings.kv.attention_backend}, block "
         f"{settings.kv.block_size}), max_model_len {settings.max_model_len:,}, gpu_memory_utilization "
-        f"{request.gpu_memory_utilization:g}, max_num_seqs {settings.max_num_seqs}, "
-        f"max_num_batched_tokens {settings.max_num_batched_tokens}",
+        f"{request.gpu_memory_utilization:g}, max_num_seqs {settings.max_num_seqs} ({seqs_origin}), "
+        f"max_num_batched_tokens {settings.max_num_batched_tokens} ({tokens_origin}); "
+        f"est. at {settings.context_tokens:,}-token contexts (--context-tokens)",
         f"parameters: {result.parameters.main_model / 1e9:.1f}B main model + {result.parameters.mtp / 1e9:.1f}B MTP "
         f"= {result.parameters.checkpoint_total / 1e9:.1f}B in the checkpoint; "
         f"{result.parameters.active_per_token / 1e9:.1f}B active per token",
@@ -109,6 +133,7 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
             tail.append(f"{hidden} that do not fit or vLLM would refuse (--all)")
         if tail:
             out.append("… " + "; ".join(tail))
+        out.append(RANKING_LEGEND)
     out += ["", f"Top pick: {result.top_reason}"]
     best = result.layouts[0] if result.layouts else None
     if best is not None and best.valid:
@@ -120,13 +145,25 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
                 f"{r.non_torch_bytes / GIB:.2f}) + KV {best.kv_cache_gib_per_gpu:.2f} GiB of "
                 f"{best.usable_bytes_per_gpu / GIB:.2f} GiB usable; KV {best.kv_bytes_per_token_per_gpu:,} B/token/GPU"
             )
+        if best.fits:
+            limit = "max_num_seqs" if best.est_batch_per_replica >= settings.max_num_seqs else "its KV cache"
+            out.append(
+                f"  est. at {best.est_batch_per_replica} sequences of {settings.context_tokens:,} tokens per replica "
+                f"(as many as {limit} allows) × {best.replicas} replicas"
+            )
         if best.traffic:
-            parts = [f"{t.collective} {t.bytes_per_token / 1024:.1f} KiB over {t.link.value}" for t in best.traffic]
+            parts = [f"{t.collective} {_bytes(t.bytes_per_token)} over {t.link.value}" for t in best.traffic]
             out.append("  traffic per token per GPU: " + "; ".join(parts))
         for warning in best.warnings:
             out.append(f"  warning: {warning}")
         if best.vllm_args:
             out.append("  vllm serve <model> " + shlex.join(best.vllm_args))
+            if best.gpus_per_instance > cluster.gpus_per_node:
+                out.append(
+                    f"  (one `vllm serve` per node of its {best.placement.nodes_per_instance}: the per-node flags — "
+                    "--nnodes/--node-rank/--master-addr, or --data-parallel-size-local/--data-parallel-address/"
+                    "--data-parallel-start-rank, and --headless off the head node — are added at launch)"
+                )
     out += ["", *(f"note: {note}" for note in result.notes)]
     return "\n".join(out) + "\n"
 
