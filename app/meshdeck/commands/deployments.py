@@ -11,6 +11,7 @@ The hosts asked are every stored host plus this machine's agent when it runs (or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
@@ -20,6 +21,7 @@ from meshdeck.services.deploy_model import DeploymentSnapshot, discover, find
 from meshdeck.services.deploy_waits import read_log
 from meshdeck.services.fleet import FleetService
 from meshdeck.store.database import open_database
+from meshdeck.store.deployments import get_deployment, record_deployment_finished
 
 
 def register(subparsers: Any) -> None:
@@ -76,13 +78,17 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
+    workers = []
     with FleetService() as fleet:
         deployment = find(_gather(args, fleet), args.deployment)
         for worker in sorted(deployment.workers, key=lambda w: (w.stage, w.command), reverse=True):
-            reply = fleet.call(
-                worker.host, "workers.stop", {"id": worker.worker_id, "grace_s": args.grace}, timeout=120
-            )
+            params = {"id": worker.worker_id, "grace_s": args.grace}
+            reply = fleet.call(worker.host, "workers.stop", params, timeout=120)
+            workers.append({**worker.as_dict(), "state": reply.get("state")})
             print(f"{worker.command} on {worker.host}: {reply.get('state')}")
+    with open_database(args.db) as db, contextlib.suppress(InputError):  # its record, when launched from here
+        get_deployment(db, deployment.id)
+        record_deployment_finished(db, deployment.id, state="stopped", reason="stopped by request", workers=workers)
     return 0
 
 

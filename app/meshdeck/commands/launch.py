@@ -27,6 +27,7 @@ from meshdeck.launch.torch_launch import BUNDLE_ENV
 from meshdeck.services import deploy_hosts
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_model import LaunchProgress, new_deployment_id
+from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.services.deploy_targets import node_for_dry_run, prepare_launch
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.preflight import run_preflight
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     profile = read_profile(args.profile)
     if args.dry_run:
         return dry_run(profile, args)
+    profile_text = Path(args.profile).read_text(encoding="utf-8")
     with open_database(args.db) as db, FleetService() as fleet:
         deploy_hosts.connect(fleet, profile.hosts, db)
         addresses = deploy_hosts.addresses_for(profile.hosts, db)
@@ -125,11 +127,14 @@ def run(args: argparse.Namespace) -> int:
                     print(json.dumps({"launched": False, "preflight": report.as_dict()}, indent=2))
                 print("meshdeck: pre-flight failed; nothing was started (--force to launch anyway)", file=sys.stderr)
                 return 1
-        return _launch(fleet, prepared.plan, deployment_id, args)
+        recorder = StoreRecorder(db, profile_name=profile.name, profile_yaml=profile_text)
+        return _launch(fleet, prepared.plan, deployment_id, args, recorder)
 
 
-def _launch(fleet: FleetService, plan: LaunchPlan, deployment_id: str, args: argparse.Namespace) -> int:
-    deploy = DeployService(fleet)
+def _launch(
+    fleet: FleetService, plan: LaunchPlan, deployment_id: str, args: argparse.Namespace, recorder: StoreRecorder
+) -> int:
+    deploy = DeployService(fleet, recorder=recorder)
 
     def progress(update: LaunchProgress) -> None:
         print(f"[{update.step}/{update.total}] {update.message}", file=sys.stderr, flush=True)

@@ -57,7 +57,9 @@ class DeploymentRecorder(Protocol):
     """Where launches, stops, events and planned-vs-measured go (the store implements it)."""
 
     def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None: ...
-    def deployment_event(self, deployment_id: str, kind: str, message: str, data: Mapping[str, Any]) -> None: ...
+    def deployment_event(
+        self, deployment_id: str, kind: str, message: str, data: Mapping[str, Any], state: str, reason: str
+    ) -> None: ...
     def deployment_finished(self, snapshot: DeploymentSnapshot) -> None: ...
     def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None: ...
 
@@ -161,8 +163,7 @@ class DeployService:
                 self._by_worker[(command.host, wid)] = deployment.id
                 deployment.workers[wid] = WorkerSnapshot(command.name, command.host, wid, command.stage, "pending")
                 self._logs.follow(command.host, wid)
-        if self._recorder:
-            self._recorder.deployment_started(deployment.snapshot(), plan)
+        self._record("deployment_started", deployment.snapshot(), plan)
         self._bring_up(deployment, progress or (lambda _: None), cancel or threading.Event())
         return deployment.snapshot()
 
@@ -268,8 +269,7 @@ class DeployService:
         with self._lock:
             deployment.state, deployment.reason = state, reason
         self._record_event(deployment, state, reason, {})
-        if self._recorder:
-            self._recorder.deployment_finished(deployment.snapshot())
+        self._record("deployment_finished", deployment.snapshot())
 
     # -- stop --------------------------------------------------------------------------------------
 
@@ -283,8 +283,7 @@ class DeployService:
         with self._lock:
             deployment.state = "stopped"
         self._record_event(deployment, "stopped", "stopped by request", {})
-        if self._recorder:
-            self._recorder.deployment_finished(deployment.snapshot())
+        self._record("deployment_finished", deployment.snapshot())
         return deployment.snapshot()
 
     def _stop_commands(self, deployment: _Deployment, commands: list[NodeCommand], grace_s: float) -> None:
@@ -314,8 +313,7 @@ class DeployService:
                 measured = deployment.measured.setdefault(key[1], {})
                 measured.update(event.data.get("fields") or {})
                 snapshot = dict(measured)
-            if self._recorder:
-                self._recorder.startup_measured(deployment.id, key[1], snapshot)
+            self._record("startup_measured", deployment.id, key[1], snapshot)
 
     def _update_worker(self, host: str, data: Mapping[str, Any]) -> None:
         wid = str(data.get("id"))
@@ -380,13 +378,11 @@ class DeployService:
         self._stop_commands(deployment, others, grace_s=5.0)  # ranks whose peer died would hang in a collective
         with self._lock:
             deployment.state, deployment.reason = "failed", message
-        if self._recorder:
-            self._recorder.deployment_finished(deployment.snapshot())
+        self._record("deployment_finished", deployment.snapshot())
 
     def _finished(self, deployment: _Deployment, state: str, reason: str) -> None:
         self._record_event(deployment, state, reason, {})
-        if self._recorder:
-            self._recorder.deployment_finished(deployment.snapshot())
+        self._record("deployment_finished", deployment.snapshot())
 
     def _restart_whole(self, deployment: _Deployment, message: str) -> None:
         self._record_event(deployment, "worker_failed", message, {})
@@ -415,11 +411,18 @@ class DeployService:
 
     def _record_event(self, deployment: _Deployment, kind: str, message: str, data: Mapping[str, Any]) -> None:
         log.info("%s: %s: %s", deployment.id, kind, message.splitlines()[0] if message else "")
-        if self._recorder:
-            try:
-                self._recorder.deployment_event(deployment.id, kind, message, data)
-            except Exception:
-                log.exception("recording %s of %s failed", kind, deployment.id)
+        with self._lock:
+            state, reason = deployment.state, deployment.reason
+        self._record("deployment_event", deployment.id, kind, message, data, state, reason)
+
+    def _record(self, method: str, *args: Any) -> None:
+        """Tell the recorder; a recording failure is logged, never allowed to break a launch or a stop."""
+        if self._recorder is None:
+            return
+        try:
+            getattr(self._recorder, method)(*args)
+        except Exception:
+            log.exception("recording %s failed", method)
 
 
 class _Abort(Exception):

@@ -183,15 +183,16 @@ def summarize(workers: Iterable[WorkerSnapshot]) -> str:
 
 
 def find(deployments: Iterable[DeploymentSnapshot], key: str) -> DeploymentSnapshot:
-    """By id, or by profile name when exactly one deployment of that profile is active."""
+    """By id; or by profile name: its one active deployment, else (none active) its latest one."""
     deployments = list(deployments)
     for deployment in deployments:
         if deployment.id == key:
             return deployment
-    named = [d for d in deployments if d.name == key and not d.final]
-    if len(named) == 1:
-        return named[0]
-    if len(named) > 1:
-        raise InputError("deployment", f"{key!r} names {len(named)} running deployments; give the id")
+    named = [d for d in deployments if d.name == key]
+    active = [d for d in named if not d.final]
+    if len(active) > 1:
+        raise InputError("deployment", f"{key!r} names {len(active)} running deployments; give the id")
+    if active or named:
+        return active[0] if active else max(named, key=lambda d: d.started_at)
     known = ", ".join(d.id for d in deployments) or "none"
     raise InputError("deployment", f"no deployment {key!r} on these hosts (found: {known})")

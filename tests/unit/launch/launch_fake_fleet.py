@@ -107,12 +107,14 @@ class Recorder:
         self.events: list[tuple[str, str, str]] = []
         self.finished: list[Any] = []
         self.measured: list[tuple[str, str, dict[str, Any]]] = []
+        self.states: list[str] = []
 
     def deployment_started(self, snapshot: Any, plan: Any) -> None:
         self.started.append((snapshot, plan))
 
-    def deployment_event(self, deployment_id: str, kind: str, message: str, data: Any) -> None:
+    def deployment_event(self, deployment_id: str, kind: str, message: str, data: Any, state: str, reason: str) -> None:
         self.events.append((deployment_id, kind, message))
+        self.states.append(state)
 
     def deployment_finished(self, snapshot: Any) -> None:
         self.finished.append(snapshot)

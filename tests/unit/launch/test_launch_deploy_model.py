@@ -68,3 +68,6 @@ def test_find_by_id_or_unique_profile_name() -> None:
         find(deployments, "ds32")
     with pytest.raises(InputError, match="no deployment 'nope'"):
         find(deployments, "nope")
+    finished = discover({"h": {"workers": listing("job-1-aa", (0, "torchrun-node0", "exited"))["workers"]
+                               + listing("job-2-bb", (0, "torchrun-node0", "exited"))["workers"]}})  # fmt: skip
+    assert find(finished, "job").id in ("job-1-aa", "job-2-bb")  # none active: the latest
