@@ -115,6 +115,14 @@ def history_hosts(db: Database) -> list[HostHistory]:
     ]
 
 
+def host_metrics(db: Database, host: str) -> dict[str, list[str]]:
+    """What the history view can chart for a host: metric -> the devices that report it."""
+    metrics: dict[str, list[str]] = {}
+    for series in list_series(db, host=host):
+        metrics.setdefault(series.metric, []).append(series.device)
+    return dict(sorted(metrics.items()))
+
+
 def chart(
     db: Database,
     *,

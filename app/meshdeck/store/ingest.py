@@ -104,6 +104,9 @@ class SampleIngest:
     def has_pending(self) -> bool:
         return bool(self._batches or self._dropped or self._events or self._seal or self._seal_all)
 
+    def series_count(self) -> int:
+        return sum(len(ids) for ids in self._series.values())
+
     def positions(self) -> dict[str, HostPosition]:
         return dict(self._positions)
 

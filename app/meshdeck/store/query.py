@@ -13,11 +13,14 @@ read from the finer tier, so the right edge of a chart is never missing.
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import truediv
+from typing import Any
 
-from sqlalchemy import Connection, Select, select, text
+from sqlalchemy import Select, select
 
 from meshdeck.core.errors import InputError
 from meshdeck.store import schema
@@ -110,55 +113,64 @@ def _segments(tier: Tier, open_minute: int | None, lo: int, hi: int) -> list[tup
     ]
 
 
-_SOURCE_SQL = {
-    "samples": (
-        "SELECT ts / :step AS g, min(ts), min(value), max(value), sum(value), count(*) FROM samples "
-        "WHERE series_id = :sid AND ts >= :lo AND ts < :hi GROUP BY g"
-    ),
-    "rollup_1m": (
-        "SELECT bucket / :step AS g, min(bucket), min(vmin), max(vmax), sum(vsum), sum(n) FROM rollup_1m "
-        "WHERE series_id = :sid AND bucket >= :lo AND bucket < :hi GROUP BY g"
-    ),
-    "rollup_1h": (
-        "SELECT bucket / :step AS g, min(bucket), min(vmin), max(vmax), sum(vsum), sum(n) FROM rollup_1h "
-        "WHERE series_id = :sid AND bucket >= :lo AND bucket < :hi GROUP BY g"
-    ),
+_SOURCE_COLUMNS = {
+    "samples": ("ts", "min(ts), min(value), max(value), sum(value), count(*)"),
+    "rollup_1m": ("bucket", "min(bucket), min(vmin), max(vmax), sum(vsum), sum(n)"),
+    "rollup_1h": ("bucket", "min(bucket), min(vmin), max(vmax), sum(vsum), sum(n)"),
 }
 
 
-def _read_series(
-    connection: Connection, series: Series, tier: Tier, step: int, open_minute: int | None, lo: int, hi: int
-) -> SeriesRange:
-    groups: dict[int, list[float]] = {}
+def _source_sql(source: str, series_ids: Sequence[int]) -> str:
+    """One statement for all of a host's series: a seek per series on the primary key, grouped per step."""
+    column, aggregates = _SOURCE_COLUMNS[source]
+    ids = ",".join(str(int(i)) for i in series_ids)
+    return (
+        f"SELECT series_id, {column} / ? AS g, {aggregates} FROM {source} "
+        f"WHERE series_id IN ({ids}) AND {column} >= ? AND {column} < ? GROUP BY series_id, g ORDER BY series_id, g"
+    )
+
+
+def _read_host(
+    connection: sqlite3.Connection,
+    series: Sequence[Series],
+    tier: Tier,
+    step: int,
+    open_minute: int | None,
+    lo: int,
+    hi: int,
+) -> list[SeriesRange]:
+    """Every series of one host over [lo, hi). Segments come in time order, so only the step at a
+    boundary between two segments can need merging."""
+    points: dict[int, list[tuple[Any, ...]]] = {s.id: [] for s in series}
     for source, start, end in _segments(tier, open_minute, lo, hi):
         if start >= end:
             continue
-        rows = connection.execute(
-            text(_SOURCE_SQL[source]), {"step": step, "sid": series.id, "lo": start, "hi": end}
-        ).all()
-        for g, first, vmin, vmax, vsum, n in rows:
-            group = groups.get(g)
-            if group is None:
-                groups[g] = [first, vmin, vmax, vsum, n]
+        for row in connection.execute(_source_sql(source, list(points)), (step, start, end)):
+            kept = points[row[0]]
+            if kept and kept[-1][0] == row[1]:
+                _, g, first, vmin, vmax, vsum, n = row
+                old = kept[-1]
+                kept[-1] = (g, min(old[1], first), min(old[2], vmin), max(old[3], vmax), old[4] + vsum, old[5] + n)
             else:
-                group[0] = min(group[0], first)
-                group[1] = min(group[1], vmin)
-                group[2] = max(group[2], vmax)
-                group[3] += vsum
-                group[4] += n
-    keys = sorted(groups)
-    points = [groups[g] for g in keys]
-    ts = tuple(p[0] / 1000 for p in points) if tier is RAW else tuple(g * step / 1000 for g in keys)
-    return SeriesRange(
-        series=series,
-        tier=tier.name,
-        step_s=step / 1000,
-        ts=ts,
-        mean=tuple(p[3] / p[4] for p in points),
-        minimum=tuple(p[1] for p in points),
-        maximum=tuple(p[2] for p in points),
-        count=tuple(int(p[4]) for p in points),
-    )
+                kept.append(row[1:])
+    results = []
+    for item in series:
+        rows = points[item.id]
+        groups, first, vmin, vmax, vsum, count = zip(*rows, strict=True) if rows else ((),) * 6
+        ts = tuple(t / 1000 for t in first) if tier is RAW else tuple(g * step / 1000 for g in groups)
+        results.append(
+            SeriesRange(
+                series=item,
+                tier=tier.name,
+                step_s=step / 1000,
+                ts=ts,
+                mean=tuple(map(truediv, vsum, count)),
+                minimum=tuple(vmin),
+                maximum=tuple(vmax),
+                count=tuple(count),
+            )
+        )
+    return results
 
 
 def tier_by_name(name: str) -> Tier:
@@ -202,12 +214,18 @@ def query_range(
         lo -= lo % chosen.bucket_ms
     with db.read() as connection:
         matched = [Series(*row) for row in connection.execute(_series_query(host, device, metric, series_ids))]
+        by_host: dict[str, list[Series]] = {}
+        for series in matched:
+            by_host.setdefault(series.host, []).append(series)
         open_minutes: dict[str, int | None] = {}
-        hosts = sorted({s.host for s in matched})
-        if hosts and chosen is not RAW:
+        if by_host and chosen is not RAW:
             state = schema.ingest_state
-            query = select(state.c.host, state.c.open_minute).where(state.c.host.in_(hosts))
+            query = select(state.c.host, state.c.open_minute).where(state.c.host.in_(sorted(by_host)))
             open_minutes = {host_name: minute for host_name, minute in connection.execute(query)}
-        return [
-            _read_series(connection, series, chosen, step, open_minutes.get(series.host), lo, hi) for series in matched
-        ]
+        raw = connection.connection.driver_connection  # the same read transaction, without Row objects
+        assert isinstance(raw, sqlite3.Connection)
+        found: dict[int, SeriesRange] = {}
+        for host_name, host_series in by_host.items():
+            for result in _read_host(raw, host_series, chosen, step, open_minutes.get(host_name), lo, hi):
+                found[result.series.id] = result
+    return [found[series.id] for series in matched]

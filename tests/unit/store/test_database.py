@@ -138,6 +138,17 @@ def test_a_database_from_an_older_meshdeck_is_upgraded_keeping_its_rows(db_path:
     assert _pragma(db_path, "user_version") == migrations.LATEST_VERSION
 
 
+def test_a_version_2_database_keeps_its_history_through_the_upgrade(db_path: Path) -> None:
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    assert migrations.apply_migrations(connection, target=2) == 2
+    connection.execute("INSERT INTO series (id, host, device, metric) VALUES (1, 'gpu-a', 'gpu0', 'power_w')")
+    connection.execute("INSERT INTO samples VALUES (1, 1764482400000, 512.5)")
+    connection.close()
+    with open_database(db_path) as db, db.read() as reader:
+        assert reader.execute(text("SELECT value FROM samples")).scalar() == 512.5
+        assert reader.execute(text("SELECT count(*) FROM profiles")).scalar() == 0
+
+
 def test_a_failing_migration_step_leaves_the_previous_version_intact(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

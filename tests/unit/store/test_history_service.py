@@ -15,6 +15,7 @@ from meshdeck.services.history import (
     atomic_output,
     export_history,
     history_hosts,
+    host_metrics,
     parse_time,
     resume_seqs,
 )
@@ -51,6 +52,8 @@ def test_fleet_events_become_samples_and_history_events(db: Database) -> None:
         ("samples_dropped", None),
     ]
     assert resume_seqs(db) == {"gpu-a": 9}
+    assert host_metrics(db, "gpu-a")["power_w"] == ["gpu0"]
+    assert len(host_metrics(db, "gpu-a")) == 12
     (host,) = history_hosts(db)
     assert (host.host, host.series, host.samples, host.dropped, host.last_seq) == ("gpu-a", 12, 4, 5, 9)
 

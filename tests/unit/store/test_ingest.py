@@ -184,3 +184,20 @@ def test_submitting_to_a_stopped_writer_is_an_error(db: Database) -> None:
     writer = SampleWriter(db)
     with pytest.raises(RuntimeError, match="not running"):
         writer.submit_samples("gpu-a", _samples(1, 1))
+
+
+def test_the_commit_interval_grows_with_the_number_of_series(db: Database) -> None:
+    with SampleWriter(db) as writer:
+        writer.submit_samples("gpu-a", _samples(1, 1, gpus=8))
+        assert writer.flush(30)
+        writer.submit_samples("gpu-a", _samples(2, 1, gpus=8))
+        assert writer.flush(30)
+        assert writer.commit_interval() == 2.0  # 96 series: the 2 s floor
+        for host in range(64):
+            writer.submit_samples(f"gpu-{host:02d}", _samples(1, 1, gpus=8))
+        assert writer.flush(30)
+        writer.submit_samples("gpu-a", _samples(3, 1, gpus=8))
+        assert writer.flush(30)
+        assert writer.commit_interval() == 30.0  # 64 x 96 series: the 30 s ceiling
+    fixed = SampleWriter(db, settings=WriterSettings(commit_interval_s=5.0))
+    assert fixed.commit_interval() == 5.0
