@@ -165,23 +165,34 @@ def run_preflight(
     inventories: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> PreflightReport:
-    """Every check on every host of `plan`; never raises for a failing host (that is a failed check)."""
+    """Every check on every host of `plan`; never raises for a failing host (that is a failed check).
+
+    On simulated agents (`--simulate`, the demo) a vLLM deployment runs meshdeck's stand-in: there is no
+    model or vLLM to look for, and those two checks say so instead of failing; the others are real.
+    """
     hosts = list(plan.hosts)
     results: list[CheckResult] = []
-    path = model_path(profile)
-    if path is not None:
-        results += rules.model_files(path, _per_host(hosts, lambda h: _ask(caller, h, "checks.files", {"path": path})))
-    python = versions_python(profile)
-    found = _per_host(hosts, lambda h: _ask(caller, h, "checks.versions", {"python": python}))
     inventory = dict(inventories or {})
     missing = [h for h in hosts if not isinstance(inventory.get(h), dict)]
     inventory.update(_per_host(missing, lambda h: _ask(caller, h, "inventory")) if missing else {})
+    simulated = profile.engine == "vllm" and any(isinstance(i, dict) and i.get("simulated") for i in inventory.values())
+    path = model_path(profile)
+    if simulated:
+        for check in ("model files", "versions"):
+            results += [
+                CheckResult(check, h, True, "simulated node: vLLM is meshdeck's stand-in, not checked") for h in hosts
+            ]
+    elif path is not None:
+        results += rules.model_files(path, _per_host(hosts, lambda h: _ask(caller, h, "checks.files", {"path": path})))
+    python = versions_python(profile)
+    found = {} if simulated else _per_host(hosts, lambda h: _ask(caller, h, "checks.versions", {"python": python}))
     has_gpus = any(isinstance(inv, dict) and inv.get("gpus") for inv in inventory.values())
     if profile.engine == "vllm":
         required = ["vllm", "torch", "nccl"] + (["ray"] if plan.layout_class == "ray" else [])
     else:
         required = ["torch", "nccl"] if has_gpus else ["torch"]
-    results += rules.versions(required, found)
+    if not simulated:
+        results += rules.versions(required, found)
     gpus = _per_host(hosts, lambda h: _latest_gpus(caller, h, inventory.get(h)))
     utilization = profile.vllm.gpu_memory_utilization if profile.engine == "vllm" else None
     results += rules.gpu_memory(profile.gpus_per_node, utilization, gpus, allow_cpu=profile.engine == "torch")
