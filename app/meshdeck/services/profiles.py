@@ -1,5 +1,6 @@
 """Profiles and the deployments launched from them: validate with `meshdeck.launch.profile`, keep in
-the store, and record each deployment the deploy service runs (`StoreDeploymentRecorder`).
+the store, and snapshot the stored profile with each deployment the console launches
+(`StoreDeploymentRecorder`).
 
 A profile file is untrusted: it is parsed and validated whole before anything is written, so a bad
 file (wrong types, unknown keys, a layout that does not match its hosts, a YAML bomb) is refused with
@@ -10,22 +11,16 @@ the field named and leaves the database as it was. The text is stored exactly as
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile import Profile, dump_profile, load_profile, profile_from_mapping, profile_to_mapping
 from meshdeck.services.deploy_model import DeploymentSnapshot
-from meshdeck.store import deployments as deployment_store
+from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.store import profiles as profile_store
 from meshdeck.store.database import Database
 from meshdeck.store.profiles import ProfileSummary, ProfileVersion
-
-log = logging.getLogger(__name__)
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -117,78 +112,16 @@ def profile_versions(db: Database, name: str) -> list[ProfileVersion]:
 # -- deployments ------------------------------------------------------------------------------------
 
 
-def planned_numbers(plan: LaunchPlan) -> dict[str, Any] | None:
-    """The planner's prediction under the names vLLM's startup log numbers are parsed to, so
-    `compare_deployments` puts planned and measured on the same row (per GPU / per DP engine)."""
-    planned = plan.planned
-    if planned is None:
-        return None
-    return {
-        "weights_gib": planned.weights_bytes / GIB,
-        "available_kv_gib": planned.kv_cache_bytes / GIB,
-        "kv_cache_tokens": planned.kv_tokens,
-        "max_concurrency": planned.max_concurrency,
-        "max_model_len": planned.max_model_len,
-        "gpu_memory_gib": planned.gpu_memory_bytes / GIB,
-    }
-
-
-class StoreDeploymentRecorder:
-    """The deploy service's `DeploymentRecorder`, writing into the database.
-
-    Recording never breaks a launch: a database error is logged and the deployment goes on.
-    """
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
+class StoreDeploymentRecorder(StoreRecorder):
+    """The console's recorder: one for every launch, each snapshotting the stored profile the plan was
+    made from (a plan is named after its profile). Everything else is `deploy_records.StoreRecorder`."""
 
     def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None:
         stored = profile_store.find_profile(self.db, plan.name)
-        nodes = [
-            deployment_store.DeploymentNode(c.host, c.name, c.role, c.stage, tuple(c.argv), tuple(c.env))
-            for c in plan.commands
-        ]
-        self._guard(
-            "start",
-            deployment_store.record_deployment_started,
-            self.db,
-            key=snapshot.id,
-            name=plan.name,
-            engine=plan.engine,
-            model=plan.model,
-            nodes=nodes,
-            plan=plan.dry_run(),
-            planned=planned_numbers(plan),
-            profile_name=None if stored is None else stored.name,
-            profile_version=None if stored is None else stored.version,
-            profile_yaml=None if stored is None else stored.yaml,
-            started_at=snapshot.started_at,
-            state=snapshot.state,
+        if stored is None:
+            super().deployment_started(snapshot, plan)
+            return
+        recorder = StoreRecorder(
+            self.db, profile_name=stored.name, profile_version=stored.version, profile_yaml=stored.yaml
         )
-
-    def deployment_event(self, deployment_id: str, kind: str, message: str, data: Mapping[str, Any]) -> None:
-        self._guard("event", deployment_store.record_deployment_event, self.db, deployment_id, kind, message, data)
-        if kind in ("running", "degraded", "restarting", "recovered"):
-            state = "running" if kind == "recovered" else kind
-            self._guard("state", deployment_store.record_deployment_state, self.db, deployment_id, state, message)
-
-    def deployment_finished(self, snapshot: DeploymentSnapshot) -> None:
-        self._guard(
-            "finish",
-            deployment_store.record_deployment_finished,
-            self.db,
-            snapshot.id,
-            state=snapshot.state,
-            reason=snapshot.reason,
-            workers=[w.as_dict() for w in snapshot.workers],
-        )
-
-    def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None:
-        self._guard("measured", deployment_store.record_measured, self.db, deployment_id, worker, measured)
-
-    @staticmethod
-    def _guard(what: str, func: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            func(*args, **kwargs)
-        except Exception:
-            log.exception("could not record deployment %s", what)
+        recorder.deployment_started(snapshot, plan)
