@@ -24,13 +24,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
 from meshdeck.remote.events import AgentEvent
 from meshdeck.services.deploy_model import (
     FINAL_STATES,
+    DeploymentRecorder,
     DeploymentSnapshot,
+    Fleet,
+    LaunchFailed,
     LaunchProgress,
     WorkerSnapshot,
     describe_exit,
@@ -43,33 +46,6 @@ from meshdeck.services.deploy_waits import LogFollower, ReadyProbe
 log = logging.getLogger(__name__)
 POLL_S = 0.3
 STOP_GRACE_S = 10.0
-
-
-class Fleet(Protocol):
-    def call(
-        self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None
-    ) -> Any: ...
-
-    def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]: ...
-
-
-class DeploymentRecorder(Protocol):
-    """Where launches, stops, events and planned-vs-measured go (the store implements it)."""
-
-    def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None: ...
-    def deployment_event(
-        self, deployment_id: str, kind: str, message: str, data: Mapping[str, Any], state: str, reason: str
-    ) -> None: ...
-    def deployment_finished(self, snapshot: DeploymentSnapshot) -> None: ...
-    def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None: ...
-
-
-class LaunchFailed(Exception):
-    """The launch did not come up; `snapshot` says how far it got and why."""
-
-    def __init__(self, snapshot: DeploymentSnapshot) -> None:
-        super().__init__(f"{snapshot.id}: {snapshot.state}: {snapshot.reason}")
-        self.snapshot = snapshot
 
 
 @dataclass

@@ -11,9 +11,12 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from meshdeck.launch.plan import LaunchPlan
 
 from meshdeck.core.errors import InputError
 
@@ -196,3 +199,30 @@ def find(deployments: Iterable[DeploymentSnapshot], key: str) -> DeploymentSnaps
         return active[0] if active else max(named, key=lambda d: d.started_at)
     known = ", ".join(d.id for d in deployments) or "none"
     raise InputError("deployment", f"no deployment {key!r} on these hosts (found: {known})")
+
+
+class Fleet(Protocol):
+    def call(
+        self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Any: ...
+
+    def subscribe(self, callback: Callable[[Any], None]) -> Callable[[], None]: ...
+
+
+class DeploymentRecorder(Protocol):
+    """Where launches, stops, events and planned-vs-measured go (the store implements it)."""
+
+    def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None: ...
+    def deployment_event(
+        self, deployment_id: str, kind: str, message: str, data: Mapping[str, Any], state: str, reason: str
+    ) -> None: ...
+    def deployment_finished(self, snapshot: DeploymentSnapshot) -> None: ...
+    def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None: ...
+
+
+class LaunchFailed(Exception):
+    """The launch did not come up; `snapshot` says how far it got and why."""
+
+    def __init__(self, snapshot: DeploymentSnapshot) -> None:
+        super().__init__(f"{snapshot.id}: {snapshot.state}: {snapshot.reason}")
+        self.snapshot = snapshot

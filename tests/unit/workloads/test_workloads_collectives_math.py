@@ -44,3 +44,12 @@ def test_a_layout_that_does_not_match_the_world_is_refused(monkeypatch: pytest.M
     monkeypatch.setenv("MESHDECK_TENSOR_PARALLEL", "two")
     with pytest.raises(SystemExit, match="positive integer"):
         layout_mesh.layout_from_env(4)
+
+
+def test_the_running_line_the_launcher_waits_for_is_the_one_ranks_print() -> None:
+    import re
+
+    from meshdeck.launch.torch_launch import RANK_RUNNING_LINE
+
+    assert re.search(RANK_RUNNING_LINE, layout_mesh.RUNNING_MARK % (3, 4))
+    assert layout_mesh.RESULT_MARK == "MESHDECK_RESULT "
