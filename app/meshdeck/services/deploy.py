@@ -343,6 +343,12 @@ class DeployService:
                 return lambda: self._restart_whole(deployment, message)
             deployment.stopping = True  # the others are stopped next; then it is "failed"
             return lambda: self._fail(deployment, message, worker)
+        if worker.state == "stopped":  # stopped from elsewhere (another meshdeck, `deployments stop`)
+            if all(s in ("stopped", "exited", "failed") for s in states):
+                deployment.state, deployment.reason = "stopped", "stopped outside this app"
+                return lambda: self._finished(deployment, "stopped", deployment.reason)
+            deployment.state, deployment.reason = "degraded", f"{worker.command} on {worker.host} was stopped"
+            return lambda: self._record_event(deployment, "worker_stopped", deployment.reason, worker.as_dict())
         if worker.state == "running" and deployment.state == "degraded" and all(s == "running" for s in states):
             deployment.state, deployment.reason = "running", ""
             return lambda: self._record_event(deployment, "recovered", f"{worker.command} is running again", {})

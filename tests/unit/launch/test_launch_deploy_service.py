@@ -232,3 +232,17 @@ def test_vllm_startup_numbers_are_recorded_beside_the_plan(fleet: FakeFleet) -> 
     assert service.get(snapshot.id).measured[wid] == {"weights_gib": 80.78, "available_kv_gib": 30.52,
                                                       "kv_cache_tokens": 418304}  # fmt: skip
     assert recorder.measured[-1] == (snapshot.id, wid, service.get(snapshot.id).measured[wid])
+
+
+def test_parts_stopped_from_elsewhere_are_seen(fleet: FakeFleet) -> None:
+    torch_cluster(fleet)
+    service = make_service(fleet)
+    snapshot = service.launch(torch_plan())
+    for host, command in (("gpu-b", "torchrun-node1"), ("gpu-a", "torchrun-node0")):  # another CLI stops them
+        worker = fleet.workers[(host, worker_id(snapshot.id, command))]
+        worker.update(state="stopped", reason="stopped by request")
+        fleet.emit_worker(host, worker)
+        if command == "torchrun-node1":
+            assert service.get(snapshot.id).state == "degraded"
+    wait_until(lambda: service.get(snapshot.id).state == "stopped")
+    assert service.get(snapshot.id).reason == "stopped outside this app"
