@@ -29,7 +29,7 @@ from meshdeck.launch.plan import LaunchPlan, ReadyCheck
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Layout, Profile, profile_from_mapping
 from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, worker_id
+from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
 from meshdeck.services.deploy_targets import LOCAL_ADDRESS, prepare_launch
 from meshdeck.services.deploy_waits import read_log
 from meshdeck.services.fleet import FleetService, FleetSettings
@@ -171,7 +171,8 @@ def run_builtin_workload(
     """
     profile = workload_profile(workload, layout, hosts, args=args, env=env)
     started = time.monotonic()
-    prepared = prepare_launch(profile, fleet, addresses=dict.fromkeys(hosts, LOCAL_ADDRESS), run_id=profile.name)
+    deployment_id = new_deployment_id(profile.name)
+    prepared = prepare_launch(profile, fleet, addresses=dict.fromkeys(hosts, LOCAL_ADDRESS), run_id=deployment_id)
     prepared = replace(prepared, plan=with_ready_timeout(prepared.plan, ready_timeout_s))
     report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories) if preflight else None
     if report is not None and not report.passed:
@@ -182,7 +183,7 @@ def run_builtin_workload(
     try:
         launch_started = time.monotonic()
         try:
-            snapshot = deploy.launch(prepared.plan, progress=progress)
+            snapshot = deploy.launch(prepared.plan, deployment_id=deployment_id, progress=progress)
         except LaunchFailed as failed:
             snapshot = failed.snapshot
         launch_s = time.monotonic() - launch_started
