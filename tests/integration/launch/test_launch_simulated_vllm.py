@@ -21,7 +21,8 @@ from meshdeck.services.preflight import run_preflight
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import compare_deployments, get_deployment
 
-pytestmark = pytest.mark.slow
+# real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 HOSTS = ("sim-a", "sim-b")
 
 

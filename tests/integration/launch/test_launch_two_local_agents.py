@@ -14,7 +14,8 @@ from meshdeck.services.deploy import DeployService
 from meshdeck.services.deploy_local import LocalAgents, run_builtin_workload
 from meshdeck.services.deploy_model import DeploymentSnapshot, worker_id
 
-pytestmark = pytest.mark.slow
+# real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture
