@@ -55,17 +55,39 @@ def test_screenshots_without_demo_and_a_bad_quit_after_are_refused(capsys) -> No
 
 
 @pytest.mark.slow
-def test_demo_screenshots_one_png_per_view_offscreen(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)
+def test_demo_runs_its_tour_and_saves_one_png_per_view_offscreen(tmp_path: Path) -> None:
+    """The whole demo: agents, plan, profile, pre-flight, simulated vLLM launch, real torch run, history."""
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path / "config")}
     shots = tmp_path / "shots"
     done = subprocess.run(
-        [sys.executable, "-m", "meshdeck", "--demo", "--screenshots", str(shots), "--quit-after", "20"],
+        [
+            sys.executable,
+            "-m",
+            "meshdeck",
+            "--log-level",
+            "INFO",
+            "--demo",
+            "--screenshots",
+            str(shots),
+            "--quit-after",
+            "200",
+        ],
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=400,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    log = done.stderr
+    for step in (
+        "planning DeepSeek V3.2",
+        "pre-flight of demo-deepseek-v3.2",
+        "launching demo-tiny-deepseek",
+        "demo: done",
+    ):
+        assert step in log, log[-3000:]
+    assert "launch failed" not in log
     names = sorted(p.name for p in shots.glob("*.png"))
     assert names == sorted(f"{i + 1:02d}-{key}.png" for i, key in enumerate(_view_keys()))
     assert all(p.stat().st_size > 10_000 for p in shots.glob("*.png"))

@@ -6,6 +6,10 @@ NVLink/PCIe/InfiniBand traffic and vLLM stand-ins are simulated and say so in ev
 sample. Torch workloads they start are real processes. The demo has its own database, sockets and
 known_hosts in a fresh folder, so it never touches the operator's real hosts, and `shutdown()`
 stops both daemons and removes that folder. No Qt here.
+
+The demo's two deployments are ordinary profiles: the planner's best layout over both hosts (vLLM,
+simulated by the agents because the hosts are), and the launch engineer's tiny DeepSeek-shaped
+torch workload, which really runs (gloo on CPU) across the two agents.
 """
 
 from __future__ import annotations
@@ -14,12 +18,18 @@ import logging
 import shutil
 import socket
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from meshdeck_agent import protocol
 
 from meshdeck import __version__
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.planner import PlanResult
+from meshdeck.launch.profile import Layout, Profile, profile_from_mapping, profile_to_mapping
+from meshdeck.services.deploy_local import free_port, workload_profile
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.store.database import Database, open_database
 
@@ -114,3 +124,30 @@ def shutdown_agent_socket(path: Path, timeout: float = SHUTDOWN_TIMEOUT_S) -> bo
     except (OSError, protocol.ProtocolError) as exc:
         log.info("demo: no agent answered on %s: %s", path, exc)
     return False
+
+
+# -- the demo's profiles ------------------------------------------------------------------------------
+
+DEMO_VLLM_PROFILE = "demo-deepseek-v3.2"
+DEMO_TORCH_PROFILE = "demo-tiny-deepseek"
+
+
+def choose_demo_layout(result: PlanResult, nodes: int) -> LayoutPlan | None:
+    """The best-ranked layout that fits and runs as one deployment over all `nodes` hosts (else the best fitting)."""
+    fitting = result.fitting
+    whole = [layout for layout in fitting if layout.instances == 1 and layout.nodes == nodes]
+    return (whole or fitting or [None])[0]
+
+
+def demo_vllm_profile(mapping: Mapping[str, Any]) -> Profile:
+    """The planner's profile for the demo, named for the demo and on a free API port of this machine."""
+    data = dict(mapping)
+    data["name"] = DEMO_VLLM_PROFILE
+    data["vllm"] = {**dict(data.get("vllm") or {}), "port": free_port()}
+    return profile_from_mapping(data, source="demo")
+
+
+def demo_torch_profile(hosts: tuple[str, ...] = DEMO_HOSTS) -> Profile:
+    """A real torch.distributed run of the tiny DeepSeek-shaped model: TP=2, one rank per demo host, gloo on CPU."""
+    base = workload_profile("tiny-deepseek", Layout(tensor_parallel=len(hosts)), hosts)
+    return profile_from_mapping({**profile_to_mapping(base), "name": DEMO_TORCH_PROFILE}, source="demo")

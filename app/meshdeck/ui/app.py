@@ -19,18 +19,22 @@ from collections.abc import Callable
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
+from meshdeck.services.deploy import DeployService
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.history import HistoryRecorder, resume_seqs
+from meshdeck.services.profiles import StoreDeploymentRecorder
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import list_hosts
 from meshdeck.store.writer import SampleWriter, WriterSettings
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.demo_tour import DemoTour
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.main_window import MainWindow, ViewEntry
 from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
 from meshdeck.ui.views.dashboard import DashboardView
+from meshdeck.ui.views.deployments import DeploymentsView
 from meshdeck.ui.views.history import HistoryView
 from meshdeck.ui.views.hosts import HostsView
 from meshdeck.ui.views.planner import PlannerView
@@ -40,6 +44,23 @@ from meshdeck.ui.views.topology import TopologyView
 log = logging.getLogger(__name__)
 
 SCREENSHOT_MARGIN_S = 4.0  # screenshots are taken this long before --quit-after, at the latest
+SETTLE_AFTER_TOUR_MS = 12_000  # ... or this long after the demo tour finished, if that is sooner
+
+
+class _Once:
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action: Callable[[], None] | None = action
+
+    def __call__(self) -> None:
+        action, self.action = self.action, None
+        if action is not None:
+            action()
+
+
+def wire_window(window: MainWindow) -> None:
+    """Cross-view navigation that needs the window: Launch… in Profiles opens Deployments."""
+    profiles = window.views[window.view_keys().index("profiles")].widget
+    profiles.launch_requested.connect(lambda _name: window.show_view("deployments"))
 
 
 def application() -> QApplication:
@@ -54,19 +75,25 @@ def application() -> QApplication:
     return app
 
 
-VIEW_KEYS = ("hosts", "topology", "planner", "dashboard", "history", "profiles")
+VIEW_KEYS = ("hosts", "topology", "planner", "deployments", "dashboard", "history", "profiles")
 
 
 def build_views(context: ConsoleContext) -> list[ViewEntry]:
     """Every view of the console, in navigation order (keys as in VIEW_KEYS), wired to each other."""
     planner = PlannerView(context)
     profiles = ProfilesView(context)
+    deployments = DeploymentsView(context)
+    dashboard = DashboardView(context.live)
     planner.profiles_saved.connect(lambda names: profiles.reload(names[0] if names else None))
+    planner.profiles_saved.connect(lambda names: deployments.reload_profiles(names[0] if names else None))
+    profiles.launch_requested.connect(deployments.choose_profile)
+    deployments.planned_memory.connect(dashboard.set_planned_memory)
     views = [
         ViewEntry("hosts", "Hosts", HostsView(context)),
         ViewEntry("topology", "Topology", TopologyView(context)),
         ViewEntry("planner", "Planner", planner),
-        ViewEntry("dashboard", "Dashboard", DashboardView(context.live)),
+        ViewEntry("deployments", "Deployments", deployments),
+        ViewEntry("dashboard", "Dashboard", dashboard),
         ViewEntry("history", "History", HistoryView(context)),
         ViewEntry("profiles", "Profiles", profiles),
     ]
@@ -94,6 +121,8 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
         context.on_shutdown.append(db.close)
         context.on_shutdown.append(fleet.close)
     assert context.fleet is not None and context.db is not None
+    context.deploy = DeployService(context.fleet, recorder=StoreDeploymentRecorder(context.db))
+    context.on_shutdown.append(context.deploy.close)  # deployments keep running on the agents
     # Every sample and event goes to the store (history) as well as to the window.
     writer = SampleWriter(context.db, settings=WriterSettings(commit_interval_s=2.0 if args.demo else 10.0)).start()
     context.on_shutdown.append(writer.stop)
@@ -115,12 +144,20 @@ def run_console(args: argparse.Namespace) -> int:
     context = build_context(args, settings)
     try:
         window = MainWindow(context, build_views(context))
+        wire_window(window)
         if args.screenshots:
             window.resize(1500, 950)  # pictures of a known size, whatever the last session left
         window.show()
+        tour = None
+        if args.demo:
+            tour = DemoTour(window, context.demo.hosts)
+            tour.start()
         if args.screenshots:
-            delay = max(1.0, (args.quit_after or 30.0) - SCREENSHOT_MARGIN_S)
-            QTimer.singleShot(int(delay * 1000), lambda: _screenshots_then_quit(window, args))
+            shoot = _Once(lambda: _screenshots_then_quit(window, args))
+            latest = max(1.0, (args.quit_after or 90.0) - SCREENSHOT_MARGIN_S)
+            QTimer.singleShot(int(latest * 1000), shoot)
+            if tour is not None:  # the demo has settled: its charts have some data
+                tour.finished.connect(lambda: QTimer.singleShot(SETTLE_AFTER_TOUR_MS, shoot))
         elif args.quit_after is not None:
             QTimer.singleShot(int(args.quit_after * 1000), window.close)
         status = app.exec()

@@ -209,9 +209,9 @@ class TimeChart(QWidget):
         bounds = y_bounds(self._batches, x_start, x_end)
         low, high = bounds if bounds is not None else (0.0, 0.0)
         high = max([high, *(line.value() for line in self._reference_lines)])
-        magnitude = max(abs(low), abs(high)) * 1.04
+        magnitude = max(abs(low), abs(high))
         floor = max(self.unit.axis_floor, self._y_floor_raw * self.unit.scale)
-        top = nice_ceiling(magnitude) if magnitude > floor else floor
+        top = nice_ceiling(magnitude * 1.04) if magnitude > floor else floor  # 100 % stays 100 %
         wanted = (-top if self.mirrored or low < 0 else 0.0, top)
         if wanted != self._y_range:
             self._y_range = wanted
@@ -230,7 +230,7 @@ class TimeChart(QWidget):
                 pen=pen,
                 movable=False,
                 label=label,
-                labelOpts={"position": 0.02, "color": theme.chart_foreground(), "anchors": [(0, 1), (0, 1)]},
+                labelOpts={"position": 0.02, "color": theme.chart_foreground(), "anchors": [(0, 0), (0, 0)]},
             )
             self.plot_item.addItem(line)
             self._reference_lines.append(line)

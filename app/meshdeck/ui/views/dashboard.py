@@ -123,6 +123,8 @@ class DashboardView(QWidget):
 
     def set_planned_memory(self, planned: Mapping[tuple[str, int], float]) -> None:
         """Per (host, GPU index) memory the plan expects in use, in bytes: drawn over the VRAM chart."""
+        if dict(planned) == self._planned_memory:
+            return
         self._planned_memory = dict(planned)
         self._built_for = None  # lines depend on the selection: rebuild on the next refresh
         self._drawn_generation = -1

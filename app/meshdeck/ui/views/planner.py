@@ -177,7 +177,7 @@ class PlannerView(QWidget):
 
     def _refresh_hosts(self) -> None:
         assert self.context.hosts is not None
-        inventories = self.context.hosts.connected_inventories()
+        inventories = dict(sorted(self.context.hosts.connected_inventories().items()))
         if set(inventories) != set(self.form._inventories):
             self.form.set_hosts(inventories)
 

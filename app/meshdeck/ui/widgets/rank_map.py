@@ -33,7 +33,7 @@ def rank_labels(rank: RankPlacement, layout: LayoutPlan) -> list[str]:
 
 class RankMapWidget(QWidget):
     BOX_W = 112
-    BOX_H = 58
+    BOX_H = 66
     NAME_W = 110
     GAP = 6
 
@@ -100,8 +100,9 @@ class RankMapWidget(QWidget):
                     painter.setPen(QColor("#FFFFFF"))
                     painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, f"GPU {gpu}\nidle")
                     continue
-                painter.fillRect(rect, self._color(rank))
-                painter.setPen(QPen(QColor("#FFFFFF")))
+                fill = self._color(rank)
+                painter.fillRect(rect, fill)
+                painter.setPen(QPen(QColor("#000000") if fill.lightness() > 150 else QColor("#FFFFFF")))
                 painter.drawText(
                     rect.adjusted(4, 2, -4, -2),
                     Qt.AlignmentFlag.AlignCenter,

@@ -1,0 +1,197 @@
+"""What `meshdeck --demo` does by itself once the window is up, through the views' own actions.
+
+1. wait until demo-a and demo-b are connected and have reported their inventories;
+2. plan DeepSeek V3.2 on the detected hosts and save the best layout over both as a profile;
+3. pre-flight that profile and launch it: the agents run their simulated vLLM, whose workers make
+   the VRAM, KV-cache and NVLink charts move;
+4. launch the tiny DeepSeek-shaped torch.distributed workload for real (gloo on CPU) on both agents;
+5. show an hour of history for demo-a.
+
+Each step waits on the view's signals (no sleeps), and a step that fails says why in the status bar
+and lets the rest go on. `finished` is emitted when the tour is done (or gave up).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from meshdeck.services import profiles as profile_service
+from meshdeck.services.demo import (
+    DEMO_TORCH_PROFILE,
+    DEMO_VLLM_PROFILE,
+    choose_demo_layout,
+    demo_torch_profile,
+    demo_vllm_profile,
+)
+from meshdeck.ui.main_window import MainWindow
+from meshdeck.ui.views.planner_inputs import model_id_for, profile_mappings
+
+log = logging.getLogger(__name__)
+CONNECT_TIMEOUT_MS = 120_000
+
+
+class DemoTour(QObject):
+    step = Signal(str)  # what the tour is doing now
+    finished = Signal()
+
+    def __init__(self, window: MainWindow, hosts: tuple[str, ...]) -> None:
+        super().__init__(window)
+        self.window = window
+        self.context = window.context
+        self.hosts = hosts
+        self.done = False
+        self.views = {entry.key: entry.widget for entry in window.views}
+        self._deadline = QTimer(self)
+        self._deadline.setSingleShot(True)
+        self._deadline.timeout.connect(lambda: self._give_up("the demo hosts did not connect in time"))
+        self.step.connect(lambda text: self.window.statusBar().showMessage(f"demo: {text}", 15000))
+        self.step.connect(lambda text: log.info("demo: %s", text))
+
+    def start(self) -> None:
+        assert self.context.hosts is not None
+        self.context.hosts.changed.connect(self._hosts_changed)
+        self._deadline.start(CONNECT_TIMEOUT_MS)
+        self.step.emit("starting two simulated 8×H200 agents")
+        self._hosts_changed("")
+
+    def _give_up(self, reason: str) -> None:
+        log.warning("demo tour: %s", reason)
+        self.step.emit(reason)
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.done:
+            self.done = True
+            self.finished.emit()
+
+    # 1 ------------------------------------------------------------------------------------------
+
+    def _hosts_changed(self, _host: str) -> None:
+        assert self.context.hosts is not None
+        ready = self.context.hosts.connected_inventories()
+        if self._deadline.isActive() and all(host in ready for host in self.hosts):
+            self._deadline.stop()
+            self.context.hosts.changed.disconnect(self._hosts_changed)
+            self.window.show_view("topology")
+            QTimer.singleShot(0, self._plan)
+
+    # 2 ------------------------------------------------------------------------------------------
+
+    def _plan(self) -> None:
+        planner = self.views["planner"]
+        self.step.emit("planning DeepSeek V3.2 on the detected hosts")
+        planner._refresh_hosts()  # both hosts are in, ticked: plan on exactly them
+        planner.form.model.setCurrentText("deepseek-v3.2")
+        planner.planned.connect(self._planned)
+        planner.plan()
+
+    def _planned(self, result: object) -> None:
+        planner = self.views["planner"]
+        planner.planned.disconnect(self._planned)
+        layout = choose_demo_layout(result, len(self.hosts))  # type: ignore[arg-type]
+        if layout is None:
+            self._give_up("no layout fits the demo cluster")
+            return
+        planner.table.selectRow(planner.result.layouts.index(layout))
+        self.window.show_view("planner")
+        mapping = profile_mappings(layout, result, list(self.hosts), DEMO_VLLM_PROFILE, model_id_for("deepseek-v3.2"))[
+            0
+        ]
+        vllm_profile = demo_vllm_profile(mapping)
+        torch_profile = demo_torch_profile(self.hosts)
+        db = self.context.db
+        assert db is not None
+        self.step.emit(f"saving {layout.label()} as profile {DEMO_VLLM_PROFILE}")
+
+        def work(_progress: object) -> list[str]:
+            notes = (
+                (vllm_profile, "the planner's best layout over both demo hosts"),
+                (torch_profile, "tiny DeepSeek, gloo"),
+            )
+            return [profile_service.save_profile(db, profile, note).profile.name for profile, note in notes]
+
+        job = self.context.jobs.start("demo profiles", work)
+        job.succeeded.connect(self._profiles_saved)
+        job.failed.connect(self._give_up)
+
+    # 3 ------------------------------------------------------------------------------------------
+
+    def _profiles_saved(self, names: list[str]) -> None:
+        self.views["profiles"].reload(DEMO_VLLM_PROFILE)
+        deployments = self.views["deployments"]
+        deployments.reload_profiles(select=DEMO_VLLM_PROFILE)
+        QTimer.singleShot(500, self._preflight)
+
+    def _preflight(self) -> None:
+        deployments = self.views["deployments"]
+        if deployments.profile.currentText() != DEMO_VLLM_PROFILE:
+            QTimer.singleShot(300, self._preflight)  # the profile list is still loading
+            return
+        self.window.show_view("deployments")
+        self.step.emit(f"pre-flight of {DEMO_VLLM_PROFILE}")
+        deployments.run_preflight()
+        job = self.context.jobs.running("pre-flight")
+        if job is None:
+            self._give_up("the pre-flight did not start")
+            return
+        job.ended.connect(self._launch_vllm)
+
+    def _launch_vllm(self) -> None:
+        deployments = self.views["deployments"]
+        self.step.emit(f"launching {DEMO_VLLM_PROFILE} (simulated vLLM on both agents)")
+        deployments.launched.connect(self._vllm_up)
+        deployments.launch()
+        job = self.context.jobs.running("launch")
+        if job is not None:
+            job.failed.connect(lambda message: self._launch_torch())
+
+    # 4 ------------------------------------------------------------------------------------------
+
+    def _vllm_up(self, snapshot: object) -> None:
+        deployments = self.views["deployments"]
+        deployments.launched.disconnect(self._vllm_up)
+        deployments.tabs.setCurrentWidget(deployments.workers)
+        QTimer.singleShot(0, self._launch_torch)
+
+    def _launch_torch(self) -> None:
+        deployments = self.views["deployments"]
+        deployments.choose_profile(DEMO_TORCH_PROFILE)
+        self.step.emit(f"launching {DEMO_TORCH_PROFILE}: a real torch.distributed run on the CPU")
+        QTimer.singleShot(500, self._launch_torch_now)
+
+    def _launch_torch_now(self) -> None:
+        deployments = self.views["deployments"]
+        if deployments.profile.currentText() != DEMO_TORCH_PROFILE or self.context.jobs.running("launch"):
+            QTimer.singleShot(300, self._launch_torch_now)
+            return
+        deployments.launch()
+        job = self.context.jobs.running("launch")
+        if job is None:
+            self._history()
+            return
+        job.ended.connect(self._history)
+
+    # 5 ------------------------------------------------------------------------------------------
+
+    def _history(self) -> None:
+        history = self.views["history"]
+        history.reload_hosts()
+        QTimer.singleShot(3000, self._history_query)
+
+    def _history_query(self) -> None:
+        deployments = self.views["deployments"]
+        running = [s for s in deployments.deployments() if s.name == DEMO_VLLM_PROFILE and not s.final]
+        if running:  # the deployments view shows the one that keeps running
+            deployments.selected_id = running[0].id
+            deployments.list.clearSelection()
+            deployments.refresh()
+        history = self.views["history"]
+        if history.host.count():
+            history.host.setCurrentText(self.hosts[0])
+            history.range.setCurrentIndex(history.range.findText("last 15 min"))
+            history.query()
+        self.window.show_view("dashboard")
+        self.step.emit("done: the dashboard follows the simulated vLLM deployment")
+        self._finish()

@@ -1,0 +1,255 @@
+"""The detail panels of a deployment: its workers, a log tail with search and follow, the NCCL transports
+each rank reported, and planned beside measured.
+
+Workers come from the deploy service's snapshot (kept current by the fleet's `worker` events).
+NCCL transports come from the agents' `log` events of kind nccl_transport (NCCL_DEBUG=INFO channel
+lines): per rank, which transport reached which peer. Planned numbers are the planner's prediction
+the launch carried; measured ones are what vLLM's startup log printed (parsed by the agent).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QTableWidgetItem,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from meshdeck.services.deploy_model import DeploymentSnapshot, describe_exit
+from meshdeck.ui import theme
+from meshdeck.ui.widgets.tables import row_table
+
+WORKER_COLUMNS = ("command", "host", "stage", "state", "restarts", "exit", "reason")
+COMPARED = (
+    ("weights_gib", "weights per GPU (GiB)", 2),
+    ("available_kv_gib", "KV cache per GPU (GiB)", 2),
+    ("kv_cache_tokens", "KV tokens per DP engine", 0),
+    ("max_concurrency", "max concurrency at max_model_len", 2),
+)
+
+
+def set_row(table: Any, row: int, values: tuple[str, ...]) -> None:
+    for column, text in enumerate(values):
+        item = table.item(row, column)
+        if item is None:
+            table.setItem(row, column, QTableWidgetItem(text))
+        elif item.text() != text:
+            item.setText(text)
+
+
+class WorkersPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.table = row_table("deploymentWorkers", WORKER_COLUMNS)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table)
+
+    def show_snapshot(self, snapshot: DeploymentSnapshot | None) -> None:
+        workers = snapshot.workers if snapshot else ()
+        self.table.setRowCount(len(workers))
+        for row, worker in enumerate(workers):
+            exit_text = (
+                describe_exit(worker.state, worker.exit_code, worker.signal, "")
+                if worker.exit_code is not None or worker.signal
+                else ""
+            )
+            set_row(
+                self.table,
+                row,
+                (
+                    worker.command,
+                    worker.host,
+                    str(worker.stage),
+                    worker.state,
+                    str(worker.restarts),
+                    exit_text,
+                    worker.reason,
+                ),
+            )
+            self.table.item(row, 3).setForeground(QColor(theme.STATE_COLORS.get(worker.state, "#757575")))
+
+
+class LogPanel(QWidget):
+    """A worker's log tail. Search highlights every match; Follow keeps the view at the newest line."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.worker = QComboBox()
+        self.worker.setObjectName("logWorker")
+        self.search = QLineEdit()
+        self.search.setObjectName("logSearch")
+        self.search.setPlaceholderText("search the log (Return: next match)")
+        self.search.textChanged.connect(self.highlight)
+        self.search.returnPressed.connect(self.find_next)
+        self.follow = QCheckBox("Follow")
+        self.follow.setObjectName("logFollow")
+        self.follow.setChecked(True)
+        self.matches = QLabel()
+        self.text = QPlainTextEdit()
+        self.text.setObjectName("logText")
+        self.text.setReadOnly(True)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.text.setMaximumBlockCount(5000)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Worker"))
+        bar.addWidget(self.worker)
+        bar.addWidget(self.search, 1)
+        bar.addWidget(self.matches)
+        bar.addWidget(self.follow)
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.text, 1)
+
+    def set_workers(self, commands: list[str]) -> None:
+        current = self.worker.currentText()
+        if commands != [self.worker.itemText(i) for i in range(self.worker.count())]:
+            self.worker.clear()
+            self.worker.addItems(commands)
+            if current in commands:
+                self.worker.setCurrentText(current)
+
+    def set_text(self, text: str) -> None:
+        if text == self.text.toPlainText():
+            return
+        bar = self.text.verticalScrollBar()
+        position = bar.value()
+        self.text.setPlainText(text)
+        if self.follow.isChecked():
+            self.text.moveCursor(QTextCursor.MoveOperation.End)
+            bar.setValue(bar.maximum())
+        else:
+            bar.setValue(position)
+        self.highlight()
+
+    def highlight(self) -> int:
+        """Mark every occurrence of the search text; returns how many there are."""
+        needle = self.search.text()
+        selections = []
+        if needle:
+            fmt = QTextCharFormat()
+            fmt.setBackground(QColor("#F9E79F"))
+            fmt.setForeground(QColor("#000000"))
+            cursor = self.text.document().find(needle, 0)
+            while not cursor.isNull() and len(selections) < 10000:
+                selection = QTextEdit.ExtraSelection()
+                selection.cursor = cursor
+                selection.format = fmt
+                selections.append(selection)
+                cursor = self.text.document().find(needle, cursor)
+        self.text.setExtraSelections(selections)
+        self.matches.setText(f"{len(selections)} match(es)" if needle else "")
+        return len(selections)
+
+    def find_next(self) -> bool:
+        found = self.text.find(self.search.text())
+        if not found:  # wrap around
+            self.text.moveCursor(QTextCursor.MoveOperation.Start)
+            found = self.text.find(self.search.text(), QTextDocument.FindFlag(0))
+        if found:
+            self.follow.setChecked(False)
+        return found
+
+
+class NcclPanel(QWidget):
+    """Per rank: the transports NCCL chose to each peer, from `nccl_transport` log events."""
+
+    COLUMNS = ("worker", "rank", "transport", "peers", "channels", "GPU Direct RDMA")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.table = row_table("ncclTransports", self.COLUMNS)
+        self.network = QLabel("No NCCL_DEBUG=INFO lines yet (gloo on CPU and simulated vLLM print none).")
+        self.network.setObjectName("ncclNetwork")
+        self.network.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.network)
+        layout.addWidget(self.table, 1)
+        self._links: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self._networks: dict[str, str] = {}
+
+    def clear(self) -> None:
+        self._links.clear()
+        self._networks.clear()
+        self.table.setRowCount(0)
+
+    def add(self, worker: str, fields: Mapping[str, Any]) -> None:
+        what = fields.get("what")
+        if what == "network":
+            self._networks[worker] = str(fields.get("network"))
+        elif what == "channel" and isinstance(fields.get("src_rank"), int):
+            key = (worker, int(fields["src_rank"]), str(fields.get("transport") or fields.get("via")))
+            entry = self._links.setdefault(key, {"peers": set(), "channels": set(), "gdrdma": False})
+            entry["peers"].add(fields.get("dst_rank"))
+            entry["channels"].add(fields.get("channel"))
+            entry["gdrdma"] = entry["gdrdma"] or bool(fields.get("gdrdma"))
+        else:
+            return
+        self._render()
+
+    def _render(self) -> None:
+        if self._networks:
+            self.network.setText("network: " + ", ".join(f"{w}: {n}" for w, n in sorted(self._networks.items())))
+        rows = sorted(self._links.items(), key=lambda item: (item[0][1], item[0][0], item[0][2]))
+        self.table.setRowCount(len(rows))
+        for row, ((worker, rank, transport), entry) in enumerate(rows):
+            peers = ", ".join(str(p) for p in sorted(p for p in entry["peers"] if p is not None))
+            set_row(
+                self.table,
+                row,
+                (worker, str(rank), transport, peers, str(len(entry["channels"])), "yes" if entry["gdrdma"] else "no"),
+            )
+
+
+class PlannedPanel(QWidget):
+    """Planned (the planner's prediction the launch carried) beside measured (vLLM's startup log)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.table = row_table("plannedVsMeasured", ("number", "planned", "measured", "difference"))
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.note)
+        layout.addWidget(self.table, 1)
+
+    def set_numbers(self, planned: Mapping[str, Any] | None, measured: Mapping[str, Mapping[str, Any]]) -> None:
+        if planned is None:
+            self.note.setText("No prediction for this deployment (a torch job, or a model meshdeck has no card for).")
+        else:
+            self.note.setText(
+                "Planned: meshdeck's planner for this layout. Measured: the startup lines vLLM printed "
+                f"({len(measured)} worker(s) so far)."
+            )
+        rows: list[tuple[str, str, str, str]] = []
+        for key, label, decimals in COMPARED:
+            want = planned.get(key) if planned else None
+            got = [m[key] for m in measured.values() if isinstance(m.get(key), int | float)]
+            have = min(got) if got else None  # the tightest worker decides, as vLLM does
+            rows.append((label, _number(want, decimals), _number(have, decimals), _difference(want, have)))
+        self.table.setRowCount(len(rows))
+        for row, values in enumerate(rows):
+            set_row(self.table, row, values)
+
+
+def _number(value: Any, decimals: int) -> str:
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return "—"
+    return f"{value:,.{decimals}f}"
+
+
+def _difference(planned: Any, measured: Any) -> str:
+    if not isinstance(planned, int | float) or not isinstance(measured, int | float) or not planned:
+        return "—"
+    return f"{100 * (measured - planned) / planned:+.1f} %"

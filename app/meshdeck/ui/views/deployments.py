@@ -1,0 +1,346 @@
+"""The deployments view: profile → pre-flight → launch / stop, and every deployment's live state.
+
+Pre-flight and launch run as jobs through the same services the CLI uses (`prepare_launch`,
+`run_preflight`, `DeployService.launch`): the launch reports each step and can be cancelled, which
+stops what was started in reverse. The deployments list and the worker table follow the deploy
+service (kept current by the agents' `worker` events); logs are read from the agents by a job
+while the log tab is open and Follow is on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget
+
+from meshdeck.core.errors import InputError
+from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.preflight_rules import PreflightReport
+from meshdeck.launch.profile import Profile
+from meshdeck.remote.connectors import LocalConnector
+from meshdeck.remote.events import AgentEvent
+from meshdeck.services import profiles as profile_service
+from meshdeck.services.deploy import LaunchFailed
+from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
+from meshdeck.services.deploy_records import planned_as_measured
+from meshdeck.services.deploy_targets import LOCAL_ADDRESS, PreparedLaunch, address_of_target, prepare_launch
+from meshdeck.services.preflight import run_preflight
+from meshdeck.store.hosts import find_host
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.views.deployment_panels import LogPanel, NcclPanel, PlannedPanel, WorkersPanel, set_row
+from meshdeck.ui.widgets.tables import row_table
+
+log = logging.getLogger(__name__)
+LIST_COLUMNS = ("deployment", "engine", "state", "reason", "serving at")
+PREFLIGHT_COLUMNS = ("check", "host", "result", "reason")
+LOG_LINES = 400
+
+
+class DeploymentsView(QWidget):
+    launched = Signal(object)  # DeploymentSnapshot, once up
+    planned_memory = Signal(object)  # {(host, gpu): bytes} of the running deployments with a prediction
+
+    def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("deploymentsView")
+        self.context = context
+        self.plans: dict[str, LaunchPlan] = {}  # deployment id -> the plan it was launched from
+        self.prepared: PreparedLaunch | None = None
+        self.preflight: PreflightReport | None = None
+        self.selected_id: str | None = None
+
+        self.profile = QComboBox()
+        self.profile.setObjectName("deployProfile")
+        self.profile.setAccessibleName("Profile")
+        self.profile.currentTextChanged.connect(self._profile_changed)
+        self.preflight_button = QPushButton("Pre-flight")
+        self.preflight_button.setObjectName("preflightButton")
+        self.launch_button = QPushButton("Launch")
+        self.launch_button.setObjectName("launchButton")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stopButton")
+        self.preflight_button.clicked.connect(self.run_preflight)
+        self.launch_button.clicked.connect(self.launch)
+        self.stop_button.clicked.connect(lambda: self.stop(self.selected_id))
+        self.status = QLabel("Choose a profile, run the pre-flight checks, then launch.")
+        self.status.setObjectName("deployStatus")
+        self.status.setWordWrap(True)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Profile"))
+        bar.addWidget(self.profile, 1)
+        for button in (self.preflight_button, self.launch_button, self.stop_button):
+            bar.addWidget(button)
+
+        self.list = row_table("deploymentList", LIST_COLUMNS)
+        self.list.itemSelectionChanged.connect(self._deployment_chosen)
+        self.preflight_table = row_table("preflightResults", PREFLIGHT_COLUMNS)
+        self.workers = WorkersPanel()
+        self.logs = LogPanel()
+        self.nccl = NcclPanel()
+        self.planned = PlannedPanel()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.preflight_table, "Pre-flight")
+        self.tabs.addTab(self.workers, "Workers")
+        self.tabs.addTab(self.logs, "Log")
+        self.tabs.addTab(self.nccl, "NCCL transports")
+        self.tabs.addTab(self.planned, "Planned vs measured")
+        splitter = QSplitter()
+        splitter.addWidget(self.list)
+        splitter.addWidget(self.tabs)
+        splitter.setSizes([520, 800])
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.status)
+        layout.addWidget(splitter, 1)
+
+        self._nccl_events: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        context.bridge.agent_event.connect(self._agent_event)
+        self._timer = QTimer(self)
+        self._timer.setInterval(1000)
+        self._timer.timeout.connect(self.refresh)
+        self._timer.start()
+        self._log_timer = QTimer(self)
+        self._log_timer.setInterval(2000)
+        self._log_timer.timeout.connect(self._poll_log)
+        self._log_timer.start()
+        self.logs.worker.currentTextChanged.connect(lambda _text: self._poll_log(force=True))
+        self.reload_profiles()
+        self._buttons()
+
+    # ------------------------------------------------------------------ profiles
+
+    def reload_profiles(self, select: str | None = None) -> None:
+        db = self.context.db
+        if db is None:
+            return
+        job = self.context.jobs.start("deploy profiles", lambda _p: [p.name for p in profile_service.list_profiles(db)])
+        job.succeeded.connect(lambda names: self._profiles_loaded(names, select))
+
+    def _profiles_loaded(self, names: list[str], select: str | None) -> None:
+        current = select or self.profile.currentText()
+        self.profile.blockSignals(True)
+        self.profile.clear()
+        self.profile.addItems(names)
+        self.profile.blockSignals(False)
+        if current in names:
+            self.profile.setCurrentText(current)
+        self._profile_changed()
+
+    def choose_profile(self, name: str) -> None:
+        """Select `name` (e.g. from the profiles view's Launch…), reloading the list if it is new."""
+        if self.profile.findText(name) < 0:
+            self.reload_profiles(select=name)
+        else:
+            self.profile.setCurrentText(name)
+
+    def _profile_changed(self) -> None:
+        self.prepared = None
+        self.preflight = None
+        self.preflight_table.setRowCount(0)
+        self._buttons()
+
+    def _buttons(self) -> None:
+        ready = self.context.fleet is not None and self.context.deploy is not None and bool(self.profile.currentText())
+        busy = self.context.jobs.running("launch") is not None
+        self.preflight_button.setEnabled(ready and not busy)
+        self.launch_button.setEnabled(ready and not busy)
+        snapshot = self._snapshot(self.selected_id)
+        self.stop_button.setEnabled(snapshot is not None and not snapshot.final and snapshot.state != "stopping")
+
+    # ------------------------------------------------------------------ pre-flight and launch
+
+    def addresses(self, hosts: list[str]) -> dict[str, str]:
+        """Where peers reach each host: its SSH target's address, or 127.0.0.1 for an agent on this machine."""
+        fleet, db = self.context.fleet, self.context.db
+        assert fleet is not None
+        found = {}
+        for host in hosts:
+            if host in fleet.hosts() and isinstance(fleet.supervisor(host).connector, LocalConnector):
+                found[host] = LOCAL_ADDRESS
+                continue
+            record = find_host(db, host) if db is not None else None
+            if record is None:
+                raise InputError("hosts", f"{host!r} is neither connected here nor a stored host; add it in Hosts")
+            found[host] = address_of_target(record.target)
+        return found
+
+    def _prepare(self, profile_name: str) -> tuple[Profile, PreparedLaunch]:
+        db, fleet = self.context.db, self.context.fleet
+        assert db is not None and fleet is not None
+        profile = profile_service.get_profile(db, profile_name).profile
+        addresses = self.addresses(list(profile.hosts))
+        prepared = prepare_launch(profile, fleet, addresses=addresses, run_id=new_deployment_id(profile.name))
+        return profile, prepared
+
+    def run_preflight(self) -> None:
+        name = self.profile.currentText()
+        fleet = self.context.fleet
+
+        def work(progress: Any) -> tuple[PreparedLaunch, PreflightReport]:
+            progress.report(None, "asking the agents")
+            profile, prepared = self._prepare(name)
+            return prepared, run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
+
+        self.status.setText(f"pre-flight of {name}…")
+        job = self.context.jobs.start("pre-flight", work)
+        job.succeeded.connect(self._preflight_done)
+        job.failed.connect(lambda message: self.status.setText(f"pre-flight could not run: {message}"))
+
+    def _preflight_done(self, answer: tuple[PreparedLaunch, PreflightReport]) -> None:
+        self.prepared, self.preflight = answer
+        results = self.preflight.results
+        self.preflight_table.setRowCount(len(results))
+        for row, result in enumerate(results):
+            set_row(
+                self.preflight_table,
+                row,
+                (result.check, result.host or "cluster", "pass" if result.passed else "FAIL", result.reason),
+            )
+        failed = len(self.preflight.failures)
+        simulated = " (simulated hosts)" if self.prepared.simulated else ""
+        self.status.setText(
+            f"pre-flight{simulated}: {len(results) - failed} passed, {failed} failed"
+            + ("" if not failed else " — launching anyway is possible, but read the reasons first")
+        )
+        self.tabs.setCurrentWidget(self.preflight_table)
+
+    def launch(self) -> None:
+        name = self.profile.currentText()
+        deploy = self.context.deploy
+        prepared = self.prepared
+
+        def work(progress: Any) -> tuple[DeploymentSnapshot, LaunchPlan]:
+            plan = prepared.plan if prepared is not None else self._prepare(name)[1].plan
+
+            def report(update: LaunchProgress) -> None:
+                progress.report(update.step / max(update.total, 1), update.message)
+
+            try:
+                return deploy.launch(plan, progress=report, cancel=progress.cancelled), plan
+            except LaunchFailed as failed:
+                raise RuntimeError(f"{failed.snapshot.state}: {failed.snapshot.reason}") from None
+
+        self.status.setText(f"launching {name}…")
+        job = self.context.jobs.start("launch", work)
+        job.progressed.connect(lambda _f, message: self.status.setText(f"launching {name}: {message}"))
+        job.succeeded.connect(self._launched)
+        job.failed.connect(lambda message: self.status.setText(f"launch failed: {message}"))
+        job.cancelled.connect(lambda: self.status.setText("launch cancelled; what was started is stopped"))
+        job.ended.connect(self._buttons)
+        self._buttons()
+
+    def _launched(self, answer: tuple[DeploymentSnapshot, LaunchPlan]) -> None:
+        snapshot, plan = answer
+        self.plans[snapshot.id] = plan
+        self.status.setText(
+            f"{snapshot.id} is {snapshot.state}" + (f" at {snapshot.serving_url}" if snapshot.serving_url else "")
+        )
+        self.selected_id = snapshot.id
+        self.refresh()
+        self.launched.emit(snapshot)
+
+    def stop(self, deployment_id: str | None) -> None:
+        deploy = self.context.deploy
+        if not deployment_id or deploy is None:
+            return
+        self.status.setText(f"stopping {deployment_id}…")
+        job = self.context.jobs.start(f"stop {deployment_id}", lambda _p: deploy.stop(deployment_id))
+        job.succeeded.connect(lambda snap: self.status.setText(f"{snap.id} {snap.state}"))
+        job.failed.connect(lambda message: self.status.setText(f"stop failed: {message}"))
+        job.ended.connect(self.refresh)
+
+    # ------------------------------------------------------------------ live state
+
+    def _snapshot(self, deployment_id: str | None) -> DeploymentSnapshot | None:
+        deploy = self.context.deploy
+        if deploy is None or deployment_id is None:
+            return None
+        try:
+            return deploy.get(deployment_id)
+        except KeyError:
+            return None
+
+    def deployments(self) -> list[DeploymentSnapshot]:
+        deploy = self.context.deploy
+        return sorted(deploy.list(), key=lambda s: s.started_at, reverse=True) if deploy is not None else []
+
+    def refresh(self) -> None:
+        snapshots = self.deployments()
+        self.list.setRowCount(len(snapshots))
+        for row, snap in enumerate(snapshots):
+            engine = snap.engine + (" (simulated)" if self._simulated(snap) else "")
+            reason = snap.reason.splitlines()[0] if snap.reason else ""
+            set_row(self.list, row, (snap.id, engine, snap.state, reason, snap.serving_url or ""))
+        ids = [s.id for s in snapshots]
+        if self.selected_id in ids and not self.list.selectionModel().selectedRows():
+            self.list.selectRow(ids.index(self.selected_id))
+        snapshot = self._snapshot(self.selected_id)
+        self.workers.show_snapshot(snapshot)
+        if snapshot is not None:
+            self.logs.set_workers([w.command for w in snapshot.workers])
+            plan = self.plans.get(snapshot.id)
+            self.planned.set_numbers(planned_as_measured(plan) if plan else None, snapshot.measured)
+        self._buttons()
+        self.planned_memory.emit(self._planned_memory(snapshots))
+
+    def _simulated(self, snapshot: DeploymentSnapshot) -> bool:
+        """A vLLM deployment on simulated agents runs the agents' stand-in, not vLLM: say so."""
+        assert self.context.hosts is not None
+        hosts = {worker.host for worker in snapshot.workers}
+        known = self.context.hosts.hosts
+        return snapshot.engine == "vllm" and any(h in known and known[h].simulated for h in hosts)
+
+    def _planned_memory(self, snapshots: list[DeploymentSnapshot]) -> dict[tuple[str, int], float]:
+        lines: dict[tuple[str, int], float] = {}
+        for snap in snapshots:
+            plan = self.plans.get(snap.id)
+            if plan is None or plan.planned is None or snap.final:
+                continue
+            for command in plan.commands:
+                for gpu in command.gpus:
+                    lines[(command.host, gpu)] = float(plan.planned.gpu_memory_bytes)
+        return lines
+
+    def _deployment_chosen(self) -> None:
+        rows = self.list.selectionModel().selectedRows()
+        if rows:
+            item = self.list.item(rows[0].row(), 0)
+            if item is not None and item.text() != self.selected_id:
+                self.selected_id = item.text()
+                self.nccl.clear()
+                for worker, fields in self._nccl_events.get(self.selected_id, []):
+                    self.nccl.add(worker, fields)
+                self.refresh()
+                self._poll_log(force=True)
+
+    def _agent_event(self, event: AgentEvent) -> None:
+        if event.event != "log" or event.data.get("kind") != "nccl_transport":
+            return
+        worker = str(event.data.get("worker"))
+        deployment = worker.rsplit(".", 1)[0]
+        fields = event.data.get("fields") or {}
+        self._nccl_events.setdefault(deployment, []).append((worker, fields))
+        if deployment == self.selected_id:
+            self.nccl.add(worker, fields)
+
+    def _poll_log(self, force: bool = False) -> None:
+        deploy = self.context.deploy
+        snapshot = self._snapshot(self.selected_id)
+        command = self.logs.worker.currentText()
+        if deploy is None or snapshot is None or not command:
+            return
+        if not force and not (
+            self.isVisible() and self.tabs.currentWidget() is self.logs and self.logs.follow.isChecked()
+        ):
+            return
+        if self.context.jobs.running("log tail") is not None:
+            return
+        job = self.context.jobs.start("log tail", lambda _p: deploy.logs(snapshot.id, command, LOG_LINES))
+        job.succeeded.connect(self.logs.set_text)
+
+    def worker_id(self, command: str) -> str:
+        assert self.selected_id is not None
+        return worker_id(self.selected_id, command)

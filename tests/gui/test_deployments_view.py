@@ -1,0 +1,97 @@
+"""Deployments: profile -> pre-flight -> launch -> stop, on the demo cluster's two real (simulated-GPU) agents."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from meshdeck.core.plan_request import PlanRequest
+from meshdeck.core.planner import plan
+from meshdeck.services import profiles as profile_service
+from meshdeck.services.catalog import load_gpu_catalog, load_model
+from meshdeck.services.demo import DEMO_HOSTS, DemoCluster, choose_demo_layout, demo_vllm_profile
+from meshdeck.services.deploy import DeployService
+from meshdeck.ui.views.deployment_panels import PlannedPanel
+from meshdeck.ui.views.deployments import DeploymentsView
+from meshdeck.ui.views.planner_inputs import detected_cluster, profile_mappings
+
+
+@pytest.fixture
+def demo_context(console_context):
+    demo = DemoCluster.start(interval_s=0.5)
+    console_context.fleet, console_context.db, console_context.simulated = demo.fleet, demo.db, True
+    console_context.deploy = DeployService(demo.fleet)
+    console_context.on_shutdown.append(demo.shutdown)
+    console_context.on_shutdown.append(console_context.deploy.close)
+    console_context.on_shutdown.append(demo.fleet.subscribe(console_context.bridge.post))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(demo.fleet.status(h).state != "connected" for h in DEMO_HOSTS):
+        time.sleep(0.2)
+    assert all(demo.fleet.status(h).state == "connected" for h in DEMO_HOSTS)
+    return console_context
+
+
+def _demo_profile(context) -> str:
+    inventories = {h: context.fleet.call(h, "inventory", timeout=30) for h in DEMO_HOSTS}
+    cluster = detected_cluster(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
+    result = plan(PlanRequest(model=load_model("deepseek-v3.2"), cluster=cluster, max_model_len=32768))
+    layout = choose_demo_layout(result, 2)
+    mapping = profile_mappings(layout, result, list(DEMO_HOSTS), "x", "deepseek-ai/DeepSeek-V3.2")[0]
+    profile = demo_vllm_profile(mapping)
+    profile_service.save_profile(context.db, profile)
+    return profile.name
+
+
+@pytest.mark.slow
+def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> None:
+    name = _demo_profile(demo_context)
+    view = DeploymentsView(demo_context)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitUntil(lambda: view.profile.currentText() == name, timeout=10000)
+
+    view.preflight_button.click()
+    qtbot.waitUntil(lambda: view.preflight is not None, timeout=120000)
+    checks = {view.preflight_table.item(r, 0).text() for r in range(view.preflight_table.rowCount())}
+    assert {"ports free", "clocks"} <= checks
+    assert view.prepared is not None and view.prepared.simulated
+
+    planned = []
+    view.planned_memory.connect(planned.append)
+    with qtbot.waitSignal(view.launched, timeout=240000) as launched:
+        view.launch_button.click()
+    snapshot = launched.args[0]
+    assert snapshot.state == "running" and snapshot.name == name
+    qtbot.waitUntil(lambda: view.workers.table.rowCount() == len(snapshot.workers), timeout=10000)
+    assert {view.workers.table.item(r, 3).text() for r in range(view.workers.table.rowCount())} == {"running"}
+    assert view.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: bool(planned) and bool(planned[-1]), timeout=10000)
+    hosts = {host for host, _gpu in planned[-1]}
+    assert hosts == set(DEMO_HOSTS)
+    assert view.planned.table.item(0, 1).text() != "—"  # the prediction the launch carried
+    qtbot.waitUntil(lambda: view.planned.table.item(0, 2).text() != "—", timeout=60000)  # vLLM's startup line
+
+    view.tabs.setCurrentWidget(view.logs)
+    qtbot.waitUntil(lambda: "KV cache" in view.logs.text.toPlainText(), timeout=30000)
+    view.logs.search.setText("KV cache")
+    assert view.logs.highlight() >= 1
+
+    view.stop_button.click()
+    qtbot.waitUntil(lambda: demo_context.deploy.get(snapshot.id).state == "stopped", timeout=120000)
+    qtbot.waitUntil(lambda: not view.stop_button.isEnabled(), timeout=10000)
+
+
+def test_planned_vs_measured_uses_the_tightest_worker(qtbot) -> None:
+    panel = PlannedPanel()
+    qtbot.addWidget(panel)
+    panel.set_numbers(
+        {"weights_gib": 58.7, "available_kv_gib": 53.8, "kv_cache_tokens": 737_088, "max_concurrency": 4.5},
+        {
+            "w0": {"weights_gib": 58.9, "kv_cache_tokens": 740_000},
+            "w1": {"weights_gib": 59.1, "kv_cache_tokens": 720_000},
+        },
+    )
+    rows = {panel.table.item(r, 0).text(): [panel.table.item(r, c).text() for c in (1, 2, 3)] for r in range(4)}
+    assert rows["weights per GPU (GiB)"] == ["58.70", "58.90", "+0.3 %"]
+    assert rows["KV tokens per DP engine"][1] == "720,000"
+    assert rows["max concurrency at max_model_len"][1:] == ["—", "—"]
