@@ -16,19 +16,18 @@ from typing import Any
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.remote.connectors import LocalConnector
 from meshdeck.remote.events import AgentEvent
+from meshdeck.services import deploy_hosts
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.deploy import LaunchFailed
 from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
 from meshdeck.services.deploy_records import planned_as_measured
-from meshdeck.services.deploy_targets import LOCAL_ADDRESS, PreparedLaunch, address_of_target, prepare_launch
+from meshdeck.services.deploy_targets import LOCAL_ADDRESS, PreparedLaunch, prepare_launch
 from meshdeck.services.preflight import run_preflight
-from meshdeck.store.hosts import find_host
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.deployment_panels import LogPanel, NcclPanel, PlannedPanel, WorkersPanel, set_row
 from meshdeck.ui.widgets.tables import row_table
@@ -153,19 +152,16 @@ class DeploymentsView(QWidget):
     # ------------------------------------------------------------------ pre-flight and launch
 
     def addresses(self, hosts: list[str]) -> dict[str, str]:
-        """Where peers reach each host: its SSH target's address, or 127.0.0.1 for an agent on this machine."""
-        fleet, db = self.context.fleet, self.context.db
+        """Where peers reach each host: 127.0.0.1 for an agent on this machine (the demo's), else as the CLI does."""
+        fleet = self.context.fleet
         assert fleet is not None
-        found = {}
-        for host in hosts:
-            if host in fleet.hosts() and isinstance(fleet.supervisor(host).connector, LocalConnector):
-                found[host] = LOCAL_ADDRESS
-                continue
-            record = find_host(db, host) if db is not None else None
-            if record is None:
-                raise InputError("hosts", f"{host!r} is neither connected here nor a stored host; add it in Hosts")
-            found[host] = address_of_target(record.target)
-        return found
+        supervised = set(fleet.hosts())
+        local = {
+            h: LOCAL_ADDRESS
+            for h in hosts
+            if h in supervised and isinstance(fleet.supervisor(h).connector, LocalConnector)
+        }
+        return {**local, **deploy_hosts.addresses_for([h for h in hosts if h not in local], self.context.db)}
 
     def _prepare(self, profile_name: str) -> tuple[Profile, PreparedLaunch]:
         db, fleet = self.context.db, self.context.fleet
