@@ -9,6 +9,7 @@ service "meshdeck" and account `user@host:port`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -123,18 +124,27 @@ def _try_key(transport: paramiko.Transport, user: str, key: paramiko.PKey, what:
     return transport.is_authenticated()
 
 
-def _agent_keys(endpoint: SshEndpoint, options: AuthOptions) -> Iterator[paramiko.AgentKey]:
+@contextlib.contextmanager
+def _agent_keys(endpoint: SshEndpoint, options: AuthOptions) -> Iterator[tuple[paramiko.AgentKey, ...]]:
+    """The ssh-agent's keys (those matching IdentityFile when IdentitiesOnly); the agent connection
+    stays open while they are used to sign, and is closed after."""
     if not options.use_agent or not os.environ.get("SSH_AUTH_SOCK"):
+        yield ()
         return
     try:
-        keys = paramiko.Agent().get_keys()
+        agent = paramiko.Agent()
+        keys = agent.get_keys()
     except paramiko.SSHException as exc:
         log.warning("ssh-agent unusable: %s", exc)
+        yield ()
         return
-    if endpoint.identities_only:
-        wanted = {_public_blob(p) for p in endpoint.identity_files} - {None}
-        keys = tuple(k for k in keys if k.asbytes() in wanted)
-    yield from keys
+    try:
+        if endpoint.identities_only:
+            wanted = {_public_blob(p) for p in endpoint.identity_files} - {None}
+            keys = tuple(k for k in keys if k.asbytes() in wanted)
+        yield keys
+    finally:
+        agent.close()
 
 
 def authenticate(transport: paramiko.Transport, endpoint: SshEndpoint, options: AuthOptions) -> str:
@@ -153,11 +163,12 @@ def authenticate(transport: paramiko.Transport, endpoint: SshEndpoint, options: 
     except paramiko.AuthenticationException:
         pass
     offered: set[bytes] = set()
-    for key in _agent_keys(endpoint, options):
-        offered.add(key.asbytes())
-        what = f"agent key {key.get_name()} {key.fingerprint}"
-        if _try_key(transport, user, key, what, attempts):
-            return f"publickey ({what})"
+    with _agent_keys(endpoint, options) as agent_keys:
+        for key in agent_keys:
+            offered.add(key.asbytes())
+            what = f"agent key {key.get_name()} {key.fingerprint}"
+            if _try_key(transport, user, key, what, attempts):
+                return f"publickey ({what})"
     for path in _key_files(endpoint, options):
         if _public_blob(path) in offered:
             continue

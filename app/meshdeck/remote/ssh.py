@@ -9,9 +9,11 @@ is 15 s on every hop. Commands are argv lists joined with `shlex.join` (never st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -46,10 +48,27 @@ class ExecResult:
     stderr: bytes
 
 
+class _ProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand only sends SIGTERM on close; also reap the process and close its pipes."""
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            super().close()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
 def _open_socket(endpoint: SshEndpoint, timeout: float) -> Any:
     if endpoint.proxy_command:
         try:
-            return paramiko.ProxyCommand(endpoint.proxy_command)
+            return _ProxyCommand(endpoint.proxy_command)
         except (OSError, paramiko.SSHException) as exc:
             raise ConnectError(f"{endpoint.label}: ProxyCommand {endpoint.proxy_command!r} failed: {exc}") from None
     try:
