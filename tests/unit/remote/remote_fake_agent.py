@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from meshdeck.remote.connectors import AgentLink
 from meshdeck.remote.events import HostStateChanged, SamplesReceived
@@ -33,6 +33,8 @@ def make_sample(seq: int, ts: float | None = None) -> dict[str, Any]:
 
 class FakeAgent:
     """Serves one connection on `sock` in a thread. Thread-safe `emit`; `close` ends the connection."""
+
+    live: ClassVar[list[FakeAgent]] = []  # every agent not yet closed; tests/unit/remote/conftest.py closes them
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class FakeAgent:
         self._send_lock = threading.Lock()
         self._stream_lock = threading.RLock()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="fake-agent")
+        FakeAgent.live.append(self)
         self._thread.start()
 
     # -- test controls ---------------------------------------------------------------------------
@@ -106,6 +109,8 @@ class FakeAgent:
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._thread.join(timeout=10)
+        with contextlib.suppress(ValueError):
+            FakeAgent.live.remove(self)
 
     # -- protocol --------------------------------------------------------------------------------
 
