@@ -231,7 +231,7 @@ class Recorder:
             self.events.append(event)
             self._cond.notify_all()
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
         with self._cond:
             assert self._cond.wait_for(predicate, timeout), f"condition not met; events: {self.events[-10:]}"
 

@@ -42,7 +42,7 @@ class Waiter:
             self.events.append(event)
             self.cond.notify_all()
 
-    def wait(self, predicate, timeout: float = 20.0) -> None:
+    def wait(self, predicate, timeout: float = 60.0) -> None:
         with self.cond:
             assert self.cond.wait_for(predicate, timeout), self.events[-5:]
 
