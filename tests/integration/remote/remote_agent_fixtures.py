@@ -70,10 +70,12 @@ def stop_agent(socket_path: Path) -> None:
 
 
 def _processes_naming(text: str) -> list[psutil.Process]:
+    """Agent processes (daemon, keepers) whose command line names `text`; never this process."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info.get("cmdline") or []
-        if any(text in part for part in cmdline):
+        is_agent = any("meshdeck_agent" in part or part.endswith(".pyz") for part in cmdline)
+        if process.pid != os.getpid() and is_agent and any(text in part for part in cmdline):
             found.append(process)
     return found
 
