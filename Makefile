@@ -5,8 +5,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_PACKAGES := openssh-server openssh-client xvfb xauth
+# Qt's xcb platform plugin (the console under Xvfb or a real X server) needs these beside libxcb.
+QT_XCB_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxkbcommon-x11-0
 
-.PHONY: run test check lint unit system-deps venv bench agent-pyz screenshots clean
+.PHONY: run test check lint unit system-deps venv bench agent-pyz screenshots app-bundle clean
 
 run: $(STAMP)
 	$(BIN)/meshdeck plan --model deepseek-v3.2 --gpu H200-SXM-141GB --nodes 1 --gpus-per-node 8
@@ -26,12 +28,13 @@ system-deps:
 	command -v /usr/sbin/sshd >/dev/null 2>&1 || missing="$$missing openssh-server"; \
 	command -v ssh-keygen >/dev/null 2>&1 || missing="$$missing openssh-client"; \
 	command -v Xvfb >/dev/null 2>&1 || missing="$$missing xvfb xauth"; \
+	ldconfig -p | grep -q libxcb-cursor.so.0 && ldconfig -p | grep -q libxcb-icccm.so.4 || missing="$$missing $(QT_XCB_PACKAGES)"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) $(QT_XCB_PACKAGES) >/dev/null; \
 	  else \
-	    echo "missing Debian packages:$$missing (run 'sudo apt-get install $(SYSTEM_PACKAGES)'; tests needing them will skip)"; \
+	    echo "missing Debian packages:$$missing (run 'sudo apt-get install $(SYSTEM_PACKAGES) $(QT_XCB_PACKAGES)'; tests needing them will skip)"; \
 	  fi; \
 	fi
 
@@ -50,6 +53,16 @@ bench: $(STAMP)
 
 agent-pyz: $(STAMP)
 	$(BIN)/python packaging/build_agent.py
+
+# One PNG per console view of the demo (under Xvfb when there is no display): screenshots/NN-<view>.png.
+screenshots: $(STAMP)
+	if [ -n "$$DISPLAY" ]; then $(BIN)/meshdeck --demo --screenshots screenshots --quit-after 150; \
+	else xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/meshdeck --demo --screenshots screenshots --quit-after 150; fi
+
+# The one-folder desktop app (slow; CI builds it only when asked), then starts it: dist/meshdeck/meshdeck.
+app-bundle: $(STAMP)
+	MESHDECK_BUILD_APP=1 QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q tests/gui/test_packaging.py -p no:cacheprovider
+	$(BIN)/pyinstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/meshdeck.spec
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache

@@ -23,4 +23,4 @@ def connect_hosts(qtbot: Any, context: Any, inventories: dict[str, dict[str, Any
         context.bridge.post(HostStateChanged(host, "connecting"))
         context.bridge.post(HostStateChanged(host, "connected"))
         context.bridge.post(InventoryReceived(host, inventory))
-    qtbot.waitUntil(lambda: all(context.hosts.get(h).inventory is not None for h in inventories), timeout=5000)
+    qtbot.waitUntil(lambda: all(context.hosts.get(h).inventory is not None for h in inventories), timeout=30000)

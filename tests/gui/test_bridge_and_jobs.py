@@ -34,7 +34,7 @@ def test_events_posted_from_a_fleet_thread_arrive_as_typed_signals_on_the_gui_th
     poster = threading.Thread(target=lambda: [bridge.post(e) for e in events])
     poster.start()
     poster.join()
-    qtbot.waitUntil(lambda: len(seen) == len(events), timeout=5000)
+    qtbot.waitUntil(lambda: len(seen) == len(events), timeout=30000)
     assert [kind for kind, _, _ in seen] == ["state", "inventory", "samples", "agent", "state"]
     assert [event for _, event, _ in seen] == events
     assert all(on_gui for _, _, on_gui in seen)
@@ -70,11 +70,11 @@ def test_a_job_reports_progress_and_its_result_on_the_gui_thread(qtbot) -> None:
 
     job = runner.start("plan", work)
     job.progressed.connect(lambda f, m: progress.append((f, m)))
-    with qtbot.waitSignal(job.succeeded, timeout=5000) as blocker:
+    with qtbot.waitSignal(job.succeeded, timeout=30000) as blocker:
         pass
     assert blocker.args == [42]
     assert progress == [(0.5, "half"), (-1.0, "unknown")]
-    qtbot.waitUntil(lambda: runner.running("plan") is None)
+    qtbot.waitUntil(lambda: runner.running("plan") is None, timeout=30000)
     assert job.wait(5)
 
 
@@ -95,9 +95,9 @@ def test_starting_a_job_again_cancels_and_waits_for_the_old_one_first(qtbot) -> 
     second = runner.start("history", lambda p: release.set() or "fresh")
     assert not first.is_running()  # stopped before the second started
     assert first_ran_to_end == [True]
-    with qtbot.waitSignal(second.succeeded, timeout=5000):
+    with qtbot.waitSignal(second.succeeded, timeout=30000):
         pass
-    qtbot.waitUntil(lambda: cancelled == [True])
+    qtbot.waitUntil(lambda: cancelled == [True], timeout=30000)
     assert second.wait(5)
 
 
@@ -108,7 +108,7 @@ def test_a_failing_job_reports_one_line_and_a_cancelled_one_does_not_fail(qtbot)
         raise RuntimeError("agent on demo-b refused: bad_params")
 
     job = runner.start("preflight", broken)
-    with qtbot.waitSignal(job.failed, timeout=5000) as blocker:
+    with qtbot.waitSignal(job.failed, timeout=30000) as blocker:
         pass
     assert blocker.args == ["agent on demo-b refused: bad_params"]
 
@@ -117,7 +117,7 @@ def test_a_failing_job_reports_one_line_and_a_cancelled_one_does_not_fail(qtbot)
         raise JobCancelled()
 
     other = runner.start("launch", cancelled_work)
-    with qtbot.waitSignal(other.cancelled, timeout=5000):
+    with qtbot.waitSignal(other.cancelled, timeout=30000):
         pass
     assert runner.shutdown(5)
 
@@ -126,7 +126,7 @@ def test_a_failing_job_reports_one_line_and_a_cancelled_one_does_not_fail(qtbot)
 def test_progress_fractions_are_clamped(qtbot, fraction: float, expected: float) -> None:
     runner = JobRunner()
     job = runner.start("clamp", lambda p: p.report(fraction, "x"))
-    with qtbot.waitSignal(job.progressed, timeout=5000) as blocker:
+    with qtbot.waitSignal(job.progressed, timeout=30000) as blocker:
         pass
     assert blocker.args[0] == expected
     assert job.wait(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -56,28 +57,20 @@ def test_screenshots_without_demo_and_a_bad_quit_after_are_refused(capsys) -> No
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_demo_runs_its_tour_and_saves_one_png_per_view_offscreen(tmp_path: Path) -> None:
-    """The whole demo: agents, plan, profile, pre-flight, simulated vLLM launch, real torch run, history."""
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path / "config")}
+@pytest.mark.parametrize("platform", ["offscreen", "xcb"])
+def test_demo_runs_its_tour_and_saves_one_png_per_view(tmp_path: Path, platform: str) -> None:
+    """The whole demo: agents, plan, profile, pre-flight, simulated vLLM launch, real torch run, history;
+    offscreen, and on a real X server (Xvfb) as a desktop would show it."""
+    env = {**os.environ, "QT_QPA_PLATFORM": platform, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     shots = tmp_path / "shots"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "meshdeck",
-            "--log-level",
-            "INFO",
-            "--demo",
-            "--screenshots",
-            str(shots),
-            "--quit-after",
-            "200",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    argv = [sys.executable, "-m", "meshdeck", "--log-level", "INFO", "--demo", "--screenshots", str(shots)]
+    argv += ["--quit-after", "200"]
+    if platform == "xcb":
+        xvfb_run = shutil.which("xvfb-run")
+        if xvfb_run is None:
+            pytest.skip("xvfb-run is not installed (apt-get install xvfb xauth)")
+        argv = [xvfb_run, "-a", "-s", "-screen 0 1600x1000x24", *argv]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     log = done.stderr
     for step in (

@@ -48,7 +48,7 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
     view = DeploymentsView(demo_context)
     qtbot.addWidget(view)
     view.show()
-    qtbot.waitUntil(lambda: view.profile.currentText() == name, timeout=10000)
+    qtbot.waitUntil(lambda: view.profile.currentText() == name, timeout=30000)
 
     view.preflight_button.click()
     qtbot.waitUntil(lambda: view.preflight is not None, timeout=120000)
@@ -62,10 +62,10 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
         view.launch_button.click()
     snapshot = launched.args[0]
     assert snapshot.state == "running" and snapshot.name == name
-    qtbot.waitUntil(lambda: view.workers.table.rowCount() == len(snapshot.workers), timeout=10000)
+    qtbot.waitUntil(lambda: view.workers.table.rowCount() == len(snapshot.workers), timeout=30000)
     assert {view.workers.table.item(r, 3).text() for r in range(view.workers.table.rowCount())} == {"running"}
     assert view.stop_button.isEnabled()
-    qtbot.waitUntil(lambda: bool(planned) and bool(planned[-1]), timeout=10000)
+    qtbot.waitUntil(lambda: bool(planned) and bool(planned[-1]), timeout=30000)
     hosts = {host for host, _gpu in planned[-1]}
     assert hosts == set(DEMO_HOSTS)
     assert view.planned.table.item(0, 1).text() != "—"  # the prediction the launch carried
@@ -78,7 +78,7 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
 
     view.stop_button.click()
     qtbot.waitUntil(lambda: demo_context.deploy.get(snapshot.id).state == "stopped", timeout=120000)
-    qtbot.waitUntil(lambda: not view.stop_button.isEnabled(), timeout=10000)
+    qtbot.waitUntil(lambda: not view.stop_button.isEnabled(), timeout=30000)
 
 
 def test_planned_vs_measured_uses_the_tightest_worker(qtbot) -> None:

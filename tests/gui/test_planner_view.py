@@ -21,7 +21,7 @@ def planner(qtbot, console_context, simulated_inventory):
     qtbot.addWidget(view)
     view.resize(1400, 900)
     view.show()
-    qtbot.waitUntil(lambda: view.form.gpu.count() > 0, timeout=10000)  # catalog loaded by a job
+    qtbot.waitUntil(lambda: view.form.gpu.count() > 0, timeout=30000)  # catalog loaded by a job
     return view
 
 
@@ -70,9 +70,9 @@ def test_choosing_another_layout_redraws_its_ranks_and_warnings(qtbot, planner) 
 
 def test_a_bad_input_is_shown_under_the_form_naming_the_field(qtbot, planner) -> None:
     planner.form.model.setEditText("/nonexistent/config.json")
-    with qtbot.waitSignal(planner.context.jobs.job_ended, timeout=10000):
+    with qtbot.waitSignal(planner.context.jobs.job_ended, timeout=30000):
         planner.form.plan_button.click()
-    qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=30000)
     assert planner.form.error.text().startswith("--model:")
 
 
@@ -88,7 +88,7 @@ def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, plan
     target = tmp_path / "ds32.yaml"
     monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: ("ds32-demo", "deepseek-ai/DeepSeek-V3.2"))
     monkeypatch.setattr("meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
-    with qtbot.waitSignal(planner.saver.saved, timeout=10000) as saved:
+    with qtbot.waitSignal(planner.saver.saved, timeout=30000) as saved:
         planner.export_button.click()
     assert saved.args == [["ds32-demo"]]
     profile = load_profile(target.read_text(), source=str(target))

@@ -1,6 +1,7 @@
 """Opens the console window: `meshdeck --demo`, `--screenshots DIR`, `--quit-after SECONDS`.
 
-cli.py calls `run_gui` for those flags (and, with a display, for a plain `meshdeck`). Qt is
+cli.py calls `run_gui` for those flags, and for a plain `meshdeck` in a desktop session (X11 or
+Wayland; a terminal without a display still gets the help). Qt is
 imported only here and below, so the rest of the CLI works on a server without any display.
 """
 
@@ -11,6 +12,13 @@ import os
 import sys
 
 from meshdeck.core.errors import InputError
+
+
+def desktop_session() -> bool:
+    """A person's graphical session (X11 or Wayland): a plain `meshdeck` then opens the console.
+
+    QT_QPA_PLATFORM alone does not count: test runs and CI set it without anyone watching."""
+    return any(os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY"))
 
 
 def has_display() -> bool:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -147,7 +149,22 @@ def demo_vllm_profile(mapping: Mapping[str, Any]) -> Profile:
     return profile_from_mapping(data, source="demo")
 
 
-def demo_torch_profile(hosts: tuple[str, ...] = DEMO_HOSTS) -> Profile:
+def torch_python() -> str | None:
+    """A Python that can run the torch workload: this one, or (in the packaged app, which carries no
+    torch) `python3` on PATH if it imports torch. None when there is none: the demo skips that run."""
+    if not getattr(sys, "frozen", False):
+        return sys.executable
+    candidate = shutil.which("python3")
+    if candidate is None:
+        return None
+    try:
+        subprocess.run([candidate, "-c", "import torch.distributed"], check=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return candidate
+
+
+def demo_torch_profile(hosts: tuple[str, ...] = DEMO_HOSTS, python: str | None = None) -> Profile:
     """A real torch.distributed run of the tiny DeepSeek-shaped model: TP=2, one rank per demo host, gloo on CPU."""
-    base = workload_profile("tiny-deepseek", Layout(tensor_parallel=len(hosts)), hosts)
+    base = workload_profile("tiny-deepseek", Layout(tensor_parallel=len(hosts)), hosts, python=python or sys.executable)
     return profile_from_mapping({**profile_to_mapping(base), "name": DEMO_TORCH_PROFILE}, source="demo")

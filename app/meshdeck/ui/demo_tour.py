@@ -4,7 +4,8 @@
 2. plan DeepSeek V3.2 on the detected hosts and save the best layout over both as a profile;
 3. pre-flight that profile and launch it: the agents run their simulated vLLM, whose workers make
    the VRAM, KV-cache and NVLink charts move;
-4. launch the tiny DeepSeek-shaped torch.distributed workload for real (gloo on CPU) on both agents;
+4. launch the tiny DeepSeek-shaped torch.distributed workload for real (gloo on CPU) on both agents
+   (skipped, saying so, where no Python with torch is at hand: the packaged app carries none);
 5. show an hour of history for demo-a.
 
 Each step waits on the view's signals (no sleeps), and a step that fails says why in the status bar
@@ -24,6 +25,7 @@ from meshdeck.services.demo import (
     choose_demo_layout,
     demo_torch_profile,
     demo_vllm_profile,
+    torch_python,
 )
 from meshdeck.ui.main_window import MainWindow
 from meshdeck.ui.views.planner_inputs import model_id_for, profile_mappings
@@ -42,6 +44,7 @@ class DemoTour(QObject):
         self.context = window.context
         self.hosts = hosts
         self.done = False
+        self.torch_profile_saved = False
         self.views = {entry.key: entry.widget for entry in window.views}
         self._deadline = QTimer(self)
         self._deadline.setSingleShot(True)
@@ -100,17 +103,18 @@ class DemoTour(QObject):
             0
         ]
         vllm_profile = demo_vllm_profile(mapping)
-        torch_profile = demo_torch_profile(self.hosts)
         db = self.context.db
+        hosts = self.hosts
         assert db is not None
         self.step.emit(f"saving {layout.label()} as profile {DEMO_VLLM_PROFILE}")
 
         def work(_progress: object) -> list[str]:
-            notes = (
-                (vllm_profile, "the planner's best layout over both demo hosts"),
-                (torch_profile, "tiny DeepSeek, gloo"),
-            )
-            return [profile_service.save_profile(db, profile, note).profile.name for profile, note in notes]
+            saved = [profile_service.save_profile(db, vllm_profile, "the planner's best layout over both demo hosts")]
+            python = torch_python()
+            if python is not None:
+                torch_profile = demo_torch_profile(hosts, python)
+                saved.append(profile_service.save_profile(db, torch_profile, "tiny DeepSeek, gloo on CPU"))
+            return [stored.profile.name for stored in saved]
 
         job = self.context.jobs.start("demo profiles", work)
         job.succeeded.connect(self._profiles_saved)
@@ -119,6 +123,7 @@ class DemoTour(QObject):
     # 3 ------------------------------------------------------------------------------------------
 
     def _profiles_saved(self, names: list[str]) -> None:
+        self.torch_profile_saved = DEMO_TORCH_PROFILE in names
         self.views["profiles"].reload(DEMO_VLLM_PROFILE)
         deployments = self.views["deployments"]
         deployments.reload_profiles(select=DEMO_VLLM_PROFILE)
@@ -157,6 +162,10 @@ class DemoTour(QObject):
 
     def _launch_torch(self) -> None:
         deployments = self.views["deployments"]
+        if not self.torch_profile_saved:
+            self.step.emit("skipping the torch run: no Python with torch here (the packaged app carries none)")
+            self._history()
+            return
         deployments.choose_profile(DEMO_TORCH_PROFILE)
         self.step.emit(f"launching {DEMO_TORCH_PROFILE}: a real torch.distributed run on the CPU")
         QTimer.singleShot(500, self._launch_torch_now)
