@@ -135,3 +135,25 @@ def test_a_changed_host_key_shows_both_fingerprints_and_cannot_be_accepted(
     view.decide_host_key("lab", error, accepted=True)  # even a "yes" cannot replace a known key
     assert _state(view, "lab").state == "failed"
     assert remote_agent.known_hosts.read_text().split()[2] == recorded[1]
+
+
+@pytest.mark.slow
+@pytest.mark.sshd
+def test_test_connection_shows_the_bootstrap_steps_and_asks_about_an_unknown_key(
+    qtbot, hosts_view, remote_agent, sshd, ssh_client_key, monkeypatch
+) -> None:
+    from meshdeck.services import hosts as host_service
+
+    view = hosts_view(remote_agent.settings)
+    host_service.add_host(view.context.db, "lab", "127.0.0.1", port=sshd.port, identity_file=str(ssh_client_key))
+    view.reload_records()
+    qtbot.waitUntil(lambda: "lab" in view.records, timeout=30000)
+    monkeypatch.setattr(HostKeyDialog, "exec", lambda self: HostKeyDialog.DialogCode.Accepted)
+    view.probe_host("lab")  # first: the key is unknown -> the dialog -> accepted and saved
+    qtbot.waitUntil(lambda: "saved; test again" in view.message.text(), timeout=60000)
+    steps: list[str] = []
+    view.context.jobs.job_started.connect(lambda job: job.progressed.connect(lambda _f, m: steps.append(m)))
+    view.probe_host("lab")
+    qtbot.waitUntil(lambda: view.message.text().startswith("lab: reached"), timeout=120000)
+    assert "connecting" in steps and any(step.startswith("uploading the agent") for step in steps)
+    assert sshd.host_fingerprint() in view.message.text()

@@ -58,3 +58,45 @@ def test_status_bar_counts_connected_hosts_and_flags_simulated_ones(
     qtbot.waitUntil(lambda: "failed: gpu-x" in window.hosts_summary.text(), timeout=30000)
     assert window.hosts_summary.text().startswith("1 of 2 host(s) connected")
     assert window.simulated_badge.isVisibleTo(window)
+
+
+def test_charts_follow_a_switch_to_a_dark_palette(qtbot, console_context) -> None:
+    from meshdeck.ui.app import repaint_charts
+    from meshdeck.ui.charts.time_chart import TimeChart
+    from meshdeck.ui.theme import ThemeWatcher, is_dark
+    from PySide6.QtGui import QColor, QPalette
+    from PySide6.QtWidgets import QApplication
+
+    window = _window(qtbot, console_context)
+    app = QApplication.instance()
+    watcher = ThemeWatcher(app)
+    watcher.changed.connect(lambda: repaint_charts(window))
+    original = app.palette()
+    dark = QPalette(original)
+    for role, colour in (
+        (QPalette.ColorRole.Window, "#202124"),
+        (QPalette.ColorRole.Base, "#17181a"),
+        (QPalette.ColorRole.Text, "#e8eaed"),
+    ):
+        dark.setColor(role, QColor(colour))
+    try:
+        app.setPalette(dark)
+        qtbot.waitUntil(lambda: is_dark(), timeout=30000)
+        chart = window.findChildren(TimeChart)[0]
+        qtbot.waitUntil(lambda: chart.plot_widget.backgroundBrush().color() == QColor("#17181a"), timeout=30000)
+        assert chart.plot_item.getAxis("left").textPen().color() == QColor("#e8eaed")
+    finally:
+        app.setPalette(original)
+        watcher.deleteLater()
+
+
+def test_dashboard_choices_are_kept(qtbot, console_context) -> None:
+    window = _window(qtbot, console_context)
+    dashboard = window.show_view("dashboard")
+    dashboard.set_window(3600)
+    dashboard.gpu_filter.setText("0-3")
+    window.save_settings()
+    again = _window(qtbot, console_context)
+    restored = again.views[again.view_keys().index("dashboard")].widget
+    assert restored.window_s == 3600 and restored.gpu_filter.text() == "0-3"
+    assert restored.selection.gpus == frozenset({0, 1, 2, 3})

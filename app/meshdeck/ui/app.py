@@ -27,6 +27,7 @@ from meshdeck.store.database import open_database
 from meshdeck.store.hosts import list_hosts
 from meshdeck.store.writer import SampleWriter, WriterSettings
 from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.charts.time_chart import TimeChart
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.demo_tour import DemoTour
 from meshdeck.ui.jobs import JobRunner
@@ -55,6 +56,12 @@ class _Once:
         action, self.action = self.action, None
         if action is not None:
             action()
+
+
+def repaint_charts(window: MainWindow) -> None:
+    """The system switched light/dark: charts take their colours from the new palette."""
+    for chart in window.findChildren(TimeChart):
+        chart.apply_palette()
 
 
 def wire_window(window: MainWindow) -> None:
@@ -138,13 +145,14 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
 
 def run_console(args: argparse.Namespace) -> int:
     app = application()
-    apply_theme(app)
+    theme_watcher = apply_theme(app)
     # The demo keeps its own window layout and choices: it must not rearrange the real console's.
     settings = QSettings("meshdeck", "console-demo" if args.demo else "console")
     context = build_context(args, settings)
     try:
         window = MainWindow(context, build_views(context))
         wire_window(window)
+        theme_watcher.changed.connect(lambda: repaint_charts(window))
         if args.screenshots:
             window.resize(1500, 950)  # pictures of a known size, whatever the last session left
         window.show()

@@ -69,6 +69,7 @@ class Job(QObject):
         self.progress = Progress(self)
         self.result: Any = None
         self.error: str | None = None
+        self.exception: BaseException | None = None  # what the function raised, for views that act on its type
         self.started_at = 0.0
         self._thread = threading.Thread(target=self._run, name=f"meshdeck-job-{name}", daemon=True)
         self._relay.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
@@ -115,6 +116,7 @@ class Job(QObject):
                 self._post("cancelled")
             else:
                 log.warning("job %s failed", self.name, exc_info=True)
+                self.exception = exc
                 self.error = str(exc) or type(exc).__name__
                 self._post("failed", self.error)
         else:

@@ -185,6 +185,10 @@ class MainWindow(QMainWindow):
             self.splitter.restoreState(splitter)
         else:
             self.splitter.setSizes([170, 1330])
+        for entry in self.views:
+            restore = getattr(entry.widget, "restore_settings", None)
+            if callable(restore):
+                restore(settings)
         last = settings.value("window/view", "")
         self.show_view_at(self.view_keys().index(last) if last in self.view_keys() else 0)
 

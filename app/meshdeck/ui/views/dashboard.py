@@ -8,6 +8,7 @@ While paused the charts hold still and can be panned and zoomed; data keeps arri
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from meshdeck.ui.views.dashboard_charts import (
 from meshdeck.ui.widgets.tables import chart_grid
 
 __all__ = ["WINDOWS", "DashboardView", "dashboard_metrics"]
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -168,6 +169,18 @@ class DashboardView(QWidget):
     def _restyle(widget: QWidget) -> None:
         widget.style().unpolish(widget)
         widget.style().polish(widget)
+
+    def save_settings(self, settings: QSettings) -> None:
+        settings.setValue("dashboard/window_s", self.window_s)
+        settings.setValue("dashboard/gpus", self.gpu_filter.text())
+
+    def restore_settings(self, settings: QSettings) -> None:
+        window = settings.value("dashboard/window_s")
+        if window is not None:
+            with contextlib.suppress(InputError, TypeError, ValueError):  # from another version: keep the default
+                self.set_window(float(window))
+        self.gpu_filter.setText(str(settings.value("dashboard/gpus", "") or ""))
+        self._selection_changed()
 
     # ------------------------------------------------------------------ drawing
 

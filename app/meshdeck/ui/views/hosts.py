@@ -42,6 +42,16 @@ COLUMNS = ("host", "reached through", "state", "reason", "GPUs", "last sample")
 BUSY_STATES = ("connecting", "bootstrapping")
 
 
+def probe_summary(name: str, report: Any) -> str:
+    gpus = len(report.inventory.get("gpus") or [])
+    agent = "uploaded" if report.uploaded else "already there"
+    return (
+        f"{name}: reached {report.route} with {report.auth}; host key {report.host_key}; python "
+        f"{report.python_version} on {report.machine}; agent {report.agent_version} {agent}; "
+        f"{gpus} GPU(s) in {report.seconds:.1f} s"
+    )
+
+
 def gpu_summary(inventory: dict[str, Any] | None) -> str:
     if not inventory:
         return "—"
@@ -78,12 +88,16 @@ class HostsView(QWidget):
         self.key_button.setObjectName("reviewHostKey")
         self.remove_button = QPushButton("Remove")
         self.remove_button.setObjectName("removeHost")
+        self.probe_button = QPushButton("Test connection")
+        self.probe_button.setObjectName("probeHost")
+        self.probe_button.setToolTip("Connect once, bootstrap the agent if needed, and report what was found")
         self.add_button.clicked.connect(self.add_host)
         self.connect_button.clicked.connect(lambda: self.connect_host(self.selected()))
         self.disconnect_button.clicked.connect(lambda: self.disconnect_host(self.selected()))
         self.retry_button.clicked.connect(lambda: self.retry_host(self.selected()))
         self.key_button.clicked.connect(lambda: self.review_host_key(self.selected()))
         self.remove_button.clicked.connect(lambda: self.remove_host(self.selected()))
+        self.probe_button.clicked.connect(lambda: self.probe_host(self.selected()))
         buttons = QHBoxLayout()
         for button in (
             self.add_button,
@@ -199,6 +213,7 @@ class HostsView(QWidget):
         self.retry_button.setEnabled(supervised and view is not None and view.state in ("failed", "disconnected"))
         self.key_button.setEnabled(view is not None and isinstance(view.error, HostKeyUnknown | HostKeyChanged))
         self.remove_button.setEnabled(name in self.records)
+        self.probe_button.setEnabled(name in self.records and self.context.fleet is not None)
         self.add_button.setEnabled(self.context.db is not None and self.context.fleet is not None)
 
     # ------------------------------------------------------------------ actions
@@ -276,6 +291,43 @@ class HostsView(QWidget):
         self._run(f"remove {name}", work, f"{name} removed")
         assert self.context.hosts is not None
         self.context.hosts.forget(name)
+
+    def probe_host(self, name: str | None) -> None:
+        """Connect once and bootstrap, showing each step (probing python, uploading the agent, ...)."""
+        record = self.records.get(name or "")
+        fleet = self.context.fleet
+        if record is None or fleet is None:
+            return
+
+        def work(progress: Any) -> Any:
+            return host_service.probe(
+                record.target,
+                port=record.port,
+                identity_file=record.identity_file,
+                jump=record.jump,
+                simulate=record.simulate,
+                settings=fleet.settings,
+                progress=lambda message: progress.report(None, message),
+            )
+
+        job = self.context.jobs.start(f"test {record.name}", work)
+        job.progressed.connect(lambda _fraction, message: self._say(f"{record.name}: {message}…"))
+        job.succeeded.connect(lambda report: self._say(probe_summary(record.name, report)))
+        job.failed.connect(lambda message: self._probe_failed(record.name, job.exception, message))
+
+    def _probe_failed(self, name: str, error: BaseException | None, message: str) -> None:
+        if isinstance(error, HostKeyUnknown | HostKeyChanged):
+            dialog = HostKeyDialog(name, error, self)
+            accepted = dialog.exec() == QDialog.DialogCode.Accepted
+            if accepted and isinstance(error, HostKeyUnknown) and self.context.fleet is not None:
+                store = self.context.fleet.host_keys
+                self._run(
+                    f"accept key of {name}",
+                    lambda _p: store.accept(error.known_hosts_name, error.key_type, error.key_base64),
+                    f"{name}: {error.key_type} {error.fingerprint} saved; test again to connect",
+                )
+                return
+        self._say(message, error=True)
 
     def review_host_key(self, name: str | None) -> None:
         assert self.context.hosts is not None
