@@ -95,3 +95,40 @@ def test_planned_vs_measured_uses_the_tightest_worker(qtbot) -> None:
     assert rows["weights per GPU (GiB)"] == ["58.70", "58.90", "+0.3 %"]
     assert rows["KV tokens per DP engine"][1] == "720,000"
     assert rows["max concurrency at max_model_len"][1:] == ["—", "—"]
+
+
+@pytest.mark.slow
+def test_a_deployment_launched_elsewhere_is_found_on_the_agents_and_can_be_stopped(qtbot, demo_context) -> None:
+    from meshdeck.services.deploy_targets import LOCAL_ADDRESS, prepare_launch
+
+    name = _demo_profile(demo_context)
+    profile = profile_service.get_profile(demo_context.db, name).profile
+    elsewhere = DeployService(demo_context.fleet)  # e.g. `meshdeck launch`, or this console before a restart
+    try:
+        prepared = prepare_launch(
+            profile, demo_context.fleet, addresses=dict.fromkeys(DEMO_HOSTS, LOCAL_ADDRESS), run_id="elsewhere"
+        )
+        launched = elsewhere.launch(prepared.plan)
+    finally:
+        elsewhere.close()
+    view = DeploymentsView(demo_context)
+    qtbot.addWidget(view)
+    view.found.refresh()
+    qtbot.waitUntil(lambda: launched.id in view.found.snapshots, timeout=60000)
+    qtbot.waitUntil(lambda: view.list.rowCount() == 1, timeout=30000)
+    assert view.list.item(0, 0).text() == launched.id
+    assert "found on the agents" in view.list.item(0, 3).text()
+    view.list.selectRow(0)
+    assert view.stop_button.isEnabled()
+    view.stop(launched.id)
+
+    def stopped() -> bool:
+        states = [
+            w["state"]
+            for host in DEMO_HOSTS
+            for w in demo_context.fleet.call(host, "workers.list", timeout=30)["workers"]
+            if str(w.get("name", "")).startswith(f"meshdeck:{launched.id}:")
+        ]
+        return bool(states) and all(state in ("stopped", "exited", "failed") for state in states)
+
+    qtbot.waitUntil(stopped, timeout=120000)

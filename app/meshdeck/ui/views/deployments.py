@@ -3,8 +3,9 @@
 Pre-flight and launch run as jobs through the same services the CLI uses (`prepare_launch`,
 `run_preflight`, `DeployService.launch`): the launch reports each step and can be cancelled, which
 stops what was started in reverse. The deployments list and the worker table follow the deploy
-service (kept current by the agents' `worker` events); logs are read from the agents by a job
-while the log tab is open and Follow is on.
+service (kept current by the agents' `worker` events), plus the deployments the agents run that were
+launched elsewhere (found by their workers' names); logs are read from the agents by a job while
+the log tab is open and Follow is on.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from meshdeck.services.deploy_targets import LOCAL_ADDRESS, PreparedLaunch, prep
 from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.deployment_panels import LogPanel, NcclPanel, PlannedPanel, WorkersPanel, set_row
+from meshdeck.ui.views.deployments_found import FoundDeployments
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,8 @@ class DeploymentsView(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(splitter, 1)
 
+        self.found = FoundDeployments(context, self)
+        self.found.changed.connect(self.refresh)
         self._nccl_events: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         context.bridge.agent_event.connect(self._agent_event)
         self._timer = QTimer(self)
@@ -243,8 +247,12 @@ class DeploymentsView(QWidget):
         if not deployment_id or deploy is None:
             return
         self.status.setText(f"stopping {deployment_id}…")
-        job = self.context.jobs.start(f"stop {deployment_id}", lambda _p: deploy.stop(deployment_id))
-        job.succeeded.connect(lambda snap: self.status.setText(f"{snap.id} {snap.state}"))
+        if deployment_id in self.found.snapshots:  # not launched here: stop its parts through the agents
+            job = self.found.stop(deployment_id)
+            job.succeeded.connect(lambda name: self.status.setText(f"{name} stopped"))
+        else:
+            job = self.context.jobs.start(f"stop {deployment_id}", lambda _p: deploy.stop(deployment_id))
+            job.succeeded.connect(lambda snap: self.status.setText(f"{snap.id} {snap.state}"))
         job.failed.connect(lambda message: self.status.setText(f"stop failed: {message}"))
         job.ended.connect(self.refresh)
 
@@ -257,11 +265,15 @@ class DeploymentsView(QWidget):
         try:
             return deploy.get(deployment_id)
         except KeyError:
-            return None
+            return self.found.snapshots.get(deployment_id)
 
     def deployments(self) -> list[DeploymentSnapshot]:
+        """Launched from this console, then those found on the agents; newest first."""
         deploy = self.context.deploy
-        return sorted(deploy.list(), key=lambda s: s.started_at, reverse=True) if deploy is not None else []
+        tracked = list(deploy.list()) if deploy is not None else []
+        known = {s.id for s in tracked}
+        found = [s for s in self.found.snapshots.values() if s.id not in known]
+        return sorted(tracked + found, key=lambda s: s.started_at, reverse=True)
 
     def refresh(self) -> None:
         snapshots = self.deployments()
@@ -269,6 +281,8 @@ class DeploymentsView(QWidget):
         for row, snap in enumerate(snapshots):
             engine = snap.engine + (" (simulated)" if self._simulated(snap) else "")
             reason = snap.reason.splitlines()[0] if snap.reason else ""
+            if snap.id in self.found.snapshots:
+                reason = reason or "found on the agents (launched elsewhere)"
             set_row(self.list, row, (snap.id, engine, snap.state, reason, snap.serving_url or ""))
         ids = [s.id for s in snapshots]
         if self.selected_id in ids and not self.list.selectionModel().selectedRows():
@@ -334,7 +348,10 @@ class DeploymentsView(QWidget):
             return
         if self.context.jobs.running("log tail") is not None:
             return
-        job = self.context.jobs.start("log tail", lambda _p: deploy.logs(snapshot.id, command, LOG_LINES))
+        if snapshot.id in self.found.snapshots:
+            job = self.found.tail(snapshot.id, command, LOG_LINES)
+        else:
+            job = self.context.jobs.start("log tail", lambda _p: deploy.logs(snapshot.id, command, LOG_LINES))
         job.succeeded.connect(self.logs.set_text)
 
     def worker_id(self, command: str) -> str:
