@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import psutil
 import pytest
 from meshdeck.core.plan_request import PlanRequest
 from meshdeck.core.planner import plan
@@ -17,7 +18,7 @@ from meshdeck.ui.views.planner_inputs import detected_cluster, profile_mappings
 
 
 @pytest.fixture
-def demo_context(console_context):
+def demo_context(console_context, caplog):
     demo = DemoCluster.start(interval_s=0.5)
     console_context.fleet, console_context.db, console_context.simulated = demo.fleet, demo.db, True
     console_context.deploy = DeployService(demo.fleet)
@@ -28,7 +29,13 @@ def demo_context(console_context):
     while time.monotonic() < deadline and any(demo.fleet.status(h).state != "connected" for h in DEMO_HOSTS):
         time.sleep(0.2)
     assert all(demo.fleet.status(h).state == "connected" for h in DEMO_HOSTS)
-    return console_context
+    yield console_context
+    console_context.shutdown()  # the demo's shutdown must also end what its agents were running
+    leftovers = [
+        p.pid for p in psutil.process_iter(["cmdline"]) if str(demo.folder) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert leftovers == [], "the demo left processes running"
+    assert not [r for r in caplog.records if "leftover" in r.getMessage()], "stopping needed the last-resort sweep"
 
 
 def _demo_profile(context) -> str:

@@ -14,13 +14,17 @@ torch workload, which really runs (gloo on CPU) across the two agents.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,12 +93,16 @@ class DemoCluster:
         return cluster
 
     def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
-        """Stop both agent daemons (and what they run), the fleet, the database; remove the folder."""
+        """Stop what the demo's agents run (workers outlive their daemon on purpose: a real deployment
+        survives the app), then both daemons, the fleet, the database; remove the folder."""
         if self._closed:
             return
         self._closed = True
         for name in self.fleet.hosts():
             try:
+                stop_workers(
+                    lambda method, params=None, name=name: self.fleet.call(name, method, params, timeout=timeout)
+                )
                 self.fleet.call(name, "agent.shutdown", timeout=timeout)
             except Exception as exc:  # not connected (yet): asked directly on its socket below
                 log.info("demo: shutting down %s through the fleet: %s", name, exc)
@@ -104,28 +112,87 @@ class DemoCluster:
             if socket_path.exists():
                 shutdown_agent_socket(socket_path, timeout)
         self.db.close()
+        sweep_processes(str(self.folder))
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def stop_workers(call: Callable[..., Any], grace_s: float = 2.0) -> int:
+    """Stop every worker an agent still runs; returns how many were asked to stop."""
+    stopped = 0
+    for worker in call("workers.list").get("workers") or []:
+        if worker.get("state") in ("starting", "running", "restarting"):
+            call("workers.stop", {"id": worker["id"], "grace_s": grace_s})
+            stopped += 1
+    return stopped
+
+
 def shutdown_agent_socket(path: Path, timeout: float = SHUTDOWN_TIMEOUT_S) -> bool:
-    """Say hello and `agent.shutdown` to the daemon on a Unix socket. False when none answered."""
+    """Stop the workers of the daemon on a Unix socket, then the daemon. False when none answered."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)
             connection.connect(str(path))
-            connection.sendall(protocol.encode(protocol.hello(__version__)))
-            connection.sendall(protocol.encode(protocol.request(1, "agent.shutdown")))
             reader = connection.makefile("rb")
-            for _ in range(100):  # hello, perhaps sample events, then our reply
-                line = reader.readline()
-                if not line:
-                    return True  # the daemon closed the connection: it is going down
-                message = protocol.decode(line)
-                if isinstance(message, protocol.Response | protocol.ErrorReply) and message.id == 1:
-                    return isinstance(message, protocol.Response)
-    except (OSError, protocol.ProtocolError) as exc:
+            connection.sendall(protocol.encode(protocol.hello(__version__)))
+            ids = iter(range(1, 1_000_000))
+
+            def call(method: str, params: dict[str, Any] | None = None) -> Any:
+                request_id = next(ids)
+                connection.sendall(protocol.encode(protocol.request(request_id, method, params)))
+                for _ in range(1000):  # hello and sample events may come first
+                    line = reader.readline()
+                    if not line:
+                        raise ConnectionError("the agent closed the connection")
+                    message = protocol.decode(line)
+                    if isinstance(message, protocol.Response) and message.id == request_id:
+                        return message.result
+                    if isinstance(message, protocol.ErrorReply) and message.id == request_id:
+                        raise RuntimeError(f"{method}: {message.code}: {message.message}")
+                raise TimeoutError(f"{method}: no answer")
+
+            stop_workers(call)
+            call("agent.shutdown")
+            return True
+    except (OSError, ConnectionError, RuntimeError, protocol.ProtocolError) as exc:
         log.info("demo: no agent answered on %s: %s", path, exc)
     return False
+
+
+def sweep_processes(marker: str, grace_s: float = 5.0) -> list[int]:
+    """Last resort (Linux): end any process whose command line names `marker` — the demo's own unique
+    temporary folder, so only the demo's daemons, keepers and workers can match — that has not exited
+    by itself within `grace_s` (daemons told to shut down take a moment). Returns the PIDs ended."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+
+    def alive() -> dict[int, str]:
+        found = {}
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found[int(entry.name)] = cmdline
+        return found
+
+    deadline = time.monotonic() + grace_s
+    left = alive()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = alive()
+    for pid, cmdline in left.items():
+        log.warning("demo: ending leftover process %d: %s", pid, cmdline[:200])
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    time.sleep(1.0 if left else 0.0)
+    for pid in alive():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return list(left)
 
 
 # -- the demo's profiles ------------------------------------------------------------------------------
