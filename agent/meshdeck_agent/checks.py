@@ -4,7 +4,9 @@
 - versions:   Python, torch, vLLM, NCCL and Ray versions as one interpreter sees them (read from
               installed package metadata in a child process: nothing is imported into the agent);
 - ports_free: can these TCP ports be bound here (vLLM's API port, torch's rendezvous port, ...);
-- tcp_connect: can this server reach host:port (the head node's rendezvous / DP RPC port).
+- tcp_connect: can this server reach host:port (the head node's rendezvous / DP RPC port);
+- route:      which local interface and source address this server would use to reach a host (the
+              head): what NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME must name on this node (ifaddrs.py).
 Every check validates its input and raises ProtocolError(BAD_PARAMS) naming the param.
 """
 
@@ -17,6 +19,7 @@ import subprocess
 import time
 from typing import Any, Dict, List
 
+from . import ifaddrs
 from .protocol import BAD_PARAMS, ProtocolError
 
 MAX_FILES = 20000
@@ -140,3 +143,9 @@ def check_tcp_connect(host: str, port: Any, timeout_s: float = 3.0) -> Dict[str,
     rtt = (time.monotonic() - started) * 1000.0
     connection.close()
     return {"ok": True, "error": None, "rtt_ms": round(rtt, 3)}
+
+
+def check_route(host: str) -> Dict[str, Any]:
+    if not host or len(host) > 253 or any(c.isspace() or c == "\x00" for c in host) or host.startswith("-"):
+        raise ProtocolError(BAD_PARAMS, "checks.route: param 'host' must be a host name or address")
+    return ifaddrs.route_to(host)

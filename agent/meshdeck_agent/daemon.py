@@ -8,6 +8,11 @@ in a 0700 directory (paths.py) and a peer with another uid is refused (SO_PEERCR
 Sample seqs continue across restarts: the daemon reserves seqs ahead in `<state>/seq.json` and writes
 the exact next seq on a clean shutdown, so a client that remembers seq 5000 is never told "nothing
 new" by a restarted agent; after a crash the gap (at most SEQ_RESERVE) shows up as `dropped`.
+
+The sequence has an epoch: a random id created with seq.json and kept in it. A daemon restarted on the
+same state keeps it; a new state dir (a wiped ~/.cache, a reinstalled server, a demo's fresh temp dir)
+starts seq at 1 under a new epoch. The daemon sends it in its hello and in samples.read/subscribe
+results, so a client that remembers "seq 5000" can tell a continued sequence from a new one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import socket
 import struct
 import threading
@@ -37,7 +43,15 @@ from .workers import Supervisor
 log = logging.getLogger(__name__)
 
 SEQ_RESERVE = 600
-SLOW_METHODS = {"checks.versions", "checks.tcp_connect", "checks.files", "workers.start", "workers.stop", "inventory"}
+SLOW_METHODS = {
+    "checks.versions",
+    "checks.tcp_connect",
+    "checks.route",  # resolving a host name may wait on DNS
+    "checks.files",
+    "workers.start",
+    "workers.stop",
+    "inventory",
+}
 READ_DEFAULT_LIMIT = 600
 READ_MAX_LIMIT = 7200
 
@@ -57,25 +71,45 @@ class DaemonConfig:
     ring_capacity: Optional[int] = None
 
 
+def new_epoch() -> str:
+    """A fresh sequence epoch: 16 random hex digits."""
+    return secrets.token_hex(8)
+
+
+def _valid_epoch(value: Any) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= 64 and all(c.isalnum() or c in "-_" for c in value)
+
+
 class SeqStore:
+    """The next seq and the sequence's epoch, persisted in `<state>/seq.json` ({"next_seq", "epoch"}).
+
+    A missing or unreadable file starts seq 1 under a new epoch. A file from an agent that had no
+    epochs yet keeps its seq and gets an epoch (the sequence itself continues)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         try:
             with open(path) as handle:
                 saved = json.load(handle)
             self.first = max(1, int(saved.get("next_seq", 1)))
-        except (OSError, ValueError, AttributeError):
+            epoch = saved.get("epoch")
+            self.epoch = epoch if _valid_epoch(epoch) else new_epoch()
+        except (OSError, ValueError, AttributeError, TypeError):
             self.first = 1
+            self.epoch = new_epoch()
         self.reserved = self.first - 1
         self.reserve(self.first)
+
+    def _write(self, next_seq: int) -> None:
+        atomic_write(self.path, json.dumps({"next_seq": next_seq, "epoch": self.epoch}).encode())
 
     def reserve(self, seq: int) -> None:
         if seq > self.reserved - 1:
             self.reserved = seq + SEQ_RESERVE
-            atomic_write(self.path, json.dumps({"next_seq": self.reserved + 1}).encode())
+            self._write(self.reserved + 1)
 
     def close(self, next_seq: int) -> None:
-        atomic_write(self.path, json.dumps({"next_seq": next_seq}).encode())
+        self._write(next_seq)
 
 
 class Daemon:
@@ -314,6 +348,7 @@ class Daemon:
                 "last_seq": last,
                 "cursor": cursor,
                 "interval_s": self.config.interval_s,
+                "epoch": self.seqs.epoch,
             }
             response = protocol.encode(protocol.response(request.id, result))
             session.subscribe(cursor, float(params.get("interval_s", 0.0)), response)
@@ -325,12 +360,13 @@ class Daemon:
             limit = min(READ_MAX_LIMIT, max(1, params.get("limit", READ_DEFAULT_LIMIT)))
             read = self.ring.read(params["since_seq"], limit=limit)
             more = read.next_since < read.last_seq
-            body = b'{"samples":%s,"dropped":%d,"first_seq":%d,"last_seq":%d,"more":%s}' % (
+            body = b'{"samples":%s,"dropped":%d,"first_seq":%d,"last_seq":%d,"more":%s,"epoch":%s}' % (
                 read.samples_json(),
                 read.dropped,
                 read.first_seq,
                 read.last_seq,
                 b"true" if more else b"false",
+                json.dumps(self.seqs.epoch).encode(),
             )
             return RawResult(body)
         if method == "workers.start":
@@ -349,6 +385,8 @@ class Daemon:
             return checks.check_ports_free(params["ports"], params.get("host", "0.0.0.0"))
         if method == "checks.tcp_connect":
             return checks.check_tcp_connect(params["host"], params["port"], params.get("timeout_s", 3.0))
+        if method == "checks.route":
+            return checks.check_route(params["host"])
         if method == "agent.time":
             return {"time": time.time()}
         if method == "agent.shutdown":

@@ -20,7 +20,9 @@
           "nearest_nic": {"0": "mlx5_0/1", ...}    # closest NIC per GPU (ties: first by name)
       },
       "nics": [{"name": "mlx5_0/1", "kind": "infiniband" | "roce" | "ethernet", "rate_gbps": 400.0,
-                "state": "ACTIVE", "pci_bus_id": "0000:19:00.0", "numa_node": 0 | null}],
+                "state": "ACTIVE", "pci_bus_id": "0000:19:00.0", "numa_node": 0 | null,
+                "addresses": ["10.0.0.5/24", "fe80::1/64"],   # IPv4/IPv6 with prefix ([] when none)
+                "netdev": "ib0" | null}],                      # IB/RoCE ports only: their interface
       "cpu": {"model": "...", "sockets": 2, "cores": 112, "threads": 224, "arch": "x86_64",
               "numa_nodes": [{"node": 0, "cpus": [0, 1, ...]}]},
       "ram_total_bytes": ..,

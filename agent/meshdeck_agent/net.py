@@ -10,6 +10,10 @@
 
 Rates are counter deltas over the wall time between two reads; a counter that went backwards
 (reset, 32-bit wrap on old kernels) gives null for that interval rather than a fake spike.
+
+The inventory also gives each NIC's IP addresses (ifaddrs.py): Ethernet entries their own, IB/RoCE
+ports those of their `netdev` (the IPoIB or RoCE interface of that port), so the launcher can match
+the head's address to a subnet.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .ifaddrs import Addresses, interface_addresses
 from .topology import device_pci_chain
 
 ARPHRD_INFINIBAND = 32
@@ -60,9 +65,12 @@ def parse_ib_state(text: Optional[str]) -> Optional[str]:
 class NetReader:
     """Inventory and per-interval rates of the server's InfiniBand/RoCE ports and Ethernet NICs."""
 
-    def __init__(self, root: str = "/", clock=time.monotonic) -> None:
+    def __init__(
+        self, root: str = "/", clock=time.monotonic, addresses: Optional[Callable[[], Addresses]] = None
+    ) -> None:
         self.root = root
         self._clock = clock
+        self._addresses = addresses or (lambda: interface_addresses(root))
         self._previous: Dict[str, Tuple[float, int, int]] = {}
 
     def _ib_root(self) -> str:
@@ -103,12 +111,34 @@ class NetReader:
             interfaces.append((name, directory))
         return interfaces
 
+    def _ib_netdev(self, hca: str, port_dir: str) -> Optional[str]:
+        """The network interface of an IB/RoCE port: gid_attrs/ndevs/0 (RoCE), else the HCA's one netdev,
+        else the one whose dev_port is this port's number - 1 (IPoIB on a dual-port HCA)."""
+        name = _read(os.path.join(port_dir, "gid_attrs", "ndevs", "0"))
+        if name and os.path.isdir(os.path.join(self._net_root(), name)):
+            return name
+        try:
+            candidates = sorted(os.listdir(os.path.join(self._ib_root(), hca, "device", "net")))
+        except OSError:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        port = os.path.basename(port_dir)
+        for candidate in candidates:
+            dev_port = _read_int(os.path.join(self._net_root(), candidate, "dev_port"))
+            if dev_port is not None and port.isdigit() and dev_port + 1 == int(port):
+                return candidate
+        return None
+
     def inventory(self) -> List[Dict[str, Any]]:
-        """[{"name", "kind", "rate_gbps", "state", "pci_bus_id", "pci_chain", "numa_node"}]."""
+        """[{"name", "kind", "rate_gbps", "state", "pci_bus_id", "pci_chain", "numa_node", "addresses"}]
+        (IB/RoCE ports also "netdev": their interface or null; "addresses" are that interface's)."""
         nics: List[Dict[str, Any]] = []
+        addresses = self._addresses()
         for name, hca, port_dir in self._ib_ports():
             layer = (_read(os.path.join(port_dir, "link_layer")) or "InfiniBand").lower()
             chain = device_pci_chain(self.root, os.path.join(self._ib_root(), hca, "device"))
+            netdev = self._ib_netdev(hca, port_dir)
             nics.append(
                 {
                     "name": name,
@@ -118,6 +148,8 @@ class NetReader:
                     "pci_bus_id": chain[-1] if chain else None,
                     "pci_chain": chain,
                     "numa_node": _read_int(os.path.join(self._ib_root(), hca, "device", "numa_node")),
+                    "netdev": netdev,
+                    "addresses": list(addresses.get(netdev, [])) if netdev else [],
                 }
             )
         for name, directory in self._ethernet():
@@ -132,6 +164,7 @@ class NetReader:
                     "pci_bus_id": chain[-1] if chain else None,
                     "pci_chain": chain,
                     "numa_node": _read_int(os.path.join(directory, "device", "numa_node")),
+                    "addresses": list(addresses.get(name, [])),
                 }
             )
         for nic in nics:

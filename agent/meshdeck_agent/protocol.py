@@ -3,6 +3,7 @@
 One JSON object per line, UTF-8, at most MAX_LINE_BYTES per line (newline included).
 
     hello         {"hello": {"protocol": 1, "agent": "0.1.0"}}            first line, both ways
+                  (the agent's also has "epoch": "<sample sequence epoch>", see below)
     request       {"id": 7, "method": "workers.start", "params": {...}}
     response      {"id": 7, "result": {...}}
     error reply   {"id": 7, "error": {"code": "bad_params", "message": "..."}}
@@ -32,6 +33,13 @@ Samples (`samples` event data is {"samples": [SAMPLE, ...], "dropped": N}; `samp
                 "tx_bytes_per_s": .., "rx_bytes_per_s": ..}],
       "workers": [{"id": "w1", "engine": "0", "metrics": {"kv_cache_usage_perc": .., ...}}],
     }
+
+Sequence epochs: `seq` counts per agent state dir, persisted across daemon restarts. When the state is
+new (a wiped ~/.cache, a reinstalled server, a fresh temp dir) seq starts at 1 again, under a new random
+`epoch` id. The agent sends its epoch in its hello and in the samples.read / samples.subscribe results; a
+client compares it with the epoch of the seq it remembers and, when they differ, reads from the start
+of the ring instead of after that seq. An agent without the key (older) has no epoch: fall back to
+comparing seqs. Added compatibly within protocol 1: peers ignore keys they do not know.
 
 Per vLLM worker there is one entry per `engine` label (DP rank) and one with engine "" that sums them
 (KV usage capacity-weighted); metric names are listed in meshdeck_agent/scrape.py. Byte rates are kept
@@ -65,6 +73,7 @@ METHODS = (
     "checks.versions",
     "checks.ports_free",
     "checks.tcp_connect",
+    "checks.route",
     "agent.time",
     "agent.shutdown",
 )
@@ -73,11 +82,12 @@ METHODS = (
 METHOD_PARAMS: Dict[str, Dict[str, Tuple[Tuple[type, ...], bool]]] = {
     # {} -> the inventory (shape in meshdeck_agent/inventory.py)
     "inventory": {},
-    # {since_seq?, interval_s?} -> {"subscribed": true, "first_seq", "last_seq", "cursor", "interval_s"}; then
-    # `samples` events for seq > cursor (the backlog first; no since_seq: live only), at most one per interval_s
+    # {since_seq?, interval_s?} -> {"subscribed": true, "first_seq", "last_seq", "cursor", "interval_s", "epoch"};
+    # then `samples` events for seq > cursor (the backlog first; no since_seq: live only), at most one per interval_s
     "samples.subscribe": {"since_seq": ((int,), False), "interval_s": ((int, float), False)},
     "samples.unsubscribe": {},
-    # -> {"samples", "dropped", "first_seq", "last_seq", "more": bool}  (limit default 600, at most 7200, ~3 MiB)
+    # -> {"samples", "dropped", "first_seq", "last_seq", "more": bool, "epoch"}  (limit default 600, at most 7200,
+    #    ~3 MiB; "epoch" is the sequence epoch, absent from agents that predate it)
     "samples.read": {"since_seq": ((int,), True), "limit": ((int,), False)},
     # -> the worker record {"id", "name", "state", "pid", "exit_code", "signal", "reason", "error", "restarts",
     #    "started_at", "ended_at", "argv", "gpus", "metrics_url", "simulated", "adopted", "log"}
@@ -97,6 +107,10 @@ METHOD_PARAMS: Dict[str, Dict[str, Tuple[Tuple[type, ...], bool]]] = {
     "checks.ports_free": {"ports": ((list,), True), "host": ((str,), False)},
     # {"host": "10.0.0.1", "port": 29500, "timeout_s": 3} -> {"ok": bool, "error": str | null, "rtt_ms": ..}
     "checks.tcp_connect": {"host": ((str,), True), "port": ((int,), True), "timeout_s": ((int, float), False)},
+    # {"host": "10.0.0.1"} (an address or a name this server resolves) -> which local interface and source
+    # address this server's kernel would use to reach it (a UDP socket connected there, nothing sent):
+    # {"host", "address": resolved, "source": "10.0.0.7", "interface": "eth0" | null, "error": str | null}
+    "checks.route": {"host": ((str,), True)},
     # {} -> {"time": unix seconds on the agent's clock}
     "agent.time": {},
     "agent.shutdown": {},
@@ -147,6 +161,7 @@ class VersionMismatch(Exception):
 class Hello:
     protocol: int
     agent: str
+    epoch: Optional[str] = None  # the agent's sample sequence epoch (None from a client or an older agent)
 
 
 @dataclass(frozen=True)
@@ -203,8 +218,11 @@ def encode(obj: Dict[str, Any]) -> bytes:
     return line
 
 
-def hello(agent_version: str) -> Dict[str, Any]:
-    return {"hello": {"protocol": PROTOCOL_VERSION, "agent": agent_version}}
+def hello(agent_version: str, epoch: Optional[str] = None) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"protocol": PROTOCOL_VERSION, "agent": agent_version}
+    if epoch is not None:
+        body["epoch"] = epoch
+    return {"hello": body}
 
 
 def request(request_id: int, method: str, params: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -259,7 +277,10 @@ def _classify(obj: Dict[str, Any]) -> Message:
         agent = body.get("agent", "")
         if not isinstance(agent, str):
             raise ProtocolError(BAD_REQUEST, "hello.agent must be a string")
-        return Hello(protocol=body["protocol"], agent=agent)
+        epoch = body.get("epoch")
+        if epoch is not None and not isinstance(epoch, str):
+            raise ProtocolError(BAD_REQUEST, "hello.epoch must be a string")
+        return Hello(protocol=body["protocol"], agent=agent, epoch=epoch)
     if "event" in obj:
         name, data = obj["event"], obj.get("data", {})
         if not isinstance(name, str) or name not in EVENTS:

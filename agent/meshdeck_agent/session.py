@@ -131,7 +131,7 @@ class Session:
 
     def run(self) -> None:
         self._writer.start()
-        self.reply(protocol.encode(protocol.hello(__version__)))
+        self.reply(protocol.encode(protocol.hello(__version__, epoch=self.daemon.seqs.epoch)))
         try:
             for kind, line in iter_lines(self._recv):
                 if self._closed:

@@ -21,9 +21,11 @@ def agent():
         yield running
 
 
-def test_server_sends_hello_first_with_protocol_and_version(agent):
+def test_server_sends_hello_first_with_protocol_version_and_sequence_epoch(agent):
     client = agent.client(hello=False)
-    assert client.server_hello == {"hello": {"protocol": 1, "agent": "0.1.0"}}
+    epoch = agent.daemon.seqs.epoch
+    assert client.server_hello == {"hello": {"protocol": 1, "agent": "0.1.0", "epoch": epoch}}
+    assert len(epoch) == 16 and int(epoch, 16) >= 0
     client.close()
 
 
@@ -214,6 +216,10 @@ def test_checks_answer_for_files_ports_connect_versions_and_time(agent, tmp_path
     missing = client.call("checks.versions", {"python": "/nonexistent/python9"})
     assert missing["python"] is None and "not found" in missing["error"]
     assert abs(client.call("agent.time")["time"] - time.time()) < 5
+    route = client.call("checks.route", {"host": "localhost"})  # resolved by the agent
+    assert (route["source"], route["interface"]) == ("127.0.0.1", "lo")
+    bad_host = client.request("checks.route", {"host": "head; rm -rf /"})
+    assert bad_host["error"]["code"] == "bad_params" and "'host'" in bad_host["error"]["message"]
     client.close()
 
 
