@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -139,3 +140,31 @@ def test_a_deployment_launched_elsewhere_is_found_on_the_agents_and_can_be_stopp
         return bool(states) and all(state in ("stopped", "exited", "failed") for state in states)
 
     qtbot.waitUntil(stopped, timeout=120000)
+
+
+NCCL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent"  # see its SOURCES.md
+
+
+def test_nccl_transports_per_rank_from_recorded_nccl_debug_lines(qtbot, console_context) -> None:
+    """Recorded NCCL_DEBUG=INFO lines (vLLM + Ray, 2-node DeepSeek-R1, aibrix issue 758; and a
+    2-node socket/SHM run, NCCL issue 690), parsed by the agent, become one row per rank and transport."""
+    from meshdeck.remote.events import AgentEvent
+    from meshdeck_agent.logparse import parse_line
+
+    view = DeploymentsView(console_context)
+    qtbot.addWidget(view)
+    view.selected_id = "dep-1"
+    for fixture, worker in (
+        ("nccl_info_vllm-ray-2node_deepseek-r1_aibrix758_head-p2p-ipc_excerpt.txt", "dep-1.vllm-node0"),
+        ("nccl_info_2node_socket_shm_nccl-issue690_excerpt.txt", "dep-1.vllm-node1"),
+    ):
+        for line in (NCCL_FIXTURES / fixture).read_text().splitlines():
+            parsed = parse_line(line)
+            if parsed is not None:
+                console_context.bridge.post(AgentEvent("demo-a", "log", {"worker": worker, **parsed}))
+    qtbot.waitUntil(lambda: view.nccl.table.rowCount() >= 2, timeout=30000)
+    rows = [[view.nccl.table.item(r, c).text() for c in range(6)] for r in range(view.nccl.table.rowCount())]
+    head = [r for r in rows if r[0] == "dep-1.vllm-node0" and r[1] == "0"]
+    assert head and head[0][2] == "P2P/IPC" and set(head[0][3].split(", ")) >= {"1", "7"}
+    transports = {r[2] for r in rows}
+    assert {"P2P/IPC", "SHM", "NET/Socket"} <= transports
