@@ -29,6 +29,21 @@ class SamplesReceived:
     samples: tuple[dict[str, Any], ...]  # wire SAMPLE dicts (meshdeck_agent.protocol), seq ascending
     dropped: int = 0  # samples the agent's ring lost before we could read them
     backfill: bool = False  # True when these came from samples.read after a reconnect
+    epoch: str | None = None  # the agent's sequence epoch these seqs belong to (None: an agent without epochs)
+
+
+@dataclass(frozen=True)
+class SequenceReset:
+    """The agent's sample sequence started again (new state dir: a wiped cache, a reinstalled server, a
+    fresh demo), so the seq the supervisor held means nothing there: it now reads that agent's ring from
+    the start. Not a loss: nothing is counted as dropped for it."""
+
+    host: str
+    epoch: str | None  # the agent's new epoch (None: an agent without epochs, detected by its seqs)
+    previous_epoch: str | None
+    previous_seq: int  # the last seq delivered from the old sequence
+    reason: str
+    ts: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -46,4 +61,4 @@ class InventoryReceived:
     inventory: dict[str, Any]
 
 
-FleetEvent = HostStateChanged | SamplesReceived | AgentEvent | InventoryReceived
+FleetEvent = HostStateChanged | SamplesReceived | AgentEvent | InventoryReceived | SequenceReset

@@ -12,6 +12,13 @@ gap is paged in with `samples.read {since_seq, limit}` (SamplesReceived backfill
 Every sample passes one gate: seq must be last_seq + 1, an older or repeated seq is dropped as a
 duplicate, a jump is filled with `samples.read` first and whatever the ring no longer held is counted
 in `dropped`. So the sink sees each host's samples in seq order, none twice.
+
+Seqs are only comparable within one sequence epoch (the agent's hello names it; a new agent state dir
+starts seq 1 under a new epoch). When the hello's epoch differs from the one the held last_seq belongs
+to, the gate is reset to read the agent's ring from its start and a SequenceReset event says so; an
+agent whose newest seq is below the held one (an agent without epochs, or a resume point stored
+without one) is reset the same way. Samples are delivered with their epoch, so the store's resume
+point carries it too.
 """
 
 from __future__ import annotations
@@ -27,7 +34,14 @@ from typing import Any
 
 from meshdeck.remote.connectors import AgentLink, Connector
 from meshdeck.remote.errors import ConnectionLost, NotConnected, RemoteError, RpcTimeout
-from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.remote.events import (
+    AgentEvent,
+    FleetEvent,
+    HostStateChanged,
+    InventoryReceived,
+    SamplesReceived,
+    SequenceReset,
+)
 from meshdeck.remote.rpc import RpcClient
 
 log = logging.getLogger(__name__)
@@ -68,6 +82,7 @@ class HostSupervisor:
         sink: Sink,
         *,
         since_seq: int | None = None,
+        since_epoch: str | None = None,
         settings: SupervisorSettings | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -78,6 +93,7 @@ class HostSupervisor:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._last_seq = since_seq
+        self._epoch = since_epoch  # the sequence epoch _last_seq belongs to (None: not known)
         self._state = "disconnected"
         self._reason = ""
         self._error: Exception | None = None
@@ -111,6 +127,12 @@ class HostSupervisor:
     def last_seq(self) -> int | None:
         with self._lock:
             return self._last_seq
+
+    @property
+    def epoch(self) -> str | None:
+        """The agent's sequence epoch that `last_seq` belongs to (None before the first hello, or an older agent)."""
+        with self._lock:
+            return self._epoch
 
     def start(self) -> None:
         self._thread.start()
@@ -231,6 +253,7 @@ class HostSupervisor:
         self._client = client
         hello = client.start(self.settings.hello_timeout_s)
         self.agent_version = hello.agent
+        self._adopt_epoch(hello.epoch)
         self.inventory = client.call("inventory", {}, self.settings.call_timeout_s)
         self._sink(InventoryReceived(self.name, self.inventory))
         self._backfill(client)
@@ -280,6 +303,27 @@ class HostSupervisor:
 
     # -- samples -----------------------------------------------------------------------------------
 
+    def _adopt_epoch(self, epoch: str | None) -> None:
+        """Take the agent's epoch; if the held last_seq belongs to another one, restart the gate at 0."""
+        with self._lock:
+            previous, held = self._epoch, self._last_seq
+            changed = epoch is not None and previous is not None and epoch != previous and held is not None
+            self._epoch = epoch
+            if changed:
+                self._last_seq = 0
+        if changed and held is not None:
+            self._reset(
+                epoch,
+                previous,
+                held,
+                f"the agent's sample sequence restarted (epoch {previous} -> {epoch}: a new agent state dir); "
+                "reading its samples from the start",
+            )
+
+    def _reset(self, epoch: str | None, previous: str | None, held: int, reason: str) -> None:
+        log.warning("%s: %s (held seq %d)", self.name, reason, held)
+        self._sink(SequenceReset(self.name, epoch, previous, held, reason, time.time()))
+
     def _backfill(self, client: RpcClient) -> None:
         """Page in everything after last_seq with samples.read before subscribing."""
         if self._last_seq is None:
@@ -291,15 +335,16 @@ class HostSupervisor:
             )
             agent_last = int(page.get("last_seq") or 0)
             if agent_last < since:
-                log.warning(
-                    "%s: the agent's newest sample is seq %d but we already hold %d: its sequence restarted "
-                    "(state lost); continuing from its oldest sample",
-                    self.name,
-                    agent_last,
-                    since,
-                )
                 with self._lock:
-                    self._last_seq = max(0, int(page.get("first_seq") or 1) - 1)
+                    self._last_seq = 0
+                    epoch = self._epoch
+                self._reset(
+                    epoch,
+                    epoch,
+                    since,
+                    f"the agent's newest sample is seq {agent_last} but seq {since} was already delivered: its "
+                    "sequence restarted (a new agent state dir); reading its samples from the start",
+                )
                 continue
             samples = [s for s in page.get("samples") or [] if isinstance(s, dict)]
             self._accept(client, samples, backfill=True, fill_gaps=False)
@@ -354,4 +399,4 @@ class HostSupervisor:
 
     def _deliver(self, samples: list[dict[str, Any]], dropped: int, backfill: bool) -> None:
         if samples or dropped:
-            self._sink(SamplesReceived(self.name, tuple(samples), dropped, backfill))
+            self._sink(SamplesReceived(self.name, tuple(samples), dropped, backfill, self._epoch))

@@ -2,7 +2,8 @@
 
     fleet = FleetService(FleetSettings())
     unsubscribe = fleet.subscribe(store_writer.put)          # called on the fleet's dispatcher thread
-    fleet.add_record(get_host(db, "gpu-a"), since_seq=stored_last_seq)
+    point = resume_points(db)["gpu-a"]                      # services/history.py: last seq + its epoch
+    fleet.add_record(get_host(db, "gpu-a"), since_seq=point.seq, since_epoch=point.epoch)
     fleet.add_local("demo-a", simulate="8xH200", socket="/tmp/meshdeck-demo/a.sock")
     fleet.call("gpu-a", "workers.list")                      # or call_async -> Future
     fleet.close()
@@ -132,6 +133,7 @@ class HostStatus:
     last_seq: int | None
     agent_version: str | None
     details: dict[str, Any]
+    epoch: str | None = None  # the agent's sequence epoch last_seq belongs to
 
 
 class FleetService:
@@ -180,27 +182,40 @@ class FleetService:
 
     # -- hosts -------------------------------------------------------------------------------------
 
-    def add_host(self, name: str, connector: Connector, *, since_seq: int | None = None) -> HostSupervisor:
-        """Start supervising `name` through `connector`; `since_seq` resumes after a stored last seq."""
+    def add_host(
+        self, name: str, connector: Connector, *, since_seq: int | None = None, since_epoch: str | None = None
+    ) -> HostSupervisor:
+        """Start supervising `name` through `connector`; `since_seq` resumes after a stored last seq, which
+        belongs to the agent's sequence epoch `since_epoch` (None: not known; then only seqs are compared)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the fleet is closed")
             if name in self._supervisors:
                 raise InputError("host", f"{name!r} is already in the fleet")
             supervisor = HostSupervisor(
-                name, connector, self._publish, since_seq=since_seq, settings=self.settings.supervisor
+                name,
+                connector,
+                self._publish,
+                since_seq=since_seq,
+                since_epoch=since_epoch,
+                settings=self.settings.supervisor,
             )
             self._supervisors[name] = supervisor
         supervisor.start()
         return supervisor
 
     def add_record(
-        self, record: HostRecord, *, since_seq: int | None = None, host_key_prompt: HostKeyPrompt | None = None
+        self,
+        record: HostRecord,
+        *,
+        since_seq: int | None = None,
+        since_epoch: str | None = None,
+        host_key_prompt: HostKeyPrompt | None = None,
     ) -> HostSupervisor:
         """Supervise a stored host over SSH. Its route is resolved at every connect (so an edited
         ~/.ssh/config applies on retry); one that cannot be resolved shows as failed, naming why."""
         connector = RecordConnector(record, self.settings, self.host_keys, host_key_prompt)
-        return self.add_host(record.name, connector, since_seq=since_seq)
+        return self.add_host(record.name, connector, since_seq=since_seq, since_epoch=since_epoch)
 
     def add_local(
         self,
@@ -210,11 +225,12 @@ class FleetService:
         socket: str | None = None,
         state_dir: str | None = None,
         since_seq: int | None = None,
+        since_epoch: str | None = None,
         interval_s: float | None = None,
     ) -> HostSupervisor:
         """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones)."""
         options = AgentOptions(socket=socket, state_dir=state_dir, simulate=simulate, interval_s=interval_s)
-        return self.add_host(name, LocalConnector(name, options), since_seq=since_seq)
+        return self.add_host(name, LocalConnector(name, options), since_seq=since_seq, since_epoch=since_epoch)
 
     def remove_host(self, name: str) -> None:
         """Stop supervising `name` (the agent and its workers keep running on the server)."""
@@ -237,7 +253,7 @@ class FleetService:
 
     def status(self, name: str) -> HostStatus:
         sup = self.supervisor(name)
-        return HostStatus(name, sup.state, sup.reason, sup.last_seq, sup.agent_version, dict(sup.details))
+        return HostStatus(name, sup.state, sup.reason, sup.last_seq, sup.agent_version, dict(sup.details), sup.epoch)
 
     def retry(self, name: str) -> None:
         self.supervisor(name).retry()

@@ -3,7 +3,8 @@
     writer = SampleWriter(db).start()
     recorder = HistoryRecorder(writer)
     unsubscribe = fleet.subscribe(recorder.handle)          # samples, host states, worker events, XIDs
-    fleet.add_record(host, since_seq=resume_seqs(db).get(host.name))
+    point = resume_points(db)[host.name]                    # the last stored seq and its sequence epoch
+    fleet.add_record(host, since_seq=point.seq, since_epoch=point.epoch)
 
 `HistoryRecorder.handle` runs on the fleet's dispatcher thread and only enqueues; the writer thread
 does the database work. Times given on the command line (`--since`, `--until`) are parsed by
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from meshdeck.core.errors import InputError
-from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived
+from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived, SequenceReset
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.ingest import ingest_positions
@@ -57,7 +58,15 @@ class HistoryRecorder:
     def _handle(self, event: FleetEvent) -> None:
         if isinstance(event, SamplesReceived):
             if event.samples or event.dropped:
-                self.writer.submit_samples(event.host, event.samples, dropped=event.dropped)
+                self.writer.submit_samples(event.host, event.samples, dropped=event.dropped, epoch=event.epoch)
+        elif isinstance(event, SequenceReset):
+            data = {
+                "epoch": event.epoch,
+                "previous_epoch": event.previous_epoch,
+                "previous_seq": event.previous_seq,
+                "reason": event.reason,
+            }
+            self.writer.submit_event(EventRecord("seq_reset", event.ts or time.time(), host=event.host, data=data))
         elif isinstance(event, HostStateChanged):
             data = {"state": event.state, "reason": event.reason}
             self.writer.submit_event(EventRecord("host_state", event.ts or time.time(), host=event.host, data=data))
@@ -90,8 +99,22 @@ def agent_event_record(event: AgentEvent) -> EventRecord | None:
 
 
 def resume_seqs(db: Database) -> dict[str, int]:
-    """Per host, the last seq stored: pass it as `since_seq` so the agent's ring fills the gap."""
-    return {host: p.last_seq for host, p in ingest_positions(db).items() if p.last_seq >= 0}
+    """Per host, the last seq stored: pass it as `since_seq` so the agent's ring fills the gap.
+    Prefer `resume_points`: a seq means something only within its sequence epoch."""
+    return {host: point.seq for host, point in resume_points(db).items()}
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a host's stored history ends: its last seq and the agent's sequence epoch it belongs to."""
+
+    seq: int
+    epoch: str | None  # None: stored before epochs, or from an agent without them
+
+
+def resume_points(db: Database) -> dict[str, ResumePoint]:
+    """Per host, the last seq stored and its epoch: pass them as `since_seq` / `since_epoch`."""
+    return {host: ResumePoint(p.last_seq, p.epoch) for host, p in ingest_positions(db).items() if p.last_seq >= 0}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """What happened, in order: host state changes, worker states and exit codes, XIDs, NCCL transports,
-pre-flight results, launches and stops, planned-vs-measured numbers, samples an agent lost.
+pre-flight results, launches and stops, planned-vs-measured numbers, samples an agent lost, an agent
+whose sample sequence started again.
 
 An event is a kind, a time, optionally the host / subject (worker id, GPU, check name) / deployment it
 belongs to, and a JSON object of details. The writer thread stores the fleet's events in the same
@@ -33,6 +34,7 @@ EVENT_KINDS = (
     "deployment",  # subject: what happened to a deployment ("running", "worker_failed", ...); data: {"message", ...}
     "planned_vs_measured",  # data: {"metric", "planned", "measured"}
     "samples_dropped",  # data: {"dropped"}: samples the agent's ring lost before meshdeck read them
+    "seq_reset",  # data: {"epoch", "previous_epoch", "previous_seq", "reason"}: the agent's sequence restarted
     "alert",  # an agent alert, passed through
 )
 

@@ -7,7 +7,8 @@ overlapping what is stored, a replay after a restart) is harmless: the raw table
 lands in a minute already rolled up (a gap filled late, a clock stepped back) re-rolls that minute.
 
 Per host the ingest keeps a position: the last seq (what the fleet resumes from; a lower seq with a
-later time means the agent restarted and counts from 1 again) and the minute still open.
+later time means the agent restarted and counts from 1 again), the agent's sequence epoch that seq
+belongs to (a batch under another epoch starts the count afresh), and the minute still open.
 
 Everything a commit does — new series, samples, the rollups of buckets that closed, the positions and
 events — is one SQLite transaction: after a crash the database holds all of it or none of it, and
@@ -35,9 +36,11 @@ SampleRow = tuple[int, float, str, str, float]
 _INSERT_SAMPLE = "INSERT OR IGNORE INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
 _INSERT_SERIES = "INSERT INTO series (host, device, metric, labels) VALUES (?, ?, ?, '')"
 _SAVE_POSITION = """
-INSERT OR REPLACE INTO ingest_state (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT OR REPLACE INTO ingest_state
+    (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at, seq_epoch)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+_SELECT_POSITIONS = "SELECT host, last_seq, last_ts, open_minute, samples, dropped, seq_epoch FROM ingest_state"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class HostPosition:
     open_minute: int | None
     samples: int = 0
     dropped: int = 0
+    epoch: str | None = None  # the agent's sequence epoch last_seq belongs to (None: not known)
 
     @property
     def open_hour(self) -> int | None:
@@ -78,8 +82,7 @@ NEW_HOST = HostPosition(last_seq=-1, last_ts_ms=-1, open_minute=None)
 
 
 def load_positions(connection: sqlite3.Connection) -> dict[str, HostPosition]:
-    rows = connection.execute("SELECT host, last_seq, last_ts, open_minute, samples, dropped FROM ingest_state")
-    return {host: HostPosition(seq, ts, minute, samples, dropped) for host, seq, ts, minute, samples, dropped in rows}
+    return {row[0]: HostPosition(*row[1:]) for row in connection.execute(_SELECT_POSITIONS)}
 
 
 class SampleIngest:
@@ -93,7 +96,7 @@ class SampleIngest:
         ):
             self._series.setdefault(host, {})[(device, metric)] = series_id
         self._positions = load_positions(connection)
-        self._batches: list[tuple[str, Sequence[SampleRow]]] = []
+        self._batches: list[tuple[str, Sequence[SampleRow], str | None]] = []
         self._dropped: dict[str, int] = {}
         self._events: list[EventRecord] = []
         self._seal: set[str] = set()
@@ -110,9 +113,10 @@ class SampleIngest:
     def positions(self) -> dict[str, HostPosition]:
         return dict(self._positions)
 
-    def add_rows(self, host: str, rows: Sequence[SampleRow]) -> None:
+    def add_rows(self, host: str, rows: Sequence[SampleRow], epoch: str | None = None) -> None:
+        """Stage rows of `host`; `epoch` is the agent's sequence epoch of their seqs (None: not known)."""
         if rows:
-            self._batches.append((host, rows))
+            self._batches.append((host, rows, epoch))
             self.pending_rows += len(rows)
 
     def add_dropped(self, host: str, count: int) -> None:
@@ -159,8 +163,10 @@ class SampleIngest:
         duplicates = 0
         connection.execute("BEGIN IMMEDIATE")
         try:
-            for host, rows in self._batches:
+            for host, rows, epoch in self._batches:
                 position = updated.get(host) or self._positions.get(host, NEW_HOST)
+                if epoch != position.epoch:  # another sequence: its seqs do not continue the held one
+                    position = replace(position, last_seq=-1 if epoch is not None else position.last_seq, epoch=epoch)
                 position, accepted = self._convert(host, rows, position, params, minutes, hours, created)
                 updated[host] = position
                 if accepted is not None:
@@ -195,7 +201,7 @@ class SampleIngest:
             connection.executemany(
                 _SAVE_POSITION,
                 [
-                    (host, p.last_seq, p.last_ts_ms, p.open_minute, p.open_hour, p.samples, p.dropped, now)
+                    (host, p.last_seq, p.last_ts_ms, p.open_minute, p.open_hour, p.samples, p.dropped, now, p.epoch)
                     for host, p in updated.items()
                 ],
             )
@@ -269,14 +275,14 @@ class SampleIngest:
                 ids[key] = series_id
                 created.append((host, key))
             append((series_id, ts_ms, value))
-        new_position = HostPosition(last_seq, last_ts, open_minute, position.samples + count, position.dropped)
+        new_position = HostPosition(
+            last_seq, last_ts, open_minute, position.samples + count, position.dropped, position.epoch
+        )
         return new_position, (None if count == 0 else (low, high, count))
 
 
 def ingest_positions(db: Database) -> dict[str, HostPosition]:
     """Per host, the last committed sample: the fleet passes `last_seq` as since_seq when it reconnects."""
     with db.read() as connection:
-        rows = connection.exec_driver_sql(
-            "SELECT host, last_seq, last_ts, open_minute, samples, dropped FROM ingest_state"
-        ).all()
+        rows = connection.exec_driver_sql(_SELECT_POSITIONS).all()
     return {row[0]: HostPosition(*row[1:]) for row in rows}

@@ -169,6 +169,14 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 
+MIGRATIONS += (
+    Migration(
+        4,
+        "the sequence epoch of each host's resume point (an agent on a new state dir counts seq from 1 again)",
+        ("ALTER TABLE ingest_state ADD COLUMN seq_epoch TEXT",),
+    ),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

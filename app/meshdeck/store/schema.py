@@ -69,6 +69,7 @@ ingest_state = Table(
     Column("samples", Integer, nullable=False),
     Column("dropped", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
+    Column("seq_epoch", Text),  # the agent's sequence epoch last_seq belongs to (NULL: not known)
 )
 
 events = Table(

@@ -156,9 +156,12 @@ class SampleWriter:
             raise RuntimeError("the sample writer is not running")
         self._queue.put(item)
 
-    def submit_samples(self, host: str, samples: Sequence[Mapping[str, Any]], dropped: int = 0) -> None:
-        """Wire SAMPLE dicts of one host, seq ascending; `dropped` = samples the agent lost before them."""
-        self._put(("samples", host, samples, dropped))
+    def submit_samples(
+        self, host: str, samples: Sequence[Mapping[str, Any]], dropped: int = 0, epoch: str | None = None
+    ) -> None:
+        """Wire SAMPLE dicts of one host, seq ascending; `dropped` = samples the agent lost before them;
+        `epoch` = the agent's sequence epoch of their seqs (kept with the host's resume point)."""
+        self._put(("samples", host, samples, dropped, epoch))
 
     def submit_rows(self, host: str, rows: Sequence[SampleRow]) -> None:
         """Already flattened `(seq, ts_s, device, metric, value)` rows (finite float values), seq ascending."""
@@ -291,8 +294,8 @@ class SampleWriter:
         kind = item[0]
         try:
             if kind == "samples":
-                _, host, samples, dropped = item
-                ingest.add_rows(host, list(sample_rows(list(samples))))
+                _, host, samples, dropped, epoch = item
+                ingest.add_rows(host, list(sample_rows(list(samples))), epoch)
                 if dropped:
                     ingest.add_dropped(host, dropped)
                     ingest.add_event(

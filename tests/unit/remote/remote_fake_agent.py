@@ -1,8 +1,9 @@
 """A stand-in agent that speaks the real wire protocol (meshdeck_agent.protocol) over one socket.
 
 It keeps a seq-numbered ring like the real agent (samples with seq > since_seq; `dropped` when the
-ring rolled over; `first_seq`/`last_seq`), answers hello, inventory, samples.subscribe/read and
-agent.time, and sends `samples` events to a subscriber. The test decides when samples are taken
+ring rolled over; `first_seq`/`last_seq`; the sequence `epoch` in its hello and results when it has
+one), answers hello, inventory, samples.subscribe/read and agent.time, and sends `samples` events to a
+subscriber. The test decides when samples are taken
 (`emit`), so nothing depends on timing. Behaviour switches let tests break it on purpose.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from meshdeck.remote.connectors import AgentLink
-from meshdeck.remote.events import HostStateChanged, SamplesReceived
+from meshdeck.remote.events import HostStateChanged, SamplesReceived, SequenceReset
 from meshdeck.remote.streams import SocketStream
 from meshdeck_agent import protocol
 
@@ -47,8 +48,10 @@ class FakeAgent:
         inventory: dict[str, Any] | None = None,
         handlers: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
         interval_s: float = 1.0,
+        epoch: str | None = None,
     ) -> None:
         self.sock = sock
+        self.epoch = epoch  # None: an agent from before sequence epochs
         self.ring: list[dict[str, Any]] = ring if ring is not None else []
         self.capacity = capacity
         self.protocol_version = protocol_version
@@ -114,15 +117,19 @@ class FakeAgent:
 
     # -- protocol --------------------------------------------------------------------------------
 
+    def _with_epoch(self, result: dict[str, Any]) -> dict[str, Any]:
+        return result if self.epoch is None else {**result, "epoch": self.epoch}
+
     def _read(self, since_seq: int, limit: int | None) -> dict[str, Any]:
         with self._lock:
             if not self.ring:
-                return {"samples": [], "dropped": 0, "first_seq": 0, "last_seq": 0}
+                return self._with_epoch({"samples": [], "dropped": 0, "first_seq": 0, "last_seq": 0})
             first, last = self.ring[0]["seq"], self.ring[-1]["seq"]
             chosen = [s for s in self.ring if s["seq"] > since_seq]
             if limit is not None:
                 chosen = chosen[:limit]
-            return {"samples": chosen, "dropped": max(0, first - 1 - since_seq), "first_seq": first, "last_seq": last}
+            dropped = max(0, first - 1 - since_seq)
+            return self._with_epoch({"samples": chosen, "dropped": dropped, "first_seq": first, "last_seq": last})
 
     def _answer(self, req: protocol.Request) -> Any:
         if req.method in self.handlers:
@@ -142,7 +149,7 @@ class FakeAgent:
                 if backlog and (backlog["samples"] or backlog["dropped"]):
                     self.send(protocol.event("samples", {"samples": backlog["samples"], "dropped": backlog["dropped"]}))
             self.subscribed.set()
-            return {"subscribed": True, "last_seq": self.last_seq, "interval_s": self.interval_s}
+            return self._with_epoch({"subscribed": True, "last_seq": self.last_seq, "interval_s": self.interval_s})
         raise protocol.ProtocolError(protocol.UNKNOWN_METHOD, f"unknown method {req.method!r}", req.id)
 
     def _handle(self, line: bytes) -> None:
@@ -167,7 +174,10 @@ class FakeAgent:
         self.send(protocol.response(message.id, result))
 
     def _serve(self) -> None:
-        self.send({"hello": {"protocol": self.protocol_version, "agent": self.agent_version}})
+        hello: dict[str, Any] = {"protocol": self.protocol_version, "agent": self.agent_version}
+        if self.epoch is not None:
+            hello["epoch"] = self.epoch
+        self.send({"hello": hello})
         buffer = b""
         with contextlib.suppress(OSError):
             while chunk := self.sock.recv(65536):
@@ -206,6 +216,11 @@ class FakeConnector:
         client, server = socket.socketpair()
         self.agents.append(FakeAgent(server, ring=self.ring, capacity=self.capacity, **self.agent_kwargs))
         return AgentLink(SocketStream(client))
+
+    def new_state(self, epoch: str | None) -> None:
+        """The daemon restarts on a new state dir: an empty ring (seq from 1) under `epoch`."""
+        self.ring = []
+        self.agent_kwargs["epoch"] = epoch
 
     def emit_offline(self, count: int) -> None:
         """Samples taken while no client is connected: they go only into the ring."""
@@ -248,6 +263,9 @@ class Recorder:
 
     def samples_events(self) -> list[SamplesReceived]:
         return [e for e in self.events if isinstance(e, SamplesReceived)]
+
+    def resets(self) -> list[SequenceReset]:
+        return [e for e in self.events if isinstance(e, SequenceReset)]
 
 
 def fake_agent_pair(**kwargs: Any) -> tuple[socket.socket, FakeAgent]:

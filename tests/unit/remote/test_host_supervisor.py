@@ -21,11 +21,22 @@ FAST = SupervisorSettings(
 def harness():
     made: list[tuple[HostSupervisor, FakeConnector]] = []
 
-    def make(since_seq: int | None = None, settings: SupervisorSettings = FAST, **connector_kwargs: Any):
+    def make(
+        since_seq: int | None = None,
+        settings: SupervisorSettings = FAST,
+        since_epoch: str | None = None,
+        **connector_kwargs: Any,
+    ):
         connector = FakeConnector(**connector_kwargs)
         recorder = Recorder()
         supervisor = HostSupervisor(
-            "gpu-a", connector, recorder, since_seq=since_seq, settings=settings, rng=random.Random(7)
+            "gpu-a",
+            connector,
+            recorder,
+            since_seq=since_seq,
+            since_epoch=since_epoch,
+            settings=settings,
+            rng=random.Random(7),
         )
         made.append((supervisor, connector))
         return supervisor, connector, recorder
@@ -133,12 +144,53 @@ def test_a_large_gap_is_paged_in_with_samples_read(harness):
     assert subscribe.params["since_seq"] == 100
 
 
-def test_agent_whose_sequence_restarted_is_read_from_its_oldest_sample(harness):
+def test_agent_without_epochs_whose_sequence_restarted_is_read_from_its_oldest_sample(harness):
     supervisor, connector, recorder = harness(since_seq=1000)
     connector.emit_offline(5)
     supervisor.start()
     recorder.wait_for(lambda: supervisor.last_seq == 5)
     assert recorder.seqs() == [1, 2, 3, 4, 5]
+    (reset,) = recorder.resets()
+    assert reset.previous_seq == 1000 and reset.epoch is None and "restarted" in reset.reason
+    assert sum(e.dropped for e in recorder.samples_events()) == 0
+
+
+def test_a_new_epoch_resets_the_gate_even_when_the_new_sequence_is_already_past_the_held_seq(harness):
+    supervisor, connector, recorder = harness(epoch="e1")
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    connector.agent.emit(50)
+    recorder.wait_for(lambda: supervisor.last_seq == 50)
+    connector.agent.close()
+    connector.new_state("e2")  # a reinstalled server: its agent has taken 80 samples under a new epoch
+    connector.emit_offline(80)
+    recorder.wait_for(lambda: supervisor.connects >= 2 and supervisor.last_seq == 80)
+    connector.agent.emit(2)
+    recorder.wait_for(lambda: supervisor.last_seq == 82)
+    assert recorder.seqs() == list(range(1, 51)) + list(range(1, 83))  # nothing of the new sequence skipped
+    (reset,) = recorder.resets()
+    assert (reset.host, reset.previous_epoch, reset.epoch, reset.previous_seq) == ("gpu-a", "e1", "e2", 50)
+    assert "e1 -> e2" in reset.reason
+    assert sum(e.dropped for e in recorder.samples_events()) == 0  # a reset is an event, not a loss
+    after = recorder.events[recorder.events.index(reset) :]
+    assert {e.epoch for e in after if hasattr(e, "samples")} == {"e2"} and supervisor.epoch == "e2"
+    read = [r for r in connector.agent.requests if r.method == "samples.read"]
+    assert read[0].params["since_seq"] == 0
+
+
+def test_a_stored_resume_point_is_trusted_only_within_its_epoch(harness):
+    same, connector, recorder = harness(since_seq=30, since_epoch="e1", epoch="e1")
+    connector.emit_offline(40)
+    same.start()
+    recorder.wait_for(lambda: same.last_seq == 40)
+    assert recorder.seqs() == list(range(31, 41)) and not recorder.resets()
+
+    other, connector, recorder = harness(since_seq=30, since_epoch="old", epoch="e1")
+    connector.emit_offline(40)
+    other.start()
+    recorder.wait_for(lambda: other.last_seq == 40)
+    assert recorder.seqs() == list(range(1, 41))
+    assert [(r.previous_epoch, r.epoch, r.previous_seq) for r in recorder.resets()] == [("old", "e1", 30)]
 
 
 def test_permanent_error_fails_without_retrying_until_asked(harness):

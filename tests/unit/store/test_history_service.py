@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from meshdeck.core.errors import InputError
-from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived, SequenceReset
 from meshdeck.services.history import (
     HistoryRecorder,
     atomic_output,
@@ -17,6 +17,7 @@ from meshdeck.services.history import (
     history_hosts,
     host_metrics,
     parse_time,
+    resume_points,
     resume_seqs,
 )
 from meshdeck.store.database import Database
@@ -56,6 +57,24 @@ def test_fleet_events_become_samples_and_history_events(db: Database) -> None:
     assert len(host_metrics(db, "gpu-a")) == 12
     (host,) = history_hosts(db)
     assert (host.host, host.series, host.samples, host.dropped, host.last_seq) == ("gpu-a", 12, 4, 5, 9)
+
+
+def test_a_sequence_reset_is_an_event_and_the_resume_point_carries_the_new_epoch(db: Database) -> None:
+    with SampleWriter(db) as writer:
+        recorder = HistoryRecorder(writer)
+        old = tuple(wire_sample(s, HOUR_START + s, gpus=1) for s in range(1, 41))
+        recorder.handle(SamplesReceived("gpu-a", old, epoch="e1"))
+        reason = "the agent's sample sequence restarted (epoch e1 -> e2: a new agent state dir)"
+        recorder.handle(SequenceReset("gpu-a", "e2", "e1", 40, reason, ts=HOUR_START + 50))
+        new = tuple(wire_sample(s, HOUR_START + 50 + s, gpus=1) for s in (1, 2))
+        recorder.handle(SamplesReceived("gpu-a", new, backfill=True, epoch="e2"))
+        assert writer.flush(30)
+    (event,) = list_events(db, host="gpu-a")
+    assert event.kind == "seq_reset" and event.data["previous_seq"] == 40 and event.data["epoch"] == "e2"
+    assert resume_points(db)["gpu-a"].seq == 2 and resume_points(db)["gpu-a"].epoch == "e2"
+    assert resume_seqs(db) == {"gpu-a": 2}
+    (host,) = history_hosts(db)
+    assert host.dropped == 0  # a reset is not a loss
 
 
 def test_a_stopped_writer_makes_the_recorder_drop_quietly(db: Database) -> None:

@@ -80,6 +80,22 @@ def test_an_agent_restart_counting_from_one_again_is_kept(db: Database, writer: 
     assert writer.committed_seq("gpu-a") == 3
 
 
+def test_a_new_sequence_epoch_restarts_the_resume_point_even_when_its_times_are_older(
+    db: Database, writer: SampleWriter
+) -> None:
+    writer.submit_samples("gpu-a", _samples(100, 5), epoch="e1")  # seq 100..104 at HOUR_START + 99..103
+    assert writer.flush(30)
+    assert writer.positions()["gpu-a"].epoch == "e1"
+    # the reinstalled server's agent: seq 1..3 under a new epoch, its ring going back before the last stored time
+    writer.submit_samples("gpu-a", _samples(1, 3, start=HOUR_START + 50), epoch="e2")
+    assert writer.flush(30)
+    position = writer.positions()["gpu-a"]
+    assert (position.last_seq, position.epoch) == (3, "e2")
+    assert _raw(db, "SELECT last_seq, seq_epoch FROM ingest_state") == [(3, "e2")]
+    with SampleWriter(db) as reopened:  # the resume point and its epoch survive a restart
+        assert reopened.positions()["gpu-a"].epoch == "e2" and reopened.committed_seq("gpu-a") == 3
+
+
 def test_minute_rollups_equal_the_raw_aggregates_and_the_open_minute_is_not_rolled_yet(
     db: Database, writer: SampleWriter
 ) -> None:
