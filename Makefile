@@ -10,8 +10,13 @@ QT_XCB_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxkbcommon-x11
 
 .PHONY: run test check lint unit system-deps venv bench agent-pyz screenshots app-bundle clean
 
-run: $(STAMP)
-	$(BIN)/meshdeck plan --model deepseek-v3.2 --gpu H200-SXM-141GB --nodes 1 --gpus-per-node 8
+# The embedded default: the console on two simulated 8xH200 hosts (demo-a, demo-b). With no display
+# (a server, CI) the same demo runs offscreen and leaves one PNG per view in screenshots/.
+run: system-deps $(STAMP)
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ]; then $(BIN)/meshdeck --demo; \
+	else echo "no display: running the demo offscreen; one PNG per view goes to screenshots/"; \
+	  QT_QPA_PLATFORM=offscreen $(BIN)/meshdeck --demo --screenshots screenshots --quit-after 150 \
+	  && ls -1 screenshots/*.png; fi
 
 # Installs what the tests need (Debian packages when run as root, the venv, the project), then runs
 # ruff, the import-layer contracts and the whole pytest suite (benchmarks excluded: `make bench`).
