@@ -41,9 +41,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_GLOBAL_OPTIONS_WITH_VALUE = ("--db", "--log-level")
+
+
+def hoist_global_options(argv: Sequence[str]) -> list[str]:
+    """Move `--db PATH` / `--log-level L` given after the subcommand to the front.
+
+    argparse only accepts the main parser's options before the subcommand, but users write
+    `meshdeck profiles list --db x.db` as often as `meshdeck --db x.db profiles list`.
+    Nothing after a `--` is touched.
+    """
+    front: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            rest.extend(argv[index:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in _GLOBAL_OPTIONS_WITH_VALUE:
+            if "=" in arg:
+                front.append(arg)
+            elif index + 1 < len(argv):
+                front.extend(argv[index : index + 2])
+                index += 1
+            else:
+                rest.append(arg)  # let argparse report the missing value
+        else:
+            rest.append(arg)
+        index += 1
+    return front + rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(hoist_global_options(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     func = getattr(args, "func", None)
     if func is None:
