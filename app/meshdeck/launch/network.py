@@ -6,9 +6,11 @@ run is slow or hangs. meshdeck tells it instead, per node:
 
 - InfiniBand / RoCE HCAs with an active port -> `NCCL_IB_HCA==mlx5_0:1,mlx5_1:1` (exact names, port);
   none -> `NCCL_IB_DISABLE=1` (so NCCL does not wait on an absent fabric, and says NET/Socket in its log);
-- the interface on the route to the head (the one whose subnet holds the head's address, longest
-  prefix first) -> `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` (bootstrap + socket transport, and
-  torch's gloo groups).
+- the interface on the route to the head -> `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` (bootstrap +
+  socket transport, and torch's gloo groups). First choice: what the node's agent answered to
+  `checks.route {head}` (its kernel's own routing decision: bonds, VLANs, policy routes, a head given
+  by name); else the interface whose subnet holds the head's address in the agent's inventory (longest
+  prefix first); a loopback head is reached over lo.
 
 The profile's own `env` always wins over these presets. Pure: the inventory comes in as data.
 """
@@ -28,6 +30,7 @@ IpInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
 _HCA = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 IB_KINDS = ("infiniband", "roce")
 
 
@@ -50,6 +53,17 @@ class IbPort:
 
 
 @dataclass(frozen=True)
+class HeadRoute:
+    """A node agent's answer to `checks.route {head}`: the interface (and source address) its kernel sends
+    the head's traffic by; `interface` None with `error` saying why when it could not tell."""
+
+    head: str  # the head address that was asked about
+    interface: str | None
+    source: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeNetwork:
     """One node as the launcher sees it: its meshdeck host name, the address peers use, its NICs."""
 
@@ -58,6 +72,7 @@ class NodeNetwork:
     interfaces: tuple[NetworkInterface, ...] = ()
     ib_ports: tuple[IbPort, ...] = ()
     nics_known: bool = True  # False: nobody asked the agent (a dry run); no IB preset either way
+    head_route: HeadRoute | None = None  # None: the agent was not asked (single node, dry run, older agent)
 
     def __post_init__(self) -> None:
         check_address(self.address, f"host {self.host}: address")
@@ -84,10 +99,15 @@ def is_ip_address(address: str) -> bool:
 
 
 def route_interface(node: NodeNetwork, head_address: str) -> str | None:
-    """The interface whose subnet holds `head_address` (longest prefix wins); None when unknown.
+    """The interface the node reaches `head_address` by: its agent's route answer, else the interface
+    whose subnet holds the address (longest prefix wins); None when unknown.
 
-    A DNS name cannot be matched against subnets here (no resolving in a pure module): None.
+    Without a route answer a DNS name cannot be matched against subnets here (no resolving in a pure
+    module): None.
     """
+    route = node.head_route
+    if route is not None and route.head == head_address and route.interface:
+        return route.interface
     try:
         target = ipaddress.ip_address(head_address)
     except ValueError:
@@ -126,12 +146,31 @@ def network_warnings(nodes: Sequence[NodeNetwork], head_address: str) -> list[st
     warnings = []
     for node in nodes:
         if route_interface(node, head_address) is None:
+            route = node.head_route
+            why = f" (its agent says: {route.error})" if route is not None and route.error else ""
             warnings.append(
-                f"host {node.host}: no interface address is known to route to the head {head_address}, so "
+                f"host {node.host}: no interface is known to route to the head {head_address}{why}, so "
                 "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME are left to NCCL and gloo; set them in the profile's env "
                 "if the node has several networks"
             )
     return warnings
+
+
+def head_route_from_answer(host: str, head_address: str, answer: Any) -> HeadRoute:
+    """Validate an agent's `checks.route` result (untrusted remote input), naming the host and field."""
+    field = f"host {host}: checks.route"
+    if not isinstance(answer, Mapping):
+        raise InputError(field, "must be an object")
+    interface, source, error = answer.get("interface"), answer.get("source"), answer.get("error")
+    if interface is not None and (not isinstance(interface, str) or not _IFNAME.match(interface)):
+        raise InputError(f"{field}.interface", f"{interface!r} is not an interface name")
+    if source is not None and (not isinstance(source, str) or not is_ip_address(source.split("%", 1)[0])):
+        raise InputError(f"{field}.source", f"{source!r} is not an IP address")
+    if error is not None and not isinstance(error, str):
+        raise InputError(f"{field}.error", "must be a string or null")
+    if error is not None:
+        error = _CONTROL_CHARS.sub(" ", error)[:300]
+    return HeadRoute(head_address, interface, source, error)
 
 
 def _addresses(raw: Any, field: str) -> tuple[IpInterface, ...]:
@@ -150,7 +189,9 @@ def _addresses(raw: Any, field: str) -> tuple[IpInterface, ...]:
     return tuple(out)
 
 
-def node_network_from_inventory(host: str, address: str, inventory: Mapping[str, Any]) -> NodeNetwork:
+def node_network_from_inventory(
+    host: str, address: str, inventory: Mapping[str, Any], head_route: HeadRoute | None = None
+) -> NodeNetwork:
     """Read the NIC part of an agent's `inventory` reply, refusing malformed entries by field.
 
     Reads `inventory["nics"]`: [{"name": "eth0" | "mlx5_0/1", "kind": "ethernet" | "infiniband" | "roce",
@@ -184,4 +225,4 @@ def node_network_from_inventory(host: str, address: str, inventory: Mapping[str,
             raise InputError(f"{field}.name", f"{name!r} is not an interface name")
         if active:
             interfaces.append(NetworkInterface(name, _addresses(nic.get("addresses"), f"{field}.addresses")))
-    return NodeNetwork(host, address, tuple(interfaces), tuple(ib_ports))
+    return NodeNetwork(host, address, tuple(interfaces), tuple(ib_ports), head_route=head_route)

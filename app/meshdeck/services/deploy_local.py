@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from meshdeck_agent.keeper import process_is_zombie, process_start_time
+
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan, ReadyCheck
 from meshdeck.launch.preflight_rules import PreflightReport
@@ -75,11 +77,15 @@ class LocalAgents:
                     raise InputError("local agents", f"{host} did not connect: {status.state} {status.reason}")
                 time.sleep(0.1)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 20.0) -> None:
+        daemons = [pid for pid in (_daemon_pid(self.root / host) for host in self.hosts) if pid is not None]
         for host in self.fleet.hosts():
             with contextlib.suppress(Exception):  # already gone
                 self.fleet.call(host, "agent.shutdown", timeout=15)
         self.fleet.close()
+        deadline = time.monotonic() + timeout_s  # none of the daemons outlives this call
+        while any(_running(*daemon) for daemon in daemons) and time.monotonic() < deadline:
+            time.sleep(0.05)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> LocalAgents:
@@ -87,6 +93,20 @@ class LocalAgents:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _daemon_pid(state_dir: Path) -> tuple[int, int | None] | None:
+    """(pid, start time) of the agent daemon serving from `state_dir` (its agent.pid record), or None."""
+    try:
+        record = json.loads((state_dir / "agent.pid").read_text())
+        return int(record["pid"]), record.get("start_time")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _running(pid: int, start_time: int | None) -> bool:
+    started = process_start_time(pid)
+    return started is not None and started == (start_time or started) and not process_is_zombie(pid)
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,15 @@ startup numbers are compared against).
 
 Addresses: the address other nodes reach a host at — the host part of its SSH target, or 127.0.0.1
 for agents on this machine. A mix of simulated and real agents is refused (a simulated node cannot
-join a real NCCL group).
+join a real NCCL group). For a multi-node launch every node's agent is asked which interface it
+reaches the head by (`checks.route`), which becomes its NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +26,22 @@ from meshdeck.core.inventory_facts import inventory_facts
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
 from meshdeck.launch.build import build_launch_plan
-from meshdeck.launch.network import NodeNetwork, node_network_from_inventory
+from meshdeck.launch.network import (
+    HeadRoute,
+    NodeNetwork,
+    check_address,
+    head_route_from_answer,
+    node_network_from_inventory,
+)
 from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_launch import is_deepseek_v32
+from meshdeck.remote.errors import RpcError, RpcTimeout
 from meshdeck.services.catalog import load_gpu_catalog, load_model
 
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
+ROUTE_TIMEOUT_S = 30.0  # resolving a head given by name may wait on the node's DNS
 _V3 = re.compile(r"deepseek-(v3(-0324)?|r1(-0528)?)$", re.IGNORECASE)
 
 
@@ -137,16 +146,36 @@ def prepare_launch(
         fake = ", ".join(h for h, s in simulated.items() if s)
         raise InputError("hosts", f"{fake} run simulated GPUs and the others real ones; a launch needs one kind")
     is_simulated = any(simulated.values())
-    nodes = []
     for host in profile.hosts:
         if host not in addresses:
             raise InputError("hosts", f"no address known for {host!r}; add it with `meshdeck hosts add`")
-        nodes.append(node_network_from_inventory(host, addresses[host], found[host]))
+    head_address = check_address(addresses[profile.hosts[0]], f"host {profile.hosts[0]}: address")
+    routes = head_routes(fleet, profile.hosts, head_address) if len(profile.hosts) > 1 else {}
+    nodes = [
+        node_network_from_inventory(host, addresses[host], found[host], head_route=routes.get(host))
+        for host in profile.hosts
+    ]
     planned, note = planned_startup(profile, found[profile.hosts[0]])
     if is_simulated and profile.engine == "vllm" and planned is None:
         raise InputError("profile", f"a simulated vLLM needs the planner's prediction: {note}")
     plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned, simulate=is_simulated)
     return PreparedLaunch(plan, found, is_simulated, note)
+
+
+def head_routes(fleet: Any, hosts: Sequence[str], head_address: str) -> dict[str, HeadRoute]:
+    """Ask each node's agent which interface and source address it reaches the head by (`checks.route`).
+
+    An agent that cannot answer (one from before checks.route, or one that timed out) is left out: the
+    launch plan then matches the head's address against that node's inventory subnets instead."""
+    routes: dict[str, HeadRoute] = {}
+    for host in hosts:
+        try:
+            answer = fleet.call(host, "checks.route", {"host": head_address}, timeout=ROUTE_TIMEOUT_S)
+        except (RpcError, RpcTimeout) as exc:
+            log.info("%s: no route answer toward the head %s (%s); matching inventory subnets", host, head_address, exc)
+            continue
+        routes[host] = head_route_from_answer(host, head_address, answer)
+    return routes
 
 
 def node_for_dry_run(host: str, address: str | None) -> NodeNetwork:

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from meshdeck.launch.build import parse_layout_spec
 from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_local import LocalAgents, run_builtin_workload
+from meshdeck.services.deploy_local import LocalAgents, run_builtin_workload, workload_profile
 from meshdeck.services.deploy_model import DeploymentSnapshot, worker_id
+from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck_agent import ifaddrs
 
 # real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -26,6 +28,24 @@ def agents(tmp_path: Path) -> Iterator[LocalAgents]:
 
 def cache_env(tmp_path: Path) -> dict[str, str]:
     return {"XDG_CACHE_HOME": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+
+
+def test_each_node_sockets_on_the_interface_its_agent_routes_the_head_by(agents: LocalAgents) -> None:
+    profile = workload_profile("collectives", parse_layout_spec("dp=2"), agents.hosts)
+    over_lo = prepare_launch(profile, agents.fleet, addresses=dict.fromkeys(agents.hosts, "127.0.0.1"), run_id="r")
+    assert {c.env_dict["NCCL_SOCKET_IFNAME"] for c in over_lo.plan.commands} == {"lo"}
+    own = ifaddrs.interface_addresses()
+    address, interface = next(
+        ((a.split("/")[0], name) for name, held in sorted(own.items()) for a in held if name != "lo" and "." in a),
+        (None, None),
+    )
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    # the nodes meet at this machine's own address: the agents' route answers name the interface holding it
+    prepared = prepare_launch(profile, agents.fleet, addresses=dict.fromkeys(agents.hosts, address), run_id="r")
+    for command in prepared.plan.commands:
+        assert command.env_dict["NCCL_SOCKET_IFNAME"] == command.env_dict["GLOO_SOCKET_IFNAME"] == interface
+    assert not any("NCCL_SOCKET_IFNAME" in w for w in prepared.plan.warnings)
 
 
 def test_collectives_tp2_dp2_across_two_agents(agents: LocalAgents, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ class FakeFleet:
         self.open_ports: set[tuple[str, int]] = set()
         self.on_start: dict[str, Callable[[str, dict[str, Any]], None]] = {}  # command suffix -> behaviour
         self.fail_start: set[str] = set()
+        self.routes: dict[str, Any] = {}  # host -> its checks.route answer, or an exception to raise
         self._subscribers: list[Callable[[Any], None]] = []
         self._lock = threading.Lock()
 
@@ -60,6 +61,11 @@ class FakeFleet:
                     {k: v for k, v in w.items() if k != "spec"} for (h, _), w in self.workers.items() if h == host
                 ]
             }
+        if method == "checks.route":
+            answer = self.routes[host]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
         if method == "checks.tcp_connect":
             return {"ok": (host, params["port"]) in self.open_ports, "error": None, "rtt_ms": 0.1}
         raise AssertionError(f"unexpected call {method}")

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+from pathlib import Path
 
 import pytest
 from launch_builders import make_node, make_profile
+from launch_fake_fleet import FakeFleet
 from meshdeck.core.errors import InputError
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import (
+    HeadRoute,
     NetworkInterface,
     NodeNetwork,
+    head_route_from_answer,
     nccl_env,
+    network_warnings,
     node_network_from_inventory,
     route_interface,
 )
+from meshdeck.remote.errors import RpcError, RpcTimeout
+from meshdeck.services.deploy_targets import head_routes
+
+# A real agent's answers on the development machine (tests/fixtures/launch/agent_nics_and_routes.json).
+RECORDED = json.loads((Path(__file__).parents[2] / "fixtures" / "launch" / "agent_nics_and_routes.json").read_text())
 
 # The NIC part of an agent `inventory` reply, in the shape agent/meshdeck_agent/inventory.py documents
 # (names as NCCL_IB_HCA spells them, state as sysfs reports it), plus interface addresses.
@@ -121,3 +132,89 @@ def test_addresses_that_are_not_addresses_are_refused(address: str) -> None:
 def test_a_node_whose_nics_nobody_asked_gets_no_ib_preset() -> None:
     env = nccl_env(NodeNetwork("gpu-a", "10.0.0.1", nics_known=False), "10.0.0.2")
     assert "NCCL_IB_DISABLE" not in env and "NCCL_IB_HCA" not in env
+
+
+def test_the_recorded_route_answer_names_the_interface_for_ipv4_and_ipv6_heads() -> None:
+    for head in ("192.0.2.77", "fd00::99"):
+        route = head_route_from_answer("gpu-b", head, RECORDED["checks.route"][head])
+        node = node_network_from_inventory("gpu-b", "192.0.2.2", RECORDED["inventory"], head_route=route)
+        env = nccl_env(node, head)
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert env["NCCL_IB_DISABLE"] == "1"  # the recorded machine has no HCA
+
+
+def test_the_agents_route_wins_over_the_subnet_match_and_resolves_a_head_given_by_name() -> None:
+    # ens1f0 holds 10.0.0.2/16, but the kernel routes the head through a bond the inventory does not list
+    answer = {"host": "10.0.0.1", "address": "10.0.0.1", "source": "10.0.0.2", "interface": "bond0", "error": None}
+    node = node_network_from_inventory(
+        "gpu-b", "10.0.0.2", INVENTORY, head_route_from_answer("gpu-b", "10.0.0.1", answer)
+    )
+    assert nccl_env(node, "10.0.0.1")["NCCL_SOCKET_IFNAME"] == "bond0"
+    by_name = {
+        "host": "head.cluster",
+        "address": "10.0.0.1",
+        "source": "10.0.0.2",
+        "interface": "ens1f0",
+        "error": None,
+    }
+    named = NodeNetwork("gpu-b", "10.0.0.2", head_route=head_route_from_answer("gpu-b", "head.cluster", by_name))
+    assert route_interface(named, "head.cluster") == "ens1f0"  # no subnet can match a name; the agent resolved it
+    assert route_interface(named, "10.9.9.9") is None  # an answer about another head is not used
+
+
+def test_a_route_the_agent_could_not_tell_falls_back_to_subnets_and_the_warning_quotes_it() -> None:
+    route = head_route_from_answer("gpu-b", "gpu-head.invalid", RECORDED["checks.route"]["gpu-head.invalid"])
+    assert route.interface is None and "cannot resolve gpu-head.invalid" in (route.error or "")
+    node = node_network_from_inventory("gpu-b", "192.0.2.2", RECORDED["inventory"], head_route=route)
+    (warning,) = network_warnings([node], "gpu-head.invalid")
+    assert "host gpu-b" in warning and "its agent says: cannot resolve gpu-head.invalid" in warning
+    fallback = node_network_from_inventory(
+        "gpu-b", "10.0.0.2", INVENTORY, head_route=HeadRoute("10.0.0.1", None, error="no route to host")
+    )
+    assert route_interface(fallback, "10.0.0.1") == "ens1f0"
+
+
+def test_the_profile_env_still_wins_over_the_agents_route() -> None:
+    route = HeadRoute("10.0.0.1", "bond0", "10.0.0.2")
+    nodes = [make_node("gpu-a", "10.0.0.1"), NodeNetwork("gpu-b", "10.0.0.2", head_route=route)]
+    layout = {"tensor_parallel": 8, "pipeline_parallel": 2}
+    plan = build_launch_plan(make_profile(hosts=["gpu-a", "gpu-b"], layout=layout), nodes, run_id="r1")
+    assert plan.commands[1].env_dict["NCCL_SOCKET_IFNAME"] == "bond0"
+    pinned = make_profile(hosts=["gpu-a", "gpu-b"], layout=layout, env={"GLOO_SOCKET_IFNAME": "eth9"})
+    env = build_launch_plan(pinned, nodes, run_id="r1").commands[1].env_dict
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("bond0", "eth9")
+
+
+@pytest.mark.parametrize(
+    ("answer", "field"),
+    [
+        ("eth0", "checks.route"),
+        ({"interface": "eth0; reboot", "source": "10.0.0.2"}, "checks.route.interface"),
+        ({"interface": "eth0", "source": "$(id)"}, "checks.route.source"),
+        ({"interface": None, "error": 7}, "checks.route.error"),
+    ],
+)
+def test_a_malformed_route_answer_is_refused_naming_host_and_field(answer: object, field: str) -> None:
+    with pytest.raises(InputError, match=field.replace(".", r"\.")) as refused:
+        head_route_from_answer("gpu-b", "10.0.0.1", answer)
+    assert "host gpu-b" in str(refused.value)
+
+
+def test_every_node_is_asked_for_its_route_and_an_agent_without_the_method_is_left_to_subnets() -> None:
+    fleet = FakeFleet()
+    fleet.routes = {
+        "gpu-a": {
+            "host": "10.0.0.1",
+            "address": "10.0.0.1",
+            "source": "10.0.0.1",
+            "interface": "ens1f0",
+            "error": None,
+        },
+        "gpu-b": RpcError("gpu-b", "checks.route", "unknown_method", "unknown method 'checks.route'"),
+        "gpu-c": RpcTimeout("gpu-c: checks.route timed out after 30 s"),
+    }
+    routes = head_routes(fleet, ["gpu-a", "gpu-b", "gpu-c"], "10.0.0.1")
+    assert routes == {"gpu-a": HeadRoute("10.0.0.1", "ens1f0", "10.0.0.1")}
+    assert [(h, m, p) for h, m, p in fleet.calls] == [
+        (h, "checks.route", {"host": "10.0.0.1"}) for h in ("gpu-a", "gpu-b", "gpu-c")
+    ]
