@@ -1,8 +1,9 @@
 """Deployment profiles: the YAML file format, validated by pydantic, naming the field in every error.
 
 A profile is untrusted input (it may come from a colleague or the internet): unknown keys, wrong
-types, anchors/aliases (YAML bombs), oversized files and layouts that do not match the hosts are
-refused before anything is stored or launched. `dump_profile(load_profile(text))` round-trips.
+types, anchors/aliases (YAML bombs), nesting deeper than MAX_PROFILE_DEPTH (which would otherwise
+exhaust Python's recursion limit in the YAML composer), oversized files and layouts that do not match
+the hosts are refused before anything is stored or launched. `dump_profile(load_profile(text))` round-trips.
 
     name: ds32-h200-2n
     model: deepseek-ai/DeepSeek-V3.2      # HF id or a path on the servers
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from meshdeck.core.errors import InputError
 
 MAX_PROFILE_BYTES = 256 * 1024
+MAX_PROFILE_DEPTH = 16  # a real profile nests 3 deep (vllm -> extra_args -> item); anything far deeper is hostile
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
@@ -173,10 +175,31 @@ class Profile(_Strict):
         return self
 
 
+class _TooDeep(yaml.YAMLError):
+    """Collections nested deeper than MAX_PROFILE_DEPTH; `mark` is where the limit was crossed."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__(f"nested deeper than {MAX_PROFILE_DEPTH} levels")
+        self.mark = mark
+
+
 class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases: a profile never needs them, YAML bombs do."""
+    """SafeLoader that refuses anchors, aliases and deep nesting: a profile never needs them, YAML bombs
+    and stack-exhaustion attacks do. The composer recurses once per nesting level, so the depth is
+    checked here, before Python's recursion limit is reached."""
+
+    _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self._depth >= MAX_PROFILE_DEPTH:
+            raise _TooDeep(self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return self._compose_checked(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _compose_checked(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.constructor.ConstructorError(
@@ -236,6 +259,11 @@ def load_profile(text: str | bytes, source: str = "profile") -> Profile:
         raise InputError(source, f"profile is larger than {MAX_PROFILE_BYTES} bytes")
     try:
         data = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+    except _TooDeep as exc:
+        where = f" at line {exc.mark.line + 1}, column {exc.mark.column + 1}" if exc.mark else ""
+        raise InputError(
+            source, f"nested deeper than {MAX_PROFILE_DEPTH} levels{where}; a profile needs at most 3"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

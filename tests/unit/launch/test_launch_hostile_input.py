@@ -71,3 +71,28 @@ def test_hostile_profile_fields_are_refused_naming_the_field(yaml_text: str, fie
     message = str(excinfo.value)
     assert message.startswith(f"evil.yaml: {field}"), message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "[" * 5000 + "]" * 5000,  # flow sequences: once a RecursionError out of the YAML composer
+        "name: t\nvllm: " + "{a: " * 3000 + "1" + "}" * 3000,
+        "\n".join(" " * i + f"k{i}:" for i in range(400)) + " 1",  # block mappings, each one deeper
+    ],
+)
+def test_deeply_nested_yaml_is_refused_naming_the_file(yaml_text: str) -> None:
+    with pytest.raises(InputError) as excinfo:
+        load_profile(yaml_text, source="deep.yaml")
+    message = str(excinfo.value)
+    assert message.startswith("deep.yaml: nested deeper than 16 levels at line "), message
+    assert "\n" not in message
+
+
+def test_nesting_up_to_the_limit_is_still_read_and_then_validated_by_field() -> None:
+    deep_extra_arg = "[" * 13 + '"x"' + "]" * 13  # 16 levels with the mapping, vllm and extra_args around it
+    with pytest.raises(InputError) as excinfo:
+        load_profile(
+            f"name: t\nmodel: m\nhosts: [a]\ngpus_per_node: 1\nvllm: {{extra_args: {deep_extra_arg}}}\n", "ok.yaml"
+        )
+    assert str(excinfo.value).startswith("ok.yaml: vllm.extra_args[0]")  # a type error, not a depth error

@@ -111,7 +111,7 @@ BILLION_LAUGHS = 'a: &a ["lol","lol"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*
         ),
         (PROFILE.replace("hosts: [gpu-a, gpu-b]", "hosts: [gpu-a, gpu-b, gpu-c]"), "bad.yaml: profile", "3 host(s)"),
         (BILLION_LAUGHS, "bad.yaml", "anchors (&name) are not allowed"),
-        ("name: x\nmodel: " + "[" * 600 + "]" * 600 + "\n", "bad.yaml", "nested too deeply"),
+        ("name: x\nmodel: " + "[" * 600 + "]" * 600 + "\n", "bad.yaml", "nested deeper than 16 levels"),
         ("name: " + "x" * 300_000, "bad.yaml", "larger than"),
         (b"name: \xff\xfe\n", "bad.yaml", "not UTF-8"),
         ("- just\n- a list\n", "bad.yaml", "must be a mapping"),
