@@ -213,9 +213,12 @@ class DeployService:
             with self._lock:
                 if deployment.state in ("stopping", "stopped"):
                     raise _Abort("stopped", "stopped by request while starting")
-                crashed = [w for w in deployment.workers.values() if w.state in ("failed", "exited", "stopped")]
+                ended = [w for w in deployment.workers.values() if w.state in ("failed", "exited", "stopped")]
                 since = [deployment.running_since.get(wid) for wid in ids]
-            crashed = [w for w in crashed if not (w.state == "exited" and w.exit_code == 0)]
+            finished = {w.worker_id for w in ended if w.state == "exited" and w.exit_code == 0}
+            if finished >= set(ids):
+                return  # a job that already finished cleanly: no ready check can pass any more, none needs to
+            crashed = [w for w in ended if w.worker_id not in finished]
             if crashed:
                 worker = crashed[0]
                 reason = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)

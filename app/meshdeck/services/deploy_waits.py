@@ -1,8 +1,9 @@
 """Waiting for a launched part to be ready: port open, log line seen, process running — via the agents.
 
 `LogFollower` keeps reading each worker's log from where it left off (`workers.logs {id, offset}`),
-counts pattern matches over whole lines (a line split across two reads counts once) and keeps the
-tail for error messages. `ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its
+counts pattern matches over whole lines (a line split across two reads counts once; two processes
+writing one pipe can run their lines together, so every match in a line counts) and keeps the tail
+for error messages. `ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its
 own deadline, cancellation and crash detection.
 """
 
@@ -64,8 +65,9 @@ class LogFollower:
             followed.partial = lines.pop()
             for line in lines:
                 for source, pattern in self._patterns.items():
-                    if pattern.search(line):
-                        followed.counts[source] = followed.counts.get(source, 0) + 1
+                    found = sum(1 for _ in pattern.finditer(line))
+                    if found:
+                        followed.counts[source] = followed.counts.get(source, 0) + found
             followed.tail = (followed.tail + data)[-TAIL_CHARS:]
 
     def count(self, pattern: str, worker_ids: list[str]) -> int:
@@ -75,8 +77,8 @@ class LogFollower:
             self.poll(worker_id)
             followed = self._workers[worker_id]
             total += followed.counts.get(pattern, 0)
-            if followed.partial and self._patterns[pattern].search(followed.partial):
-                total += 1  # a last line without its newline yet
+            if followed.partial:  # a last line without its newline yet
+                total += sum(1 for _ in self._patterns[pattern].finditer(followed.partial))
         return total
 
     def tail(self, worker_id: str, lines: int = 15) -> str:

@@ -198,6 +198,36 @@ def test_a_torch_job_is_up_when_every_rank_runs_and_completes_when_all_exit_0(fl
     wait_until(lambda: service.get(snapshot.id).state == "completed")
 
 
+def test_rank_lines_two_processes_ran_together_on_one_line_each_count(fleet: FakeFleet) -> None:
+    def node(rank: int):
+        def behaviour(host: str, worker: dict[str, Any]) -> None:
+            if rank == 0:
+                fleet.open_ports.add(("gpu-a", 29400))
+            first, second = (f"meshdeck-workload: rank {rank * 2 + local}/4 running" for local in range(2))
+            fleet.logs[worker["id"]] += first + second + "\n\n"  # text, text, newline, newline: as seen in a log
+
+        return behaviour
+
+    fleet.on_start["torchrun-node0"] = node(0)
+    fleet.on_start["torchrun-node1"] = node(1)
+    assert make_service(fleet).launch(torch_plan()).state == "running"
+
+
+@pytest.mark.timeout(60)
+def test_a_job_that_finishes_cleanly_before_its_ready_check_passes_is_completed_not_waited_on(
+    fleet: FakeFleet,
+) -> None:
+    def finish_at_once(host: str, worker: dict[str, Any]) -> None:
+        fleet.open_ports.add(("gpu-a", 29400))
+        time.sleep(0.05)
+        fleet.finish(host, worker["id"])  # no rank line ever matched (its output went elsewhere)
+
+    fleet.on_start["torchrun-node0"] = finish_at_once
+    fleet.on_start["torchrun-node1"] = finish_at_once
+    snapshot = make_service(fleet).launch(torch_plan())  # the rank-line check alone would wait 600 s
+    assert snapshot.state == "completed" and snapshot.reason == "every part exited 0"
+
+
 def test_a_killed_torch_rank_is_reported_and_its_peers_are_stopped(fleet: FakeFleet) -> None:
     torch_cluster(fleet)
     recorder = Recorder()
