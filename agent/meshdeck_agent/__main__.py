@@ -9,7 +9,8 @@
 
 Works as `python -m meshdeck_agent`, as the console script, and as `python3 -I meshdeck-agent.pyz`.
 Exit status: 0 ok, 2 bad input (one line on stderr naming it), 3 another daemon already serves the
-socket, 1 anything else. `keeper` and `simvllm` are internal subcommands the daemon runs itself.
+socket, 4 (attach) a daemon of another version serves the socket and could not be replaced (the line on
+stderr names both versions), 1 anything else. `keeper` and `simvllm` are internal subcommands the daemon runs itself.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def _attach(args: argparse.Namespace) -> int:
     except (SimulateSpecError, UnsafePath) as exc:
         return _fail(str(exc))
     except AttachError as exc:
-        return _fail(str(exc), 1)
+        return _fail(str(exc), exc.exit_status)
     return relay(sock, sys.stdin.fileno(), sys.stdout.fileno(), preamble=hello)
 
 

@@ -11,7 +11,9 @@ process (stdio to the daemon's log file in its state dir), and waits for the soc
 Upgrades: the daemon's hello names its version. If it is not this agent's version or protocol (the app
 just uploaded a newer zipapp), attach stops that daemon with SIGTERM (its pid and start time are in
 `<state dir>/agent.pid`; workers keep running and the new daemon re-adopts them) and starts its own.
-The hello line it read is passed on unchanged, so the relay stays byte-exact.
+The hello line it read is passed on unchanged, so the relay stays byte-exact. When the other daemon
+cannot be stopped (no pid record, a pid that is no longer it, a daemon that ignores SIGTERM) attach
+exits with protocol.ATTACH_EXIT_VERSION_CONFLICT and a message naming both versions.
 """
 
 from __future__ import annotations
@@ -31,13 +33,21 @@ from typing import List, Optional, Tuple
 from . import __version__
 from .keeper import process_is_zombie, process_start_time
 from .paths import check_socket_path, ensure_private_dir, self_command, self_env
-from .protocol import PROTOCOL_VERSION
+from .protocol import ATTACH_EXIT_VERSION_CONFLICT, PROTOCOL_VERSION
 
 STDIN_EOF_GRACE_S = 5.0
 
 
 class AttachError(Exception):
     """The daemon could not be reached or started; the message says why and where its log is."""
+
+    exit_status = 1
+
+
+class VersionConflict(AttachError):
+    """A daemon of another version holds the socket and could not be replaced (names both versions)."""
+
+    exit_status = ATTACH_EXIT_VERSION_CONFLICT
 
 
 def _connect(path: str) -> Optional[socket.socket]:
@@ -111,34 +121,46 @@ def _hello_version(line: bytes) -> Optional[Tuple[int, str]]:
         return None
 
 
-def _stop_daemon(state_dir: str, socket_path: str, timeout_s: float = 20.0) -> None:
+def _describe(hello: Optional[Tuple[int, str]]) -> str:
+    return "agent %s (protocol %s)" % (hello[1] or "?", hello[0]) if hello else "a daemon with an unreadable hello"
+
+
+def _conflict(found: Optional[Tuple[int, str]], socket_path: str, problem: str) -> VersionConflict:
+    return VersionConflict(
+        "%s serves %s, not this agent %s (protocol %d), and %s; stop it by hand, then connect again"
+        % (_describe(found), socket_path, __version__, PROTOCOL_VERSION, problem)
+    )
+
+
+def _stop_daemon(
+    state_dir: str, socket_path: str, found: Optional[Tuple[int, str]] = None, timeout_s: float = 20.0
+) -> None:
     """SIGTERM the daemon recorded in agent.pid (if it is still that process) and wait for its socket to go."""
+    pid_path = os.path.join(state_dir, "agent.pid")
     try:
-        with open(os.path.join(state_dir, "agent.pid")) as handle:
+        with open(pid_path) as handle:
             record = json.load(handle)
         pid, start_time = int(record["pid"]), record.get("start_time")
     except (OSError, ValueError, KeyError, TypeError):
-        raise AttachError(
-            "an agent of another version serves %s and its pid is unknown; stop it by hand" % socket_path
-        ) from None
+        raise _conflict(found, socket_path, "its pid is unknown (no readable %s)" % pid_path) from None
     if start_time is not None and process_start_time(pid) != start_time:
-        raise AttachError(
-            "an agent of another version serves %s but pid %d is no longer it; stop it by hand" % (socket_path, pid)
-        )
-    os.kill(pid, signal.SIGTERM)
+        raise _conflict(found, socket_path, "pid %d in %s is no longer it" % (pid, pid_path))
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError as exc:
+        raise _conflict(found, socket_path, "SIGTERM to pid %d failed: %s" % (pid, exc.strerror or exc)) from None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         gone = process_start_time(pid) is None or process_is_zombie(pid)
         if gone and not os.path.exists(socket_path):
             return
         time.sleep(0.05)
-    raise AttachError(
-        "the agent of another version on %s (pid %d) did not stop within %.0fs" % (socket_path, pid, timeout_s)
-    )
+    raise _conflict(found, socket_path, "pid %d did not stop within %.0fs of SIGTERM" % (pid, timeout_s))
 
 
 def attach_socket(socket_path: str, serve_args: List[str], state_dir: str) -> Tuple[socket.socket, bytes]:
     """A socket to a daemon of this version and the hello line it sent (replacing another version)."""
+    first: Optional[Tuple[int, str]] = None
     for attempt in range(2):
         sock = connect_or_start(socket_path, serve_args, state_dir)
         hello_line = _read_line(sock)
@@ -148,13 +170,12 @@ def attach_socket(socket_path: str, serve_args: List[str], state_dir: str) -> Tu
         sock.close()
         if attempt:
             break
-        found = "agent %s, protocol %s" % (first[1], first[0]) if first else "an unreadable hello"
         sys.stderr.write(
             "meshdeck-agent: replacing the daemon on %s (%s) with agent %s; workers keep running\n"
-            % (socket_path, found, __version__)
+            % (socket_path, _describe(first), __version__)
         )
-        _stop_daemon(state_dir, socket_path)
-    raise AttachError("the daemon on %s still does not speak agent %s after a restart" % (socket_path, __version__))
+        _stop_daemon(state_dir, socket_path, first)
+    raise _conflict(first, socket_path, "it came back after it was stopped")
 
 
 def relay(sock: socket.socket, stdin_fd: int, stdout_fd: int, preamble: bytes = b"") -> int:

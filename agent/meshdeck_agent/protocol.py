@@ -59,6 +59,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
+# `meshdeck-agent attach` exits with this status when a daemon of another agent version (or protocol)
+# holds the socket and could not be replaced; its last stderr line names both versions. Retrying the
+# same attach cannot help, so the app reports it instead of reconnecting in a loop.
+ATTACH_EXIT_VERSION_CONFLICT = 4
+
 # Requests the agent answers. Params are documented in `METHOD_PARAMS`.
 METHODS = (
     "inventory",

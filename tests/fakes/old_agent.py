@@ -2,7 +2,8 @@
 
 It does what a real older daemon does at the level attach sees: takes `<socket>.lock`, writes
 `<state dir>/agent.pid`, greets every connection with a hello naming its version, and on SIGTERM
-removes its socket and exits. Usage: python old_agent.py SOCKET STATE_DIR VERSION
+removes its socket and exits. Usage: python old_agent.py SOCKET STATE_DIR VERSION [PROTOCOL]
+(PROTOCOL defaults to 1; another number fabricates an agent of another protocol major).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 def main() -> int:
     socket_path, state_dir, version = sys.argv[1:4]
+    protocol = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     lock = open(socket_path + ".lock", "a+")  # noqa: SIM115 - held until exit
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -36,7 +38,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     while True:
         connection, _ = listener.accept()
-        connection.sendall(json.dumps({"hello": {"protocol": 1, "agent": version}}).encode() + b"\n")
+        connection.sendall(json.dumps({"hello": {"protocol": protocol, "agent": version}}).encode() + b"\n")
         connection.close()
 
 

@@ -4,8 +4,10 @@ One exec runs a POSIX sh snippet that tries each python candidate, skips those o
 runs a small probe with the first good one. The probe reports the interpreter, `platform.machine()`,
 the absolute cache dir (default `~/.cache/meshdeck`, created 0700), whether a file can be written
 there, free bytes, and the SHA-256 of `agent-<hash>.pyz` if present. When that hash equals the local
-zipapp's, nothing is uploaded; otherwise SFTP writes `.agent-<hash>.pyz.<random>.tmp` and renames it
-into place, so a reader never sees half a file. Each failure is one `BootstrapError` line: no python3,
+zipapp's, nothing is uploaded (unless `force`: after an agent answered with another protocol, the app
+uploads it again); otherwise SFTP writes `.agent-<hash>.pyz.<random>.tmp` and renames it into place, so
+a reader never sees half a file. A local zipapp built for another protocol than this app speaks (a stale
+dist/meshdeck-agent.pyz) is refused before anything is uploaded, naming both versions. Each failure is one `BootstrapError` line: no python3,
 python too old (naming the version found), read-only home, not writable, no disk space, upload failed.
 """
 
@@ -16,13 +18,16 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import paramiko
+from meshdeck_agent.protocol import PROTOCOL_VERSION
 
 from meshdeck.remote.errors import AgentNotFound, BootstrapError, ConnectionLost
 from meshdeck.remote.ssh import SshConnection
@@ -94,11 +99,14 @@ print(json.dumps(out))
 
 @dataclass(frozen=True)
 class AgentPackage:
-    """The local zipapp to upload: its path, SHA-256 and size."""
+    """The local zipapp to upload: its path, SHA-256 and size, and the agent version and protocol it
+    carries (read from its meshdeck_agent sources; None when it has none, e.g. a test's stand-in)."""
 
     path: Path
     sha256: str
     size: int
+    agent_version: str | None = None
+    protocol: int | None = None
 
     @property
     def remote_name(self) -> str:
@@ -114,7 +122,32 @@ class AgentPackage:
                     digest.update(block)
         except OSError as exc:
             raise AgentNotFound(f"agent zipapp {path}: {exc.strerror or exc}") from None
-        return cls(path, digest.hexdigest(), path.stat().st_size)
+        version, protocol = _zipapp_versions(path)
+        return cls(path, digest.hexdigest(), path.stat().st_size, version, protocol)
+
+    def check_protocol(self, label: str) -> None:
+        """Refuse a zipapp built for another protocol than this app speaks (BootstrapError "stale_agent")."""
+        if self.protocol is not None and self.protocol != PROTOCOL_VERSION:
+            raise BootstrapError(
+                "stale_agent",
+                f"{label}: the agent zipapp {self.path} is agent {self.agent_version or '?'} speaking protocol "
+                f"{self.protocol}, but this meshdeck speaks protocol {PROTOCOL_VERSION}; rebuild it with "
+                f"`make agent-pyz` (or point ${AGENT_PYZ_ENV} at a matching one)",
+            )
+
+
+def _zipapp_versions(path: Path) -> tuple[str | None, int | None]:
+    """(agent version, protocol) from a zipapp's meshdeck_agent/__init__.py and protocol.py, read as text."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            init = archive.read("meshdeck_agent/__init__.py").decode() if "meshdeck_agent/__init__.py" in names else ""
+            proto = archive.read("meshdeck_agent/protocol.py").decode() if "meshdeck_agent/protocol.py" in names else ""
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return None, None
+    version = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", init, re.MULTILINE)
+    protocol = re.search(r"^PROTOCOL_VERSION\s*=\s*(\d+)\s*$", proto, re.MULTILINE)
+    return (version.group(1) if version else None), (int(protocol.group(1)) if protocol else None)
 
 
 def find_agent_package(explicit: str | os.PathLike[str] | None = None) -> AgentPackage:
@@ -204,7 +237,7 @@ def parse_probe(label: str, exit_status: int, stdout: bytes, stderr: bytes, pyth
     return result
 
 
-def check_platform(label: str, platform: RemotePlatform, package: AgentPackage) -> None:
+def check_platform(label: str, platform: RemotePlatform, package: AgentPackage, force: bool = False) -> None:
     """Raise the BootstrapError for a cache dir that cannot take the agent."""
     error = platform.error
     if error:
@@ -220,7 +253,8 @@ def check_platform(label: str, platform: RemotePlatform, package: AgentPackage) 
             "not_writable", f"{label}: cannot write to {path}: {message} ({code}); set a writable remote cache dir"
         )
     needed = package.size + FREE_SPACE_MARGIN_BYTES
-    if platform.agent_sha256 != package.sha256 and platform.free_bytes is not None and platform.free_bytes < needed:
+    uploading = force or platform.agent_sha256 != package.sha256
+    if uploading and platform.free_bytes is not None and platform.free_bytes < needed:
         raise BootstrapError(
             "no_disk_space",
             f"{label}: no disk space for the agent in {platform.cache_dir}: "
@@ -258,8 +292,10 @@ def bootstrap(
     cache_dir: str = DEFAULT_CACHE_DIR,
     pythons: Sequence[str] = DEFAULT_PYTHONS,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> BootstrapResult:
-    """Probe the server, upload the agent unless the same one is there, return where it is."""
+    """Probe the server, upload the agent unless the same one is there (or `force`), return where it is."""
+    package.check_protocol(conn.label)
     say = progress or (lambda message: None)
     say("probing python3 and the cache dir")
     try:
@@ -267,9 +303,9 @@ def bootstrap(
     except ConnectionLost as exc:
         raise BootstrapError("probe_failed", f"{conn.label}: the bootstrap probe failed: {exc}") from None
     platform = parse_probe(conn.label, ran.exit_status, ran.stdout, ran.stderr, pythons)
-    check_platform(conn.label, platform, package)
+    check_platform(conn.label, platform, package, force)
     agent_path = f"{platform.cache_dir}/{package.remote_name}"
-    if platform.agent_sha256 == package.sha256:
+    if platform.agent_sha256 == package.sha256 and not force:
         log.debug("%s: agent %s already present", conn.label, package.sha256[:16])
         return BootstrapResult(platform, agent_path, uploaded=False)
     say(f"uploading the agent ({package.size // 1024} KiB)")

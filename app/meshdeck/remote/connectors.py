@@ -82,6 +82,10 @@ class AgentLink:
 
 
 class Connector(Protocol):
+    """`open` reaches the agent. A connector that can put the agent on the server again also has
+    `reinstall()`: the next `open` then uploads the agent even where one with the same hash is found
+    (the supervisor calls it once when the agent answers with another protocol)."""
+
     def open(self, progress: Progress) -> AgentLink: ...
 
     def describe(self) -> str: ...
@@ -100,20 +104,27 @@ class SshConnector:
     cache_dir: str = DEFAULT_CACHE_DIR
     pythons: Sequence[str] = DEFAULT_PYTHONS
     host_key_prompt: HostKeyPrompt | None = None
+    force_upload: bool = False  # set by reinstall(); the next successful bootstrap clears it
 
     def describe(self) -> str:
         return self.route.describe()
+
+    def reinstall(self) -> None:
+        self.force_upload = True
 
     def attach_argv(self, python: str, agent_path: str) -> list[str]:
         return [python, "-I", agent_path, *self.agent.attach_args()]  # -I: no user site, no PYTHON* env
 
     def open(self, progress: Progress) -> AgentLink:
+        if self.package is not None:
+            self.package.check_protocol(self.describe())  # a stale local zipapp: no need to reach the server
         progress("connecting")
         conn: SshConnection = connect(self.route, self.host_keys, self.options, self.host_key_prompt)
         try:
-            package = self.package or find_agent_package(self.agent_pyz)
+            package = self.package or find_agent_package(self.agent_pyz)  # bootstrap checks its protocol
             progress("bootstrapping")
-            placed = bootstrap(conn, package, self.cache_dir, self.pythons, progress)
+            placed = bootstrap(conn, package, self.cache_dir, self.pythons, progress, force=self.force_upload)
+            self.force_upload = False
             argv = self.attach_argv(placed.platform.python, placed.agent_path)
             channel = conn.open_exec(argv)
         except BaseException:
@@ -151,7 +162,9 @@ class LocalConnector:
             python = shutil.which("python3")
             if python is None:
                 raise BootstrapError("no_python", f"{self.name}: the local agent needs python3 on PATH (>= 3.9)")
-            return [python, "-I", str(find_agent_package(self.agent_pyz).path), *self.agent.attach_args()]
+            package = find_agent_package(self.agent_pyz)
+            package.check_protocol(self.name)
+            return [python, "-I", str(package.path), *self.agent.attach_args()]
         return [self.python, "-m", "meshdeck_agent", *self.agent.attach_args()]
 
     def open(self, progress: Progress) -> AgentLink:

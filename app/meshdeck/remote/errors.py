@@ -91,7 +91,7 @@ class BootstrapError(RemoteError):
     """The server cannot run the agent: no python3, too old, no disk space, read-only home, upload failed.
 
     `reason` is a stable code: no_python, python_too_old, no_disk_space, read_only, not_writable,
-    upload_failed, probe_failed.
+    upload_failed, probe_failed, stale_agent (the local zipapp speaks another protocol than this app).
     """
 
     permanent = True
@@ -109,6 +109,13 @@ class AgentNotFound(RemoteError):
 
 class ProtocolMismatch(RemoteError):
     """The agent speaks another protocol major (the message names both)."""
+
+    permanent = True
+
+
+class AgentVersionConflict(RemoteError):
+    """A daemon of another agent version holds the server's agent socket and `attach` could not replace it
+    (the message, from attach, names both versions and what to do)."""
 
     permanent = True
 

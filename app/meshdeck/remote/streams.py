@@ -14,6 +14,7 @@ import logging
 import socket
 import subprocess
 import threading
+import time
 from typing import Protocol
 
 import paramiko
@@ -55,6 +56,23 @@ class _StderrTail:
     def tail(self) -> str:
         with self._lock:
             return " | ".join(self._lines)
+
+    def last(self) -> str:
+        with self._lock:
+            return self._lines[-1] if self._lines else ""
+
+
+def attach_outcome(stream: object, wait_s: float = 3.0) -> tuple[int | None, str]:
+    """Once a stream to `attach` ended: its exit status (None when not known within `wait_s`, or a stream
+    with no process behind it) and its last stderr line."""
+    exit_status = getattr(stream, "exit_status", None)
+    status = None
+    if exit_status is not None:
+        deadline = time.monotonic() + wait_s
+        while (status := exit_status()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    stderr = getattr(stream, "stderr", None)
+    return status, stderr.last() if isinstance(stderr, _StderrTail) else ""
 
 
 class ChannelStream:

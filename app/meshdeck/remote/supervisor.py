@@ -6,19 +6,17 @@ States (events.HOST_STATES): disconnected → connecting → bootstrapping → c
 (unknown/changed host key, auth, no python3, protocol mismatch) until `retry()` is called.
 Transient failures are retried with exponential backoff and jitter.
 
+Agent versions (DESIGN §3): `attach` itself replaces a daemon of another version on the server. If it
+cannot (it exits with protocol.ATTACH_EXIT_VERSION_CONFLICT) the host fails with attach's message, which
+names both versions. If the agent answers in another protocol major anyway, the connector is asked to
+`reinstall()` (upload the matching agent again) and the connection is retried once at once; a second
+mismatch fails the host naming both versions.
+
 After each (re)connect: hello, `inventory` (InventoryReceived), then, if a last seq is known, the
 gap is paged in with `samples.read {since_seq, limit}` (SamplesReceived backfill=True), then
 `samples.subscribe {since_seq}`: the agent sends what is left of the backlog, then live samples.
-Every sample passes one gate: seq must be last_seq + 1, an older or repeated seq is dropped as a
-duplicate, a jump is filled with `samples.read` first and whatever the ring no longer held is counted
-in `dropped`. So the sink sees each host's samples in seq order, none twice.
-
-Seqs are only comparable within one sequence epoch (the agent's hello names it; a new agent state dir
-starts seq 1 under a new epoch). When the hello's epoch differs from the one the held last_seq belongs
-to, the gate is reset to read the agent's ring from its start and a SequenceReset event says so; an
-agent whose newest seq is below the held one (an agent without epochs, or a resume point stored
-without one) is reset the same way. Samples are delivered with their epoch, so the store's resume
-point carries it too.
+Every sample passes one gate (sample_gate.py): in seq order, none twice, gaps filled from the ring or
+counted as dropped, and a new sequence epoch (a new agent state dir) resets it with a SequenceReset.
 """
 
 from __future__ import annotations
@@ -32,17 +30,21 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT
+
 from meshdeck.remote.connectors import AgentLink, Connector
-from meshdeck.remote.errors import ConnectionLost, NotConnected, RemoteError, RpcTimeout
-from meshdeck.remote.events import (
-    AgentEvent,
-    FleetEvent,
-    HostStateChanged,
-    InventoryReceived,
-    SamplesReceived,
-    SequenceReset,
+from meshdeck.remote.errors import (
+    AgentVersionConflict,
+    ConnectionLost,
+    NotConnected,
+    ProtocolMismatch,
+    RemoteError,
+    RpcTimeout,
 )
+from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
 from meshdeck.remote.rpc import RpcClient
+from meshdeck.remote.sample_gate import SampleGate
+from meshdeck.remote.streams import attach_outcome
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +93,16 @@ class HostSupervisor:
         self.settings = settings or SupervisorSettings()
         self._sink = sink
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
-        self._last_seq = since_seq
-        self._epoch = since_epoch  # the sequence epoch _last_seq belongs to (None: not known)
+        self._stop = threading.Event()
+        self._gate = SampleGate(
+            name,
+            sink,
+            since_seq=since_seq,
+            since_epoch=since_epoch,
+            read_page=self.settings.read_page,
+            call_timeout_s=self.settings.call_timeout_s,
+            stopped=self._stop.is_set,
+        )
         self._state = "disconnected"
         self._reason = ""
         self._error: Exception | None = None
@@ -103,7 +112,6 @@ class HostSupervisor:
         self.agent_version: str | None = None
         self.details: dict[str, Any] = {}
         self.connects = 0
-        self._stop = threading.Event()
         self._wake = threading.Event()
         self._last_sample_at = 0.0
         self._stall_after_s = self.settings.stall_after_s
@@ -125,14 +133,12 @@ class HostSupervisor:
 
     @property
     def last_seq(self) -> int | None:
-        with self._lock:
-            return self._last_seq
+        return self._gate.last_seq
 
     @property
     def epoch(self) -> str | None:
         """The agent's sequence epoch that `last_seq` belongs to (None before the first hello, or an older agent)."""
-        with self._lock:
-            return self._epoch
+        return self._gate.epoch
 
     def start(self) -> None:
         self._thread.start()
@@ -183,6 +189,7 @@ class HostSupervisor:
 
     def _run(self) -> None:
         attempt = 0
+        reinstalled = False  # one re-upload per protocol mismatch, until a connection works again
         while not self._stop.is_set():
             self._wake.clear()
             try:
@@ -208,8 +215,21 @@ class HostSupervisor:
                 break
             try:
                 self._serve(link)
+            except ProtocolMismatch as exc:
+                self._close_link()
+                reinstall = getattr(self.connector, "reinstall", None)
+                if reinstall is not None and not reinstalled:
+                    reinstalled = True
+                    log.warning("%s: %s; uploading the matching agent again", self.name, exc)
+                    reinstall()
+                    continue
+                self._set_state("failed", str(exc), exc)
+                self._wake.wait()
+                attempt, reinstalled = 0, False
             except RemoteError as exc:
                 was_up = self._state in ("connected", "degraded")
+                if was_up:
+                    reinstalled = False
                 self._close_link()
                 if exc.permanent:
                     self._set_state("failed", str(exc), exc)
@@ -251,15 +271,22 @@ class HostSupervisor:
         self.details = dict(link.details)
         client = RpcClient(link.stream, host=self.name)
         self._client = client
-        hello = client.start(self.settings.hello_timeout_s)
+        try:
+            hello = client.start(self.settings.hello_timeout_s)
+        except ConnectionLost:
+            status, last_line = attach_outcome(link.stream)
+            if status == ATTACH_EXIT_VERSION_CONFLICT:
+                message = last_line.removeprefix("meshdeck-agent: error: ") or "attach exited: version conflict"
+                raise AgentVersionConflict(f"{self.name}: {message}") from None
+            raise
         self.agent_version = hello.agent
-        self._adopt_epoch(hello.epoch)
+        self._gate.adopt_epoch(hello.epoch)
         self.inventory = client.call("inventory", {}, self.settings.call_timeout_s)
         self._sink(InventoryReceived(self.name, self.inventory))
-        self._backfill(client)
+        self._gate.backfill(client)
         params: dict[str, Any] = {}
-        if self._last_seq is not None:
-            params["since_seq"] = self._last_seq
+        if self._gate.last_seq is not None:
+            params["since_seq"] = self._gate.last_seq
         if self.settings.delivery_interval_s is not None:
             params["interval_s"] = self.settings.delivery_interval_s
         subscribed = client.call("samples.subscribe", params, self.settings.call_timeout_s)
@@ -285,8 +312,11 @@ class HostSupervisor:
                         last_ping = time.monotonic()
                 continue
             if event.event == "samples":
+                self._last_sample_at = time.monotonic()
+                if self._state == "degraded":
+                    self._set_state("connected")
                 samples = event.data.get("samples") or []
-                self._accept(client, [s for s in samples if isinstance(s, dict)], backfill=False)
+                self._gate.accept(client, [s for s in samples if isinstance(s, dict)], backfill=False)
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))
         raise ConnectionLost(f"{self.name}: stopped")
@@ -300,103 +330,3 @@ class HostSupervisor:
             raise ConnectionLost(
                 f"{self.name}: no samples and no answer from the agent for {self._stall_after_s:g} s; reconnecting"
             ) from None
-
-    # -- samples -----------------------------------------------------------------------------------
-
-    def _adopt_epoch(self, epoch: str | None) -> None:
-        """Take the agent's epoch; if the held last_seq belongs to another one, restart the gate at 0."""
-        with self._lock:
-            previous, held = self._epoch, self._last_seq
-            changed = epoch is not None and previous is not None and epoch != previous and held is not None
-            self._epoch = epoch
-            if changed:
-                self._last_seq = 0
-        if changed and held is not None:
-            self._reset(
-                epoch,
-                previous,
-                held,
-                f"the agent's sample sequence restarted (epoch {previous} -> {epoch}: a new agent state dir); "
-                "reading its samples from the start",
-            )
-
-    def _reset(self, epoch: str | None, previous: str | None, held: int, reason: str) -> None:
-        log.warning("%s: %s (held seq %d)", self.name, reason, held)
-        self._sink(SequenceReset(self.name, epoch, previous, held, reason, time.time()))
-
-    def _backfill(self, client: RpcClient) -> None:
-        """Page in everything after last_seq with samples.read before subscribing."""
-        if self._last_seq is None:
-            return
-        while not self._stop.is_set():
-            since = self._last_seq
-            page = client.call(
-                "samples.read", {"since_seq": since, "limit": self.settings.read_page}, self.settings.call_timeout_s
-            )
-            agent_last = int(page.get("last_seq") or 0)
-            if agent_last < since:
-                with self._lock:
-                    self._last_seq = 0
-                    epoch = self._epoch
-                self._reset(
-                    epoch,
-                    epoch,
-                    since,
-                    f"the agent's newest sample is seq {agent_last} but seq {since} was already delivered: its "
-                    "sequence restarted (a new agent state dir); reading its samples from the start",
-                )
-                continue
-            samples = [s for s in page.get("samples") or [] if isinstance(s, dict)]
-            self._accept(client, samples, backfill=True, fill_gaps=False)
-            if not samples or (self._last_seq or 0) >= agent_last:
-                return
-
-    def _accept(self, client: RpcClient, samples: list[dict[str, Any]], backfill: bool, fill_gaps: bool = True) -> None:
-        """Deliver samples with seq == last_seq + 1, filling gaps from the ring, skipping repeats.
-
-        `dropped` on a delivery counts the seqs missing right before it that the ring no longer had.
-        """
-        self._last_sample_at = time.monotonic()
-        if self._state == "degraded":
-            self._set_state("connected")
-        fresh: list[dict[str, Any]] = []
-        lost = 0
-        valid = [s for s in samples if isinstance(s.get("seq"), int) and not isinstance(s.get("seq"), bool)]
-        for sample in sorted(valid, key=lambda s: s["seq"]):
-            seq, last = sample["seq"], self._last_seq
-            if last is not None and seq <= last:
-                continue  # already delivered
-            if last is not None and seq > last + 1:
-                if fill_gaps:
-                    self._deliver(fresh, lost, backfill)
-                    fresh, lost = [], self._fill_gap(client, last, seq)
-                else:
-                    lost += seq - last - 1
-            fresh.append(sample)
-            with self._lock:
-                self._last_seq = seq
-        self._deliver(fresh, lost, backfill)
-
-    def _fill_gap(self, client: RpcClient, last: int, next_seq: int) -> int:
-        """Deliver seq last+1 .. next_seq-1 from the agent's ring; return how many of them it no longer had."""
-        since = last
-        while since < next_seq - 1 and not self._stop.is_set():
-            limit = min(self.settings.read_page, next_seq - 1 - since)
-            page = client.call("samples.read", {"since_seq": since, "limit": limit}, self.settings.call_timeout_s)
-            chunk = sorted(
-                (s for s in page.get("samples") or [] if isinstance(s, dict) and since < s.get("seq", 0) < next_seq),
-                key=lambda s: s["seq"],
-            )
-            if not chunk:
-                break
-            with self._lock:
-                self._last_seq = chunk[-1]["seq"]
-            self._deliver(chunk, chunk[0]["seq"] - since - 1, backfill=True)
-            since = chunk[-1]["seq"]
-        with self._lock:
-            self._last_seq = next_seq - 1
-        return next_seq - 1 - since
-
-    def _deliver(self, samples: list[dict[str, Any]], dropped: int, backfill: bool) -> None:
-        if samples or dropped:
-            self._sink(SamplesReceived(self.name, tuple(samples), dropped, backfill, self._epoch))

@@ -102,9 +102,14 @@ class RecordConnector:
     settings: FleetSettings
     host_keys: HostKeyStore
     host_key_prompt: HostKeyPrompt | None = None
+    force_upload: bool = False
 
     def describe(self) -> str:
         return self.record.target
+
+    def reinstall(self) -> None:
+        """Upload the agent again at the next open (its answer was in another protocol)."""
+        self.force_upload = True
 
     def connector(self) -> SshConnector:
         try:
@@ -122,7 +127,11 @@ class RecordConnector:
             raise HostConfigError(f"{self.record.name}: {exc}") from None
 
     def open(self, progress: Callable[[str], None]) -> AgentLink:
-        return self.connector().open(progress)
+        connector = self.connector()
+        connector.force_upload = self.force_upload
+        link = connector.open(progress)
+        self.force_upload = False
+        return link
 
 
 @dataclass(frozen=True)

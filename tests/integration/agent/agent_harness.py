@@ -162,3 +162,27 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
             return True
         time.sleep(interval)
     return predicate()
+
+
+OLD_AGENT = Path(__file__).resolve().parents[2] / "fakes" / "old_agent.py"
+
+
+@contextmanager
+def old_agent(
+    socket_path: Path, state_dir: Path, version: str = "0.0.9", protocol: int = 1
+) -> Iterator[subprocess.Popen[bytes]]:
+    """tests/fakes/old_agent.py serving `socket_path` (an agent of another version); killed afterwards if
+    still running. Yields once its socket exists."""
+    process = subprocess.Popen(
+        [sys.executable, str(OLD_AGENT), str(socket_path), str(state_dir), version, str(protocol)]
+    )
+    try:
+        if not wait_for(lambda: socket_path.exists() or process.poll() is not None, timeout=30):
+            raise AssertionError(f"the fabricated old agent did not bind {socket_path}")
+        if not socket_path.exists():
+            raise AssertionError(f"the fabricated old agent exited with {process.returncode}")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=20)

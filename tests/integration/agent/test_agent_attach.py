@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from agent_harness import Client, agent_env, run_agent, short_dir, wait_for
+from agent_harness import Client, agent_env, old_agent, run_agent, short_dir, wait_for
+from meshdeck_agent import protocol
 
 HELLO = b'{"hello":{"protocol":1,"agent":"attach-test"}}\n'
 
@@ -152,17 +153,7 @@ def test_serve_refuses_a_second_daemon_on_the_same_socket(sock_dir):
 
 
 def test_attach_replaces_a_daemon_of_another_version_and_passes_the_new_hello_on(sock_dir):
-    old = subprocess.Popen(
-        [
-            sys.executable,
-            str(Path(__file__).resolve().parents[2] / "fakes" / "old_agent.py"),
-            str(sock_dir / "agent.sock"),
-            str(sock_dir / "agent.state"),
-            "0.0.9",
-        ]
-    )
-    try:
-        assert wait_for((sock_dir / "agent.sock").exists, timeout=20)
+    with old_agent(sock_dir / "agent.sock", sock_dir / "agent.state", "0.0.9") as old:
         result = _attach(sock_dir, HELLO + b'{"id":1,"method":"agent.time"}\n')
         assert result.returncode == 0, result.stderr.decode()
         assert b"replacing the daemon" in result.stderr and b"agent 0.0.9" in result.stderr
@@ -170,7 +161,15 @@ def test_attach_replaces_a_daemon_of_another_version_and_passes_the_new_hello_on
         assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": "0.1.0"}
         assert any(r.get("id") == 1 and "time" in r["result"] for r in replies)
         assert old.wait(timeout=20) == 0
-    finally:
-        if old.poll() is None:
-            old.kill()
-            old.wait()
+
+
+def test_a_daemon_of_another_protocol_that_cannot_be_stopped_is_a_version_conflict_naming_both(sock_dir):
+    with old_agent(sock_dir / "agent.sock", sock_dir / "agent.state", "0.0.1", protocol=0) as old:
+        (sock_dir / "agent.state" / "agent.pid").unlink()  # started by hand, say: attach cannot know its pid
+        result = _attach(sock_dir, HELLO)
+        assert result.returncode == protocol.ATTACH_EXIT_VERSION_CONFLICT
+        last = result.stderr.decode().strip().splitlines()[-1]
+        assert last.startswith("meshdeck-agent: error: agent 0.0.1 (protocol 0) serves ")
+        assert "not this agent 0.1.0 (protocol 1)" in last and "its pid is unknown" in last
+        assert old.poll() is None and result.stdout == b""  # left alone, nothing relayed
+    (sock_dir / "agent.sock").unlink(missing_ok=True)

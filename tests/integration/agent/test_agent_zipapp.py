@@ -70,6 +70,16 @@ def test_the_archive_vendors_its_dependencies_with_their_licences(pyz, tmp_path)
     assert again.read_bytes() == pyz.read_bytes()  # reproducible
 
 
+def test_the_app_reads_the_zipapps_agent_version_and_protocol_without_running_it(pyz):
+    from meshdeck.remote.bootstrap import AgentPackage
+    from meshdeck_agent import __version__
+    from meshdeck_agent.protocol import PROTOCOL_VERSION
+
+    package = AgentPackage.from_path(pyz)
+    assert (package.agent_version, package.protocol) == (__version__, PROTOCOL_VERSION)
+    package.check_protocol("here")  # this build matches the app
+
+
 def test_version_and_inventory_run_where_meshdeck_is_not_installed(pyz):
     pythons = _bare_pythons()
     if not pythons:
@@ -116,6 +126,7 @@ def test_the_zipapp_daemon_runs_keepers_and_the_simulated_vllm_from_the_archive(
         assert wait_for(socket_path.exists, timeout=30)
         attach.stdin.close()
         attach.wait(timeout=30)
+        daemon_pid = json.loads((directory / "agent.state" / "agent.pid").read_text())["pid"]
         client = Client.connect(socket_path)
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
@@ -147,5 +158,6 @@ def test_the_zipapp_daemon_runs_keepers_and_the_simulated_vllm_from_the_archive(
         client.call("agent.shutdown")
         client.close()
         assert wait_for(lambda: not socket_path.exists(), timeout=20)
+        assert wait_for(lambda: not Path(f"/proc/{daemon_pid}").exists(), timeout=20)  # the daemon has exited
     finally:
         shutil.rmtree(directory, ignore_errors=True)

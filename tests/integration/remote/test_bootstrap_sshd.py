@@ -56,6 +56,17 @@ def test_matching_hash_is_not_uploaded_again(conn, tmp_path: Path):
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
+def test_forced_bootstrap_uploads_again_even_when_the_hash_matches(conn, tmp_path: Path):
+    package = _zipapp(tmp_path / "v1.pyz", "agent v1")
+    cache = tmp_path / "cache"
+    first = bootstrap(conn, package, cache_dir=str(cache))
+    before = Path(first.agent_path).stat()
+    again = bootstrap(conn, package, cache_dir=str(cache), force=True)  # the agent answered in another protocol
+    assert again.uploaded and again.agent_path == first.agent_path
+    assert Path(again.agent_path).stat().st_ino != before.st_ino  # a new file renamed into place
+    assert conn.run([again.platform.python, again.agent_path]).stdout.decode().strip() == "agent v1"
+
+
 def test_differing_hash_uploads_the_new_agent(conn, tmp_path: Path):
     cache = tmp_path / "cache"
     old = bootstrap(conn, _zipapp(tmp_path / "v1.pyz", "agent v1"), cache_dir=str(cache))

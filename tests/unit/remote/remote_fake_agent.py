@@ -198,6 +198,8 @@ class FakeConnector:
         self.agents: list[FakeAgent] = []
         self.failures: list[Exception] = []  # raised by the next open() calls, in order
         self.opens = 0
+        self.reinstalls = 0
+        self.reinstall_fixes = True  # reinstall() makes the next agents speak our protocol
         self.lock = threading.Lock()
 
     @property
@@ -216,6 +218,12 @@ class FakeConnector:
         client, server = socket.socketpair()
         self.agents.append(FakeAgent(server, ring=self.ring, capacity=self.capacity, **self.agent_kwargs))
         return AgentLink(SocketStream(client))
+
+    def reinstall(self) -> None:
+        """The supervisor asks for the agent to be uploaded again (it answered in another protocol)."""
+        self.reinstalls += 1
+        if self.reinstall_fixes:
+            self.agent_kwargs["protocol_version"] = protocol.PROTOCOL_VERSION
 
     def new_state(self, epoch: str | None) -> None:
         """The daemon restarts on a new state dir: an empty ring (seq from 1) under `epoch`."""

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,35 @@ def test_agent_package_is_found_by_explicit_path_or_environment(tmp_path: Path, 
     monkeypatch.setenv("MESHDECK_AGENT_PYZ", str(tmp_path / "missing.pyz"))
     with pytest.raises(AgentNotFound, match="make agent-pyz"):
         find_agent_package()
+
+
+def _agent_zip(path: Path, version: str, protocol: int) -> AgentPackage:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("__main__.py", "")
+        archive.writestr("meshdeck_agent/__init__.py", f'"""doc"""\n\n__version__ = "{version}"\n')
+        archive.writestr("meshdeck_agent/protocol.py", f"import json\n\nPROTOCOL_VERSION = {protocol}\nMAX = 1\n")
+    return AgentPackage.from_path(path)
+
+
+def test_a_stale_local_zipapp_is_refused_naming_both_protocols(tmp_path: Path) -> None:
+    stale = _agent_zip(tmp_path / "old.pyz", "0.0.7", 0)
+    assert (stale.agent_version, stale.protocol) == ("0.0.7", 0)
+    with pytest.raises(BootstrapError) as refused:
+        stale.check_protocol("gpu-a")
+    message = str(refused.value)
+    assert refused.value.reason == "stale_agent" and refused.value.permanent
+    assert "agent 0.0.7 speaking protocol 0" in message and "this meshdeck speaks protocol 1" in message
+    assert "make agent-pyz" in message
+    _agent_zip(tmp_path / "current.pyz", "0.1.0", 1).check_protocol("gpu-a")  # matching: accepted
+    AgentPackage.from_path(tmp_path / "current.pyz")  # and read the same way again
+
+
+def test_a_stale_zipapp_is_refused_before_the_server_is_contacted(tmp_path: Path) -> None:
+    from meshdeck.remote.connectors import SshConnector
+    from meshdeck.remote.hostkeys import HostKeyStore
+    from meshdeck.remote.sshconfig import resolve_route
+
+    route = resolve_route("127.0.0.1", port=1, config_path=None)  # nothing listens: connecting would fail
+    connector = SshConnector(route, HostKeyStore(tmp_path / "kh"), package=_agent_zip(tmp_path / "o.pyz", "0.0.7", 0))
+    with pytest.raises(BootstrapError, match="speaking protocol 0"):
+        connector.open(lambda _message: None)

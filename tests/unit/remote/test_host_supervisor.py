@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+import socket
 import time
 from typing import Any
 
 import pytest
-from meshdeck.remote.errors import AuthFailed, ConnectError, NotConnected
+from meshdeck.remote.connectors import AgentLink
+from meshdeck.remote.errors import AgentVersionConflict, AuthFailed, ConnectError, NotConnected, ProtocolMismatch
 from meshdeck.remote.events import HostStateChanged, InventoryReceived
+from meshdeck.remote.streams import SocketStream, _StderrTail
 from meshdeck.remote.supervisor import Backoff, HostSupervisor, SupervisorSettings
+from meshdeck_agent import protocol
 from remote_fake_agent import FakeConnector, Recorder
 
 FAST = SupervisorSettings(
@@ -265,3 +270,90 @@ def test_stop_closes_the_connection_and_reports_disconnected(harness):
     assert supervisor.state == "disconnected" and recorder.states()[-1] == "disconnected"
     with pytest.raises(NotConnected):
         supervisor.call("inventory")
+
+
+def test_an_agent_speaking_another_protocol_is_uploaded_again_once_and_then_connects(harness):
+    supervisor, connector, recorder = harness(protocol_version=2, agent_version="0.9.0")
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    assert connector.reinstalls == 1 and connector.opens == 2
+    assert "failed" not in recorder.states()
+
+
+def test_a_mismatch_the_reupload_does_not_cure_fails_naming_both_versions(harness):
+    supervisor, connector, recorder = harness(protocol_version=2, agent_version="0.9.0")
+    connector.reinstall_fixes = False
+    supervisor.start()
+    recorder.wait_for(lambda: supervisor.state == "failed")
+    assert connector.reinstalls == 1 and connector.opens == 2  # one re-upload, then no retry loop
+    assert "speaks meshdeck protocol 1" in supervisor.reason and "(agent 0.9.0) speaks 2" in supervisor.reason
+    assert isinstance(supervisor.error, ProtocolMismatch)
+
+
+class _ExitedAttach:
+    """The stream of an `attach` that wrote one error line and exited with `status` before any hello."""
+
+    def __init__(self, status: int, line: str) -> None:
+        ours, theirs = socket.socketpair()
+        theirs.close()
+        self._stream = SocketStream(ours)
+        self.stderr = _StderrTail("gpu-a")
+        self.stderr.feed(line.encode() + b"\n")
+        self.status = status
+
+    def recv(self, size: int) -> bytes:
+        return self._stream.recv(size)
+
+    def sendall(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            self._stream.sendall(data)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def exit_status(self) -> int:
+        return self.status
+
+
+class _AttachConnector:
+    def __init__(self, status: int, line: str) -> None:
+        self.status, self.line, self.opens = status, line, 0
+
+    def describe(self) -> str:
+        return "attach stand-in"
+
+    def open(self, progress) -> AgentLink:
+        self.opens += 1
+        return AgentLink(_ExitedAttach(self.status, self.line))
+
+
+def test_an_old_daemon_attach_cannot_replace_fails_the_host_with_attachs_message():
+    line = (
+        "meshdeck-agent: error: agent 0.0.1 (protocol 0) serves /run/user/1000/meshdeck/agent.sock, not this "
+        "agent 0.1.0 (protocol 1), and its pid is unknown (no readable .../agent.pid); stop it by hand"
+    )
+    connector = _AttachConnector(protocol.ATTACH_EXIT_VERSION_CONFLICT, line)
+    recorder = Recorder()
+    supervisor = HostSupervisor("gpu-a", connector, recorder, settings=FAST)
+    supervisor.start()
+    try:
+        recorder.wait_for(lambda: supervisor.state == "failed")
+        assert supervisor.reason.startswith("gpu-a: agent 0.0.1 (protocol 0) serves ")
+        assert "not this agent 0.1.0 (protocol 1)" in supervisor.reason
+        assert isinstance(supervisor.error, AgentVersionConflict)
+        time.sleep(0.5)
+        assert connector.opens == 1
+    finally:
+        supervisor.stop()
+
+
+def test_an_attach_that_crashed_otherwise_is_retried():
+    connector = _AttachConnector(1, "Traceback (most recent call last): ...")
+    recorder = Recorder()
+    supervisor = HostSupervisor("gpu-a", connector, recorder, settings=FAST)
+    supervisor.start()
+    try:
+        recorder.wait_for(lambda: connector.opens >= 3)
+        assert "failed" not in recorder.states()
+    finally:
+        supervisor.stop()
