@@ -23,6 +23,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 _LEAK_MARKERS = ("meshdeck_agent", "meshdeck-agent", "simvllm", "torch.distributed.run", "torchrun", "sshd -D")
 _SESSION_START = time.time()
 _LEAKED: list[str] = []
+# Processes this session starts inherit this mark; another pytest session running at the same time marks
+# its own, so the sweep below never kills a concurrent session's agents. (Processes started through an
+# SSH login get sshd's environment, without any mark: those are swept by creation time alone.)
+_SESSION_ENV = "MESHDECK_TEST_SESSION"
+_SESSION_MARK = f"{os.getpid()}-{time.time_ns()}"
+os.environ[_SESSION_ENV] = _SESSION_MARK
 
 
 def _leftover_processes() -> Iterator[psutil.Process]:
@@ -32,10 +38,13 @@ def _leftover_processes() -> Iterator[psutil.Process]:
             if proc.info["pid"] == me or proc.info["create_time"] < _SESSION_START - 1:
                 continue
             cmdline = " ".join(proc.info["cmdline"] or ())
+            if not any(marker in cmdline for marker in _LEAK_MARKERS):
+                continue
+            if proc.environ().get(_SESSION_ENV, _SESSION_MARK) != _SESSION_MARK:
+                continue  # started by another test session
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if any(marker in cmdline for marker in _LEAK_MARKERS):
-            yield proc
+        yield proc
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
