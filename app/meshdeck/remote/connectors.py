@@ -24,12 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT, Hello
+
 from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
-from meshdeck.remote.errors import BootstrapError, ConnectError
+from meshdeck.remote.errors import AgentVersionConflict, BootstrapError, ConnectError, ConnectionLost
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
+from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.ssh import SshConnection, SshOptions, connect
 from meshdeck.remote.sshconfig import SshRoute
-from meshdeck.remote.streams import ByteStream, ChannelStream, PipeStream
+from meshdeck.remote.streams import ByteStream, ChannelStream, PipeStream, attach_outcome
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,20 @@ class AgentLink:
         finally:
             if self._close is not None:
                 self._close()
+
+
+def say_hello(client: RpcClient, link: AgentLink, host: str, timeout: float) -> Hello:
+    """`client.start()` on a link to `attach`. An attach that exited with ATTACH_EXIT_VERSION_CONFLICT (a
+    daemon of another version it could not replace) raises AgentVersionConflict with attach's own line,
+    which names both versions; other failures raise as client.start does."""
+    try:
+        return client.start(timeout)
+    except ConnectionLost:
+        status, last_line = attach_outcome(link.stream)
+        if status == ATTACH_EXIT_VERSION_CONFLICT:
+            message = last_line.removeprefix("meshdeck-agent: error: ") or "attach exited: version conflict"
+            raise AgentVersionConflict(f"{host}: {message}") from None
+        raise
 
 
 class Connector(Protocol):

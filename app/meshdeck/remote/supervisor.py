@@ -30,21 +30,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT
-
-from meshdeck.remote.connectors import AgentLink, Connector
-from meshdeck.remote.errors import (
-    AgentVersionConflict,
-    ConnectionLost,
-    NotConnected,
-    ProtocolMismatch,
-    RemoteError,
-    RpcTimeout,
-)
+from meshdeck.remote.connectors import AgentLink, Connector, say_hello
+from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.sample_gate import SampleGate
-from meshdeck.remote.streams import attach_outcome
 
 log = logging.getLogger(__name__)
 
@@ -271,14 +261,7 @@ class HostSupervisor:
         self.details = dict(link.details)
         client = RpcClient(link.stream, host=self.name)
         self._client = client
-        try:
-            hello = client.start(self.settings.hello_timeout_s)
-        except ConnectionLost:
-            status, last_line = attach_outcome(link.stream)
-            if status == ATTACH_EXIT_VERSION_CONFLICT:
-                message = last_line.removeprefix("meshdeck-agent: error: ") or "attach exited: version conflict"
-                raise AgentVersionConflict(f"{self.name}: {message}") from None
-            raise
+        hello = say_hello(client, link, self.name, self.settings.hello_timeout_s)
         self.agent_version = hello.agent
         self._gate.adopt_epoch(hello.epoch)
         self.inventory = client.call("inventory", {}, self.settings.call_timeout_s)

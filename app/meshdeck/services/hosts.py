@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck.remote.connectors import say_hello
 from meshdeck.remote.hostkeys import HostKeyPrompt
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.services.fleet import FleetSettings, ssh_connector
@@ -130,7 +131,7 @@ def probe(
     try:
         client = RpcClient(link.stream, host=target)
         try:
-            hello = client.start(timeout)
+            hello = say_hello(client, link, target, timeout)
             inventory = client.call("inventory", {}, timeout)
         finally:
             client.close("probe done")
