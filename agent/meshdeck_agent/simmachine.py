@@ -59,6 +59,8 @@ class SimulatedMachine:
                         "state": "ACTIVE",
                         "pci_bus_id": "%s:%02x:00.0" % (domain, bus_number),
                         "numa_node": numa_node(index, self.spec.count),
+                        "netdev": None,  # a simulated fabric has no IP interface, so no addresses
+                        "addresses": [],
                         "gpu": index,
                     }
                 )
@@ -72,6 +74,8 @@ class SimulatedMachine:
                         "state": "ACTIVE",
                         "pci_bus_id": "0000:%02x:00.0" % (0x41 + 0x80 * socket_index),
                         "numa_node": socket_index,
+                        "netdev": None,
+                        "addresses": [],
                         "gpu": None,
                     }
                 )
@@ -83,6 +87,7 @@ class SimulatedMachine:
                 "state": "UP",
                 "pci_bus_id": "0000:03:00.0",
                 "numa_node": 0,
+                "addresses": [],  # simulated: the real interfaces' addresses are not this server's
                 "gpu": None,
             }
         )
