@@ -50,6 +50,33 @@ def _demo_profile(context) -> str:
     return profile.name
 
 
+def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simulated_inventory) -> None:
+    """What the simulated vLLM fakes and the planned-vs-measured table compares against is the planner's
+    row for the chosen layout, planned on H200-SXM-141GB (not a GPU known by its memory alone)."""
+    from meshdeck.services.deploy_targets import planned_startup
+
+    inventories = dict.fromkeys(DEMO_HOSTS, simulated_inventory)
+    cluster = detected_cluster(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
+    assert cluster.gpu.name == "H200-SXM-141GB" and not cluster.gpu.assumed
+    result = plan(PlanRequest(model=load_model("deepseek-v3.2"), cluster=cluster))  # as the demo tour plans
+    layout = choose_demo_layout(result, len(DEMO_HOSTS))
+    mapping = profile_mappings(layout, result, list(DEMO_HOSTS), "x", "deepseek-ai/DeepSeek-V3.2")[0]
+
+    planned, note = planned_startup(demo_vllm_profile(mapping), simulated_inventory)
+
+    assert planned is not None, note
+    planner_row = (
+        layout.weights_bytes_per_gpu,
+        layout.kv_cache_bytes_per_gpu,
+        layout.kv_tokens_per_replica,
+        layout.max_concurrency,
+    )
+    assert (planned.weights_bytes, planned.kv_cache_bytes, planned.kv_tokens, planned.max_concurrency) == (planner_row)
+    unnamed = {**simulated_inventory, "gpus": [{**g, "name": "Mystery X1"} for g in simulated_inventory["gpus"]]}
+    by_memory_alone, _ = planned_startup(demo_vllm_profile(mapping), unnamed)
+    assert by_memory_alone is not None and by_memory_alone.kv_cache_bytes != planned.kv_cache_bytes  # it tells
+
+
 @pytest.mark.slow
 def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> None:
     name = _demo_profile(demo_context)

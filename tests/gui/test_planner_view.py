@@ -7,9 +7,9 @@ import yaml
 from gui_helpers import connect_hosts
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import load_profile
-from meshdeck.services.catalog import load_gpu_catalog
+from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
 from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_inputs import detected_cluster, match_gpu, model_id_for
+from meshdeck.ui.views.planner_inputs import detected_cluster, model_id_for
 from meshdeck.ui.views.planner_save import ProfileSaver
 from meshdeck.ui.widgets.rank_map import rank_labels
 
@@ -105,12 +105,14 @@ def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, plan
 
 def test_catalog_match_uses_the_reported_model_and_memory() -> None:
     catalog = load_gpu_catalog()
-    assert match_gpu("NVIDIA H200", 150_754_820_096, catalog).name == "H200-SXM-141GB"
-    assert match_gpu("NVIDIA H100 80GB HBM3", 85_520_809_984, catalog).name == "H100-SXM5-80GB"
-    unknown = match_gpu("Mystery X1", 48 * 2**30, catalog)
+    assert detected_gpu("NVIDIA H200", 150_754_820_096, catalog).name == "H200-SXM-141GB"
+    assert detected_gpu("NVIDIA H100 80GB HBM3", 85_520_809_984, catalog).name == "H100-SXM5-80GB"
+    nvl = detected_gpu("NVIDIA H100 NVL", 100_485_038_080, catalog)  # 94 GB: not the 80 GB catalog card
+    assert nvl.assumed and nvl.name == "NVIDIA H100 NVL"
+    unknown = detected_gpu("Mystery X1", 48 * 2**30, catalog)
     assert unknown.assumed and unknown.memory_bytes == 48 * 2**30
     with pytest.raises(InputError, match="hosts"):
-        match_gpu(None, None, catalog)
+        detected_gpu(None, None, catalog, field="hosts")
 
 
 def test_detected_cluster_refuses_hosts_of_different_kinds(simulated_inventory) -> None:

@@ -14,14 +14,20 @@ from typing import Any
 
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
-from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, match_catalog_gpu, resolve_gpu
+from meshdeck.core.gpu_spec import GpuSpec, resolve_gpu
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest, TrainingSettings, parse_vllm_version
 from meshdeck.core.plan_text import render_plan, render_training
 from meshdeck.core.planner import PlanResult, plan
 from meshdeck.core.units import GBIT
 from meshdeck.core.weights import WEIGHTS_DTYPES
-from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model, load_topology
+from meshdeck.services.catalog import (
+    bundled_model_names,
+    detected_gpu,
+    load_gpu_catalog,
+    load_model,
+    load_topology,
+)
 
 BOOLEAN_WORDS = {
     "on": True,
@@ -135,8 +141,7 @@ def _gpu(args: argparse.Namespace, inventory_memory: int | None, inventory_name:
     if args.gpu:
         return resolve_gpu(args.gpu, catalog)
     if inventory_memory:
-        detected = match_catalog_gpu(inventory_name or "", inventory_memory, catalog)
-        return detected or gpu_from_memory(inventory_memory / (1 << 30), name=inventory_name)
+        return detected_gpu(inventory_name, inventory_memory, catalog)
     raise InputError("--gpu", f"required; allowed: {', '.join(g.name for g in catalog)}, or a memory size like 80GB")
 
 

@@ -4,11 +4,16 @@ This is the planner's only door to the disk. `--model` accepts a bundled name (d
 deepseek-v3, deepseek-r1), a config.json path, or a checkpoint directory that holds one.
 `--topology` accepts `nvidia-smi topo -m` text or an agent inventory JSON. Every failure is an
 InputError naming the file or flag and what is allowed.
+
+`detected_gpu` is the one way from a GPU an agent reported (NVML name, exact memory) to a GpuSpec:
+the console's planner, the CLI's `plan --topology` and the launch's planned-vs-measured prediction
+all use it, so they plan on the same spec.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -16,9 +21,10 @@ from typing import Any
 
 from meshdeck.core.cluster import NodeTopology, parse_nvidia_smi_topology
 from meshdeck.core.errors import InputError
-from meshdeck.core.gpu_spec import GpuSpec, gpus_from_catalog
+from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, gpus_from_catalog, match_catalog_gpu
 from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
 from meshdeck.core.model_card import ModelCard, model_card_from_config
+from meshdeck.core.units import GIB
 
 MAX_CONFIG_BYTES = 1024 * 1024
 BUNDLED_MODELS = {
@@ -86,6 +92,23 @@ def load_model(spec: str) -> ModelCard:
 def load_gpu_catalog() -> tuple[GpuSpec, ...]:
     data = json.loads((_resources() / "gpus.json").read_text(encoding="utf-8"))
     return gpus_from_catalog(data, source="resources/gpus.json")
+
+
+def detected_gpu(
+    name: str | None, memory_bytes: int | None, catalog: Sequence[GpuSpec] | None = None, *, field: str = "gpu"
+) -> GpuSpec:
+    """The spec of a GPU an agent reported: its catalog entry when the model word and the memory agree
+    (`core.gpu_spec.match_catalog_gpu`: "NVIDIA H200", 141 GB -> H200-SXM-141GB with the exact bytes),
+    else a GPU known by its memory alone (`assumed`: its bandwidths are guesses, and every number derived
+    from them says so). Raises InputError naming `field` when neither a known name nor a memory size is given.
+    """
+    specs = load_gpu_catalog() if catalog is None else tuple(catalog)
+    found = match_catalog_gpu(name or "", memory_bytes, specs) if name else None
+    if found is not None:
+        return found
+    if memory_bytes:
+        return gpu_from_memory(memory_bytes / GIB, name=name)
+    raise InputError(field, f"cannot tell the GPU model: the agent reported name {name!r} and no memory size")
 
 
 def load_topology(path_text: str) -> tuple[NodeTopology | None, InventoryFacts | None]:

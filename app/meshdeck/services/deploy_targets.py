@@ -21,7 +21,6 @@ from typing import Any
 
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
-from meshdeck.core.gpu_spec import gpu_from_memory, resolve_gpu
 from meshdeck.core.inventory_facts import inventory_facts
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
@@ -37,7 +36,7 @@ from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_launch import is_deepseek_v32
 from meshdeck.remote.errors import RpcError, RpcTimeout
-from meshdeck.services.catalog import load_gpu_catalog, load_model
+from meshdeck.services.catalog import detected_gpu, load_model
 
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
@@ -78,10 +77,7 @@ def planned_startup(profile: Profile, inventory: Mapping[str, Any]) -> tuple[Pla
     facts = inventory_facts(inventory, "head inventory")
     if not facts.gpu_memory_bytes:
         return None, "the head reports no GPU memory; no prediction"
-    try:
-        gpu = resolve_gpu(facts.gpu_name or "", load_gpu_catalog())
-    except InputError:
-        gpu = gpu_from_memory(facts.gpu_memory_bytes / 2**30, name=facts.gpu_name)
+    gpu = detected_gpu(facts.gpu_name, facts.gpu_memory_bytes)  # as the console's planner matches it
     link = "nvlink" if gpu.has_nvlink else "pcie"
     cluster = ClusterSpec(
         nodes=len(profile.hosts),

@@ -1,7 +1,8 @@
 """The planner's cluster from what the connected hosts reported (no Qt here; tested on its own).
 
-A detected node beats typed-in numbers: the GPU model is matched against the catalog (so HBM and
-NVLink bandwidths are the datasheet's, not guesses), the GPU × GPU link matrix is the node's own,
+A detected node beats typed-in numbers: the GPU model is matched against the catalog
+(`services.catalog.detected_gpu`, as the CLI and the launch's prediction do: HBM and NVLink
+bandwidths are the datasheet's, not guesses), the GPU × GPU link matrix is the node's own,
 and the inter-node bandwidth is the RDMA ports' summed rate. Hosts that disagree (different GPU
 count or model) cannot share one uniform layout: that is an error naming the hosts.
 """
@@ -14,30 +15,11 @@ from typing import Any
 
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
-from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory
+from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
-
-GIB = 1 << 30
-
-
-def match_gpu(name: str | None, memory_bytes: int | None, catalog: Sequence[GpuSpec]) -> GpuSpec:
-    """The catalog entry for a GPU an agent reported (e.g. "NVIDIA H200", 141 GiB -> H200-SXM-141GB).
-
-    The model token ("H200", "H100", "A100", "L40S", "RTX 4090") must match the start of a catalog
-    name; among several, the one whose memory is closest. No match: a GPU known by memory alone."""
-    if name:
-        token = name.upper().replace("NVIDIA", "").strip().replace(" ", "-")
-        token = token.split("-")[0] if not token.startswith("RTX") else "-".join(token.split("-")[:2])
-        candidates = [g for g in catalog if g.name.upper().split("-")[0] == token or g.name.upper().startswith(token)]
-        if candidates:
-            if memory_bytes:
-                return min(candidates, key=lambda g: abs(g.memory_bytes - memory_bytes))
-            return candidates[0]
-    if memory_bytes:
-        return gpu_from_memory(memory_bytes / GIB, name=name)
-    raise InputError("hosts", f"cannot tell the GPU model: the agent reported name {name!r} and no memory size")
+from meshdeck.services.catalog import detected_gpu
 
 
 @dataclass(frozen=True)
@@ -71,7 +53,7 @@ def detected_cluster(
         raise InputError("hosts", f"hosts have different GPU models ({', '.join(sorted(map(str, names)))})")
     first = facts[hosts[0]]
     memory = min((f.gpu_memory_bytes for f in facts.values() if f.gpu_memory_bytes), default=None)
-    gpu = match_gpu(first.gpu_name, memory, catalog)
+    gpu = detected_gpu(first.gpu_name, memory, catalog, field="hosts")
     notes = [f"GPU: {first.gpu_name or 'unnamed'} → {gpu.name}" + (" (assumed bandwidths)" if gpu.assumed else "")]
     rdma = [f.rdma_bytes_per_s for f in facts.values()]
     if first.topology is not None:  # the matrix decides per pair; this flag only names the common case
