@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -13,7 +14,9 @@ from meshdeck.services import profiles as profile_service
 from meshdeck.services.catalog import load_gpu_catalog, load_model
 from meshdeck.services.demo import DEMO_HOSTS, DemoCluster, choose_demo_layout, demo_vllm_profile
 from meshdeck.services.deploy import DeployService
+from meshdeck.services.deploy_model import DeploymentSnapshot, WorkerSnapshot
 from meshdeck.ui.views.deployment_panels import PlannedPanel
+from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, status_line
 from meshdeck.ui.views.deployments import DeploymentsView
 from meshdeck.ui.views.planner_inputs import detected_cluster, profile_mappings
 
@@ -180,7 +183,7 @@ def test_nccl_transports_per_rank_from_recorded_nccl_debug_lines(qtbot, console_
 
     view = DeploymentsView(console_context)
     qtbot.addWidget(view)
-    view.selected_id = "dep-1"
+    view.select("dep-1")
     for fixture, worker in (
         ("nccl_info_vllm-ray-2node_deepseek-r1_aibrix758_head-p2p-ipc_excerpt.txt", "dep-1.vllm-node0"),
         ("nccl_info_2node_socket_shm_nccl-issue690_excerpt.txt", "dep-1.vllm-node1"),
@@ -195,3 +198,82 @@ def test_nccl_transports_per_rank_from_recorded_nccl_debug_lines(qtbot, console_
     assert head and head[0][2] == "P2P/IPC" and set(head[0][3].split(", ")) >= {"1", "7"}
     transports = {r[2] for r in rows}
     assert {"P2P/IPC", "SHM", "NET/Socket"} <= transports
+
+
+class _Deployments:
+    """Stands in for DeployService in views that only read it: snapshots the test changes at will."""
+
+    def __init__(self, *snapshots: DeploymentSnapshot) -> None:
+        self.snapshots = {s.id: s for s in snapshots}
+
+    def list(self) -> list[DeploymentSnapshot]:
+        return list(self.snapshots.values())
+
+    def get(self, deployment_id: str) -> DeploymentSnapshot:
+        return self.snapshots[deployment_id]
+
+    def set_state(self, deployment_id: str, state: str, reason: str = "", worker_state: str | None = None) -> None:
+        old = self.snapshots[deployment_id]
+        workers = tuple(replace(w, state=worker_state or w.state) for w in old.workers)
+        self.snapshots[deployment_id] = replace(old, state=state, reason=reason, workers=workers)
+
+
+def _snapshot(deployment_id: str, started_at: float, engine: str = "torch") -> DeploymentSnapshot:
+    command = "torchrun-node0" if engine == "torch" else "vllm-node0"
+    worker = WorkerSnapshot(command, "demo-a", f"{deployment_id}.{command}", 0, "running")
+    return DeploymentSnapshot(
+        deployment_id, deployment_id.rsplit("-", 2)[0], engine, "running", "", (worker,), started_at
+    )
+
+
+def _shown(view: DeploymentsView) -> tuple[str, str, str]:
+    """(the highlighted row's deployment, its state column, the state line)."""
+    (row,) = [index.row() for index in view.list.selectionModel().selectedRows()]
+    return view.list.item(row, 0).text(), view.list.item(row, 2).text(), view.status.text()
+
+
+def test_the_state_line_follows_the_selected_deployment_after_its_launch_message(qtbot, console_context) -> None:
+    tiny = _snapshot("demo-tiny-deepseek-1130073111-8da8", 200.0)
+    console_context.deploy = _Deployments(tiny)
+    view = DeploymentsView(console_context)
+    qtbot.addWidget(view)
+    assert view.status.text() == NOTHING_SELECTED
+
+    view._launched((tiny, None))  # what a finished launch job delivers
+    assert _shown(view) == (tiny.id, "running", f"{tiny.id}: running; 1 of 1 part(s) running")
+    assert "came up" in view.message.text()
+
+    console_context.deploy.set_state(tiny.id, "completed", "every part exited 0", worker_state="exited")
+    qtbot.waitUntil(lambda: _shown(view)[1] == "completed", timeout=10000)  # the 1 s refresh
+    assert _shown(view) == (tiny.id, "completed", f"{tiny.id}: completed — every part exited 0")
+    assert not view.stop_button.isEnabled()
+
+
+def test_the_highlighted_row_stays_on_the_selected_deployment_when_a_newer_one_arrives(qtbot, console_context) -> None:
+    vllm = _snapshot("demo-deepseek-v3-2-1130073102-c8b0", 100.0, engine="vllm")
+    console_context.deploy = _Deployments(vllm)
+    view = DeploymentsView(console_context)
+    qtbot.addWidget(view)
+    view.select(vllm.id)
+    assert _shown(view)[0] == vllm.id
+
+    tiny = _snapshot("demo-tiny-deepseek-1130073111-8da8", 200.0)  # newer: listed first, above the selected row
+    console_context.deploy.snapshots[tiny.id] = tiny
+    console_context.deploy.set_state(vllm.id, "degraded", "vllm-node0 on demo-a exited with status 1", "failed")
+    view.refresh()
+
+    assert [view.list.item(r, 0).text() for r in range(2)] == [tiny.id, vllm.id]
+    selected, state, line = _shown(view)
+    assert (selected, state) == (vllm.id, "degraded")
+    assert line.startswith(f"{vllm.id}: degraded — vllm-node0 on demo-a exited with status 1; 0 of 1")
+    assert view.workers.table.item(0, 3).text() == "failed"  # the worker table shows the same deployment
+
+
+def test_status_line_says_where_it_serves_and_what_is_simulated_or_found() -> None:
+    snapshot = replace(_snapshot("d-1130073102-c8b0", 1.0, engine="vllm"), serving_url="http://127.0.0.1:8000/v1")
+    line = status_line(snapshot, simulated=True, found=True)
+    assert line == (
+        "d-1130073102-c8b0: running at http://127.0.0.1:8000/v1; 1 of 1 part(s) running "
+        "(simulated vLLM, found on the agents)"
+    )
+    assert "at http" not in status_line(replace(snapshot, state="stopped"))

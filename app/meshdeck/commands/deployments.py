@@ -5,23 +5,25 @@
     meshdeck deployments logs DEPLOYMENT [--command vllm-node0] [--lines 50]
 
 DEPLOYMENT is an id from `list`, or a profile name when exactly one of its deployments is active.
-The hosts asked are every stored host plus this machine's agent when it runs (or --hosts).
+The hosts asked are every stored host plus this machine's agent when it runs (or --hosts). Finding
+and stopping are `services.deploy_found`, which the console uses too: a stop closes the deployment's
+stored record. A part that cannot be stopped is named on stderr and the exit status is 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import sys
 from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.services import deploy_hosts
-from meshdeck.services.deploy_model import DeploymentSnapshot, discover, find
+from meshdeck.services.deploy_found import PartStopped, find_deployments, stop_found
+from meshdeck.services.deploy_model import DeploymentSnapshot, find
 from meshdeck.services.deploy_waits import read_log
 from meshdeck.services.fleet import FleetService
-from meshdeck.store.database import open_database
-from meshdeck.store.deployments import get_deployment, record_deployment_finished
+from meshdeck.store.database import Database, open_database
 
 
 def register(subparsers: Any) -> None:
@@ -43,26 +45,17 @@ def register(subparsers: Any) -> None:
     logs.set_defaults(func=_logs)
 
 
-def _gather(args: argparse.Namespace, fleet: FleetService) -> list[DeploymentSnapshot]:
-    with open_database(args.db) as db:
-        hosts = [h for h in (args.hosts or "").split(",") if h] or deploy_hosts.known_hosts(db)
-        if not hosts:
-            raise InputError(
-                "--hosts", "no hosts are stored and no local agent runs; add one with `meshdeck hosts add`"
-            )
-        deploy_hosts.connect(fleet, hosts, db)
-    listings: dict[str, Any] = {}
-    for host in hosts:
-        try:
-            listings[host] = fleet.call(host, "workers.list", timeout=30)
-        except Exception as exc:  # one unreachable host must not hide the others
-            listings[host] = f"{type(exc).__name__}: {exc}"
-    return discover(listings)
+def _gather(args: argparse.Namespace, fleet: FleetService, db: Database) -> list[DeploymentSnapshot]:
+    hosts = [h for h in (args.hosts or "").split(",") if h] or deploy_hosts.known_hosts(db)
+    if not hosts:
+        raise InputError("--hosts", "no hosts are stored and no local agent runs; add one with `meshdeck hosts add`")
+    deploy_hosts.connect(fleet, hosts, db)
+    return find_deployments(fleet, hosts)
 
 
 def _list(args: argparse.Namespace) -> int:
-    with FleetService() as fleet:
-        deployments = _gather(args, fleet)
+    with FleetService() as fleet, open_database(args.db) as db:
+        deployments = _gather(args, fleet, db)
     if args.json:
         print(json.dumps([d.as_dict() for d in deployments], indent=2))
         return 0
@@ -78,23 +71,20 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    workers = []
-    with FleetService() as fleet:
-        deployment = find(_gather(args, fleet), args.deployment)
-        for worker in sorted(deployment.workers, key=lambda w: (w.stage, w.command), reverse=True):
-            params = {"id": worker.worker_id, "grace_s": args.grace}
-            reply = fleet.call(worker.host, "workers.stop", params, timeout=120)
-            workers.append({**worker.as_dict(), "state": reply.get("state")})
-            print(f"{worker.command} on {worker.host}: {reply.get('state')}")
-    with open_database(args.db) as db, contextlib.suppress(InputError):  # its record, when launched from here
-        get_deployment(db, deployment.id)
-        record_deployment_finished(db, deployment.id, state="stopped", reason="stopped by request", workers=workers)
-    return 0
+    def say(part: PartStopped) -> None:
+        print(f"{part.worker.command} on {part.worker.host}: {part.state or 'not stopped: ' + part.error}")
+
+    with FleetService() as fleet, open_database(args.db) as db:
+        deployment = find(_gather(args, fleet, db), args.deployment)
+        outcome = stop_found(fleet, deployment, db=db, grace_s=args.grace, on_part=say)
+    for part in outcome.failures:
+        print(f"meshdeck: {part.worker.command} on {part.worker.host} was not stopped: {part.error}", file=sys.stderr)
+    return 1 if outcome.failures else 0
 
 
 def _logs(args: argparse.Namespace) -> int:
-    with FleetService() as fleet:
-        deployment = find(_gather(args, fleet), args.deployment)
+    with FleetService() as fleet, open_database(args.db) as db:
+        deployment = find(_gather(args, fleet, db), args.deployment)
         workers = [w for w in deployment.workers if not args.command or w.command == args.command]
         if not workers:
             names = ", ".join(w.command for w in deployment.workers)

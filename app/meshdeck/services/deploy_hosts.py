@@ -14,6 +14,7 @@ from pathlib import Path
 from meshdeck_agent.paths import default_socket_path
 
 from meshdeck.core.errors import InputError
+from meshdeck.remote.connectors import LocalConnector
 from meshdeck.services.deploy_targets import LOCAL_ADDRESS, address_of_target
 from meshdeck.services.fleet import FleetService
 from meshdeck.store.database import Database
@@ -38,6 +39,15 @@ def addresses_for(hosts: Iterable[str], db: Database | None) -> dict[str, str]:
             raise InputError("hosts", f"{host!r} is not a known host; add it with `meshdeck hosts add {host} ...`")
         addresses[host] = address_of_target(record.target)
     return addresses
+
+
+def fleet_addresses(fleet: FleetService, hosts: Iterable[str], db: Database | None) -> dict[str, str]:
+    """As `addresses_for`, plus 127.0.0.1 for every host the fleet reaches through a local agent (the
+    demo's simulated hosts run on this machine whatever they are called)."""
+    names = list(hosts)
+    supervised = set(fleet.hosts())
+    local = {h for h in names if h in supervised and isinstance(fleet.supervisor(h).connector, LocalConnector)}
+    return {h: LOCAL_ADDRESS for h in local} | addresses_for([h for h in names if h not in local], db)
 
 
 def connect(

@@ -193,9 +193,7 @@ class DemoTour(QObject):
         deployments = self.views["deployments"]
         running = [s for s in deployments.deployments() if s.name == DEMO_VLLM_PROFILE and not s.final]
         if running:  # the deployments view shows the one that keeps running
-            deployments.selected_id = running[0].id
-            deployments.list.clearSelection()
-            deployments.refresh()
+            deployments.select(running[0].id)
         history = self.views["history"]
         if history.host.count():
             history.host.setCurrentText(self.hosts[0])

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.remote.events import AgentEvent
 from meshdeck.services.deploy_model import DeploymentSnapshot, describe_exit
 from meshdeck.ui import theme
 from meshdeck.ui.widgets.tables import row_table
@@ -163,7 +164,8 @@ class LogPanel(QWidget):
 
 
 class NcclPanel(QWidget):
-    """Per rank: the transports NCCL chose to each peer, from `nccl_transport` log events."""
+    """Per rank: the transports NCCL chose to each peer, from `nccl_transport` log events. Events of
+    every deployment are kept (workers are `<deployment>.<command>`); the table shows one deployment."""
 
     COLUMNS = ("worker", "rank", "transport", "peers", "channels", "GPU Direct RDMA")
 
@@ -178,6 +180,25 @@ class NcclPanel(QWidget):
         layout.addWidget(self.table, 1)
         self._links: dict[tuple[str, int, str], dict[str, Any]] = {}
         self._networks: dict[str, str] = {}
+        self._events: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}  # deployment -> (worker, fields)
+        self.deployment: str | None = None  # the one shown
+
+    def agent_event(self, event: AgentEvent) -> None:
+        """Keep an agent's nccl_transport log event; show it when it belongs to the deployment shown."""
+        if event.event != "log" or event.data.get("kind") != "nccl_transport":
+            return
+        worker = str(event.data.get("worker"))
+        deployment = worker.rsplit(".", 1)[0]
+        fields = event.data.get("fields") or {}
+        self._events.setdefault(deployment, []).append((worker, fields))
+        if deployment == self.deployment:
+            self.add(worker, fields)
+
+    def show_deployment(self, deployment: str | None) -> None:
+        self.deployment = deployment
+        self.clear()
+        for worker, fields in self._events.get(deployment or "", []):
+            self.add(worker, fields)
 
     def clear(self) -> None:
         self._links.clear()

@@ -6,12 +6,16 @@ stops what was started in reverse. The deployments list and the worker table fol
 service (kept current by the agents' `worker` events), plus the deployments the agents run that were
 launched elsewhere (found by their workers' names); logs are read from the agents by a job while
 the log tab is open and Follow is on.
+
+One source for each state: every refresh takes one list of snapshots, and the list's rows, the
+highlighted row, the state line above it, the worker table, the Stop button and the dashboard's plan
+lines are all drawn from it. The line under the buttons only reports actions, stamped with their time
+(deployment_status.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
@@ -20,17 +24,17 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpli
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
-from meshdeck.remote.connectors import LocalConnector
-from meshdeck.remote.events import AgentEvent
 from meshdeck.services import deploy_hosts
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.deploy import LaunchFailed
+from meshdeck.services.deploy_found import FoundStopped
 from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
 from meshdeck.services.deploy_records import planned_as_measured
-from meshdeck.services.deploy_targets import LOCAL_ADDRESS, PreparedLaunch, prepare_launch
+from meshdeck.services.deploy_targets import PreparedLaunch, prepare_launch
 from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.deployment_panels import LogPanel, NcclPanel, PlannedPanel, WorkersPanel, set_row
+from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, action_message, status_line
 from meshdeck.ui.views.deployments_found import FoundDeployments
 from meshdeck.ui.widgets.tables import row_table
 
@@ -50,8 +54,10 @@ class DeploymentsView(QWidget):
         self.context = context
         self.plans: dict[str, LaunchPlan] = {}  # deployment id -> the plan it was launched from
         self.prepared: PreparedLaunch | None = None
+        self.prepared_id: str | None = None  # the deployment id (and rendezvous id) the prepared plan was built with
         self.preflight: PreflightReport | None = None
         self.selected_id: str | None = None
+        self._launching_id: str | None = None  # selected as soon as the deploy service knows it
 
         self.profile = QComboBox()
         self.profile.setObjectName("deployProfile")
@@ -66,9 +72,12 @@ class DeploymentsView(QWidget):
         self.preflight_button.clicked.connect(self.run_preflight)
         self.launch_button.clicked.connect(self.launch)
         self.stop_button.clicked.connect(lambda: self.stop(self.selected_id))
-        self.status = QLabel("Choose a profile, run the pre-flight checks, then launch.")
+        self.status = QLabel(NOTHING_SELECTED)  # the selected deployment's state, redrawn at every refresh
         self.status.setObjectName("deployStatus")
         self.status.setWordWrap(True)
+        self.message = QLabel()  # the last action (pre-flight, launch, stop) and when
+        self.message.setObjectName("deployMessage")
+        self.message.setWordWrap(True)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Profile"))
         bar.addWidget(self.profile, 1)
@@ -94,13 +103,13 @@ class DeploymentsView(QWidget):
         splitter.setSizes([520, 800])
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
+        layout.addWidget(self.message)
         layout.addWidget(self.status)
         layout.addWidget(splitter, 1)
 
         self.found = FoundDeployments(context, self)
         self.found.changed.connect(self.refresh)
-        self._nccl_events: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        context.bridge.agent_event.connect(self._agent_event)
+        context.bridge.agent_event.connect(self.nccl.agent_event)
         self._timer = QTimer(self)
         self._timer.setInterval(1000)
         self._timer.timeout.connect(self.refresh)
@@ -140,57 +149,55 @@ class DeploymentsView(QWidget):
             self.profile.setCurrentText(name)
 
     def _profile_changed(self) -> None:
-        self.prepared = None
+        self.prepared = self.prepared_id = None
         self.preflight = None
         self.preflight_table.setRowCount(0)
         self._buttons()
 
-    def _buttons(self) -> None:
+    def _buttons(self, snapshot: DeploymentSnapshot | None = None) -> None:
+        """Enable what can be done; Stop follows `snapshot` (the selected one, as refresh drew it)."""
         ready = self.context.fleet is not None and self.context.deploy is not None and bool(self.profile.currentText())
         busy = self.context.jobs.running("launch") is not None
         self.preflight_button.setEnabled(ready and not busy)
         self.launch_button.setEnabled(ready and not busy)
-        snapshot = self._snapshot(self.selected_id)
+        if snapshot is None:
+            snapshot = self._snapshot(self.selected_id)
         self.stop_button.setEnabled(snapshot is not None and not snapshot.final and snapshot.state != "stopping")
+
+    def _say(self, text: str) -> None:
+        self.message.setText(action_message(text))
 
     # ------------------------------------------------------------------ pre-flight and launch
 
-    def addresses(self, hosts: list[str]) -> dict[str, str]:
-        """Where peers reach each host: 127.0.0.1 for an agent on this machine (the demo's), else as the CLI does."""
-        fleet = self.context.fleet
-        assert fleet is not None
-        supervised = set(fleet.hosts())
-        local = {
-            h: LOCAL_ADDRESS
-            for h in hosts
-            if h in supervised and isinstance(fleet.supervisor(h).connector, LocalConnector)
-        }
-        return {**local, **deploy_hosts.addresses_for([h for h in hosts if h not in local], self.context.db)}
-
-    def _prepare(self, profile_name: str) -> tuple[Profile, PreparedLaunch]:
+    def _prepare(self, profile_name: str, deployment_id: str) -> tuple[Profile, PreparedLaunch]:
+        """The profile's launch plan for deployment `deployment_id` (also its rendezvous id), as the CLI builds it."""
         db, fleet = self.context.db, self.context.fleet
         assert db is not None and fleet is not None
         profile = profile_service.get_profile(db, profile_name).profile
-        addresses = self.addresses(list(profile.hosts))
-        prepared = prepare_launch(profile, fleet, addresses=addresses, run_id=new_deployment_id(profile.name))
-        return profile, prepared
+        addresses = deploy_hosts.fleet_addresses(fleet, profile.hosts, db)
+        return profile, prepare_launch(profile, fleet, addresses=addresses, run_id=deployment_id)
 
     def run_preflight(self) -> None:
         name = self.profile.currentText()
         fleet = self.context.fleet
+        deployment_id = new_deployment_id(name)
 
-        def work(progress: Any) -> tuple[PreparedLaunch, PreflightReport]:
+        def work(progress: Any) -> tuple[PreparedLaunch, PreflightReport, str]:
             progress.report(None, "asking the agents")
-            profile, prepared = self._prepare(name)
-            return prepared, run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
+            profile, prepared = self._prepare(name, deployment_id)
+            report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
+            return prepared, report, deployment_id
 
-        self.status.setText(f"pre-flight of {name}…")
+        self._say(f"pre-flight of {name}: asking the agents…")
         job = self.context.jobs.start("pre-flight", work)
         job.succeeded.connect(self._preflight_done)
-        job.failed.connect(lambda message: self.status.setText(f"pre-flight could not run: {message}"))
+        job.failed.connect(lambda message: self._say(f"pre-flight of {name} could not run: {message}"))
 
-    def _preflight_done(self, answer: tuple[PreparedLaunch, PreflightReport]) -> None:
-        self.prepared, self.preflight = answer
+    def _preflight_done(self, answer: tuple[PreparedLaunch, PreflightReport, str]) -> None:
+        if answer[0].plan.name != self.profile.currentText():  # the profile changed meanwhile: not its results
+            self._say(f"pre-flight of {answer[0].plan.name} finished after another profile was chosen; run it again")
+            return
+        self.prepared, self.preflight, self.prepared_id = answer
         results = self.preflight.results
         self.preflight_table.setRowCount(len(results))
         for row, result in enumerate(results):
@@ -201,60 +208,80 @@ class DeploymentsView(QWidget):
             )
         failed = len(self.preflight.failures)
         simulated = " (simulated hosts)" if self.prepared.simulated else ""
-        self.status.setText(
-            f"pre-flight{simulated}: {len(results) - failed} passed, {failed} failed"
+        self._say(
+            f"pre-flight of {self.prepared.plan.name}{simulated}: {len(results) - failed} passed, {failed} failed"
             + ("" if not failed else " — launching anyway is possible, but read the reasons first")
         )
         self.tabs.setCurrentWidget(self.preflight_table)
 
     def launch(self) -> None:
+        """Launch the chosen profile (the pre-flight's plan when there is one); its deployment is selected
+        as soon as the deploy service has it, so the state line follows it from "starting" on."""
         name = self.profile.currentText()
         deploy = self.context.deploy
-        prepared = self.prepared
+        prepared, deployment_id = self.prepared, self.prepared_id
+        if prepared is None or deployment_id is None:
+            deployment_id = new_deployment_id(name)
+        self.prepared = self.prepared_id = None  # one launch per plan: its ids (deployment, rendezvous) are its own
 
         def work(progress: Any) -> tuple[DeploymentSnapshot, LaunchPlan]:
-            plan = prepared.plan if prepared is not None else self._prepare(name)[1].plan
+            plan = prepared.plan if prepared is not None else self._prepare(name, deployment_id)[1].plan
 
             def report(update: LaunchProgress) -> None:
                 progress.report(update.step / max(update.total, 1), update.message)
 
             try:
-                return deploy.launch(plan, progress=report, cancel=progress.cancelled), plan
+                snapshot = deploy.launch(plan, deployment_id=deployment_id, progress=report, cancel=progress.cancelled)
             except LaunchFailed as failed:
-                raise RuntimeError(f"{failed.snapshot.state}: {failed.snapshot.reason}") from None
+                raise RuntimeError(f"{failed.snapshot.state}: {failed.snapshot.reason.splitlines()[0]}") from None
+            return snapshot, plan
 
-        self.status.setText(f"launching {name}…")
+        self._launching_id = deployment_id
+        self._say(f"launch of {name}: preparing {deployment_id}…")
         job = self.context.jobs.start("launch", work)
-        job.progressed.connect(lambda _f, message: self.status.setText(f"launching {name}: {message}"))
+        job.progressed.connect(lambda _f, message: self._say(f"launch of {name}: {message}"))
         job.succeeded.connect(self._launched)
-        job.failed.connect(lambda message: self.status.setText(f"launch failed: {message}"))
-        job.cancelled.connect(lambda: self.status.setText("launch cancelled; what was started is stopped"))
-        job.ended.connect(self._buttons)
+        job.failed.connect(lambda message: self._say(f"launch of {name} failed: {message}"))
+        job.cancelled.connect(lambda: self._say(f"launch of {name} cancelled; what was started is stopped"))
+        job.ended.connect(self.refresh)
         self._buttons()
 
     def _launched(self, answer: tuple[DeploymentSnapshot, LaunchPlan]) -> None:
         snapshot, plan = answer
         self.plans[snapshot.id] = plan
-        self.status.setText(
-            f"{snapshot.id} is {snapshot.state}" + (f" at {snapshot.serving_url}" if snapshot.serving_url else "")
-        )
-        self.selected_id = snapshot.id
-        self.refresh()
+        self._say(f"launch of {snapshot.name}: {snapshot.id} came up")
+        self.select(snapshot.id)
         self.launched.emit(snapshot)
+
+    def select(self, deployment_id: str | None) -> None:
+        """Show `deployment_id` (its row highlighted, its state, workers, logs and numbers)."""
+        self._launching_id = None
+        if deployment_id != self.selected_id:
+            self.selected_id = deployment_id
+            self._selection_changed()
+        self.refresh()
 
     def stop(self, deployment_id: str | None) -> None:
         deploy = self.context.deploy
         if not deployment_id or deploy is None:
             return
-        self.status.setText(f"stopping {deployment_id}…")
+        self._say(f"stopping {deployment_id}…")
         if deployment_id in self.found.snapshots:  # not launched here: stop its parts through the agents
             job = self.found.stop(deployment_id)
-            job.succeeded.connect(lambda name: self.status.setText(f"{name} stopped"))
+            job.succeeded.connect(self._found_stopped)
         else:
             job = self.context.jobs.start(f"stop {deployment_id}", lambda _p: deploy.stop(deployment_id))
-            job.succeeded.connect(lambda snap: self.status.setText(f"{snap.id} {snap.state}"))
-        job.failed.connect(lambda message: self.status.setText(f"stop failed: {message}"))
+            job.succeeded.connect(lambda snap: self._say(f"stop of {snap.id}: every part asked to stop"))
+        job.failed.connect(lambda message: self._say(f"stop of {deployment_id} failed: {message}"))
         job.ended.connect(self.refresh)
+
+    def _found_stopped(self, outcome: FoundStopped) -> None:
+        if outcome.failures:
+            names = ", ".join(f"{p.worker.command} on {p.worker.host} ({p.error})" for p in outcome.failures)
+            self._say(f"stop of {outcome.deployment_id}: not stopped: {names}")
+            return
+        record = "its record is closed" if outcome.record_closed else "no open record of it in this database"
+        self._say(f"stop of {outcome.deployment_id}: {len(outcome.parts)} part(s) stopped; {record}")
 
     # ------------------------------------------------------------------ live state
 
@@ -276,7 +303,12 @@ class DeploymentsView(QWidget):
         return sorted(tracked + found, key=lambda s: s.started_at, reverse=True)
 
     def refresh(self) -> None:
+        """Redraw everything that shows a deployment's state from one list of snapshots."""
         snapshots = self.deployments()
+        by_id = {s.id: s for s in snapshots}
+        if self._launching_id is not None and self._launching_id in by_id:
+            self.selected_id, self._launching_id = self._launching_id, None
+            self._selection_changed()
         self.list.setRowCount(len(snapshots))
         for row, snap in enumerate(snapshots):
             engine = snap.engine + (" (simulated)" if self._simulated(snap) else "")
@@ -284,17 +316,29 @@ class DeploymentsView(QWidget):
             if snap.id in self.found.snapshots:
                 reason = reason or "found on the agents (launched elsewhere)"
             set_row(self.list, row, (snap.id, engine, snap.state, reason, snap.serving_url or ""))
-        ids = [s.id for s in snapshots]
-        if self.selected_id in ids and not self.list.selectionModel().selectedRows():
-            self.list.selectRow(ids.index(self.selected_id))
-        snapshot = self._snapshot(self.selected_id)
+        self._highlight([s.id for s in snapshots])
+        snapshot = by_id.get(self.selected_id or "")
+        found = snapshot is not None and snapshot.id in self.found.snapshots
+        simulated = snapshot is not None and self._simulated(snapshot)
+        self.status.setText(status_line(snapshot, simulated=simulated, found=found))
         self.workers.show_snapshot(snapshot)
         if snapshot is not None:
             self.logs.set_workers([w.command for w in snapshot.workers])
             plan = self.plans.get(snapshot.id)
             self.planned.set_numbers(planned_as_measured(plan) if plan else None, snapshot.measured)
-        self._buttons()
+        self._buttons(snapshot)
         self.planned_memory.emit(self._planned_memory(snapshots))
+
+    def _highlight(self, ids: list[str]) -> None:
+        """Keep the highlighted row on the selected deployment (rows move when a newer one arrives)."""
+        rows = self.list.selectionModel().selectedRows()
+        current = rows[0].row() if rows else None
+        if self.selected_id in ids:
+            wanted = ids.index(self.selected_id)
+            if current != wanted:
+                self.list.selectRow(wanted)
+        elif current is not None:
+            self.list.clearSelection()
 
     def _simulated(self, snapshot: DeploymentSnapshot) -> bool:
         """A vLLM deployment on simulated agents runs the agents' stand-in, not vLLM: say so."""
@@ -315,26 +359,18 @@ class DeploymentsView(QWidget):
         return lines
 
     def _deployment_chosen(self) -> None:
+        """The operator picked a row."""
         rows = self.list.selectionModel().selectedRows()
         if rows:
             item = self.list.item(rows[0].row(), 0)
             if item is not None and item.text() != self.selected_id:
-                self.selected_id = item.text()
-                self.nccl.clear()
-                for worker, fields in self._nccl_events.get(self.selected_id, []):
-                    self.nccl.add(worker, fields)
-                self.refresh()
-                self._poll_log(force=True)
+                self.select(item.text())
 
-    def _agent_event(self, event: AgentEvent) -> None:
-        if event.event != "log" or event.data.get("kind") != "nccl_transport":
-            return
-        worker = str(event.data.get("worker"))
-        deployment = worker.rsplit(".", 1)[0]
-        fields = event.data.get("fields") or {}
-        self._nccl_events.setdefault(deployment, []).append((worker, fields))
-        if deployment == self.selected_id:
-            self.nccl.add(worker, fields)
+    def _selection_changed(self) -> None:
+        """Panels that keep per-deployment data start over for the newly selected deployment."""
+        self.nccl.show_deployment(self.selected_id)
+        self.logs.set_text("")
+        self._poll_log(force=True)
 
     def _poll_log(self, force: bool = False) -> None:
         deploy = self.context.deploy

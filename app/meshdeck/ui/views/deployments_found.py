@@ -1,9 +1,10 @@
 """Deployments the agents run that this console did not launch (the CLI, another session, before a restart).
 
 The agents name every worker meshdeck starts after its deployment (`deploy_model.worker_name`), so
-asking each connected host for `workers.list` and grouping the names (`deploy_model.discover`, the
-same the `meshdeck deployments` CLI uses) finds them all. They can be watched, their logs read and
-stopped (every part, in reverse start order); they are marked "found on the agents".
+asking each connected host for `workers.list` and grouping the names finds them all
+(`services.deploy_found`, which the `meshdeck deployments` CLI uses too). They can be watched, their
+logs read and stopped (every part, in reverse start order, then their stored record is closed, as
+the CLI's `deployments stop` does); they are marked "found on the agents".
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from meshdeck.services.deploy_model import DeploymentSnapshot, discover
+from meshdeck.services.deploy_found import FoundStopped, PartStopped, find_deployments, stop_found
+from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.services.deploy_waits import read_log
 from meshdeck.ui.context import ConsoleContext
 
 log = logging.getLogger(__name__)
 POLL_MS = 15_000
-STOP_GRACE_S = 10.0
 
 
 class FoundDeployments(QObject):
@@ -43,16 +44,7 @@ class FoundDeployments(QObject):
         if not names:
             return
 
-        def work(_progress: Any) -> list[DeploymentSnapshot]:
-            listings: dict[str, Any] = {}
-            for host in names:
-                try:
-                    listings[host] = fleet.call(host, "workers.list", timeout=30)
-                except Exception as exc:  # one unreachable host must not hide the others
-                    listings[host] = f"{type(exc).__name__}: {exc}"
-            return discover(listings)
-
-        job = self.context.jobs.start("find deployments", work)
+        job = self.context.jobs.start("find deployments", lambda _progress: find_deployments(fleet, names))
         job.succeeded.connect(self._found)
 
     def _found(self, snapshots: list[DeploymentSnapshot]) -> None:
@@ -64,15 +56,17 @@ class FoundDeployments(QObject):
             self.changed.emit()
 
     def stop(self, deployment_id: str) -> Any:
-        """Stop every part of a found deployment, the last stage first. Returns the job."""
-        fleet = self.context.fleet
+        """Stop every part of a found deployment, the last stage first, and close its stored record, as
+        `meshdeck deployments stop` does. Returns the job (its result: a deploy_found.FoundStopped)."""
+        fleet, db = self.context.fleet, self.context.db
         snapshot = self.snapshots[deployment_id]
         assert fleet is not None
 
-        def work(_progress: Any) -> str:
-            for worker in sorted(snapshot.workers, key=lambda w: (w.stage, w.command), reverse=True):
-                fleet.call(worker.host, "workers.stop", {"id": worker.worker_id, "grace_s": STOP_GRACE_S}, timeout=120)
-            return deployment_id
+        def work(progress: Any) -> FoundStopped:
+            def said(part: PartStopped) -> None:
+                progress.report(None, f"{part.worker.command} on {part.worker.host}: {part.state or part.error}")
+
+            return stop_found(fleet, snapshot, db=db, on_part=said)
 
         job = self.context.jobs.start(f"stop {deployment_id}", work)
         job.ended.connect(self.refresh)

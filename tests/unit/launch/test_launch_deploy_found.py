@@ -1,0 +1,96 @@
+"""Deployments found on the agents (services.deploy_found), stopped the same way by the CLI and the console:
+every part, the last stage first; a part that cannot be reached is reported without hiding the others;
+the stored record is closed only when every part answered."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launch_fake_fleet import FakeFleet
+from meshdeck.services.deploy_found import STOPPED_REASON, find_deployments, stop_found
+from meshdeck.services.deploy_model import worker_name
+from meshdeck.store.database import Database, open_database
+from meshdeck.store.deployments import get_deployment, record_deployment_started
+
+DEPLOYMENT = "ds32-1130-aaaa"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = open_database(tmp_path / "meshdeck.db")
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def _fleet(states: dict[str, str]) -> FakeFleet:
+    """Two nodes of one deployment: stage 0 (vllm-node0) on gpu-a and stage 1 (vllm-node1) on gpu-b."""
+    fleet = FakeFleet()
+    for stage, host in enumerate(("gpu-a", "gpu-b")):
+        command = f"vllm-node{stage}"
+        worker_id = f"{DEPLOYMENT}.{command}"
+        fleet.workers[(host, worker_id)] = {
+            "id": worker_id, "name": worker_name(DEPLOYMENT, stage, command), "state": states[host], "pid": 10,
+            "exit_code": 0 if states[host] == "exited" else None, "signal": None, "restarts": 0, "reason": "",
+            "spec": {}, "started_at": 1000.0 + stage,
+        }  # fmt: skip
+    return fleet
+
+
+def _record(db: Database) -> None:
+    record_deployment_started(db, key=DEPLOYMENT, name="ds32", engine="vllm", nodes=[], started_at=1000.0)
+
+
+def test_found_deployment_is_stopped_last_stage_first_and_its_record_closed(db: Database) -> None:
+    fleet = _fleet({"gpu-a": "running", "gpu-b": "running"})
+    _record(db)
+    [found] = find_deployments(fleet, ["gpu-a", "gpu-b"])
+    assert found.id == DEPLOYMENT and [w.host for w in found.workers] == ["gpu-a", "gpu-b"]
+
+    said: list[str] = []
+    outcome = stop_found(fleet, found, db=db, on_part=lambda part: said.append(part.worker.host))
+    assert said == ["gpu-b", "gpu-a"]  # the last pipeline stage first
+    assert [host for host, method, _ in fleet.calls if method == "workers.stop"] == ["gpu-b", "gpu-a"]
+    assert outcome.record_closed and not outcome.failures
+    record = get_deployment(db, DEPLOYMENT)
+    assert record.state == "stopped" and record.reason == STOPPED_REASON and record.finished_at is not None
+
+
+def test_an_unreachable_part_is_reported_and_the_record_stays_open(db: Database) -> None:
+    fleet = _fleet({"gpu-a": "running", "gpu-b": "running"})
+    _record(db)
+    [found] = find_deployments(fleet, ["gpu-a", "gpu-b"])
+    del fleet.workers[("gpu-b", f"{DEPLOYMENT}.vllm-node1")]  # its agent no longer answers for it
+    outcome = stop_found(fleet, found, db=db)
+    assert [part.worker.host for part in outcome.failures] == ["gpu-b"] and "KeyError" in outcome.failures[0].error
+    assert [part.state for part in outcome.parts] == [None, "stopped"]  # gpu-a was still stopped
+    assert not outcome.record_closed and get_deployment(db, DEPLOYMENT).finished_at is None
+
+
+def test_a_deployment_whose_parts_had_all_ended_is_closed_with_what_they_say(db: Database) -> None:
+    fleet = _fleet({"gpu-a": "exited", "gpu-b": "exited"})
+    _record(db)
+    [found] = find_deployments(fleet, ["gpu-a", "gpu-b"])
+    outcome = stop_found(fleet, found, db=db)
+    assert outcome.record_closed
+    assert get_deployment(db, DEPLOYMENT).state == "completed"
+
+
+def test_a_host_that_cannot_be_asked_does_not_hide_the_others(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = _fleet({"gpu-a": "running", "gpu-b": "running"})
+    answer = fleet.call
+
+    def call(host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        if host == "gpu-b" and method == "workers.list":
+            raise TimeoutError("gpu-b: no answer in 30 s")
+        return answer(host, method, params, timeout)
+
+    monkeypatch.setattr(fleet, "call", call)
+    [found] = find_deployments(fleet, ["gpu-a", "gpu-b"])
+    assert [w.host for w in found.workers] == ["gpu-a"]
+    outcome = stop_found(fleet, found, db=db)  # no stored record (launched elsewhere): nothing to close
+    assert not outcome.record_closed and not outcome.failures
