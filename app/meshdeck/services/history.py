@@ -98,12 +98,6 @@ def agent_event_record(event: AgentEvent) -> EventRecord | None:
     return None
 
 
-def resume_seqs(db: Database) -> dict[str, int]:
-    """Per host, the last seq stored: pass it as `since_seq` so the agent's ring fills the gap.
-    Prefer `resume_points`: a seq means something only within its sequence epoch."""
-    return {host: point.seq for host, point in resume_points(db).items()}
-
-
 @dataclass(frozen=True)
 class ResumePoint:
     """Where a host's stored history ends: its last seq and the agent's sequence epoch it belongs to."""

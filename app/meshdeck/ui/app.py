@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication
 
 from meshdeck.services.deploy import DeployService
 from meshdeck.services.fleet import FleetService
-from meshdeck.services.history import HistoryRecorder, resume_seqs
+from meshdeck.services.history import HistoryRecorder, resume_points
 from meshdeck.services.profiles import StoreDeploymentRecorder
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import list_hosts
@@ -131,15 +131,22 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
     context.deploy = DeployService(context.fleet, recorder=StoreDeploymentRecorder(context.db))
     context.on_shutdown.append(context.deploy.close)  # deployments keep running on the agents
     # Every sample and event goes to the store (history) as well as to the window.
-    writer = SampleWriter(context.db, settings=WriterSettings(commit_interval_s=2.0 if args.demo else 10.0)).start()
+    # The demo commits every 2 s so its history view fills while the tour runs; the real console lets
+    # the writer adapt its interval to the number of series (store/writer.py: 2-30 s).
+    writer_settings = WriterSettings(commit_interval_s=2.0) if args.demo else WriterSettings()
+    writer = SampleWriter(context.db, settings=writer_settings).start()
     context.on_shutdown.append(writer.stop)
     context.on_shutdown.append(context.fleet.subscribe(HistoryRecorder(writer).handle))
     unsubscribe: Callable[[], None] = context.fleet.subscribe(bridge.post)
     context.on_shutdown.append(unsubscribe)
     if not args.demo:
-        resume = resume_seqs(context.db)
+        resume = resume_points(context.db)  # the last stored seq per host and the sequence epoch it belongs to
         for record in list_hosts(context.db):
-            context.fleet.add_record(record, since_seq=resume.get(record.name))
+            point = resume.get(record.name)
+            if point is None:
+                context.fleet.add_record(record)
+            else:
+                context.fleet.add_record(record, since_seq=point.seq, since_epoch=point.epoch)
     return context
 
 

@@ -18,7 +18,6 @@ from meshdeck.services.history import (
     host_metrics,
     parse_time,
     resume_points,
-    resume_seqs,
 )
 from meshdeck.store.database import Database
 from meshdeck.store.events import list_events
@@ -52,7 +51,7 @@ def test_fleet_events_become_samples_and_history_events(db: Database) -> None:
         ("xid", "gpu3"),
         ("samples_dropped", None),
     ]
-    assert resume_seqs(db) == {"gpu-a": 9}
+    assert {h: p.seq for h, p in resume_points(db).items()} == {"gpu-a": 9}
     assert host_metrics(db, "gpu-a")["power_w"] == ["gpu0"]
     assert len(host_metrics(db, "gpu-a")) == 12
     (host,) = history_hosts(db)
@@ -72,7 +71,7 @@ def test_a_sequence_reset_is_an_event_and_the_resume_point_carries_the_new_epoch
     (event,) = list_events(db, host="gpu-a")
     assert event.kind == "seq_reset" and event.data["previous_seq"] == 40 and event.data["epoch"] == "e2"
     assert resume_points(db)["gpu-a"].seq == 2 and resume_points(db)["gpu-a"].epoch == "e2"
-    assert resume_seqs(db) == {"gpu-a": 2}
+    assert {h: p.seq for h, p in resume_points(db).items()} == {"gpu-a": 2}
     (host,) = history_hosts(db)
     assert host.dropped == 0  # a reset is not a loss
 
