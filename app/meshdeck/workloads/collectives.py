@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 "layout": mesh.sizes.as_dict(),
                 "results": results,
             }
-            print(layout_mesh.RESULT_MARK + json.dumps(summary), flush=True)
+            layout_mesh.say_line(layout_mesh.RESULT_MARK + json.dumps(summary))
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -15,6 +15,7 @@ neighbours are `tp` ranks apart, and the expert-parallel group of a pipeline sta
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,6 +26,14 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 RUNNING_MARK = "meshdeck-workload: rank %d/%d running"
 RESULT_MARK = "MESHDECK_RESULT "
+
+
+def say_line(text: str) -> None:
+    """Write one whole line in one write: the ranks of a node share one pipe and the agent runs them
+    with PYTHONUNBUFFERED=1, under which print() writes the text and its newline separately, so two
+    ranks' lines could run together and the launcher's line-based ready check would miss one."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 @dataclass(frozen=True)
@@ -161,7 +170,7 @@ def init_job(requested_device: str = "auto") -> tuple[LayoutMesh, str]:
     dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
     sizes = layout_from_env(dist.get_world_size())
     layout_mesh = build_layout_mesh(sizes, device)
-    print(RUNNING_MARK % (dist.get_rank(), dist.get_world_size()), flush=True)
+    say_line(RUNNING_MARK % (dist.get_rank(), dist.get_world_size()))
     return layout_mesh, backend
 
 

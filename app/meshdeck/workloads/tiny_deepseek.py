@@ -204,7 +204,7 @@ def _run(args: argparse.Namespace, mesh: layout_mesh.LayoutMesh, backend: str) -
             f"bytes per forward {result['bytes_per_forward']}",
             flush=True,
         )
-        print(layout_mesh.RESULT_MARK + json.dumps(result), flush=True)
+        layout_mesh.say_line(layout_mesh.RESULT_MARK + json.dumps(result))
     return 0 if max_abs_diff < TOLERANCE else 1
 
 
