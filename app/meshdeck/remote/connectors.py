@@ -143,6 +143,7 @@ class SshConnector:
             placed = bootstrap(conn, package, self.cache_dir, self.pythons, progress, force=self.force_upload)
             self.force_upload = False
             argv = self.attach_argv(placed.platform.python, placed.agent_path)
+            progress("starting the agent")
             channel = conn.open_exec(argv)
         except BaseException:
             conn.close()

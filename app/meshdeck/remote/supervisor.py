@@ -172,8 +172,12 @@ class HostSupervisor:
         self._sink(HostStateChanged(self.name, state, reason, time.time(), error))
 
     def _progress(self, message: str) -> None:
+        """A connector's step: a state ("connecting", "bootstrapping"), or what the step does now
+        ("uploading the agent (412 KiB)"), shown as the reason beside the busy state."""
         if message in ("connecting", "bootstrapping"):
             self._set_state(message)
+        elif self._state in ("connecting", "bootstrapping"):
+            self._set_state(self._state, message)
 
     # -- main loop ---------------------------------------------------------------------------------
 

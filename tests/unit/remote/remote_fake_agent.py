@@ -200,6 +200,7 @@ class FakeConnector:
         self.opens = 0
         self.reinstalls = 0
         self.reinstall_fixes = True  # reinstall() makes the next agents speak our protocol
+        self.steps: list[str] = []  # reported through progress() after "connecting", as SshConnector does
         self.lock = threading.Lock()
 
     @property
@@ -211,6 +212,8 @@ class FakeConnector:
 
     def open(self, progress: Callable[[str], None]) -> AgentLink:
         progress("connecting")
+        for step in self.steps:
+            progress(step)
         with self.lock:
             self.opens += 1
             if self.failures:

@@ -160,6 +160,23 @@ def test_agent_without_epochs_whose_sequence_restarted_is_read_from_its_oldest_s
     assert sum(e.dropped for e in recorder.samples_events()) == 0
 
 
+def test_bootstrap_steps_show_as_the_reason_beside_the_busy_state(harness):
+    supervisor, connector, recorder = harness()
+    connector.steps = ["bootstrapping", "probing python3 and the cache dir", "uploading the agent (412 KiB)",
+                       "starting the agent"]  # fmt: skip
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    changes = [(e.state, e.reason) for e in recorder.events if isinstance(e, HostStateChanged)]
+    assert changes[:5] == [
+        ("connecting", ""),
+        ("bootstrapping", ""),
+        ("bootstrapping", "probing python3 and the cache dir"),
+        ("bootstrapping", "uploading the agent (412 KiB)"),
+        ("bootstrapping", "starting the agent"),
+    ]
+    assert supervisor.state == "connected" and supervisor.reason == ""
+
+
 def test_a_new_epoch_resets_the_gate_even_when_the_new_sequence_is_already_past_the_held_seq(harness):
     supervisor, connector, recorder = harness(epoch="e1")
     supervisor.start()
