@@ -24,14 +24,22 @@ _LEAK_MARKERS = ("meshdeck_agent", "meshdeck-agent", "simvllm", "torch.distribut
 _SESSION_START = time.time()
 _LEAKED: list[str] = []
 # Processes this session starts inherit this mark; another pytest session running at the same time marks
-# its own, so the sweep below never kills a concurrent session's agents. (Processes started through an
-# SSH login get sshd's environment, without any mark: those are swept by creation time alone.)
+# its own, so the sweep below never kills a concurrent session's agents. A process without a readable
+# mark (sshd's listener overwrites its environment with its process title; a process started through an
+# SSH login gets sshd's environment) is this session's only when it descends from this pytest or its
+# command line names this session's temporary directory.
 _SESSION_ENV = "MESHDECK_TEST_SESSION"
 _SESSION_MARK = f"{os.getpid()}-{time.time_ns()}"
 os.environ[_SESSION_ENV] = _SESSION_MARK
 
 
-def _leftover_processes() -> Iterator[psutil.Process]:
+def _ours_without_mark(proc: psutil.Process, cmdline: str, basetemp: str | None) -> bool:
+    if basetemp and basetemp in cmdline:
+        return True
+    return any(parent.pid == os.getpid() for parent in proc.parents())
+
+
+def _leftover_processes(basetemp: str | None) -> Iterator[psutil.Process]:
     me = os.getpid()
     for proc in psutil.process_iter(["pid", "create_time", "cmdline"]):
         try:
@@ -40,7 +48,10 @@ def _leftover_processes() -> Iterator[psutil.Process]:
             cmdline = " ".join(proc.info["cmdline"] or ())
             if not any(marker in cmdline for marker in _LEAK_MARKERS):
                 continue
-            if proc.environ().get(_SESSION_ENV, _SESSION_MARK) != _SESSION_MARK:
+            mark = proc.environ().get(_SESSION_ENV)
+            if mark is None and not _ours_without_mark(proc, cmdline, basetemp):
+                continue  # no mark and nothing ties it to this session
+            if mark is not None and mark != _SESSION_MARK:
                 continue  # started by another test session
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -50,7 +61,14 @@ def _leftover_processes() -> Iterator[psutil.Process]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(session.config, "workerinput"):
         return
-    leftovers = list(_leftover_processes())
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = None
+    if factory is not None:
+        try:
+            basetemp = str(factory.getbasetemp())
+        except (OSError, ValueError):
+            basetemp = None
+    leftovers = list(_leftover_processes(basetemp))
     for proc in leftovers:
         try:
             _LEAKED.append(f"pid {proc.pid}: {' '.join(proc.cmdline())[:200]}")
