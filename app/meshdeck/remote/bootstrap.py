@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import secrets
+import sys
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Any
 import paramiko
 from meshdeck_agent.protocol import PROTOCOL_VERSION
 
+from meshdeck.remote import agent_zipapp
 from meshdeck.remote.errors import AgentNotFound, BootstrapError, ConnectionLost
 from meshdeck.remote.ssh import SshConnection
 
@@ -150,25 +152,48 @@ def _zipapp_versions(path: Path) -> tuple[str | None, int | None]:
     return (version.group(1) if version else None), (int(protocol.group(1)) if protocol else None)
 
 
-def find_agent_package(explicit: str | os.PathLike[str] | None = None) -> AgentPackage:
-    """The zipapp to upload: `explicit`, else $MESHDECK_AGENT_PYZ, else dist/meshdeck-agent.pyz of a checkout."""
-    candidates: list[Path] = []
-    if explicit:
-        candidates.append(Path(explicit))
-    elif os.environ.get(AGENT_PYZ_ENV):
-        candidates.append(Path(os.environ[AGENT_PYZ_ENV]))
-    else:
-        import meshdeck
+def bundled_agent_candidates() -> list[Path]:
+    """Where a prebuilt zipapp may lie: the package's resources (a PyInstaller bundle ships it there),
+    then dist/ of a checkout (`make agent-pyz`)."""
+    import meshdeck
 
-        package_dir = Path(meshdeck.__file__).resolve().parent
-        candidates += [package_dir / "resources" / AGENT_PYZ_NAME, package_dir.parents[1] / "dist" / AGENT_PYZ_NAME]
+    package_dir = Path(meshdeck.__file__).resolve().parent
+    return [package_dir / "resources" / AGENT_PYZ_NAME, package_dir.parents[1] / "dist" / AGENT_PYZ_NAME]
+
+
+def find_agent_package(explicit: str | os.PathLike[str] | None = None) -> AgentPackage:
+    """The zipapp to upload: `explicit`, else $MESHDECK_AGENT_PYZ (either must exist), else a bundled or
+    `make agent-pyz` one, else one built once from this environment's agent sources into the user cache
+    dir ($MESHDECK_AGENT_CACHE_DIR) and reused while those sources are unchanged. A frozen app builds
+    nothing (it has no sources to build from: its bundle ships the zipapp)."""
+    named = explicit or os.environ.get(AGENT_PYZ_ENV)
+    if named:
+        path = Path(named)
+        if path.is_file():
+            return AgentPackage.from_path(path)
+        given = "given" if explicit else f"set by ${AGENT_PYZ_ENV}"
+        raise AgentNotFound(
+            f"agent zipapp {path} ({given}) does not exist; build it with `make agent-pyz`, "
+            f"or leave it unset and meshdeck builds one itself"
+        )
+    candidates = bundled_agent_candidates()
     for candidate in candidates:
         if candidate.is_file():
             return AgentPackage.from_path(candidate)
-    raise AgentNotFound(
-        f"agent zipapp not found (looked at {', '.join(str(c) for c in candidates)}); "
-        f"build it with `make agent-pyz` or set {AGENT_PYZ_ENV}"
-    )
+    looked = ", ".join(str(c) for c in candidates)
+    if getattr(sys, "frozen", False):
+        raise AgentNotFound(
+            f"agent zipapp not found in this meshdeck bundle (looked at {looked}); set ${AGENT_PYZ_ENV}"
+        )
+    try:
+        built = agent_zipapp.cached_agent_zipapp()
+    except (agent_zipapp.ZipappBuildError, OSError) as exc:
+        reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.filename else str(exc)
+        raise AgentNotFound(
+            f"agent zipapp not found (looked at {looked}) and building one in {agent_zipapp.agent_cache_dir()} "
+            f"failed: {reason}; set ${agent_zipapp.AGENT_CACHE_DIR_ENV} to a writable dir or ${AGENT_PYZ_ENV} to a zipapp"
+        ) from None
+    return AgentPackage.from_path(built)
 
 
 @dataclass(frozen=True)

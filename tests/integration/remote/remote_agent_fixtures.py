@@ -8,8 +8,6 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from meshdeck.remote.agent_zipapp import build_agent_zipapp
 from meshdeck.remote.auth import AuthOptions
 from meshdeck.remote.bootstrap import AGENT_PYZ_ENV
 from meshdeck.remote.rpc import RpcClient
@@ -25,8 +24,6 @@ from meshdeck.remote.ssh import SshOptions
 from meshdeck.remote.streams import SocketStream
 from meshdeck.remote.supervisor import Backoff, SupervisorSettings
 from meshdeck.services.fleet import FleetSettings
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def isolated_ssh_options(key_dir: Path) -> SshOptions:
@@ -38,16 +35,10 @@ def isolated_ssh_options(key_dir: Path) -> SshOptions:
 
 @pytest.fixture(scope="session")
 def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The agent zipapp the app uploads: $MESHDECK_AGENT_PYZ if set, else built by packaging/build_agent.py."""
+    """The agent zipapp the app uploads: $MESHDECK_AGENT_PYZ if set, else built from this checkout's agent."""
     if os.environ.get(AGENT_PYZ_ENV):
         return Path(os.environ[AGENT_PYZ_ENV])
-    builder = REPO / "packaging" / "build_agent.py"
-    if not builder.exists():
-        pytest.skip("packaging/build_agent.py (the agent zipapp builder) is not in this tree yet")
-    out = tmp_path_factory.mktemp("agent-pyz") / "meshdeck-agent.pyz"
-    subprocess.run([sys.executable, str(builder), "--out", str(out)], check=True, capture_output=True, timeout=300)
-    assert out.is_file(), f"packaging/build_agent.py did not write {out}"
-    return out
+    return build_agent_zipapp(tmp_path_factory.mktemp("agent-pyz") / "meshdeck-agent.pyz")
 
 
 def stop_agent(socket_path: Path) -> None:
