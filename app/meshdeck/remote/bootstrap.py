@@ -153,17 +153,17 @@ def _zipapp_versions(path: Path) -> tuple[str | None, int | None]:
 
 
 def bundled_agent_candidates() -> list[Path]:
-    """Where a prebuilt zipapp may lie: the package's resources (a PyInstaller bundle ships it there),
-    then dist/ of a checkout (`make agent-pyz`)."""
+    """Where a prebuilt zipapp may lie: the package's resources (a PyInstaller bundle ships it there).
+    Not dist/ of a checkout: a `make agent-pyz` left there goes stale as soon as the agent's sources
+    change, and the cache below is keyed by their digest, so a checkout always uploads what it runs."""
     import meshdeck
 
-    package_dir = Path(meshdeck.__file__).resolve().parent
-    return [package_dir / "resources" / AGENT_PYZ_NAME, package_dir.parents[1] / "dist" / AGENT_PYZ_NAME]
+    return [Path(meshdeck.__file__).resolve().parent / "resources" / AGENT_PYZ_NAME]
 
 
 def find_agent_package(explicit: str | os.PathLike[str] | None = None) -> AgentPackage:
-    """The zipapp to upload: `explicit`, else $MESHDECK_AGENT_PYZ (either must exist), else a bundled or
-    `make agent-pyz` one, else one built once from this environment's agent sources into the user cache
+    """The zipapp to upload: `explicit`, else $MESHDECK_AGENT_PYZ (either must exist), else a bundled
+    one, else one built once from this environment's agent sources into the user cache
     dir ($MESHDECK_AGENT_CACHE_DIR) and reused while those sources are unchanged. A frozen app builds
     nothing (it has no sources to build from: its bundle ships the zipapp)."""
     named = explicit or os.environ.get(AGENT_PYZ_ENV)

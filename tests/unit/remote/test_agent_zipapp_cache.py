@@ -22,7 +22,7 @@ from meshdeck_agent.protocol import PROTOCOL_VERSION
 
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No prebuilt zipapp anywhere (no env, no resources/ or dist/ one) and the cache at tmp_path."""
+    """No prebuilt zipapp anywhere (no env, no bundled one) and the cache at tmp_path."""
     monkeypatch.delenv(AGENT_PYZ_ENV, raising=False)
     monkeypatch.setattr(bootstrap, "bundled_agent_candidates", lambda: [tmp_path / "absent" / "meshdeck-agent.pyz"])
     cache = tmp_path / "cache"
@@ -156,11 +156,16 @@ def test_a_frozen_app_builds_nothing_and_says_its_bundle_lacks_the_zipapp(cache_
     assert not cache_dir.exists()
 
 
-def test_a_prebuilt_zipapp_still_wins_over_the_cache(cache_dir: Path, tmp_path: Path, monkeypatch):
-    prebuilt = build_agent_zipapp(tmp_path / "dist" / "meshdeck-agent.pyz")
+def test_a_bundled_zipapp_wins_over_the_cache(cache_dir: Path, tmp_path: Path, monkeypatch):
+    prebuilt = build_agent_zipapp(tmp_path / "resources" / "meshdeck-agent.pyz")
     monkeypatch.setattr(bootstrap, "bundled_agent_candidates", lambda: [tmp_path / "absent.pyz", prebuilt])
     assert find_agent_package().path == prebuilt
     assert not cache_dir.exists()
+
+
+def test_a_checkouts_dist_zipapp_is_not_a_candidate():
+    """`make agent-pyz` output would go stale when the agent changes; the digest-keyed cache cannot."""
+    assert all(path.parent.name == "resources" for path in bootstrap.bundled_agent_candidates())
 
 
 def test_a_named_zipapp_that_is_missing_is_an_error_not_a_silent_build(cache_dir: Path, tmp_path: Path, monkeypatch):
