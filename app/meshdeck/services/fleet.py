@@ -57,9 +57,8 @@ class FleetSettings:
     known_hosts: str = field(default_factory=default_known_hosts_path)
     user_known_hosts: tuple[str, ...] = ("~/.ssh/known_hosts",)
     ssh_config: str | None = "~/.ssh/config"
-    agent_pyz: str | None = (
-        None  # default: find_agent_package() ($MESHDECK_AGENT_PYZ, bundled, else built into the cache)
-    )
+    # None: find_agent_package() ($MESHDECK_AGENT_PYZ, a bundled one, else one built into the cache)
+    agent_pyz: str | None = None
     remote_cache_dir: str = DEFAULT_CACHE_DIR
     agent_socket: str | None = None  # remote agent socket; None: the agent's default
     agent_state_dir: str | None = None
