@@ -15,10 +15,11 @@ from meshdeck.services.catalog import load_gpu_catalog, load_model
 from meshdeck.services.demo import DEMO_HOSTS, DemoCluster, choose_demo_layout, demo_vllm_profile
 from meshdeck.services.deploy import DeployService
 from meshdeck.services.deploy_model import DeploymentSnapshot, WorkerSnapshot
+from meshdeck.services.plan_profiles import profile_mappings
 from meshdeck.ui.views.deployment_panels import PlannedPanel
 from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, status_line
 from meshdeck.ui.views.deployments import DeploymentsView
-from meshdeck.ui.views.planner_inputs import detected_cluster, profile_mappings
+from meshdeck.ui.views.planner_inputs import detected_cluster
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from gui_helpers import connect_hosts
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import load_profile
 from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
+from meshdeck.services.plan_profiles import model_id_for
 from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_inputs import detected_cluster, model_id_for
+from meshdeck.ui.views.planner_inputs import detected_cluster
 from meshdeck.ui.views.planner_save import ProfileSaver
 from meshdeck.ui.widgets.rank_map import rank_labels
 

@@ -12,6 +12,13 @@ import json
 import sys
 from typing import Any
 
+from meshdeck.commands._plan_profile import (
+    add_profile_arguments,
+    command_line,
+    profile_request,
+    write_plan_profiles,
+    written_text,
+)
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec, resolve_gpu
@@ -99,7 +106,8 @@ def register(subparsers: Any) -> None:
     add("--top", help="show the first K layouts (default 10; --json: all)")
     add("--all", action="store_true", help="also list layouts that do not fit or that vLLM would refuse")
     add("--json", action="store_true", help="print one JSON object; layouts in rank order")
-    parser.set_defaults(func=run)
+    add_profile_arguments(parser)
+    parser.set_defaults(func=lambda args: run(args, parser))
 
 
 def _int(value: str | None, flag: str, *, minimum: int = 1) -> int | None:
@@ -205,15 +213,19 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     top = _int(args.top, "--top")
+    wanted = profile_request(args)
     request = build_request(args)
     result: PlanResult = plan(request)
+    written = [] if wanted is None else write_plan_profiles(wanted, result, args.model, command_line(parser, args))
     if args.json:
         if result.training is not None:
             payload = result.training.as_dict(include_all=args.all, top=top)
         else:
             payload = result.as_dict(include_all=args.all, top=top)
+        if wanted is not None:
+            payload["profiles_written"] = written
         json.dump(payload, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -221,4 +233,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_training(result, top=top or 10, include_all=args.all))
     else:
         sys.stdout.write(render_plan(result, top=top or 10, include_all=args.all))
+    if written:
+        sys.stdout.write(written_text(written))
     return 0

@@ -27,8 +27,8 @@ from meshdeck.services.demo import (
     demo_vllm_profile,
     torch_python,
 )
+from meshdeck.services.plan_profiles import model_id_for, profile_mappings
 from meshdeck.ui.main_window import MainWindow
-from meshdeck.ui.views.planner_inputs import model_id_for, profile_mappings
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_MS = 120_000

@@ -17,8 +17,6 @@ from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
-from meshdeck.core.layout_plan import LayoutPlan
-from meshdeck.core.planner import PlanResult
 from meshdeck.services.catalog import detected_gpu
 
 
@@ -80,66 +78,3 @@ def detected_cluster(
     if first.topology is not None:
         notes.append(f"intra-node links: {hosts[0]}'s detected GPU × GPU matrix")
     return DetectedCluster(cluster, tuple(hosts), facts, tuple(notes))
-
-
-BUNDLED_MODEL_IDS = {
-    "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
-    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
-    "deepseek-r1": "deepseek-ai/DeepSeek-R1",
-}
-_KV_TO_PROFILE = {"auto": "auto", "bf16": "bfloat16", "fp8": "fp8"}
-
-
-def model_id_for(model: str) -> str:
-    """What a profile should name: the Hugging Face id for a bundled card, else the path as given."""
-    return BUNDLED_MODEL_IDS.get(model.strip().lower(), model)
-
-
-def profile_mappings(
-    layout: LayoutPlan,
-    result: PlanResult,
-    node_names: Sequence[str],
-    name: str,
-    model: str,
-) -> list[dict[str, Any]]:
-    """One profile mapping (launch.profile format) per instance of `layout`, on its nodes' hosts.
-
-    Raises InputError when the layout packs several instances into one node: a profile has no
-    field that pins GPUs, so those instances could not be launched side by side from profiles."""
-    placement = layout.placement
-    if placement.instances > 1 and placement.gpus_per_instance < placement.gpus_per_node:
-        raise InputError(
-            "layout",
-            f"{layout.label()} runs {placement.instances_per_node} instances per node; a profile cannot pin GPUs, "
-            "so save a layout whose instances use whole nodes",
-        )
-    request, settings = result.request, result.settings
-    gpus_per_node = min(placement.gpus_per_instance, placement.gpus_per_node)
-    mappings = []
-    for instance in range(placement.instances):
-        nodes = sorted({r.node for r in layout.rank_map if r.instance == instance})
-        hosts = [node_names[n] if n < len(node_names) else f"node{n}" for n in nodes]
-        suffix = f"-{instance + 1}" if placement.instances > 1 else ""
-        mapping: dict[str, Any] = {
-            "name": f"{name}{suffix}",
-            "model": model,
-            "engine": request.engine,
-            "hosts": hosts,
-            "gpus_per_node": gpus_per_node,
-            "layout": {
-                "tensor_parallel": layout.tensor_parallel,
-                "pipeline_parallel": layout.pipeline_parallel,
-                "data_parallel": layout.data_parallel,
-                "expert_parallel": layout.expert_parallel,
-            },
-        }
-        if request.engine == "vllm":
-            mapping["vllm"] = {
-                "max_model_len": settings.max_model_len,
-                "gpu_memory_utilization": request.gpu_memory_utilization,
-                "kv_cache_dtype": _KV_TO_PROFILE.get(request.kv_cache_dtype, request.kv_cache_dtype),
-                "max_num_seqs": settings.max_num_seqs_emitted,
-                "speculative_mtp": request.mtp,
-            }
-        mappings.append(mapping)
-    return mappings

@@ -1,15 +1,13 @@
 """Turning the chosen layout into deployment profiles: ask a name and the model id, validate, store or export.
 
-The mappings come from `planner_inputs.profile_mappings` and are validated by launch.profile
-(the same checks a profile file gets), so a saved profile always launches the layout that was
-planned. Storing goes through the profiles service (a new version when the name exists), exporting writes YAML atomically (temp file +
-rename); both run as jobs, never on the GUI thread.
+The profiles come from `services.plan_profiles` (the same code `meshdeck plan --profile-out` uses) and
+are validated by launch.profile (the checks a profile file gets), so a saved profile always launches
+the layout that was planned. Storing goes through the profiles service (a new version when the name
+exists), exporting writes YAML atomically (temp file + rename); both run as jobs, never on the GUI thread.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,34 +27,10 @@ from PySide6.QtWidgets import (
 from meshdeck.core.errors import InputError
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
-from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
+from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
+from meshdeck.services.plan_profiles import default_profile_name, model_id_for, profiles_from_layout, write_profiles
 from meshdeck.ui.context import ConsoleContext
-from meshdeck.ui.views.planner_inputs import model_id_for, profile_mappings
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def profiles_from_layout(
-    layout: LayoutPlan, result: PlanResult, node_names: Sequence[str], name: str, model: str
-) -> list[Profile]:
-    """Validated profiles (one per instance). Raises InputError naming the field."""
-    return [
-        profile_from_mapping(m, source="profile") for m in profile_mappings(layout, result, node_names, name, model)
-    ]
 
 
 class ProfileDialog(QDialog):
@@ -90,9 +64,9 @@ class ProfileSaver(QObject):
         self._parent = parent
 
     def ask(self, layout: LayoutPlan, result: PlanResult, model: str) -> tuple[str, str] | None:
-        default = f"{result.request.model.name}-{layout.label()}".lower()
-        default = "".join(c if c.isalnum() or c in "._-" else "-" for c in default).strip("-")[:60]
-        dialog = ProfileDialog(default, model_id_for(model), layout.instances, self._parent)
+        dialog = ProfileDialog(
+            default_profile_name(result, layout), model_id_for(model), layout.instances, self._parent
+        )
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return None
         return dialog.name.text().strip(), dialog.model.text().strip()
@@ -120,12 +94,8 @@ class ProfileSaver(QObject):
 
     def export(self, profiles: Sequence[Profile], target: Path) -> None:
         def work(_progress: Any) -> list[str]:
-            paths = []
-            for index, profile in enumerate(profiles):
-                path = target if len(profiles) == 1 else target.with_name(f"{target.stem}-{index + 1}{target.suffix}")
-                write_text_atomically(path, dump_profile(profile))
-                paths.append(profile.name)
-            return paths
+            write_profiles(profiles, target)
+            return [profile.name for profile in profiles]
 
         job = self.context.jobs.start("export profile", work)
         job.succeeded.connect(self.saved.emit)

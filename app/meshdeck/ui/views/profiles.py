@@ -34,8 +34,8 @@ from PySide6.QtWidgets import (
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
+from meshdeck.services.history import atomic_output
 from meshdeck.ui.context import ConsoleContext
-from meshdeck.ui.views.planner_save import write_text_atomically
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,8 @@ class ProfilesView(QWidget):
         assert db is not None
 
         def work(_progress: Any) -> Path:
-            write_text_atomically(path, profile_service.export_profile(db, name))
+            with atomic_output(path) as stream:
+                stream.write(profile_service.export_profile(db, name))
             return path
 
         self._run("export profile", work, lambda written: self._tell(f"exported {name} to {written}"))

@@ -1,0 +1,179 @@
+"""`meshdeck plan --profile-out FILE`: the chosen layout written as deployment profile YAML.
+
+The profiles are the console planner's (services.plan_profiles), so the CLI and the GUI save the same
+thing. Every file starts with a comment naming a `meshdeck plan` command that writes it again
+byte for byte (the options that differ from their defaults, in the parser's order), so an example or
+a colleague's profile says where its numbers came from. Options are checked before anything is
+planned or written; a layout that does not fit, that vLLM cannot run, or that packs instances into
+one node is refused naming --rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.planner import PlanResult
+from meshdeck.core.units import GIB
+from meshdeck.launch.profile import HOST_PATTERN, NAME_PATTERN
+from meshdeck.services.plan_profiles import (
+    default_profile_name,
+    model_id_for,
+    profiles_from_layout,
+    write_profiles,
+)
+
+PROFILE_OPTIONS = ("--hosts", "--profile-name", "--rank", "--model-id")
+_PROFILE_FIELDS = {"name": "--profile-name", "model": "--model-id", "hosts": "--hosts"}
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--profile-out", metavar="FILE", help="write the chosen layout as a deployment profile YAML (FILE-1.yaml, "
+        "FILE-2.yaml, … for a layout of several instances); needs --hosts")  # fmt: skip
+    add("--hosts", help="with --profile-out: the meshdeck host names of the nodes, in order, comma-separated "
+        "(first is the head), e.g. gpu-a,gpu-b; as many as --nodes")  # fmt: skip
+    add("--profile-name", help="with --profile-out: the profile's name (default <model>-<layout>)")
+    add("--rank", help="with --profile-out: which layout of the ranking (the # column; default 1, the best that fits)")
+    add("--model-id", help="with --profile-out: the profile's model, a Hugging Face id or a path on the servers "
+        "(default: the bundled model's id, else --model as given)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    target: Path
+    hosts: tuple[str, ...]
+    rank: int
+    name: str | None
+    model_id: str | None
+
+
+def profile_request(args: argparse.Namespace) -> ProfileRequest | None:
+    """The checked --profile-out options, or None without --profile-out (then the others are refused)."""
+    if args.profile_out is None:
+        for option in PROFILE_OPTIONS:
+            if getattr(args, option[2:].replace("-", "_")) is not None:
+                raise InputError(option, "only used with --profile-out FILE")
+        return None
+    if args.mode == "train":
+        raise InputError("--profile-out", "a training plan makes no deployment profile; plan with --mode serve")
+    if args.engine != "vllm":
+        raise InputError(
+            "--profile-out",
+            "profiles are written for --engine vllm; a torch profile names its own script "
+            "(see examples/profiles/tiny-deepseek-2nodes.yaml)",
+        )
+    target = Path(args.profile_out)
+    if not args.profile_out.strip() or target.is_dir():
+        raise InputError("--profile-out", f"{args.profile_out!r} is not a file name")
+    if not target.parent.is_dir():
+        raise InputError("--profile-out", f"folder {str(target.parent)!r} does not exist")
+    if args.hosts is None:
+        raise InputError(
+            "--hosts", "required with --profile-out: the meshdeck host names of the nodes, e.g. --hosts gpu-a,gpu-b"
+        )
+    hosts = tuple(host.strip() for host in args.hosts.split(","))
+    for host in hosts:
+        if not re.fullmatch(HOST_PATTERN, host):
+            raise InputError("--hosts", f"{host!r} is not a host name (letters, digits, '.', '_', '-'; up to 64)")
+    if len(set(hosts)) != len(hosts):
+        raise InputError("--hosts", "a host is listed twice")
+    if args.profile_name is not None and not re.fullmatch(NAME_PATTERN, args.profile_name):
+        raise InputError("--profile-name", f"{args.profile_name!r}: letters, digits, '.', '_', '-', up to 64")
+    rank = 1 if args.rank is None else _positive(args.rank, "--rank")
+    return ProfileRequest(target, hosts, rank, args.profile_name, args.model_id)
+
+
+def _positive(value: str, flag: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(flag, f"must be an integer, got {value!r}") from None
+    if number < 1:
+        raise InputError(flag, f"must be at least 1, got {number}")
+    return number
+
+
+def chosen_layout(result: PlanResult, rank: int) -> LayoutPlan:
+    """The layout at `rank` (1-based, the plan's # column), refused unless vLLM can run it and it fits."""
+    layouts, fitting = result.layouts, len(result.fitting)
+    choose = f"choose --rank 1 to {fitting}" if fitting else "nothing fits; see the plan's top pick"
+    if rank > len(layouts):
+        raise InputError("--rank", f"{rank}: the plan ranks {len(layouts)} layout(s), {fitting} of them fit; {choose}")
+    layout = layouts[rank - 1]
+    what = f"{rank} ({layout.label()})"
+    if not layout.valid:
+        raise InputError("--rank", f"{what} is not a valid layout: {layout.invalid_reason}; {choose}")
+    if not layout.supported:
+        raise InputError("--rank", f"{what}: vLLM cannot run this model on this GPU: {'; '.join(layout.warnings)}")
+    if not layout.fits:
+        need = result.settings.max_model_len
+        raise InputError(
+            "--rank",
+            f"{what} does not fit: short by {layout.shortfall_bytes / GIB:.1f} GiB per GPU for one {need}-token "
+            f"request; {choose}",
+        )
+    return layout
+
+
+def command_line(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """`meshdeck plan` with every option that differs from its default, in the parser's order."""
+    argv = ["meshdeck", "plan"]
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if action.nargs == 0:
+            argv.append(flag)
+        elif str(value).startswith("-"):  # `--model-id -x` would read -x as an option
+            argv.append(f"{flag}={value}")
+        else:
+            argv += [flag, str(value)]
+    return shlex.join(argv)
+
+
+def write_plan_profiles(request: ProfileRequest, result: PlanResult, model: str, command: str) -> list[dict[str, Any]]:
+    """Write the chosen layout's profiles; what was written, for the JSON key `profiles_written` and the text."""
+    nodes = result.request.cluster.nodes
+    if len(request.hosts) != nodes:
+        raise InputError("--hosts", f"names {len(request.hosts)} host(s) but --nodes is {nodes}; name one per node")
+    layout = chosen_layout(result, request.rank)
+    name = request.name or default_profile_name(result, layout)
+    model_id = request.model_id if request.model_id is not None else model_id_for(model)
+    try:
+        profiles = profiles_from_layout(layout, result, request.hosts, name, model_id)
+    except InputError as exc:
+        raise _as_option_error(exc, request.rank, layout) from None
+    header = f"# {command}\n# rank {request.rank} of the plan: {layout.label()} on {layout.gpus} GPUs\n"
+    try:
+        paths = write_profiles(profiles, request.target, header)
+    except OSError as exc:
+        raise InputError("--profile-out", f"cannot write {exc.filename or request.target}: {exc.strerror}") from None
+    return [
+        {"path": str(path), "name": p.name, "hosts": list(p.hosts), "rank": request.rank, "layout": layout.label()}
+        for path, p in zip(paths, profiles, strict=True)
+    ]
+
+
+def _as_option_error(exc: InputError, rank: int, layout: LayoutPlan) -> InputError:
+    """A profile-validation error named after the option that supplied the field."""
+    if exc.field == "layout":
+        return InputError("--rank", f"{rank} ({layout.label()}): {exc.problem}")
+    field = exc.field.removeprefix("profile: ").split(".")[0].split("[")[0]
+    return InputError(_PROFILE_FIELDS.get(field, exc.field), exc.problem)
+
+
+def written_text(written: Sequence[dict[str, Any]]) -> str:
+    first = written[0]
+    files = ", ".join(f"{w['path']} ({w['name']} on {', '.join(w['hosts'])})" for w in written)
+    return f"\nProfile: rank {first['rank']}, {first['layout']} → {files}\n"
