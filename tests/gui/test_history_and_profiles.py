@@ -13,7 +13,7 @@ from meshdeck.store.database import open_database
 from meshdeck.store.writer import SampleWriter
 from meshdeck.ui.views.history import HistoryView
 from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_save import ProfileSaver
+from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileSaver
 from meshdeck.ui.views.profiles import ProfilesView
 from wire_samples import GIB, wire_samples
 
@@ -158,7 +158,7 @@ def test_save_as_profile_from_the_planner_stores_it(qtbot, db_context, simulated
     row = next(i for i, lp in enumerate(planner.result.layouts) if lp.instances == 1 and lp.fits and lp.nodes == 2)
     planner.table.selectRow(row)
     assert planner.save_button.isVisibleTo(planner) and planner.save_button.isEnabled()
-    monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: ("demo-plan", "deepseek-ai/DeepSeek-V3.2"))
+    monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: ProfileAnswer("demo-plan", "deepseek-ai/DeepSeek-V3.2"))
     with qtbot.waitSignal(planner.profiles_saved, timeout=30000) as saved:
         planner.save_button.click()
     assert saved.args == [["demo-plan"]]

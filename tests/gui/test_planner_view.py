@@ -11,8 +11,9 @@ from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
 from meshdeck.services.plan_profiles import model_id_for
 from meshdeck.ui.views.planner import PlannerView
 from meshdeck.ui.views.planner_inputs import detected_cluster
-from meshdeck.ui.views.planner_save import ProfileSaver
+from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileDialog, ProfileSaver
 from meshdeck.ui.widgets.rank_map import rank_labels
+from PySide6.QtWidgets import QDialog, QLineEdit
 
 
 @pytest.fixture
@@ -24,6 +25,15 @@ def planner(qtbot, console_context, simulated_inventory):
     view.show()
     qtbot.waitUntil(lambda: view.form.gpu.count() > 0, timeout=30000)  # catalog loaded by a job
     return view
+
+
+@pytest.fixture(autouse=True)
+def warnings_shown(monkeypatch) -> list[str]:
+    """The saver's "Profile not saved" messages, recorded instead of shown: a real modal box would block the
+    test forever when saving fails unexpectedly (the test then fails waiting for its signal instead)."""
+    shown: list[str] = []
+    monkeypatch.setattr("meshdeck.ui.views.planner_save.QMessageBox.warning", lambda _p, _t, text: shown.append(text))
+    return shown
 
 
 def _plan(qtbot, view: PlannerView) -> None:
@@ -87,7 +97,8 @@ def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, plan
     planner.table.selectRow(single)
     layout = planner.selected_layout()
     target = tmp_path / "ds32.yaml"
-    monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: ("ds32-demo", "deepseek-ai/DeepSeek-V3.2"))
+    answer = ProfileAnswer("ds32-demo", "deepseek-ai/DeepSeek-V3.2")
+    monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: answer)
     monkeypatch.setattr("meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
     with qtbot.waitSignal(planner.saver.saved, timeout=30000) as saved:
         planner.export_button.click()
@@ -102,6 +113,70 @@ def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, plan
     assert profile.vllm.gpu_memory_utilization == pytest.approx(0.9)
     assert yaml.safe_load(target.read_text())["model"] == "deepseek-ai/DeepSeek-V3.2"
     assert not list(tmp_path.glob(".ds32.yaml.*"))  # the temporary file was renamed away
+
+
+def _plan_torch_and_pick_one_instance(qtbot, planner: PlannerView):
+    planner.form.engine.setCurrentText("torch")
+    _plan(qtbot, planner)
+    assert planner.result.request.engine == "torch"
+    single = next(
+        i for i, lay in enumerate(planner.result.layouts) if lay.instances == 1 and lay.fits and lay.nodes == 2
+    )
+    planner.table.selectRow(single)
+    return planner.selected_layout()
+
+
+def _answer_the_dialog(monkeypatch, script: str, seen: list[ProfileDialog]) -> None:
+    """Stands in for the operator: types `script` into the real dialog's script field and presses OK."""
+
+    def exec_(dialog: ProfileDialog) -> int:
+        seen.append(dialog)
+        field = dialog.findChild(QLineEdit, "profileScript")
+        assert field is not None and field.isVisibleTo(dialog)
+        field.setText(script)
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(ProfileDialog, "exec", exec_)
+
+
+def test_a_torch_layout_is_exported_with_the_script_typed_in_the_dialog(qtbot, planner, tmp_path, monkeypatch) -> None:
+    layout = _plan_torch_and_pick_one_instance(qtbot, planner)
+    seen: list[ProfileDialog] = []
+    _answer_the_dialog(monkeypatch, "  /opt/jobs/train_ds32.py ", seen)
+    target = tmp_path / "ds32-torch.yaml"
+    monkeypatch.setattr("meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
+    with qtbot.waitSignal(planner.saver.saved, timeout=30000):
+        planner.export_button.click()
+    assert "tiny-deepseek" in seen[0].findChild(QLineEdit, "profileScript").placeholderText()
+    profile = load_profile(target.read_text(), source=str(target))
+    assert (profile.engine, profile.model) == ("torch", "deepseek-ai/DeepSeek-V3.2")
+    assert profile.torch.script == "/opt/jobs/train_ds32.py"  # what the operator typed, not the tiny test model
+    assert profile.layout.world_size == layout.gpus and profile.hosts == ["demo-a", "demo-b"]
+
+
+def test_a_torch_layout_with_no_script_is_refused_with_the_reason(qtbot, planner, monkeypatch, warnings_shown) -> None:
+    _plan_torch_and_pick_one_instance(qtbot, planner)
+    _answer_the_dialog(monkeypatch, "   ", [])
+    asked_for_file: list[object] = []
+    monkeypatch.setattr(
+        "meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName",
+        lambda *a, **k: asked_for_file.append(a) or ("", ""),  # then cancelled
+    )
+    with qtbot.waitSignal(planner.saver.failed, timeout=30000) as failed:
+        planner.export_button.click()
+    assert failed.args[0].startswith("script: a torch layout needs the script each rank runs")
+    assert "tiny-deepseek" in failed.args[0] and "collectives" in failed.args[0]
+    assert warnings_shown == failed.args and asked_for_file == []  # refused before any file is chosen
+
+
+def test_the_script_field_is_shown_only_for_a_torch_layout(qtbot) -> None:
+    vllm = ProfileDialog("n", "m", 1, engine="vllm")
+    torch = ProfileDialog("n", "m", 1, engine="torch")
+    qtbot.addWidget(vllm)
+    qtbot.addWidget(torch)
+    assert vllm.findChild(QLineEdit, "profileScript") is None and vllm.answer().script is None
+    torch.findChild(QLineEdit, "profileScript").setText("collectives")
+    assert torch.answer() == ProfileAnswer("n", "m", "collectives")
 
 
 def test_catalog_match_uses_the_reported_model_and_memory() -> None:

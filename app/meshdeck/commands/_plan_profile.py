@@ -5,7 +5,9 @@ thing. Every file starts with a comment naming a `meshdeck plan` command that wr
 byte for byte (the options that differ from their defaults, in the parser's order), so an example or
 a colleague's profile says where its numbers came from. Options are checked before anything is
 planned or written; a layout that does not fit, that vLLM cannot run, or that packs instances into
-one node is refused naming --rank.
+one node is refused naming --rank. A torch layout (`--engine torch`) names the script its ranks run
+with --script (a path on the servers or a built-in workload) and --script-args (split as a shell
+would, never run by one); a training plan is refused, its settings have no field in a profile.
 """
 
 from __future__ import annotations
@@ -23,15 +25,24 @@ from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.core.units import GIB
 from meshdeck.launch.profile import HOST_PATTERN, NAME_PATTERN
+from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services.plan_profiles import (
+    SCRIPT_NEEDED,
     default_profile_name,
     model_id_for,
     profiles_from_layout,
     write_profiles,
 )
 
-PROFILE_OPTIONS = ("--hosts", "--profile-name", "--rank", "--model-id")
-_PROFILE_FIELDS = {"name": "--profile-name", "model": "--model-id", "hosts": "--hosts"}
+PROFILE_OPTIONS = ("--hosts", "--profile-name", "--rank", "--model-id", "--script", "--script-args")
+_PROFILE_FIELDS = {
+    "name": "--profile-name",
+    "model": "--model-id",
+    "hosts": "--hosts",
+    "script": "--script",
+    "torch.script": "--script",
+    "torch.args": "--script-args",
+}
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +55,10 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     add("--rank", help="with --profile-out: which layout of the ranking (the # column; default 1, the best that fits)")
     add("--model-id", help="with --profile-out: the profile's model, a Hugging Face id or a path on the servers "
         "(default: the bundled model's id, else --model as given)")  # fmt: skip
+    add("--script", help="with --profile-out and --engine torch: what each rank runs, a path on the servers "
+        f"or a built-in test workload ({' / '.join(BUILTIN_WORKLOADS)})")  # fmt: skip
+    add("--script-args", help='with --script: its arguments as one string, split like a shell would, '
+        'e.g. "--config /data/ds32.yaml --steps 100"')  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,8 @@ class ProfileRequest:
     rank: int
     name: str | None
     model_id: str | None
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
 
 
 def profile_request(args: argparse.Namespace) -> ProfileRequest | None:
@@ -63,13 +80,13 @@ def profile_request(args: argparse.Namespace) -> ProfileRequest | None:
                 raise InputError(option, "only used with --profile-out FILE")
         return None
     if args.mode == "train":
-        raise InputError("--profile-out", "a training plan makes no deployment profile; plan with --mode serve")
-    if args.engine != "vllm":
         raise InputError(
             "--profile-out",
-            "profiles are written for --engine vllm; a torch profile names its own script "
-            "(see examples/profiles/tiny-deepseek-2nodes.yaml)",
+            "a training plan makes no deployment profile: a profile has no field for its ZeRO stage, "
+            "micro-batches or activation checkpointing; plan the layout with --mode serve --engine torch "
+            "and pass those to your script with --script-args",
         )
+    script, script_args = _script_options(args)
     target = Path(args.profile_out)
     if not args.profile_out.strip() or target.is_dir():
         raise InputError("--profile-out", f"{args.profile_out!r} is not a file name")
@@ -88,7 +105,24 @@ def profile_request(args: argparse.Namespace) -> ProfileRequest | None:
     if args.profile_name is not None and not re.fullmatch(NAME_PATTERN, args.profile_name):
         raise InputError("--profile-name", f"{args.profile_name!r}: letters, digits, '.', '_', '-', up to 64")
     rank = 1 if args.rank is None else _positive(args.rank, "--rank")
-    return ProfileRequest(target, hosts, rank, args.profile_name, args.model_id)
+    return ProfileRequest(target, hosts, rank, args.profile_name, args.model_id, script, script_args)
+
+
+def _script_options(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]]:
+    """--script and its split --script-args, checked against --engine before anything is planned."""
+    if args.engine != "torch":
+        for option in ("--script", "--script-args"):
+            if getattr(args, option[2:].replace("-", "_")) is not None:
+                raise InputError(option, "only for --engine torch: vLLM runs the model itself, not a script")
+        return None, ()
+    if args.script is None or not args.script.strip():
+        raise InputError("--script", SCRIPT_NEEDED)
+    if args.script_args is None:
+        return args.script, ()
+    try:
+        return args.script, tuple(shlex.split(args.script_args))
+    except ValueError as exc:  # an unclosed quote
+        raise InputError("--script-args", f"{args.script_args!r} cannot be split into arguments: {exc}") from None
 
 
 def _positive(value: str, flag: str) -> int:
@@ -151,7 +185,9 @@ def write_plan_profiles(request: ProfileRequest, result: PlanResult, model: str,
     name = request.name or default_profile_name(result, layout)
     model_id = request.model_id if request.model_id is not None else model_id_for(model)
     try:
-        profiles = profiles_from_layout(layout, result, request.hosts, name, model_id)
+        profiles = profiles_from_layout(
+            layout, result, request.hosts, name, model_id, request.script, request.script_args
+        )
     except InputError as exc:
         raise _as_option_error(exc, request.rank, layout) from None
     header = f"# {command}\n# rank {request.rank} of the plan: {layout.label()} on {layout.gpus} GPUs\n"
@@ -169,8 +205,9 @@ def _as_option_error(exc: InputError, rank: int, layout: LayoutPlan) -> InputErr
     """A profile-validation error named after the option that supplied the field."""
     if exc.field == "layout":
         return InputError("--rank", f"{rank} ({layout.label()}): {exc.problem}")
-    field = exc.field.removeprefix("profile: ").split(".")[0].split("[")[0]
-    return InputError(_PROFILE_FIELDS.get(field, exc.field), exc.problem)
+    path = exc.field.removeprefix("profile: ").split("[")[0]  # "torch.args[0]" -> "torch.args"
+    option = _PROFILE_FIELDS.get(path) or _PROFILE_FIELDS.get(path.split(".")[0], exc.field)
+    return InputError(option, exc.problem)
 
 
 def written_text(written: Sequence[dict[str, Any]]) -> str:

@@ -4,6 +4,11 @@ One function turns a ranked layout into launch.profile mappings and validates th
 profile file gets), so a profile made from the planner always launches the layout that was planned,
 whichever front end made it. A layout of several independent instances becomes one profile per
 instance (`<name>-1`, `<name>-2`, …, files `<stem>-1.yaml`, …); files are written atomically.
+
+A torch layout must name the script its ranks run: without one the profile would fall back to the
+built-in tiny test model while its `model:` says DeepSeek, and the operator would launch a toy believing
+it was the real thing. The training settings of a `--mode train` plan (ZeRO stage, micro-batches,
+activation checkpointing) have no field in the profile format, so no training plan is saved here.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
+from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services.history import atomic_output
 
 BUNDLED_MODEL_IDS = {
@@ -26,6 +32,10 @@ BUNDLED_MODEL_IDS = {
 }
 _KV_TO_PROFILE = {"auto": "auto", "bf16": "bfloat16", "fp8": "fp8"}  # planner's KV dtype -> vLLM's spelling
 PROFILE_NAME_LIMIT = 60  # leaves room for an instance suffix inside the profile's 64 characters
+SCRIPT_NEEDED = (
+    "a torch layout needs the script each rank runs: a path on the servers, or "
+    f"{' / '.join(BUILTIN_WORKLOADS)} (built-in test workloads)"
+)
 
 
 def model_id_for(model: str) -> str:
@@ -46,11 +56,18 @@ def profile_mappings(
     node_names: Sequence[str],
     name: str,
     model: str,
+    script: str | None = None,
+    script_args: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """One profile mapping (launch.profile format) per instance of `layout`, on its nodes' hosts.
 
-    Raises InputError when the layout packs several instances into one node: a profile has no
-    field that pins GPUs, so those instances could not be launched side by side from profiles."""
+    `script` (with `script_args`) is what every rank of a torch layout runs: a path on the servers or a
+    built-in workload name (launch.torch_launch.BUILTIN_WORKLOADS). Raises InputError naming `script`
+    when a torch layout has none or a vLLM layout has one, and naming `layout` when the layout packs
+    several instances into one node: a profile has no field that pins GPUs, so those instances could
+    not be launched side by side from profiles."""
+    request, settings = result.request, result.settings
+    torch_settings = _torch_settings(request.engine, script, script_args)
     placement = layout.placement
     if placement.instances > 1 and placement.gpus_per_instance < placement.gpus_per_node:
         raise InputError(
@@ -58,7 +75,6 @@ def profile_mappings(
             f"{layout.label()} runs {placement.instances_per_node} instances per node; a profile cannot pin GPUs, "
             "so save a layout whose instances use whole nodes",
         )
-    request, settings = result.request, result.settings
     gpus_per_node = min(placement.gpus_per_instance, placement.gpus_per_node)
     mappings = []
     for instance in range(placement.instances):
@@ -86,17 +102,35 @@ def profile_mappings(
                 "max_num_seqs": settings.max_num_seqs_emitted,
                 "speculative_mtp": request.mtp,
             }
+        if torch_settings is not None:
+            mapping["torch"] = dict(torch_settings)
         mappings.append(mapping)
     return mappings
 
 
+def _torch_settings(engine: str, script: str | None, script_args: Sequence[str]) -> dict[str, Any] | None:
+    """The profile's `torch:` section for a torch layout; None for vLLM, which runs no script."""
+    if engine != "torch":
+        if script is not None or script_args:
+            raise InputError("script", f"only a torch layout runs a script; this layout is planned for {engine}")
+        return None
+    if script is None or not script.strip():
+        raise InputError("script", SCRIPT_NEEDED)
+    return {"script": script, "args": list(script_args)}
+
+
 def profiles_from_layout(
-    layout: LayoutPlan, result: PlanResult, node_names: Sequence[str], name: str, model: str
+    layout: LayoutPlan,
+    result: PlanResult,
+    node_names: Sequence[str],
+    name: str,
+    model: str,
+    script: str | None = None,
+    script_args: Sequence[str] = (),
 ) -> list[Profile]:
     """Validated profiles (one per instance). Raises InputError naming the field."""
-    return [
-        profile_from_mapping(m, source="profile") for m in profile_mappings(layout, result, node_names, name, model)
-    ]
+    mappings = profile_mappings(layout, result, node_names, name, model, script, script_args)
+    return [profile_from_mapping(m, source="profile") for m in mappings]
 
 
 def instance_paths(target: Path, count: int) -> list[Path]:

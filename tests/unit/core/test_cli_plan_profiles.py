@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from meshdeck.cli import main
+from meshdeck.core.errors import InputError
 from meshdeck.core.planner import plan
 from meshdeck.launch.profile import load_profile
-from meshdeck.services.plan_profiles import default_profile_name, instance_paths
+from meshdeck.services.plan_profiles import default_profile_name, instance_paths, profile_mappings
 
 H200 = ("--gpu", "H200-SXM-141GB")
 
@@ -140,7 +141,15 @@ def test_hosts_must_name_each_node_once(capsys, tmp_path: Path, hosts: str, prob
 def test_profile_out_needs_hosts_and_the_profile_flags_need_profile_out(capsys, tmp_path: Path) -> None:
     code, _, err = run_plan(capsys, *H200, "--profile-out", str(tmp_path / "x.yaml"))
     assert code == 2 and err.startswith("meshdeck: error: --hosts: required with --profile-out")
-    for flag, value in (("--hosts", "a"), ("--rank", "2"), ("--profile-name", "n"), ("--model-id", "m")):
+    only_with_profile_out = (
+        ("--hosts", "a"),
+        ("--rank", "2"),
+        ("--profile-name", "n"),
+        ("--model-id", "m"),
+        ("--script", "s"),
+        ("--script-args", "x"),
+    )
+    for flag, value in only_with_profile_out:
         code, _, err = run_plan(capsys, *H200, flag, value)
         assert code == 2 and err.strip() == f"meshdeck: error: {flag}: only used with --profile-out FILE"
 
@@ -151,8 +160,14 @@ def test_profile_out_needs_hosts_and_the_profile_flags_need_profile_out(capsys, 
         (("--profile-name", "-bad name"), "--profile-name"),
         (("--model-id=--served-model-name=x",), "--model-id"),
         (("--model-id", "a\nb"), "--model-id"),
-        (("--mode", "train", "--engine", "torch"), "--profile-out"),
-        (("--engine", "torch"), "--profile-out"),
+        (("--mode", "train", "--engine", "torch", "--script", "/opt/train.py"), "--profile-out"),
+        (("--engine", "torch"), "--script"),
+        (("--engine", "torch", "--script", "  "), "--script"),
+        (("--engine", "torch", "--script=-x"), "--script"),
+        (("--engine", "torch", "--script", "run.py", "--script-args", "--name 'a b"), "--script-args"),
+        (("--engine", "torch", "--script", "run.py", "--script-args", "a\x01b"), "--script-args"),
+        (("--script", "run.py"), "--script"),
+        (("--script-args", "--steps 5"), "--script-args"),
     ],
 )
 def test_bad_profile_values_name_the_flag(capsys, tmp_path: Path, extra: tuple[str, ...], field: str) -> None:
@@ -223,3 +238,44 @@ def test_the_header_command_rewrites_the_file_byte_for_byte_even_with_spaces(cap
     assert main(shlex.split(header[2:])[1:]) == 0
     assert Path("out.yaml").read_bytes() == first
     assert load_profile(first).model == "/models/deep seek $(v3.2)"
+
+
+def test_a_torch_layout_names_the_script_its_ranks_run_with_its_arguments(capsys, tmp_path: Path) -> None:
+    flags = (*H200, "--nodes", "2", "--engine", "torch", "--tensor-parallel", "8", "--pipeline-parallel", "2")
+    target = tmp_path / "train.yaml"
+    argv = (*flags, "--hosts", "gpu-a,gpu-b", "--profile-out", str(target), "--script", "/opt/jobs/train ds.py")
+    code, _, err = run_plan(capsys, *argv, "--script-args", "--config '/data/my cfg.yaml' --steps 100")
+    assert (code, err) == (0, "")
+    text = target.read_text(encoding="utf-8")
+    profile = load_profile(text)
+    assert profile.engine == "torch" and profile.model == "deepseek-ai/DeepSeek-V3.2"
+    assert profile.torch.script == "/opt/jobs/train ds.py"  # the operator's script, not the tiny test model
+    assert profile.torch.args == ["--config", "/data/my cfg.yaml", "--steps", "100"]
+    assert layout_of(profile.layout) == (8, 2, 1, False) and profile.hosts == ["gpu-a", "gpu-b"]
+    dry_run = tmp_path / "never.db"
+    assert main(["--db", str(dry_run), "launch", str(target), "--dry-run", "--json"]) == 0
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    assert all(node["argv"][-5:] == ["/opt/jobs/train ds.py", *profile.torch.args] for node in nodes)
+    header = text.splitlines()[0]
+    target.unlink()
+    assert main(shlex.split(header[2:])[1:]) == 0  # the header still rewrites it byte for byte
+    assert target.read_text(encoding="utf-8") == text
+
+
+def test_a_torch_layout_without_a_script_names_the_built_in_workloads(capsys, tmp_path: Path) -> None:
+    target = tmp_path / "x.yaml"
+    code, out, err = run_plan(capsys, *H200, "--engine", "torch", "--hosts", "a", "--profile-out", str(target))
+    assert (code, out) == (2, "") and not target.exists()
+    assert err.strip() == (
+        "meshdeck: error: --script: a torch layout needs the script each rank runs: a path on the servers, "
+        "or collectives / tiny-deepseek (built-in test workloads)"
+    )
+
+
+def test_a_vllm_layout_refuses_a_script_in_the_mapping_too(request_for, v32) -> None:
+    result = plan(request_for(v32))
+    layout = result.fitting[0]
+    with pytest.raises(InputError) as refused:
+        profile_mappings(layout, result, ["a"], "n", "m", script="run.py")
+    assert refused.value.field == "script"
+    assert "torch" in refused.value.problem

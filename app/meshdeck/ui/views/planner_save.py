@@ -1,5 +1,9 @@
 """Turning the chosen layout into deployment profiles: ask a name and the model id, validate, store or export.
 
+A torch layout also asks the script every rank runs (a path on the servers or a built-in test
+workload); leaving it empty is refused like any invalid field, so a saved DeepSeek torch profile never
+falls back to the tiny test model unasked.
+
 The profiles come from `services.plan_profiles` (the same code `meshdeck plan --profile-out` uses) and
 are validated by launch.profile (the checks a profile file gets), so a saved profile always launches
 the layout that was planned. Storing goes through the profiles service (a new version when the name
@@ -9,6 +13,7 @@ exists), exporting writes YAML atomically (temp file + rename); both run as jobs
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +33,31 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Profile
+from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.plan_profiles import default_profile_name, model_id_for, profiles_from_layout, write_profiles
 from meshdeck.ui.context import ConsoleContext
 
 
+@dataclass(frozen=True)
+class ProfileAnswer:
+    """What the operator typed into the dialog; `script` is None unless the layout is planned for torch."""
+
+    name: str
+    model: str
+    script: str | None = None
+
+
 class ProfileDialog(QDialog):
-    def __init__(self, default_name: str, default_model: str, instances: int, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        default_name: str,
+        default_model: str,
+        instances: int,
+        parent: QWidget | None = None,
+        *,
+        engine: str = "vllm",
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("profileDialog")
         self.setWindowTitle("Save layout as profile")
@@ -46,12 +69,26 @@ class ProfileDialog(QDialog):
         form = QFormLayout(self)
         form.addRow("Profile name", self.name)
         form.addRow("Model (id or path on the servers)", self.model)
+        self.script: QLineEdit | None = None
+        if engine == "torch":
+            self.script = QLineEdit()
+            self.script.setObjectName("profileScript")
+            self.script.setPlaceholderText(f"/path/on/servers/train.py, or built-in: {' / '.join(BUILTIN_WORKLOADS)}")
+            self.script.setToolTip(
+                "What every torchrun rank runs: a Python script on the servers (it gets the layout as "
+                "MESHDECK_TENSOR_PARALLEL, … env vars), or a built-in test workload"
+            )
+            form.addRow("Script on the servers", self.script)
         if instances > 1:
             form.addRow(QLabel(f"This layout runs {instances} independent instances: one profile each (-1, -2, …)."))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def answer(self) -> ProfileAnswer:
+        script = self.script.text().strip() if self.script is not None else None
+        return ProfileAnswer(self.name.text().strip(), self.model.text().strip(), script)
 
 
 class ProfileSaver(QObject):
@@ -63,13 +100,17 @@ class ProfileSaver(QObject):
         self.context = context
         self._parent = parent
 
-    def ask(self, layout: LayoutPlan, result: PlanResult, model: str) -> tuple[str, str] | None:
+    def ask(self, layout: LayoutPlan, result: PlanResult, model: str) -> ProfileAnswer | None:
         dialog = ProfileDialog(
-            default_profile_name(result, layout), model_id_for(model), layout.instances, self._parent
+            default_profile_name(result, layout),
+            model_id_for(model),
+            layout.instances,
+            self._parent,
+            engine=result.request.engine,
         )
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return None
-        return dialog.name.text().strip(), dialog.model.text().strip()
+        return dialog.answer()
 
     def save(
         self, layout: LayoutPlan, result: PlanResult, node_names: Sequence[str], model: str, *, to_file: bool
@@ -77,9 +118,9 @@ class ProfileSaver(QObject):
         answer = self.ask(layout, result, model)
         if answer is None:
             return
-        name, model_id = answer
+        name = answer.name
         try:
-            profiles = profiles_from_layout(layout, result, node_names, name, model_id)
+            profiles = profiles_from_layout(layout, result, node_names, name, answer.model, answer.script)
         except InputError as exc:
             self._tell(str(exc))
             return
