@@ -20,6 +20,7 @@ from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.services import history as history_service
+from meshdeck.services.files import atomic_output
 from meshdeck.services.history import utc_stamp
 from meshdeck.store.database import open_database
 from meshdeck.store.retention import RetentionPolicy, load_policy, save_policy
@@ -86,7 +87,7 @@ def _export(args: argparse.Namespace) -> int:
     }
     with open_database(args.db) as db:
         if args.output:
-            with history_service.atomic_output(args.output) as handle:
+            with atomic_output(args.output) as handle:
                 count = history_service.export_history(db, handle, **options)
             print(f"wrote {count} points to {args.output}", file=sys.stderr)
         else:

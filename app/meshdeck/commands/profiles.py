@@ -24,7 +24,8 @@ from typing import Any
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import MAX_PROFILE_BYTES
 from meshdeck.services import profiles as profile_service
-from meshdeck.services.history import atomic_output, utc_stamp
+from meshdeck.services.files import atomic_output
+from meshdeck.services.history import utc_stamp
 from meshdeck.store.database import open_database
 
 

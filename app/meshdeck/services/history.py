@@ -18,15 +18,11 @@ import csv
 import json
 import logging
 import math
-import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 from meshdeck.core.errors import InputError
@@ -188,24 +184,6 @@ def parse_time(text: str, *, field: str, now: float | None = None) -> float:
 
 
 # -- export -----------------------------------------------------------------------------------------
-
-
-@contextmanager
-def atomic_output(path: str | Path) -> Iterator[TextIO]:
-    """A text file that appears at `path` complete or not at all (temp file in the same folder, renamed)."""
-    target = Path(path)
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below, before the rename
-        "w", encoding="utf-8", newline="", dir=target.parent or ".", prefix=f".{target.name}.", delete=False
-    )
-    try:
-        with handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, target)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
 
 
 def utc_stamp(ts: float) -> str:

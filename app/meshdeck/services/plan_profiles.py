@@ -23,7 +23,7 @@ from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
 from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
-from meshdeck.services.history import atomic_output
+from meshdeck.services.files import atomic_output
 
 BUNDLED_MODEL_IDS = {
     "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from meshdeck.core.errors import InputError
 from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived, SequenceReset
+from meshdeck.services.files import atomic_output
 from meshdeck.services.history import (
     HistoryRecorder,
-    atomic_output,
     export_history,
     history_hosts,
     host_metrics,

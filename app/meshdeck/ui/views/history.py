@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.services import history as history_service
+from meshdeck.services.files import atomic_output
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
 from meshdeck.ui.views.history_data import HistoryFrame, history_frame
@@ -201,7 +202,7 @@ class HistoryView(QWidget):
         assert db is not None
 
         def work(_progress: Any) -> int:
-            with history_service.atomic_output(target) as out:
+            with atomic_output(target) as out:
                 return history_service.export_history(
                     db, out, host=host, since=since, until=until, fmt="csv", tier=tier
                 )

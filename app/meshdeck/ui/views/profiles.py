@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
-from meshdeck.services.history import atomic_output
+from meshdeck.services.files import atomic_output
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.widgets.tables import row_table
 
