@@ -273,8 +273,14 @@ def load_profile(text: str | bytes, source: str = "profile") -> Profile:
 
 
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:
-    """Plain dict in the file's key order, every field present (so export -> import is exact)."""
-    return profile.model_dump(mode="python")
+    """Plain dict in the file's key order, every field present (so export -> import is exact), except
+    the other engine's section while it holds only defaults: a torch profile does not carry a `vllm:`
+    block it never uses (and the reverse). Loading fills it back in, so the round trip stays exact."""
+    data = profile.model_dump(mode="python")
+    unused = "torch" if profile.engine == "vllm" else "vllm"
+    if getattr(profile, unused) == type(getattr(profile, unused))():
+        del data[unused]
+    return data
 
 
 def dump_profile(profile: Profile) -> str:

@@ -6,7 +6,7 @@ A profile file is untrusted: it is parsed and validated whole before anything is
 file (wrong types, unknown keys, a layout that does not match its hosts, a YAML bomb) is refused with
 the field named and leaves the database as it was. The text is stored exactly as written, so
 `export` gives back the imported file byte for byte; `canonical=True` gives the normalised form
-(every default spelled out) that `dump_profile` writes.
+(every default of its engine spelled out) that `dump_profile` writes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from meshdeck.core.errors import InputError
-from meshdeck.launch.profile import load_profile
+from meshdeck.launch.profile import dump_profile, load_profile
 from meshdeck.services import profiles as service
 from meshdeck.store import profiles as store
 from meshdeck.store.database import Database
@@ -45,6 +45,20 @@ def test_the_canonical_export_round_trips_exactly(db: Database) -> None:
     assert "expert_parallel: false" in canonical  # every default spelled out
     service.import_profile(db, canonical, "canonical.yaml", replace=True)
     assert service.export_profile(db, "ds32-h200-2n", canonical=True) == canonical
+
+
+def test_the_canonical_export_leaves_out_the_other_engines_defaults_but_not_its_settings() -> None:
+    canonical = dump_profile(load_profile(PROFILE))
+    assert "torch:" not in canonical and "vllm:" in canonical  # a vLLM profile carries no unused torch block
+    torch_profile = PROFILE.replace("engine: vllm", "engine: torch").replace(
+        "  gpu_memory_utilization: 0.92\n", "  gpu_memory_utilization: 0.92\ntorch: {script: /opt/train.py}\n"
+    )
+    kept = dump_profile(load_profile(torch_profile))
+    assert "script: /opt/train.py" in kept and "max_model_len: 32768" in kept  # set by hand: never dropped
+    assert load_profile(kept) == load_profile(torch_profile)
+    bare_text = torch_profile.replace("vllm:\n  max_model_len: 32768\n  gpu_memory_utilization: 0.92\n", "")
+    bare = dump_profile(load_profile(bare_text))
+    assert "vllm:" not in bare and load_profile(bare) == load_profile(bare_text)
 
 
 def test_every_edit_is_kept_as_a_version(db: Database) -> None:
