@@ -53,7 +53,9 @@ def register(subparsers: Any) -> None:
     export = commands.add_parser("export", help="write a profile's YAML to stdout or a file")
     export.add_argument("name")
     export.add_argument("--version", type=int, metavar="N", help="a past version (default: the current one)")
-    export.add_argument("--canonical", action="store_true", help="normalised YAML, every default of its engine spelled out")
+    export.add_argument(
+        "--canonical", action="store_true", help="normalised YAML, every default of its engine spelled out"
+    )
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     export.set_defaults(func=_export)
 
