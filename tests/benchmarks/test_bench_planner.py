@@ -27,6 +27,7 @@ REPEATS = 7
 def _clear_caches() -> None:
     for cached in (
         weights.layer_bytes,
+        weights._tensor_parallel_parts,
         weights.shard_totals,
         weights.stage_weights,
         evaluate.stage_shapes,

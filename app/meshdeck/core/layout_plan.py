@@ -8,7 +8,7 @@ blocks over its workers. `stages` lists every stage for whoever needs the detail
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -209,3 +209,24 @@ class LayoutPlan:
         if include_rank_map:
             out["rank_map"] = [r.as_dict() for r in self.rank_map]
         return out
+
+
+_LAYOUT_DEFAULTS = {f.name: f.default for f in fields(LayoutPlan) if f.default is not MISSING}
+_LAYOUT_FIELD_COUNT = len(fields(LayoutPlan))
+
+
+def new_layout_plan(values: dict[str, Any]) -> LayoutPlan:
+    """LayoutPlan(**values), built without the generated frozen __init__ (one object.__setattr__ per field).
+
+    The planner builds hundreds of layouts per plan; this fills the instance dict in one step. Fields left
+    out take their defaults; a missing required field or an unknown name raises TypeError as __init__ would.
+    """
+    layout = object.__new__(LayoutPlan)
+    state = layout.__dict__
+    state.update(_LAYOUT_DEFAULTS)
+    state.update(values)
+    if len(state) != _LAYOUT_FIELD_COUNT:
+        unknown = sorted(set(state) - {f.name for f in fields(LayoutPlan)})
+        missing = sorted({f.name for f in fields(LayoutPlan)} - set(state))
+        raise TypeError(f"LayoutPlan fields: unknown {unknown}, missing {missing}")
+    return layout

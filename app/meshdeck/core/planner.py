@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.evaluate import evaluate_layout
+from meshdeck.core.evaluate import LayoutEvaluator
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.parameters import ParameterCounts, parameter_counts
 from meshdeck.core.placement import Placement, placement_for
@@ -329,10 +329,8 @@ def plan(request: PlanRequest) -> PlanResult:
         training = plan_training(request, settings, counts)
         return PlanResult(request, settings, counts, [], training.top_reason, training.notes, training)
     supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype)
-    layouts = [
-        evaluate_layout(request, settings, tp, pp, dp, ep, placement, supported)
-        for tp, pp, dp, ep, placement in candidate_layouts(request)
-    ]
+    evaluate = LayoutEvaluator(request, settings, supported).evaluate
+    layouts = [evaluate(tp, pp, dp, ep, placement) for tp, pp, dp, ep, placement in candidate_layouts(request)]
     if not layouts and any(
         v is not None for v in (request.tensor_parallel, request.pipeline_parallel, request.data_parallel)
     ):

@@ -149,15 +149,20 @@ def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
 
 
 def non_torch(inputs: ReserveInputs) -> int:
+    return non_torch_for_groups(inputs.groups, inputs.tensor_parallel)
+
+
+def non_torch_for_groups(groups: tuple[GroupMembership, ...], tensor_parallel: int) -> int:
+    """CUDA libraries plus the NCCL buffers of every communicator of these groups (and TP's custom all-reduce)."""
     total = CUDA_LIBRARIES_BYTES
-    for group in inputs.groups:
+    for group in groups:
         if group.size <= 1:
             continue
         per_comm = NCCL_COMM_INTER_NODE_BYTES if group.crosses_nodes else NCCL_COMM_INTRA_NODE_BYTES
         if group.nvls:
             per_comm += NCCL_NVLS_PER_RANK_BYTES
         total += group.communicators * per_comm
-    if inputs.tensor_parallel > 1:
+    if tensor_parallel > 1:
         total += CUSTOM_ALL_REDUCE_BYTES
     return total
 
@@ -180,11 +185,13 @@ class LayoutReserve(NamedTuple):
     drafter_bytes: int
     non_torch_bytes: int
 
-    def for_stage(self, last_stage: bool, stage_layers: int) -> Reserve:
+    def for_stage(self, last_stage: bool, stage_layers: int, non_torch_bytes: int | None = None) -> Reserve:
+        """The reserve of one stage; `non_torch_bytes` overrides this layout's (the planner shares one
+        LayoutReserve between layouts whose process groups differ)."""
         return Reserve(
             activation_peak_bytes=self.activation_peak_bytes + (self.drafter_bytes if last_stage else 0),
             sampler_bytes=self.sampler_bytes if last_stage else 0,
-            non_torch_bytes=self.non_torch_bytes,
+            non_torch_bytes=self.non_torch_bytes if non_torch_bytes is None else non_torch_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
             cudagraph_in_budget=self.inputs.vllm_version >= CUDAGRAPH_MIN_VLLM,
         )

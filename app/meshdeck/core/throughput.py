@@ -75,17 +75,123 @@ def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
 
 
-def _links(cluster: ClusterSpec, traffic: tuple[TrafficItem, ...]) -> tuple[list[tuple[float, float]], float]:
-    """(per-token seconds per sequence, fixed latency seconds) per in-stage collective, and the PP hop."""
-    collectives, hop = [], 0.0
-    for item in traffic:
-        bandwidth = cluster.link_bytes_per_s(item.link) * LINK_EFFICIENCY
-        latency = COLLECTIVE_LATENCY_S[item.link]
-        if item.collective == "pp_send":
-            hop = latency + item.bytes_per_token / bandwidth
+class DecodeModel:
+    """The decode estimate of one cluster and request, for many layouts: its constants computed once.
+
+    The planner builds one per plan and asks it for every layout that fits; `decode_estimates`
+    and `stage_step` are the one-shot forms of the same arithmetic.
+    """
+
+    __slots__ = (
+        "_bandwidth",
+        "accepted",
+        "cluster",
+        "context_tokens",
+        "flops_per_s",
+        "memory_bytes_per_s",
+        "speculative_tokens",
+        "tokens_per_sequence",
+    )
+
+    def __init__(
+        self, cluster: ClusterSpec, *, context_tokens: int, weights_fp8: bool, speculative_tokens: int = 0
+    ) -> None:
+        gpu = cluster.gpu
+        self.cluster = cluster
+        self.context_tokens = context_tokens
+        self.speculative_tokens = speculative_tokens
+        self.tokens_per_sequence = 1 + speculative_tokens
+        self.accepted = expected_accepted_tokens(speculative_tokens)
+        self.memory_bytes_per_s = gpu.hbm_bytes_per_s * HBM_EFFICIENCY
+        tflops = gpu.fp8_tflops if (weights_fp8 and gpu.fp8_native and gpu.fp8_tflops) else gpu.bf16_tflops
+        self.flops_per_s = tflops * 1e12 * TENSOR_EFFICIENCY if tflops else 0.0  # 0: no compute term
+        self._bandwidth: dict[LinkClass, float] = {}
+
+    def links(self, traffic: tuple[TrafficItem, ...]) -> tuple[list[tuple[float, float]], float]:
+        """(per-token seconds per sequence, fixed latency seconds) per in-stage collective, and the PP hop."""
+        collectives, hop = [], 0.0
+        bandwidths = self._bandwidth
+        for item in traffic:
+            link = item.link
+            bandwidth = bandwidths.get(link)
+            if bandwidth is None:
+                bandwidth = bandwidths[link] = self.cluster.link_bytes_per_s(link) * LINK_EFFICIENCY
+            latency = COLLECTIVE_LATENCY_S[link]
+            if item.collective == "pp_send":
+                hop = latency + item.bytes_per_token / bandwidth
+            else:
+                collectives.append((item.bytes_per_token / bandwidth, item.collectives_per_token * latency))
+        return collectives, hop
+
+    def step(self, inputs: DecodeStepInputs, collectives: list[tuple[float, float]], batch: int) -> tuple[float, str]:
+        """(seconds, bound) for one decode step of `batch` sequences on the busiest stage.
+
+        With speculative decoding every sequence runs 1 + k query tokens through the model per step.
+        """
+        tokens_per_sequence = self.tokens_per_sequence
+        context_tokens = self.context_tokens
+        (
+            non_expert_bytes,
+            expert_bytes_per_expert_layer,
+            moe_layers,
+            attention_layers,
+            kv_latent_bytes,
+            kv_indexer_bytes,
+            index_topk,
+            n_routed_experts,
+            experts_per_token,
+            data_parallel,
+            flops_per_token,
+            expert_flops_per_token,
+            moe_ranks,
+        ) = inputs
+        moe_tokens = batch * data_parallel * tokens_per_sequence
+        touched = expected_distinct_experts(n_routed_experts, experts_per_token, moe_tokens)
+        expert_bytes = touched * expert_bytes_per_expert_layer * moe_layers
+        attended = min(context_tokens, index_topk) if index_topk else context_tokens
+        kv_bytes = batch * attention_layers * (attended * kv_latent_bytes + context_tokens * kv_indexer_bytes)
+        memory_time = (non_expert_bytes + expert_bytes + kv_bytes) / self.memory_bytes_per_s
+        flops = batch * tokens_per_sequence * flops_per_token + moe_tokens * expert_flops_per_token / moe_ranks
+        compute_time = flops / self.flops_per_s if self.flops_per_s else 0.0
+        comm_time = sum(batch * tokens_per_sequence * per_token + latency for per_token, latency in collectives)
+        overhead = attention_layers * LAYER_STEP_OVERHEAD_S
+        local = max(memory_time, compute_time)
+        if overhead > max(local, comm_time):
+            bound = "kernel-latency"
+        elif comm_time > local:
+            bound = "communication"
+        elif compute_time > memory_time:
+            bound = "compute"
         else:
-            collectives.append((item.bytes_per_token / bandwidth, item.collectives_per_token * latency))
-    return collectives, hop
+            bound = "memory-bandwidth"
+        return local + comm_time + overhead, bound
+
+    def estimates(
+        self,
+        inputs: DecodeStepInputs,
+        links: tuple[list[tuple[float, float]], float],
+        *,
+        batches: tuple[int, ...],
+        pipeline_parallel: int,
+    ) -> tuple[DecodeEstimate, ...]:
+        """Replica tokens/s at each batch size (concurrent sequences), and the speed one request sees.
+
+        `links` is what `links(traffic)` returns for the layout's traffic.
+        """
+        collectives, hop = links
+        speculative_tokens = self.speculative_tokens
+        out = []
+        for requested in batches:
+            batch = max(1, requested)
+            micro = max(1, -(-batch // pipeline_parallel))
+            step, bound = self.step(inputs, collectives, micro)
+            stage_time = step + hop * micro * (1 + speculative_tokens)
+            round_trip = pipeline_parallel * stage_time / self.accepted
+            tokens_per_s = min(batch, pipeline_parallel * micro) / round_trip
+            if pipeline_parallel > 1 and batch < pipeline_parallel:
+                bound = "pipeline bubble"
+            out.append(DecodeEstimate(tokens_per_s, 1.0 / round_trip, stage_time, bound, batch))
+        return tuple(out)
 
 
 def stage_step(
@@ -97,42 +203,11 @@ def stage_step(
     weights_fp8: bool,
     tokens_per_sequence: int = 1,
 ) -> tuple[float, str]:
-    """(seconds, bound) for one decode step of `batch` sequences on the busiest stage.
-
-    With speculative decoding every sequence runs 1 + k query tokens through the model per step.
-    """
-    gpu = cluster.gpu
-    moe_tokens = batch * inputs.data_parallel * tokens_per_sequence
-    touched = expected_distinct_experts(inputs.n_routed_experts, inputs.experts_per_token, moe_tokens)
-    expert_bytes = touched * inputs.expert_bytes_per_expert_layer * inputs.moe_layers
-    attended = min(context_tokens, inputs.index_topk) if inputs.index_topk else context_tokens
-    kv_bytes = (
-        batch
-        * inputs.attention_layers
-        * (
-            attended * inputs.kv_latent_bytes_per_token_per_layer
-            + context_tokens * inputs.kv_indexer_bytes_per_token_per_layer
-        )
+    """(seconds, bound) for one decode step of `batch` sequences on the busiest stage (see DecodeModel.step)."""
+    model = DecodeModel(
+        cluster, context_tokens=context_tokens, weights_fp8=weights_fp8, speculative_tokens=tokens_per_sequence - 1
     )
-    memory_time = (inputs.non_expert_bytes + expert_bytes + kv_bytes) / (gpu.hbm_bytes_per_s * HBM_EFFICIENCY)
-    tflops = gpu.fp8_tflops if (weights_fp8 and gpu.fp8_native and gpu.fp8_tflops) else gpu.bf16_tflops
-    flops = (
-        batch * tokens_per_sequence * inputs.flops_per_token
-        + moe_tokens * inputs.expert_flops_per_token / inputs.moe_ranks
-    )
-    compute_time = flops / (tflops * 1e12 * TENSOR_EFFICIENCY) if tflops else 0.0
-    comm_time = sum(batch * tokens_per_sequence * per_token + latency for per_token, latency in collectives)
-    overhead = inputs.attention_layers * LAYER_STEP_OVERHEAD_S
-    local = max(memory_time, compute_time)
-    if overhead > max(local, comm_time):
-        bound = "kernel-latency"
-    elif comm_time > local:
-        bound = "communication"
-    elif compute_time > memory_time:
-        bound = "compute"
-    else:
-        bound = "memory-bandwidth"
-    return local + comm_time + overhead, bound
+    return model.step(inputs, collectives, batch)
 
 
 def decode_estimates(
@@ -147,22 +222,10 @@ def decode_estimates(
     speculative_tokens: int = 0,
 ) -> tuple[DecodeEstimate, ...]:
     """Replica tokens/s at each batch size (concurrent sequences), and the speed one request sees."""
-    collectives, hop = _links(cluster, traffic)
-    accepted = expected_accepted_tokens(speculative_tokens)
-    out = []
-    for requested in batches:
-        batch = max(1, requested)
-        micro = max(1, -(-batch // pipeline_parallel))
-        step, bound = stage_step(
-            inputs, cluster, collectives, micro, context_tokens, weights_fp8, 1 + speculative_tokens
-        )
-        stage_time = step + hop * micro * (1 + speculative_tokens)
-        round_trip = pipeline_parallel * stage_time / accepted
-        tokens_per_s = min(batch, pipeline_parallel * micro) / round_trip
-        if pipeline_parallel > 1 and batch < pipeline_parallel:
-            bound = "pipeline bubble"
-        out.append(DecodeEstimate(tokens_per_s, 1.0 / round_trip, stage_time, bound, batch))
-    return tuple(out)
+    model = DecodeModel(
+        cluster, context_tokens=context_tokens, weights_fp8=weights_fp8, speculative_tokens=speculative_tokens
+    )
+    return model.estimates(inputs, model.links(traffic), batches=batches, pipeline_parallel=pipeline_parallel)
 
 
 def decode_estimate(

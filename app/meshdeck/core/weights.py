@@ -91,13 +91,17 @@ def _attention_dtype(card: ModelCard, shape: ShardShape) -> str:
     return "bf16"
 
 
-@lru_cache(maxsize=4096)
-def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool) -> LayerBytes:
-    """Bytes one GPU holds for one decoder layer (dense or MoE) under `shape`."""
-    tp = shape.tensor_parallel
+@lru_cache(maxsize=1024)
+def _tensor_parallel_parts(
+    card: ModelCard, tensor_parallel: int, dense_dtype: str, moe: bool
+) -> tuple[tuple[tuple[str, int], ...], int]:
+    """The parts of one layer that only TP splits (all but the routed experts), and their FP8 block scales.
+
+    Kept apart from layer_bytes so the shardings that differ only in DP or EP share them.
+    """
+    tp = tensor_parallel
     h = card.hidden_size
     block = card.weight_block_size
-    dense_dtype = _attention_dtype(card, shape)
     parts: dict[str, int] = {}
     scales = 0
 
@@ -134,6 +138,21 @@ def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool) -> LayerBytes:
             shared_inter = card.moe_intermediate_size * card.n_shared_experts
             add("shared_experts", _linear(2 * shared_inter // tp, h, dense_dtype, block))
             add("shared_experts", _linear(h, shared_inter // tp, dense_dtype, block))
+    else:
+        add("dense_mlp", _linear(2 * card.intermediate_size // tp, h, dense_dtype, block))
+        add("dense_mlp", _linear(h, card.intermediate_size // tp, dense_dtype, block))
+    return tuple(parts.items()), scales
+
+
+@lru_cache(maxsize=4096)
+def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool) -> LayerBytes:
+    """Bytes one GPU holds for one decoder layer (dense or MoE) under `shape`."""
+    dense_dtype = _attention_dtype(card, shape)
+    tp_parts, scales = _tensor_parallel_parts(card, shape.tensor_parallel, dense_dtype, moe)
+    parts = dict(tp_parts)
+    if moe:
+        h = card.hidden_size
+        block = card.weight_block_size
         expert_dtype = "int4" if shape.weights_dtype == "int4" else dense_dtype
         group = card.int4_group_size or 32
         inter = card.moe_intermediate_size
@@ -145,15 +164,12 @@ def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool) -> LayerBytes:
             local_inter = inter // shape.moe_ranks
         w13 = _linear(2 * local_inter, h, expert_dtype, block, group)
         w2 = _linear(h, local_inter, expert_dtype, block, group)
-        add("routed_experts", LinearCost(local_experts * (w13.weight_bytes + w2.weight_bytes), 0))
+        parts["routed_experts"] = local_experts * (w13.weight_bytes + w2.weight_bytes)
         scale_bytes = local_experts * (w13.scale_bytes + w2.scale_bytes)
         if expert_dtype == "int4":
             parts["routed_experts"] += scale_bytes  # group scales are part of the int4 format
         else:
             scales += scale_bytes
-    else:
-        add("dense_mlp", _linear(2 * card.intermediate_size // tp, h, dense_dtype, block))
-        add("dense_mlp", _linear(h, card.intermediate_size // tp, dense_dtype, block))
     if scales:
         parts["fp8_block_scales"] = scales
     return LayerBytes(tuple(parts.items()))
