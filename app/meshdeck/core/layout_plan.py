@@ -212,7 +212,7 @@ class LayoutPlan:
 
 
 _LAYOUT_DEFAULTS = {f.name: f.default for f in fields(LayoutPlan) if f.default is not MISSING}
-_LAYOUT_FIELD_COUNT = len(fields(LayoutPlan))
+_LAYOUT_FIELD_NAMES = frozenset(f.name for f in fields(LayoutPlan))
 
 
 def new_layout_plan(values: dict[str, Any]) -> LayoutPlan:
@@ -225,8 +225,8 @@ def new_layout_plan(values: dict[str, Any]) -> LayoutPlan:
     state = layout.__dict__
     state.update(_LAYOUT_DEFAULTS)
     state.update(values)
-    if len(state) != _LAYOUT_FIELD_COUNT:
-        unknown = sorted(set(state) - {f.name for f in fields(LayoutPlan)})
-        missing = sorted({f.name for f in fields(LayoutPlan)} - set(state))
+    if state.keys() != _LAYOUT_FIELD_NAMES:  # names, not a count: one unknown plus one missing must not pass
+        unknown = sorted(set(state) - _LAYOUT_FIELD_NAMES)
+        missing = sorted(_LAYOUT_FIELD_NAMES - set(state))
         raise TypeError(f"LayoutPlan fields: unknown {unknown}, missing {missing}")
     return layout
