@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -179,6 +180,29 @@ def _make_engine(path: Path) -> Engine:
     return engine
 
 
+def _prepare(connection: sqlite3.Connection, db_path: Path) -> int:
+    """WAL mode and migrations; returns the schema version. Retried while another process holds a lock:
+    SQLite does not always call its busy handler here (switching to WAL, or a first schema read racing
+    another process's CREATE), so two meshdeck processes opening a new file at once would otherwise fail."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.02
+    while True:
+        try:
+            configure_connection(connection)
+            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("%s: the file system refused WAL mode (got %s); reads will wait for writes", db_path, mode)
+            return apply_migrations(connection)
+        except sqlite3.OperationalError as exc:
+            locked = "locked" in str(exc) or "busy" in str(exc)
+            if not locked or time.monotonic() + pause > deadline:
+                raise
+            if connection.in_transaction:
+                connection.rollback()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+
 def open_database(path: str | Path | None = None) -> Database:
     """Open (creating or upgrading as needed) meshdeck's database; `None` means the platform data dir.
 
@@ -201,11 +225,7 @@ def open_database(path: str | Path | None = None) -> Database:
     except sqlite3.Error as exc:
         raise InputError(_field(db_path), f"cannot be opened ({exc})") from None
     try:
-        configure_connection(connection)
-        mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            log.warning("%s: the file system refused WAL mode (got %s); reads will wait for writes", db_path, mode)
-        version = apply_migrations(connection)
+        version = _prepare(connection, db_path)
     except sqlite3.DatabaseError as exc:
         raise InputError(_field(db_path), f"cannot be prepared ({exc})") from None
     finally:

@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from meshdeck.store.database import open_database
 from meshdeck.store.ingest import CommitAck
 from meshdeck.store.synthetic import wire_sample
 from meshdeck.store.writer import SampleWriter, WriterSettings
 
-T0 = 1_764_482_400.0
 HOSTS = ("gpu-a", "gpu-b", "gpu-c")
 
 
-def sample_time(seq: int) -> float:
-    return T0 + seq
+def first_sample_time() -> float:
+    """Now, to the second: the samples must be recent, or the writer's first retention pass (at most 60 s
+    after it starts, whatever retention_every_s says) deletes them as older than the raw tier keeps."""
+    return float(int(time.time()))
 
 
-def main(path: str) -> None:
+def sample_time(seq: int, t0: float) -> float:
+    return t0 + seq
+
+
+def main(path: str, t0: float) -> None:
     db = open_database(path)
 
     def acknowledge(ack: CommitAck) -> None:
@@ -35,9 +41,10 @@ def main(path: str) -> None:
     while True:  # until killed
         for host in HOSTS:
             seq = next_seq[host]
-            writer.submit_samples(host, [wire_sample(seq + i, sample_time(seq + i), gpus=4) for i in range(5)])
+            writer.submit_samples(host, [wire_sample(seq + i, sample_time(seq + i, t0), gpus=4) for i in range(5)])
             next_seq[host] = seq + 5
+        time.sleep(0.005)  # ~140k rows/s offered: faster than 1 Hz fleets, yet the writer thread gets the GIL
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], float(sys.argv[2]))

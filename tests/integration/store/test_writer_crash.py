@@ -17,15 +17,19 @@ import pytest
 
 CHILD = Path(__file__).with_name("crash_writer.py")
 sys.path.insert(0, str(CHILD.parent))
-from crash_writer import HOSTS, sample_time  # noqa: E402
+from crash_writer import HOSTS, first_sample_time, sample_time  # noqa: E402
 
 ROWS_PER_SAMPLE = 4 * 12
 
 
-def _run_and_kill(db_path: Path, rng: random.Random) -> list[dict[str, object]]:
+def _run_and_kill(db_path: Path, rng: random.Random, t0: float) -> list[dict[str, object]]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     child = subprocess.Popen(
-        [sys.executable, str(CHILD), str(db_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(CHILD), str(db_path), str(t0)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert child.stdout is not None
     acks: list[dict[str, object]] = []
@@ -47,7 +51,7 @@ def _run_and_kill(db_path: Path, rng: random.Random) -> list[dict[str, object]]:
     return acks
 
 
-def _check(db_path: Path, acknowledged: dict[str, set[int]]) -> None:
+def _check(db_path: Path, acknowledged: dict[str, set[int]], t0: float) -> None:
     connection = sqlite3.connect(db_path)
     try:
         assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -59,7 +63,9 @@ def _check(db_path: Path, acknowledged: dict[str, set[int]]) -> None:
                     (host,),
                 ).fetchall()
             )
-            missing = [s for s in acknowledged[host] if rows_at.get(round(sample_time(s) * 1000)) != ROWS_PER_SAMPLE]
+            missing = [
+                s for s in acknowledged[host] if rows_at.get(round(sample_time(s, t0) * 1000)) != ROWS_PER_SAMPLE
+            ]
             assert missing == [], f"{host}: acknowledged but absent or partial: seq {missing[:10]}"
             open_minute = connection.execute("SELECT open_minute FROM ingest_state WHERE host = ?", (host,)).fetchone()
             limit = open_minute[0] if open_minute and open_minute[0] is not None else 2**62
@@ -78,10 +84,11 @@ def _check(db_path: Path, acknowledged: dict[str, set[int]]) -> None:
 def test_kill_9_mid_batch_twenty_times_loses_nothing_acknowledged(tmp_path: Path) -> None:
     db_path = tmp_path / "meshdeck.db"
     rng = random.Random(20)
+    t0 = first_sample_time()
     acknowledged: dict[str, set[int]] = {host: set() for host in HOSTS}
     for _ in range(20):
-        for ack in _run_and_kill(db_path, rng):
+        for ack in _run_and_kill(db_path, rng, t0):
             host, first, last = str(ack["host"]), int(ack["first"]), int(ack["last"])  # type: ignore[call-overload]
             acknowledged[host].update(range(first, last + 1))
-        _check(db_path, acknowledged)
+        _check(db_path, acknowledged, t0)
     assert all(len(seqs) > 100 for seqs in acknowledged.values())
