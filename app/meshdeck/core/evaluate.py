@@ -320,23 +320,6 @@ class LayoutEvaluator:
         return new_layout_plan(values)
 
 
-def evaluate_layout(
-    request: PlanRequest,
-    settings: ResolvedSettings,
-    tp: int,
-    pp: int,
-    dp: int,
-    ep: bool,
-    placement: Placement,
-    supported: bool = True,
-) -> LayoutPlan:
-    """All numbers of one layout. `supported` is the GPU-level verdict (same for every layout).
-
-    For many layouts of one request use one LayoutEvaluator: it shares what they have in common.
-    """
-    return LayoutEvaluator(request, settings, supported).evaluate(tp, pp, dp, ep, placement)
-
-
 @lru_cache(maxsize=512)
 def stage_shapes(card: ModelCard, pipeline_parallel: int) -> tuple[tuple[int, int, int], ...]:
     """(first_layer, end_layer, MoE layers) of every stage."""

@@ -78,8 +78,7 @@ def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
 class DecodeModel:
     """The decode estimate of one cluster and request, for many layouts: its constants computed once.
 
-    The planner builds one per plan and asks it for every layout that fits; `decode_estimates`
-    and `stage_step` are the one-shot forms of the same arithmetic.
+    The planner builds one per plan and asks it for every layout that fits.
     """
 
     __slots__ = (
@@ -192,59 +191,3 @@ class DecodeModel:
                 bound = "pipeline bubble"
             out.append(DecodeEstimate(tokens_per_s, 1.0 / round_trip, stage_time, bound, batch))
         return tuple(out)
-
-
-def stage_step(
-    inputs: DecodeStepInputs,
-    cluster: ClusterSpec,
-    collectives: list[tuple[float, float]],
-    batch: int,
-    context_tokens: int,
-    weights_fp8: bool,
-    tokens_per_sequence: int = 1,
-) -> tuple[float, str]:
-    """(seconds, bound) for one decode step of `batch` sequences on the busiest stage (see DecodeModel.step)."""
-    model = DecodeModel(
-        cluster, context_tokens=context_tokens, weights_fp8=weights_fp8, speculative_tokens=tokens_per_sequence - 1
-    )
-    return model.step(inputs, collectives, batch)
-
-
-def decode_estimates(
-    inputs: DecodeStepInputs,
-    cluster: ClusterSpec,
-    traffic: tuple[TrafficItem, ...],
-    *,
-    batches: tuple[int, ...],
-    context_tokens: int,
-    pipeline_parallel: int,
-    weights_fp8: bool,
-    speculative_tokens: int = 0,
-) -> tuple[DecodeEstimate, ...]:
-    """Replica tokens/s at each batch size (concurrent sequences), and the speed one request sees."""
-    model = DecodeModel(
-        cluster, context_tokens=context_tokens, weights_fp8=weights_fp8, speculative_tokens=speculative_tokens
-    )
-    return model.estimates(inputs, model.links(traffic), batches=batches, pipeline_parallel=pipeline_parallel)
-
-
-def decode_estimate(
-    inputs: DecodeStepInputs,
-    cluster: ClusterSpec,
-    traffic: tuple[TrafficItem, ...],
-    *,
-    batch: int,
-    context_tokens: int,
-    pipeline_parallel: int,
-    weights_fp8: bool,
-) -> DecodeEstimate:
-    """Replica tokens/s at `batch` concurrent sequences, and the speed one request sees."""
-    return decode_estimates(
-        inputs,
-        cluster,
-        traffic,
-        batches=(batch,),
-        context_tokens=context_tokens,
-        pipeline_parallel=pipeline_parallel,
-        weights_fp8=weights_fp8,
-    )[0]
