@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
 from . import __version__
-from .protocol import _GPU_SCALARS, _HOST_SCALARS, _NIC_SCALARS
+from .wire_sample import GPU_METRICS, HOST_METRICS, NIC_METRICS
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -51,7 +51,7 @@ class _Collector:
             metric: GaugeMetricFamily(
                 "meshdeck_gpu_" + metric, "GPU %s" % metric.replace("_", " "), labels=["gpu", "uuid"]
             )
-            for metric in _GPU_SCALARS
+            for metric in (m.name for m in GPU_METRICS)
         }
         link_tx = GaugeMetricFamily(
             "meshdeck_gpu_nvlink_link_tx_bytes_per_s", "NVLink TX per link", labels=["gpu", "link"]
@@ -74,13 +74,13 @@ class _Collector:
         yield link_tx
         yield link_rx
         host = sample.get("host") or {}
-        for metric in _HOST_SCALARS:
+        for metric in (m.name for m in HOST_METRICS):
             value = host.get(metric)
             if isinstance(value, (int, float)):
                 yield GaugeMetricFamily(
                     "meshdeck_host_" + metric, "host %s" % metric.replace("_", " "), value=float(value)
                 )
-        for metric in _NIC_SCALARS:
+        for metric in (m.name for m in NIC_METRICS):
             family = GaugeMetricFamily(
                 "meshdeck_nic_" + metric, "NIC %s" % metric.replace("_", " "), labels=["nic", "kind"]
             )

@@ -45,8 +45,10 @@ Per vLLM worker there is one entry per `engine` label (DP rank) and one with eng
 (KV usage capacity-weighted); metric names are listed in meshdeck_agent/scrape.py. Byte rates are kept
 to 4 significant digits, per-link NVLink rates to 3 (meshdeck_agent/quantize.py).
 
-Any numeric value may be null when the hardware or driver does not report it. `flatten_sample`
-turns a sample into (device, metric, value) rows: the single shape the store and charts consume.
+Any numeric value may be null when the hardware or driver does not report it. The sample's typed
+records, the range each number must fall in and the registry of GPU / host / NIC metrics are in
+wire_sample.py (re-exported here); the app decodes every sample with `Sample.from_wire` where it
+arrives and refuses a bad one whole, naming the field.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
+
+from . import wire_sample
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -493,89 +497,15 @@ class WorkerSpec:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Samples -> rows
-
-_GPU_SCALARS = (
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "memory_reserved_bytes",
-    "utilization_pct",
-    "memory_utilization_pct",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-)
-_HOST_SCALARS = ("cpu_pct", "ram_used_bytes", "ram_total_bytes")
-_NIC_SCALARS = ("tx_bytes_per_s", "rx_bytes_per_s")
-
-
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def flatten_sample(sample: Dict[str, Any]) -> Iterator[Tuple[str, str, float]]:
-    """(device, metric, value) for every number in a sample; nulls and non-numbers are skipped.
-
-    Devices: "host", "gpu<i>", "gpu<i>/nvlink<l>", "nic:<name>", "worker:<id>" or
-    "worker:<id>/engine:<e>" when the worker reports per-engine metrics.
-    """
-    for gpu in sample.get("gpus") or ():
-        if not isinstance(gpu, dict) or not _is_int(gpu.get("index")):
-            continue
-        device = "gpu%d" % gpu["index"]
-        for metric in _GPU_SCALARS:
-            value = _number(gpu.get(metric))
-            if value is not None:
-                yield device, metric, value
-        links = gpu.get("nvlink_links") or ()
-        for link, pair in enumerate(links):
-            if isinstance(pair, (list, tuple)) and len(pair) == 2:
-                for metric, raw in zip(("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), pair):
-                    value = _number(raw)
-                    if value is not None:
-                        yield "%s/nvlink%d" % (device, link), metric, value
-    host = sample.get("host")
-    if isinstance(host, dict):
-        for metric in _HOST_SCALARS:
-            value = _number(host.get(metric))
-            if value is not None:
-                yield "host", metric, value
-    for nic in sample.get("nics") or ():
-        if isinstance(nic, dict) and isinstance(nic.get("name"), str):
-            for metric in _NIC_SCALARS:
-                value = _number(nic.get(metric))
-                if value is not None:
-                    yield "nic:%s" % nic["name"], metric, value
-    for worker in sample.get("workers") or ():
-        if not isinstance(worker, dict) or not isinstance(worker.get("id"), str):
-            continue
-        device = "worker:%s" % worker["id"]
-        engine = worker.get("engine")
-        if isinstance(engine, str) and engine:
-            device += "/engine:%s" % engine
-        metrics = worker.get("metrics")
-        if isinstance(metrics, dict):
-            for metric, raw in metrics.items():
-                value = _number(raw)
-                if value is not None and isinstance(metric, str):
-                    yield device, metric, value
-
-
-def sample_rows(samples: List[Dict[str, Any]]) -> Iterator[Tuple[int, float, str, str, float]]:
-    """(seq, ts, device, metric, value) for a batch of samples, in order."""
-    for sample in samples:
-        seq, ts = sample.get("seq"), _number(sample.get("ts"))
-        if not _is_int(seq) or ts is None:
-            continue
-        for device, metric, value in flatten_sample(sample):
-            yield seq, ts, device, metric, value
+# The sample's typed records, ranges and metric registry are part of the protocol (wire_sample.py).
+GPU_METRICS = wire_sample.GPU_METRICS
+HOST_METRICS = wire_sample.HOST_METRICS
+NIC_METRICS = wire_sample.NIC_METRICS
+GpuSample = wire_sample.GpuSample
+HostSample = wire_sample.HostSample
+Metric = wire_sample.Metric
+NicSample = wire_sample.NicSample
+Sample = wire_sample.Sample
+SampleError = wire_sample.SampleError
+WorkerSample = wire_sample.WorkerSample
+decode_samples_message = wire_sample.decode_samples_message

@@ -27,11 +27,11 @@ import time
 from operator import itemgetter
 from pathlib import Path
 
+from meshdeck.services.ingest_benchmark import machine, run_ingest_benchmark
+from meshdeck.services.synthetic_samples import fleet_batches, host_name, sample_batch, wire_sample
 from meshdeck.store.database import open_database
-from meshdeck.store.ingest_benchmark import machine, run_ingest_benchmark
 from meshdeck.store.query import query_range
 from meshdeck.store.rollups import HOUR_MS
-from meshdeck.store.synthetic import fleet_batches, host_name, wire_sample
 from meshdeck.store.writer import SampleWriter, WriterSettings, commit_interval_for
 
 DAY_S = 86_400
@@ -78,7 +78,7 @@ def test_bench_sustained_64_hosts_at_1_hz(tmp_path: Path) -> None:
         written = _disk_written()
         for second, samples in enumerate(data):
             for host, sample in samples:
-                writer.submit_samples(host, [sample])
+                writer.submit_samples(host, sample_batch([sample]))
             if (second + 1) % commit_every == 0:
                 assert writer.flush(600)
         stats = writer.stats()
@@ -106,7 +106,7 @@ def test_bench_sustained_64_hosts_at_1_hz(tmp_path: Path) -> None:
                 delay = target - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                writer.submit_samples(host, [sample])
+                writer.submit_samples(host, sample_batch([sample]))
         assert writer.flush(600)  # the last commit counts too
         elapsed = time.monotonic() - begin
         cpu = writer.stats().cpu_seconds - cpu_before

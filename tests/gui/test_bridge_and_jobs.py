@@ -9,7 +9,7 @@ import pytest
 from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.ui.bridge import SAMPLES_PER_CHUNK, FleetBridge
 from meshdeck.ui.jobs import JobCancelled, JobRunner
-from wire_samples import wire_samples
+from wire_samples import wire_batch
 
 
 def test_events_posted_from_a_fleet_thread_arrive_as_typed_signals_on_the_gui_thread(qtbot) -> None:
@@ -27,7 +27,7 @@ def test_events_posted_from_a_fleet_thread_arrive_as_typed_signals_on_the_gui_th
     events = [
         HostStateChanged("demo-a", "connecting"),
         InventoryReceived("demo-a", {"gpus": []}),
-        SamplesReceived("demo-a", tuple(wire_samples(2, 100.0, gpus=1))),
+        SamplesReceived("demo-a", wire_batch(2, 1e9, gpus=1)),
         AgentEvent("demo-a", "worker", {"id": "w1", "state": "running"}),
         HostStateChanged("demo-a", "connected"),
     ]
@@ -46,16 +46,16 @@ def test_a_large_backfill_is_delivered_in_chunks_spread_over_ticks_in_order(qtbo
     bridge.stop()
     chunks: list[SamplesReceived] = []
     bridge.samples_received.connect(chunks.append)
-    backfill = SamplesReceived("demo-b", tuple(wire_samples(3 * SAMPLES_PER_CHUNK + 5, 0.0, gpus=1)), dropped=7)
+    backfill = SamplesReceived("demo-b", wire_batch(3 * SAMPLES_PER_CHUNK + 5, 1e9, gpus=1), dropped=7)
     bridge.post(backfill)
     bridge.post(HostStateChanged("demo-b", "connected"))
     assert bridge.drain() == 1
     assert len(chunks) == 1 and chunks[0].dropped == 7
     while bridge.backlog:
         bridge.drain()
-    seqs = [s["seq"] for chunk in chunks for s in chunk.samples]
+    seqs = [seq for chunk in chunks for seq in chunk.batch.seqs]
     assert seqs == list(range(1, 3 * SAMPLES_PER_CHUNK + 6))
-    assert all(len(c.samples) <= SAMPLES_PER_CHUNK for c in chunks)
+    assert all(len(c.batch) <= SAMPLES_PER_CHUNK for c in chunks)
     assert sum(c.dropped for c in chunks) == 7  # the loss is reported once
 
 

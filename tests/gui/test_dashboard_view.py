@@ -7,10 +7,16 @@ import time
 import numpy as np
 import pytest
 from meshdeck.core.errors import InputError
+from meshdeck.core.samples import Device
 from meshdeck.remote.events import SamplesReceived
 from meshdeck.ui.views.dashboard import DashboardView, min_redraw_interval_s
 from meshdeck.ui.views.dashboard_charts import parse_gpu_filter
-from wire_samples import GIB, wire_samples
+from wire_samples import GIB, wire_batch
+
+GPU0 = Device.gpu(0)
+GPU1 = Device.gpu(1)
+GPU2 = Device.gpu(2)
+GPU7 = Device.gpu(7)
 
 
 @pytest.fixture
@@ -23,7 +29,7 @@ def dashboard(qtbot, console_context):
 
 
 def _post(context, host: str, count: int, start: float, **kwargs) -> None:
-    context.bridge.post(SamplesReceived(host, tuple(wire_samples(count, start, **kwargs))))
+    context.bridge.post(SamplesReceived(host, wire_batch(count, start, **kwargs)))
 
 
 def test_charts_update_from_agent_sample_events(qtbot, console_context, dashboard) -> None:
@@ -33,12 +39,12 @@ def test_charts_update_from_agent_sample_events(qtbot, console_context, dashboar
     qtbot.waitUntil(lambda: bool(dashboard.charts["vram"].curve_specs), timeout=30000)
     labels = [spec.label for spec in dashboard.charts["vram"].curve_specs]
     assert labels == ["demo-a gpu0", "demo-a gpu1", "demo-b gpu0", "demo-b gpu1"]
-    x, y = dashboard.charts["vram"].curve_data(("demo-b", "gpu1", "memory_used_bytes"))
+    x, y = dashboard.charts["vram"].curve_data(("demo-b", GPU1, "memory_used_bytes"))
     assert len(x) == 30
     assert np.nanmax(y) == pytest.approx(60, rel=0.01)  # drawn in GiB
-    _, rx = dashboard.charts["nvlink"].curve_data(("demo-a", "gpu0", "nvlink_rx_bytes_per_s"))
+    _, rx = dashboard.charts["nvlink"].curve_data(("demo-a", GPU0, "nvlink_rx_bytes_per_s"))
     assert np.nanmax(rx) < 0  # receive is mirrored below zero
-    _, tokens = dashboard.charts["tokens"].curve_data(("demo-a", "worker:w0/engine:0", "generation_tokens_per_s"))
+    _, tokens = dashboard.charts["tokens"].curve_data(("demo-a", Device.worker("w0", "0"), "generation_tokens_per_s"))
     assert np.nanmax(tokens) == pytest.approx(2500.0)
     assert dashboard.simulated_badge.isVisible()
 
@@ -46,7 +52,7 @@ def test_charts_update_from_agent_sample_events(qtbot, console_context, dashboar
     _post(console_context, "demo-a", 1, now + 1, gpus=2)
     qtbot.waitUntil(lambda: dashboard.metrics.generation > before, timeout=30000)
     qtbot.waitUntil(
-        lambda: len(dashboard.charts["vram"].curve_data(("demo-a", "gpu0", "memory_used_bytes"))[0]) == 31,
+        lambda: len(dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))[0]) == 31,
         timeout=30000,
     )
 
@@ -61,7 +67,7 @@ def test_host_and_gpu_filters_choose_the_curves(qtbot, console_context, dashboar
     dashboard.gpu_filter.editingFinished.emit()
     dashboard.refresh()
     keys = [spec.key[:2] for spec in dashboard.charts["vram"].curve_specs]
-    assert keys == [("demo-b", "gpu0"), ("demo-b", "gpu1"), ("demo-b", "gpu2"), ("demo-b", "gpu7")]
+    assert keys == [("demo-b", GPU0), ("demo-b", GPU1), ("demo-b", GPU2), ("demo-b", GPU7)]
     dashboard.gpu_filter.setText("3-1")
     dashboard.gpu_filter.editingFinished.emit()
     assert dashboard.gpu_filter.property("invalid") is True
@@ -75,14 +81,14 @@ def test_pause_holds_the_charts_while_data_keeps_arriving(qtbot, console_context
     dashboard.refresh()
     dashboard.pause_button.click()
     assert dashboard.paused and dashboard.pause_button.text() == "Resume"
-    drawn = len(dashboard.charts["vram"].curve_data(("demo-a", "gpu0", "memory_used_bytes"))[0])
+    drawn = len(dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))[0])
     _post(console_context, "demo-a", 3, now + 1, gpus=1)
     qtbot.waitUntil(lambda: console_context.live.latest_time() >= now + 3, timeout=30000)
     qtbot.wait(1200)  # two timer ticks
-    assert len(dashboard.charts["vram"].curve_data(("demo-a", "gpu0", "memory_used_bytes"))[0]) == drawn
+    assert len(dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))[0]) == drawn
     dashboard.pause_button.click()
     qtbot.waitUntil(
-        lambda: len(dashboard.charts["vram"].curve_data(("demo-a", "gpu0", "memory_used_bytes"))[0]) == drawn + 3,
+        lambda: len(dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))[0]) == drawn + 3,
         timeout=5000,
     )
 
@@ -93,11 +99,11 @@ def test_window_choice_and_plan_line_and_cursor_readout_with_units(qtbot, consol
     qtbot.waitUntil(lambda: console_context.live.latest_time() > now - 2, timeout=30000)
     dashboard.set_window(300)
     dashboard.refresh()
-    x, _ = dashboard.charts["vram"].curve_data(("demo-a", "gpu0", "memory_used_bytes"))
+    x, _ = dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))
     assert x[-1] - x[0] <= 300
     dashboard.set_window(3600)
     dashboard.refresh()
-    x, _ = dashboard.charts["vram"].curve_data(("demo-a", "gpu0", "memory_used_bytes"))
+    x, _ = dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))
     assert len(x) == 600
     with pytest.raises(InputError, match="window"):
         dashboard.set_window(42)
@@ -109,7 +115,7 @@ def test_window_choice_and_plan_line_and_cursor_readout_with_units(qtbot, consol
     assert readout.endswith(" GiB") and "  gpu0: " in readout
     assert float(readout.split(": ")[1].split()[0]) == pytest.approx(100, abs=0.5)  # the samples wobble 0.2 %
     nvlink = dashboard.charts["nvlink"]
-    _, rx = nvlink.curve_data(("demo-a", "gpu0", "nvlink_rx_bytes_per_s"))
+    _, rx = nvlink.curve_data(("demo-a", GPU0, "nvlink_rx_bytes_per_s"))
     assert " RX: " in nvlink.readout_at(x[-1], float(rx[-1]))
     assert nvlink.readout_at(x[-1], float(rx[-1])).endswith("GB/s")
 

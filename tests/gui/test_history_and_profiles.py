@@ -8,6 +8,7 @@ import time
 
 import pytest
 from gui_helpers import connect_hosts
+from meshdeck.core.samples import Device
 from meshdeck.services import profiles as profile_service
 from meshdeck.store.database import open_database
 from meshdeck.store.writer import SampleWriter
@@ -15,7 +16,10 @@ from meshdeck.ui.views.history import HistoryView
 from meshdeck.ui.views.planner import PlannerView
 from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileSaver
 from meshdeck.ui.views.profiles import ProfilesView
-from wire_samples import GIB, wire_samples
+from wire_samples import GIB, wire_batch
+
+GPU0 = Device.gpu(0)
+GPU1 = Device.gpu(1)
 
 PROFILE = """\
 name: ds32-h200
@@ -38,7 +42,7 @@ def db_context(console_context, tmp_path):
 def _store_samples(db, host: str, count: int, start: float) -> None:
     writer = SampleWriter(db).start()
     try:
-        writer.submit_samples(host, wire_samples(count, start, gpus=2, memory_used_bytes=90 * GIB))
+        writer.submit_samples(host, wire_batch(count, start, gpus=2, memory_used_bytes=90 * GIB))
         assert writer.flush(60)
     finally:
         writer.stop()
@@ -56,9 +60,9 @@ def test_history_range_query_draws_stored_samples_with_the_same_charts(qtbot, db
     with qtbot.waitSignal(view.loaded, timeout=30000) as loaded:
         view.query_button.click()
     frame = loaded.args[0]
-    assert ("gpu1", "memory_used_bytes") in frame.series
+    assert (GPU1, "memory_used_bytes") in frame.series
     specs = view.charts["vram"].curve_specs
-    assert [s.key for s in specs] == [("demo-a", "gpu0", "memory_used_bytes"), ("demo-a", "gpu1", "memory_used_bytes")]
+    assert [s.key for s in specs] == [("demo-a", GPU0, "memory_used_bytes"), ("demo-a", GPU1, "memory_used_bytes")]
     x, y = view.charts["vram"].curve_data(specs[0].key)
     assert x.min() >= start - 60 and x.max() <= start + 660
     assert float(max(y[y == y])) == pytest.approx(90, rel=0.01)  # GiB, through the rollup tier or raw

@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from meshdeck.core.samples import SampleBatch
+from meshdeck.services.synthetic_samples import sample_batch
+
 GIB = 2**30
 
 
@@ -71,6 +74,9 @@ def wire_sample(
                     "num_requests_waiting": round(20 * load),
                     "generation_tokens_total": 2500.0 * seq,
                     "prompt_tokens_total": 9000.0 * seq,
+                    # the agent's scraper derives the rates (one seq per interval here)
+                    "generation_tokens_per_s": 2500.0,
+                    "prompt_tokens_per_s": 9000.0,
                 },
             }
             for w in range(workers)
@@ -80,3 +86,8 @@ def wire_sample(
 
 def wire_samples(count: int, start_ts: float, interval_s: float = 1.0, **kwargs: Any) -> list[dict[str, Any]]:
     return [wire_sample(seq + 1, start_ts + seq * interval_s, **kwargs) for seq in range(count)]
+
+
+def wire_batch(count: int, start_ts: float, interval_s: float = 1.0, **kwargs: Any) -> SampleBatch:
+    """`wire_samples` as the console receives them: decoded and flattened by the sample gate's code."""
+    return sample_batch(wire_samples(count, start_ts, interval_s, **kwargs))

@@ -133,3 +133,8 @@ class RpcError(RemoteError):
 
 class RpcTimeout(RemoteError):
     """No answer to a request within its timeout (the connection may still be alive)."""
+
+
+class BadAnswer(RemoteError):
+    """The agent answered in a shape the protocol does not allow (a bug or a hostile agent): the
+    connection is dropped and retried with backoff, the message naming the host and the field."""

@@ -1,13 +1,16 @@
 """What a host supervisor reports, as plain frozen values on one thread-safe queue.
 
 The store's writer thread and the UI's Qt bridge both consume these; neither talks to a host
-directly. Samples arrive in `seq` order per host, backfill included, never duplicated.
+directly. Samples arrive in `seq` order per host, backfill included, never duplicated, already
+checked and flattened (a SampleBatch).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from meshdeck.core.samples import SampleBatch
 
 HOST_STATES = ("disconnected", "connecting", "bootstrapping", "connected", "degraded", "failed")
 
@@ -26,10 +29,12 @@ class HostStateChanged:
 @dataclass(frozen=True)
 class SamplesReceived:
     host: str
-    samples: tuple[dict[str, Any], ...]  # wire SAMPLE dicts (meshdeck_agent.protocol), seq ascending
+    batch: SampleBatch  # the samples, checked and flattened once (core.samples), seq ascending
     dropped: int = 0  # samples the agent's ring lost before we could read them
     backfill: bool = False  # True when these came from samples.read after a reconnect
     epoch: str | None = None  # the agent's sequence epoch these seqs belong to (None: an agent without epochs)
+    refused: int = 0  # samples refused at the boundary since the last delivery (malformed or out of range)
+    skipped_before: int = 0  # samples a slow consumer shed right before these (the console's live view)
 
 
 @dataclass(frozen=True)

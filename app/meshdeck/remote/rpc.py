@@ -6,8 +6,9 @@
     future = client.call_async("workers.list")  # concurrent.futures.Future; add_done_callback for a callback
     event = client.next_event(timeout=1.0)      # protocol.Event (samples, worker, log, alert) or None
 
-One reader thread parses lines, completes pending requests and puts notifications on a bounded
-queue. When that queue is full the reader waits — TCP/SSH flow control then holds the agent back,
+One reader thread parses lines, completes pending requests and puts notifications on a queue
+bounded by count and by the bytes of the lines they came from (`max_event_bytes`: a hostile agent's
+4 MiB lines cannot pile up). When that queue is full the reader waits — TCP/SSH flow control then holds the agent back,
 whose ring buffer keeps the samples — so nothing is dropped here. Requests in flight are bounded
 too. A malformed line from the agent is logged and skipped; end of stream fails every pending
 request with ConnectionLost. Futures' callbacks run on the reader thread: keep them short.
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 EVENT_QUEUE_SIZE = 4096
+MAX_EVENT_BYTES = 8 * 1024 * 1024  # two of the largest lines the protocol allows, queued at most
 MAX_IN_FLIGHT = 256
 _READ_SIZE = 65536
 _END: Any = object()  # queued after the last event once the connection is closed
@@ -49,6 +51,7 @@ class RpcClient:
         host: str,
         *,
         event_queue_size: int = EVENT_QUEUE_SIZE,
+        max_event_bytes: int = MAX_EVENT_BYTES,
         max_in_flight: int = MAX_IN_FLIGHT,
         client_version: str = __version__,
     ) -> None:
@@ -56,7 +59,10 @@ class RpcClient:
         self.host = host
         self.client_version = client_version
         self.agent_version: str | None = None
-        self._events: queue.Queue[Any] = queue.Queue(maxsize=event_queue_size)
+        self._events: queue.Queue[Any] = queue.Queue(maxsize=event_queue_size)  # (Event, line bytes) or _END
+        self._max_event_bytes = max_event_bytes
+        self._queued_bytes = 0
+        self._room = threading.Condition()
         self._pending: dict[int, tuple[str, Future[Any]]] = {}
         self._pending_lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -162,7 +168,11 @@ class RpcClient:
             with contextlib.suppress(queue.Full):
                 self._events.put_nowait(_END)  # for the next caller
             raise self._close_reason or ConnectionLost(f"{self.host}: closed")
-        return item
+        event, size = item
+        with self._room:
+            self._queued_bytes -= size
+            self._room.notify_all()
+        return event  # type: ignore[no-any-return]
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -199,7 +209,7 @@ class RpcClient:
             if not future.done():
                 future.set_exception(self._close_reason)
 
-    def _handle(self, message: protocol.Message) -> None:
+    def _handle(self, message: protocol.Message, size: int = 0) -> None:
         if not self._hello.done():
             try:
                 self._hello.set_result(protocol.check_hello(message))
@@ -218,9 +228,17 @@ class RpcClient:
                 method = self._pending.get(message.id, ("?", None))[0]
             self._resolve(message.id, error=RpcError(self.host, method, message.code, message.message))
         elif isinstance(message, protocol.Event):
-            while not self._closed.is_set():  # bounded: wait for the consumer, never drop
+            with self._room:  # bounded in bytes: wait for the consumer, never drop
+                while (
+                    not self._closed.is_set()
+                    and self._queued_bytes
+                    and self._queued_bytes + size > self._max_event_bytes
+                ):
+                    self._room.wait(0.5)
+                self._queued_bytes += size
+            while not self._closed.is_set():  # bounded in count too
                 try:
-                    self._events.put(message, timeout=0.5)
+                    self._events.put((message, size), timeout=0.5)
                     return
                 except queue.Full:
                     continue
@@ -263,4 +281,4 @@ class RpcClient:
                 return
             log.warning("%s: skipping malformed line from the agent: %s", self.host, exc.message)
             return
-        self._handle(message)
+        self._handle(message, len(line))

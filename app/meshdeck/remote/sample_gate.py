@@ -5,6 +5,12 @@ duplicate, a jump is filled with `samples.read` first and whatever the ring no l
 in `dropped`. After a reconnect `backfill` pages in everything after last_seq before the supervisor
 subscribes again.
 
+Every sample is decoded here, once (`Sample.from_wire`): one with a field of the wrong type or out of
+range (a time stamp of 1e17, a seq of 2**70) is refused whole and counted as `refused` in the next
+delivery, with a rate-limited warning naming the host and the field; the others of its message pass.
+A delivery is flattened once into a columnar `SampleBatch` (remote/sample_batch.py) for the store and
+the charts.
+
 Seqs are only comparable within one sequence epoch (the agent's hello names it; a new agent state dir
 starts seq 1 under a new epoch). `adopt_epoch` resets the gate to read the agent's ring from its start
 when the hello's epoch differs from the one the held last_seq belongs to, and a SequenceReset event says
@@ -21,9 +27,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from meshdeck_agent.wire_sample import MAX_SEQ, Sample, SampleError, decode_samples_message
+
+from meshdeck.remote.errors import BadAnswer
 from meshdeck.remote.events import FleetEvent, SamplesReceived, SequenceReset
+from meshdeck.remote.log_limits import RateLimitedLog
+from meshdeck.remote.sample_batch import batch_from_samples
 
 log = logging.getLogger(__name__)
+_refusals = RateLimitedLog(log)
 
 
 class Caller(Protocol):
@@ -50,6 +62,8 @@ class SampleGate:
         self._read_page = read_page
         self._call_timeout_s = call_timeout_s
         self._stopped = stopped
+        self._refused = 0  # refused since the last delivery
+        self.refused_total = 0
 
     @property
     def last_seq(self) -> int | None:
@@ -89,7 +103,8 @@ class SampleGate:
         while not self._stopped():
             since = self._last_seq
             page = client.call("samples.read", {"since_seq": since, "limit": self._read_page}, self._call_timeout_s)
-            agent_last = int(page.get("last_seq") or 0)
+            raw, _ = self._page(page)
+            agent_last = page.get("last_seq") or 0
             if agent_last < since:
                 with self._lock:
                     self._last_seq = 0
@@ -102,21 +117,47 @@ class SampleGate:
                     "sequence restarted (a new agent state dir); reading its samples from the start",
                 )
                 continue
-            samples = [s for s in page.get("samples") or [] if isinstance(s, dict)]
+            samples = self.decode(raw)
             self.accept(client, samples, backfill=True, fill_gaps=False)
             if not samples or (self._last_seq or 0) >= agent_last:
                 return
 
-    def accept(self, client: Caller, samples: list[dict[str, Any]], backfill: bool, fill_gaps: bool = True) -> None:
+    def decode(self, raw_samples: list[Any]) -> list[Sample]:
+        """The samples of a message that pass `Sample.from_wire`; each refused one is counted and logged."""
+        samples = []
+        for raw in raw_samples:
+            try:
+                samples.append(Sample.from_wire(raw))
+            except SampleError as exc:
+                self._refused += 1
+                self.refused_total += 1
+                _refusals.warning(
+                    ("sample", self.host), "%s: refused a sample from the agent: %s", self.host, _bounded(str(exc))
+                )
+        return samples
+
+    def _page(self, page: Any) -> tuple[list[Any], int]:
+        """A samples.read result's raw samples and dropped count; BadAnswer when its shape is wrong."""
+        try:
+            raw, dropped = decode_samples_message(page)
+            last = page.get("last_seq")
+            if last is not None and (isinstance(last, bool) or not isinstance(last, int) or not 0 <= last <= MAX_SEQ):
+                raise SampleError("last_seq", f"must be an integer from 0 to {MAX_SEQ}, got {_bounded(repr(last))}")
+        except SampleError as exc:
+            raise BadAnswer(
+                f"{self.host}: samples.read answered in a shape the protocol does not allow: {exc}"
+            ) from None
+        return raw, dropped
+
+    def accept(self, client: Caller, samples: list[Sample], backfill: bool, fill_gaps: bool = True) -> None:
         """Deliver samples with seq == last_seq + 1, filling gaps from the ring, skipping repeats.
 
         `dropped` on a delivery counts the seqs missing right before it that the ring no longer had.
         """
-        fresh: list[dict[str, Any]] = []
+        fresh: list[Sample] = []
         lost = 0
-        valid = [s for s in samples if isinstance(s.get("seq"), int) and not isinstance(s.get("seq"), bool)]
-        for sample in sorted(valid, key=lambda s: s["seq"]):
-            seq, last = sample["seq"], self._last_seq
+        for sample in sorted(samples, key=lambda s: s.seq):
+            seq, last = sample.seq, self._last_seq
             if last is not None and seq <= last:
                 continue  # already delivered
             if last is not None and seq > last + 1:
@@ -136,20 +177,24 @@ class SampleGate:
         while since < next_seq - 1 and not self._stopped():
             limit = min(self._read_page, next_seq - 1 - since)
             page = client.call("samples.read", {"since_seq": since, "limit": limit}, self._call_timeout_s)
-            chunk = sorted(
-                (s for s in page.get("samples") or [] if isinstance(s, dict) and since < s.get("seq", 0) < next_seq),
-                key=lambda s: s["seq"],
-            )
+            raw, _ = self._page(page)
+            chunk = sorted((s for s in self.decode(raw) if since < s.seq < next_seq), key=lambda s: s.seq)
             if not chunk:
                 break
             with self._lock:
-                self._last_seq = chunk[-1]["seq"]
-            self._deliver(chunk, chunk[0]["seq"] - since - 1, backfill=True)
-            since = chunk[-1]["seq"]
+                self._last_seq = chunk[-1].seq
+            self._deliver(chunk, chunk[0].seq - since - 1, backfill=True)
+            since = chunk[-1].seq
         with self._lock:
             self._last_seq = next_seq - 1
         return next_seq - 1 - since
 
-    def _deliver(self, samples: list[dict[str, Any]], dropped: int, backfill: bool) -> None:
-        if samples or dropped:
-            self._sink(SamplesReceived(self.host, tuple(samples), dropped, backfill, self._epoch))
+    def _deliver(self, samples: list[Sample], dropped: int, backfill: bool) -> None:
+        refused, self._refused = self._refused, 0
+        if samples or dropped or refused:
+            batch = batch_from_samples(samples)
+            self._sink(SamplesReceived(self.host, batch, dropped, backfill, self._epoch, refused))
+
+
+def _bounded(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"

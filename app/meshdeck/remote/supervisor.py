@@ -30,8 +30,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.wire_sample import SampleError, decode_samples_message
+
 from meshdeck.remote.connectors import AgentLink, Connector, say_hello
-from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
+from meshdeck.remote.errors import BadAnswer, ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.sample_gate import SampleGate
@@ -302,8 +304,11 @@ class HostSupervisor:
                 self._last_sample_at = time.monotonic()
                 if self._state == "degraded":
                     self._set_state("connected")
-                samples = event.data.get("samples") or []
-                self._gate.accept(client, [s for s in samples if isinstance(s, dict)], backfill=False)
+                try:
+                    raw, _ = decode_samples_message(event.data)  # the gate counts losses from seq gaps
+                except SampleError as exc:
+                    raise BadAnswer(f"{self.name}: a samples event the protocol does not allow: {exc}") from None
+                self._gate.accept(client, self._gate.decode(raw), backfill=False)
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))
         raise ConnectionLost(f"{self.name}: stopped")

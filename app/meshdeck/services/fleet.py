@@ -1,24 +1,26 @@
-"""The fleet: every host's supervisor, the one event queue, and the fan-out to its consumers.
+"""The fleet: every host's supervisor, and the fan-out of their events to its consumers.
 
     fleet = FleetService(FleetSettings())
-    unsubscribe = fleet.subscribe(store_writer.put)          # called on the fleet's dispatcher thread
+    unsubscribe = fleet.subscribe(recorder.handle)           # called on each host's supervisor thread
     point = resume_points(db)["gpu-a"]                      # services/history.py: last seq + its epoch
     fleet.add_record(get_host(db, "gpu-a"), since_seq=point.seq, since_epoch=point.epoch)
     fleet.add_local("demo-a", simulate="8xH200", socket="/tmp/meshdeck-demo/a.sock")
     fleet.call("gpu-a", "workers.list")                      # or call_async -> Future
     fleet.close()
 
-Supervisors (one thread per host, meshdeck.remote.supervisor) put HostStateChanged,
-InventoryReceived, SamplesReceived and AgentEvent values on one bounded queue; one dispatcher
-thread hands each event to every subscriber in order. A subscriber must return quickly (the store
-writer queues rows, the Qt bridge emits a queued signal); if the queue fills, supervisors wait and
-the agents' rings hold the samples, so nothing is dropped. No Qt here.
+Supervisors (one thread per host, meshdeck.remote.supervisor) hand HostStateChanged,
+InventoryReceived, SamplesReceived, SequenceReset and AgentEvent values to every subscriber, on the
+host's own thread, in that host's order. A subscriber must be thread-safe and must not call back into
+the host it is told about. Waiting happens in one place: the store writer's bounded inbox
+(`SampleWriter.submit_samples` blocks while the writer is behind). The supervisor then stops reading
+its connection, SSH flow control holds the agent back, and the agent's ring (2 h) keeps the samples
+until the writer catches up — memory never grows with the backlog. The console's bridge never
+blocks (it keeps a bounded inbox of its own). No Qt here.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -41,7 +43,6 @@ from meshdeck.store.hosts import HostRecord
 
 log = logging.getLogger(__name__)
 
-EVENT_QUEUE_SIZE = 10_000
 Subscriber = Callable[[FleetEvent], None]
 
 
@@ -147,48 +148,35 @@ class HostStatus:
 
 
 class FleetService:
-    """Owns the host supervisors and the event queue; see the module doc. Thread-safe."""
+    """Owns the host supervisors and hands their events to subscribers; see the module doc. Thread-safe."""
 
-    def __init__(self, settings: FleetSettings | None = None, *, queue_size: int = EVENT_QUEUE_SIZE) -> None:
+    def __init__(self, settings: FleetSettings | None = None) -> None:
         self.settings = settings or FleetSettings()
         self.host_keys = self.settings.host_key_store()
-        self.events: queue.Queue[FleetEvent | None] = queue.Queue(maxsize=queue_size)
         self._supervisors: dict[str, HostSupervisor] = {}
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: tuple[Subscriber, ...] = ()
         self._lock = threading.Lock()
         self._closed = False
-        self._dispatcher = threading.Thread(target=self._dispatch, name="meshdeck-fleet-dispatch", daemon=True)
-        self._dispatcher.start()
 
     # -- subscribers -------------------------------------------------------------------------------
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call `callback(event)` for every event from now on (on the dispatcher thread); returns unsubscribe."""
+        """Call `callback(event)` for every event from now on (on the host's thread); returns unsubscribe."""
         with self._lock:
-            self._subscribers.append(callback)
+            self._subscribers = (*self._subscribers, callback)
 
         def unsubscribe() -> None:
             with self._lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
+                self._subscribers = tuple(s for s in self._subscribers if s is not callback)
 
         return unsubscribe
 
     def _publish(self, event: FleetEvent) -> None:
-        self.events.put(event)  # blocks when full: back-pressure down to the agents' rings
-
-    def _dispatch(self) -> None:
-        while True:
-            event = self.events.get()
-            if event is None:
-                return
-            with self._lock:
-                subscribers = list(self._subscribers)
-            for callback in subscribers:
-                try:
-                    callback(event)
-                except Exception:
-                    log.exception("fleet subscriber %r failed on %s", callback, type(event).__name__)
+        for callback in self._subscribers:  # a tuple, replaced whole: no lock needed to read it
+            try:
+                callback(event)
+            except Exception:
+                log.exception("fleet subscriber %r failed on %s", callback, type(event).__name__)
 
     # -- hosts -------------------------------------------------------------------------------------
 
@@ -286,7 +274,7 @@ class FleetService:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def close(self, timeout: float = 15.0) -> None:
-        """Stop every supervisor, deliver what is queued, stop the dispatcher. Idempotent."""
+        """Stop every supervisor (the agents and their workers keep running). Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -298,8 +286,6 @@ class FleetService:
             thread.start()
         for thread in stoppers:
             thread.join(timeout + 1)
-        self.events.put(None)
-        self._dispatcher.join(timeout)
 
     def __enter__(self) -> FleetService:
         return self

@@ -6,8 +6,9 @@
     point = resume_points(db)[host.name]                    # the last stored seq and its sequence epoch
     fleet.add_record(host, since_seq=point.seq, since_epoch=point.epoch)
 
-`HistoryRecorder.handle` runs on the fleet's dispatcher thread and only enqueues; the writer thread
-does the database work. Times given on the command line (`--since`, `--until`) are parsed by
+`HistoryRecorder.handle` runs on each host's supervisor thread and only enqueues (waiting while the
+writer's bounded inbox is full: that host's agent then holds its samples); the writer thread does the
+database work. Times given on the command line (`--since`, `--until`) are parsed by
 `parse_time`: Unix seconds, ISO 8601 (UTC unless an offset is given), `now`, or an age such as
 `2h` / `-90m` / `7d` meaning that long ago.
 """
@@ -53,8 +54,8 @@ class HistoryRecorder:
 
     def _handle(self, event: FleetEvent) -> None:
         if isinstance(event, SamplesReceived):
-            if event.samples or event.dropped:
-                self.writer.submit_samples(event.host, event.samples, dropped=event.dropped, epoch=event.epoch)
+            if len(event.batch) or event.dropped:
+                self.writer.submit_samples(event.host, event.batch, dropped=event.dropped, epoch=event.epoch)
         elif isinstance(event, SequenceReset):
             data = {
                 "epoch": event.epoch,

@@ -1,8 +1,10 @@
 """The one thread that writes metric history: batches from a queue, one transaction per batch.
 
-Callers (the fleet adapter in `services/history.py`, tests, the ingest benchmark) hand it wire
-samples or flattened rows per host and return at once. The thread stages everything it finds in the
-queue and commits when the oldest staged item is as old as the commit interval, when
+Callers (the fleet adapter in `services/history.py`, tests, the ingest benchmark) hand it sample
+batches (already checked and flattened: core.samples.SampleBatch) or rows per host. The inbox is
+bounded (`inbox_cells`, store/inbox.py): a caller returns at once while there is room and waits when
+the writer is behind — the one place the sample path waits; the agents' rings hold the samples
+meanwhile. The thread stages everything it finds in the inbox and commits when the oldest staged item is as old as the commit interval, when
 `max_batch_rows` are staged, or when someone calls `flush()`. Each commit is reported as a
 `CommitAck` (which seqs of which host are now durable) to `on_commit` and in `committed_seq()`: the
 fleet resumes from there after a restart, and the agent's ring buffer (2 h) covers whatever was still
@@ -22,17 +24,16 @@ A failed commit (disk full, a lock held too long) keeps the batch staged and ret
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from meshdeck_agent.protocol import sample_rows
-
+from meshdeck.core.samples import SampleBatch
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
+from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
 from meshdeck.store.ingest import CommitAck, HostPosition, SampleIngest, SampleRow
 from meshdeck.store.retention import RetentionPolicy, apply_retention, load_policy
 
@@ -53,6 +54,9 @@ class WriterSettings:
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
     max_pending_rows: int = 5_000_000  # beyond this, a failing database makes the writer drop (and log) data
+    # Values (batch cells, rows) the inbox holds before submitters wait: ~4 MB of batches, drained in about
+    # 2 s, so a stop is quick however far behind the writer is (the rest is read from the agents again).
+    inbox_cells: int = 500_000
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class WriterStats:
     discarded_rows: int
     cpu_seconds: float  # CPU time of the writer thread
     last_error: str | None
+    inbox_waits: int = 0  # submits that waited for room: the writer was behind
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -103,7 +108,7 @@ class SampleWriter:
         self._retention = retention
         self._on_commit = on_commit
         self._clock = clock
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._inbox = BoundedInbox(self.settings.inbox_cells)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._committed: dict[str, int] = {}
@@ -129,12 +134,14 @@ class SampleWriter:
         return self
 
     def stop(self, timeout: float = 60.0, *, roll_up_open_buckets: bool = True) -> None:
-        """Commit what is staged, roll up the open minute/hour of every host (unless told not to: the
-        next run then continues them), close the connection."""
+        """Take nothing more (a submitter waiting for room gets InboxClosed at once), commit what was
+        submitted, roll up the open minute/hour of every host (unless told not to: the next run then
+        continues them), close the connection."""
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
-        self._queue.put(_STOP if roll_up_open_buckets else _STOP_OPEN)
+        self._inbox.close()
+        self._inbox.put_control(_STOP if roll_up_open_buckets else _STOP_OPEN)
         thread.join(timeout)
         if thread.is_alive():
             log.error("the sample writer did not stop within %.0f s", timeout)
@@ -151,29 +158,28 @@ class SampleWriter:
 
     # -- submitting ------------------------------------------------------------------------------
 
-    def _put(self, item: Any) -> None:
+    def _put(self, item: Any, cost: int) -> None:
         if not self.running:
-            raise RuntimeError("the sample writer is not running")
-        self._queue.put(item)
+            raise InboxClosed("the sample writer is not running")
+        self._inbox.put(item, cost)
 
-    def submit_samples(
-        self, host: str, samples: Sequence[Mapping[str, Any]], dropped: int = 0, epoch: str | None = None
-    ) -> None:
-        """Wire SAMPLE dicts of one host, seq ascending; `dropped` = samples the agent lost before them;
-        `epoch` = the agent's sequence epoch of their seqs (kept with the host's resume point)."""
-        self._put(("samples", host, samples, dropped, epoch))
+    def submit_samples(self, host: str, batch: SampleBatch, dropped: int = 0, epoch: str | None = None) -> None:
+        """Samples of one host, seq ascending; `dropped` = samples the agent lost before them; `epoch` =
+        the agent's sequence epoch of their seqs (kept with the host's resume point). Waits while the
+        inbox is full; raises InboxClosed (a RuntimeError) once the writer is stopping."""
+        self._put(("samples", host, batch, dropped, epoch), max(1, batch.cells))
 
     def submit_rows(self, host: str, rows: Sequence[SampleRow]) -> None:
         """Already flattened `(seq, ts_s, device, metric, value)` rows (finite float values), seq ascending."""
-        self._put(("rows", host, rows))
+        self._put(("rows", host, rows), max(1, len(rows)))
 
     def submit_event(self, record: EventRecord) -> None:
-        self._put(("event", record))
+        self._put(("event", record), 1)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Commit everything submitted before this call; True once it is durable."""
         token = _Flush()
-        self._put(token)
+        self._put(token, 0)
         return token.done.wait(timeout) and token.ok
 
     # -- reading state ---------------------------------------------------------------------------
@@ -199,6 +205,7 @@ class SampleWriter:
                 self._discarded,
                 self._cpu,
                 self._last_error,
+                self._inbox.waits,
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -236,8 +243,8 @@ class SampleWriter:
             if deadline is not None:
                 timeout = min(timeout, deadline - time.monotonic())
             try:
-                item = self._queue.get(timeout=max(0.0, timeout))
-            except queue.Empty:
+                item = self._inbox.get(timeout=max(0.0, timeout))
+            except Empty:
                 item = None
             cpu_start = time.thread_time()
             while item is not None:
@@ -251,8 +258,8 @@ class SampleWriter:
                 if ingest.pending_rows >= settings.max_batch_rows:
                     break
                 try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
+                    item = self._inbox.get(timeout=0)
+                except Empty:
                     item = None
             now = time.monotonic()
             if ingest.has_pending and deadline is None:
@@ -294,8 +301,8 @@ class SampleWriter:
         kind = item[0]
         try:
             if kind == "samples":
-                _, host, samples, dropped, epoch = item
-                ingest.add_rows(host, list(sample_rows(list(samples))), epoch)
+                _, host, batch, dropped, epoch = item
+                ingest.add_rows(host, list(batch_rows(batch)), epoch)
                 if dropped:
                     ingest.add_dropped(host, dropped)
                     ingest.add_event(
@@ -368,3 +375,16 @@ class SampleWriter:
                 result.rollup_1m,
                 result.rollup_1h,
             )
+
+
+def batch_rows(batch: SampleBatch) -> Iterator[SampleRow]:
+    """A batch as the store's rows: the device named as its series is (Device.text), once per column."""
+    names = [(device.text, metric) for device, metric in batch.series]
+    width = len(names)
+    values = batch.values
+    for i, (seq, ts) in enumerate(zip(batch.seqs, batch.times, strict=True)):
+        base = i * width
+        for column, (device, metric) in enumerate(names):
+            value = values[base + column]
+            if value == value:  # not NaN: reported
+                yield seq, ts, device, metric, value

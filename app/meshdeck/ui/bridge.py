@@ -1,17 +1,24 @@
 """The Qt bridge: fleet events from any thread in, typed Qt signals on the GUI thread out.
 
 The fleet's host supervisors run in their own threads and must never touch a widget. They hand
-events (meshdeck.remote.events values) to `FleetBridge.post`, which only appends to a thread-safe
-queue. A QTimer on the GUI thread drains that queue in order and emits one signal per event.
-Draining has a time budget per tick: a reconnect can backfill hours of samples at once, and the
-window must stay responsive while they are absorbed (big sample batches are split into chunks;
-what does not fit in one tick waits for the next, order kept).
+events (meshdeck.remote.events values) to `FleetBridge.post`, which only appends to a bounded inbox
+and never blocks a supervisor. A QTimer on the GUI thread drains that inbox in order and emits one
+signal per event. Draining has a time budget per tick: a reconnect can backfill hours of samples at
+once, and the window must stay responsive while they are absorbed (big sample batches are split into
+chunks; what does not fit in one tick waits for the next, order kept).
+
+The inbox is bounded by what it holds (`max_cells` sample values, `max_events` other events). When the
+window falls that far behind, the oldest sample batches are shed first, then the oldest worker / log
+/ alert events; host states and inventories are always kept. Shedding only thins the live view: the
+store writer gets every sample on its own path (history and exports are complete), and a chart shows
+the shed span as a gap (`SamplesReceived.skipped_before`), never a line drawn across it. Every shed is
+counted per host (`skipped`) and logged, rate-limited.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
+import threading
 import time
 from collections import deque
 from dataclasses import replace
@@ -19,26 +26,48 @@ from dataclasses import replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.remote.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
+_shed_log = RateLimitedLog(log)
 
 DRAIN_INTERVAL_MS = 100
 DRAIN_BUDGET_S = 0.030  # GUI-thread time per tick spent delivering events
 SAMPLES_PER_CHUNK = 120
+MAX_CELLS = 4_000_000  # sample values waiting for the GUI (~32 MB): over an hour of a 64-GPU fleet at 1 Hz
+MAX_EVENTS = 20_000  # other events waiting (a chatty worker's log lines)
+
+
+def _cells(event: FleetEvent) -> int:
+    return event.batch.cells if isinstance(event, SamplesReceived) else 0
 
 
 class FleetBridge(QObject):
-    """Thread-safe inbox for fleet events; re-emits them as typed signals on the GUI thread."""
+    """Thread-safe, bounded inbox for fleet events; re-emits them as typed signals on the GUI thread."""
 
     host_state_changed = Signal(object)  # HostStateChanged
     samples_received = Signal(object)  # SamplesReceived (at most SAMPLES_PER_CHUNK samples)
     agent_event = Signal(object)  # AgentEvent: worker / log / alert
     inventory_received = Signal(object)  # InventoryReceived
 
-    def __init__(self, parent: QObject | None = None, budget_s: float = DRAIN_BUDGET_S) -> None:
+    def __init__(
+        self,
+        parent: QObject | None = None,
+        budget_s: float = DRAIN_BUDGET_S,
+        *,
+        max_cells: int = MAX_CELLS,
+        max_events: int = MAX_EVENTS,
+    ) -> None:
         super().__init__(parent)
-        self._inbox: queue.SimpleQueue[FleetEvent] = queue.SimpleQueue()
-        self._pending: deque[FleetEvent] = deque()
+        self._inbox: deque[FleetEvent] = deque()
+        self._lock = threading.Lock()
+        self._cells = 0
+        self._others = 0
+        self._max_cells = max_cells
+        self._max_events = max_events
+        self._skipped_since: dict[str, int] = {}  # samples shed per host since its last delivered batch
+        self.skipped: dict[str, int] = {}  # samples shed per host, all time
+        self.shed_events = 0
         self._budget_s = budget_s
         self.delivered = 0
         self._timer = QTimer(self)
@@ -48,34 +77,101 @@ class FleetBridge(QObject):
 
     def post(self, event: FleetEvent) -> None:
         """Called from any thread (a fleet subscriber). Never blocks, never touches Qt objects."""
-        self._inbox.put(event)
+        with self._lock:
+            self._inbox.append(event)
+            if isinstance(event, SamplesReceived):
+                self._cells += event.batch.cells
+                if self._cells > self._max_cells:
+                    self._shed_samples()
+            else:
+                self._others += 1
+                if self._others > self._max_events:
+                    self._shed_agent_events()
 
     def __call__(self, event: FleetEvent) -> None:  # usable directly as a subscriber callback
         self.post(event)
 
     @property
     def backlog(self) -> int:
-        return len(self._pending) + self._inbox.qsize()
+        with self._lock:
+            return len(self._inbox)
 
     def stop(self) -> None:
         self._timer.stop()
 
+    # -- shedding (under the lock) ---------------------------------------------------------------------
+
+    def _shed_samples(self) -> None:
+        """Drop the oldest sample batches until a quarter of the room is free again."""
+        target = self._max_cells * 3 // 4
+        kept: deque[FleetEvent] = deque()
+        while self._inbox and self._cells > target:
+            event = self._inbox.popleft()
+            if isinstance(event, SamplesReceived) and event.batch.cells:
+                self._cells -= event.batch.cells
+                self._note_skipped(event.host, len(event.batch))
+                if event.dropped or event.refused:  # the agent's own loss is still reported
+                    kept.append(replace(event, batch=event.batch.slice(0, 0)))
+            else:
+                kept.append(event)
+        self._inbox.extendleft(reversed(kept))
+
+    def _shed_agent_events(self) -> None:
+        """Drop the oldest worker / log / alert events until a quarter of the room is free again."""
+        target = self._max_events * 3 // 4
+        kept: deque[FleetEvent] = deque()
+        while self._inbox and self._others > target:
+            event = self._inbox.popleft()
+            if isinstance(event, AgentEvent):
+                self._others -= 1
+                self.shed_events += 1
+            else:
+                kept.append(event)
+        self._inbox.extendleft(reversed(kept))
+        _shed_log.warning(
+            "agent-events",
+            "the console fell behind: dropped %d worker/log/alert events so far (history keeps worker states)",
+            self.shed_events,
+        )
+
+    def _note_skipped(self, host: str, count: int) -> None:
+        self._skipped_since[host] = self._skipped_since.get(host, 0) + count
+        self.skipped[host] = self.skipped.get(host, 0) + count
+        _shed_log.warning(
+            ("samples", host),
+            "%s: the console fell behind; %d samples skipped in the live charts so far (history has them)",
+            host,
+            self.skipped[host],
+        )
+
+    # -- the GUI side ----------------------------------------------------------------------------------
+
+    def _next(self) -> FleetEvent | None:
+        with self._lock:
+            if not self._inbox:
+                return None
+            event = self._inbox.popleft()
+            if isinstance(event, SamplesReceived):
+                if len(event.batch) > SAMPLES_PER_CHUNK:
+                    rest = replace(event, batch=event.batch.slice(SAMPLES_PER_CHUNK, len(event.batch)), dropped=0)
+                    event = replace(event, batch=event.batch.slice(0, SAMPLES_PER_CHUNK))
+                    self._inbox.appendleft(rest)
+                self._cells -= event.batch.cells
+                skipped = self._skipped_since.pop(event.host, 0)
+                if skipped:
+                    event = replace(event, skipped_before=event.skipped_before + skipped)
+            else:
+                self._others -= 1
+            return event
+
     def drain(self, budget_s: float | None = None) -> int:
         """Deliver queued events in order until the budget is spent. Returns how many were emitted."""
         deadline = time.perf_counter() + (self._budget_s if budget_s is None else budget_s)
-        while True:
-            try:
-                self._pending.append(self._inbox.get_nowait())
-            except queue.Empty:
-                break
         emitted = 0
-        while self._pending and (emitted == 0 or time.perf_counter() < deadline):
-            event = self._pending.popleft()
-            if isinstance(event, SamplesReceived) and len(event.samples) > SAMPLES_PER_CHUNK:
-                head = replace(event, samples=event.samples[:SAMPLES_PER_CHUNK])
-                rest = replace(event, samples=event.samples[SAMPLES_PER_CHUNK:], dropped=0)
-                self._pending.appendleft(rest)
-                event = head
+        while emitted == 0 or time.perf_counter() < deadline:
+            event = self._next()
+            if event is None:
+                break
             self._emit(event)
             emitted += 1
         self.delivered += emitted
@@ -91,4 +187,4 @@ class FleetBridge(QObject):
         elif isinstance(event, InventoryReceived):
             self.inventory_received.emit(event)
         else:
-            log.warning("fleet bridge: ignoring unknown event type %s", type(event).__name__)
+            log.debug("fleet bridge: no signal for %s", type(event).__name__)

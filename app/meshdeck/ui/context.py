@@ -36,6 +36,7 @@ class HostView:
     inventory: dict[str, Any] | None = None
     last_sample_ts: float | None = None
     dropped: int = 0
+    refused: int = 0  # samples the gate refused as malformed or out of range
 
     @property
     def simulated(self) -> bool:
@@ -76,10 +77,9 @@ class HostsModel(QObject):
     def _on_samples(self, event: SamplesReceived) -> None:
         view = self.get(event.host)
         view.dropped += event.dropped
-        if event.samples:
-            ts = event.samples[-1].get("ts")
-            if isinstance(ts, int | float):
-                view.last_sample_ts = float(ts)
+        view.refused += event.refused
+        if event.batch.times:
+            view.last_sample_ts = event.batch.times[-1]
 
     def connected_inventories(self) -> dict[str, dict[str, Any]]:
         """host -> inventory of every host that is connected (or degraded) and has reported one."""
@@ -112,7 +112,8 @@ class ConsoleContext:
         self.bridge.samples_received.connect(self._ingest)
 
     def _ingest(self, event: SamplesReceived) -> None:
-        self.live.ingest(event.host, event.samples)
+        # a span the agent lost or the console shed is drawn as a gap, not bridged by a line
+        self.live.ingest(event.host, event.batch, gap_before=bool(event.dropped or event.skipped_before))
 
     def shutdown(self) -> None:
         """Stop jobs, then every service, in reverse order of start. Safe to call twice."""

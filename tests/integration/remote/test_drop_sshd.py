@@ -60,7 +60,7 @@ def test_twenty_second_drop_loses_no_sample_and_keeps_the_worker(
 
         seqs = got.seqs("gpu-a")
         assert seqs == list(range(seqs[0], seqs[-1] + 1)), "seq must be contiguous: nothing lost or repeated"
-        backfilled = [s["seq"] for e in got.samples_events() if e.host == "gpu-a" and e.backfill for s in e.samples]
+        backfilled = [seq for e in got.samples_events() if e.host == "gpu-a" and e.backfill for seq in e.batch.seqs]
         assert len(backfilled) >= OUTAGE_S * 0.75, "the ~20 samples taken during the outage come back as backfill"
         assert backfilled[0] == seq_at_drop + 1
         assert sum(e.dropped for e in got.samples_events()) == 0

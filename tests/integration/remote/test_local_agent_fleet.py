@@ -54,9 +54,10 @@ def test_two_local_simulated_agents_stream_samples_in_order(fleet: FleetService,
         states = [e.state for e in got.events if isinstance(e, HostStateChanged) and e.host == name]
         assert states[:2] == ["connecting", "connected"]
         assert fleet.status(name).agent_version
-    sample = next(e.samples[0] for e in got.events if isinstance(e, SamplesReceived))
-    assert sample["simulated"] is True and len(sample["gpus"]) == 8
-    assert fleet.call("demo-a", "workers.list", timeout=30) is not None
+    batch = next(e.batch for e in got.events if isinstance(e, SamplesReceived))
+    assert batch.simulated is True
+    assert {device.index for device, metric in batch.series if metric == "memory_used_bytes"} == set(range(8))
+    assert fleet.call("demo-a", "workers.list", timeout=30) == {"workers": []}
     assert (short_dir / "demo-a.sock").exists() and (short_dir / "demo-b.sock").exists()
 
 

@@ -7,9 +7,9 @@ import json
 import sys
 import time
 
+from meshdeck.services.synthetic_samples import sample_batch, wire_sample
 from meshdeck.store.database import open_database
 from meshdeck.store.ingest import CommitAck
-from meshdeck.store.synthetic import wire_sample
 from meshdeck.store.writer import SampleWriter, WriterSettings
 
 HOSTS = ("gpu-a", "gpu-b", "gpu-c")
@@ -41,7 +41,9 @@ def main(path: str, t0: float) -> None:
     while True:  # until killed
         for host in HOSTS:
             seq = next_seq[host]
-            writer.submit_samples(host, [wire_sample(seq + i, sample_time(seq + i, t0), gpus=4) for i in range(5)])
+            writer.submit_samples(
+                host, sample_batch([wire_sample(seq + i, sample_time(seq + i, t0), gpus=4) for i in range(5)])
+            )
             next_seq[host] = seq + 5
         time.sleep(0.005)  # ~140k rows/s offered: faster than 1 Hz fleets, yet the writer thread gets the GIL
 

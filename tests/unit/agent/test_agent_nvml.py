@@ -14,7 +14,7 @@ from fake_pynvml import build
 from meshdeck_agent.gpu.capture import capture
 from meshdeck_agent.gpu.nvml import Nvml, NvmlGpus
 from meshdeck_agent.machine import RealMachine
-from meshdeck_agent.protocol import flatten_sample
+from meshdeck_agent.protocol import Sample
 
 DELLA = json.loads((Path(__file__).resolve().parents[2] / "fakes" / "nvml_capture_h100_della.json").read_text())
 GB = 1e9
@@ -53,8 +53,9 @@ def test_a_sample_converts_units_and_rates_nvlink_counters_over_their_timestamps
     assert second["nvlink_tx_bytes_per_s"] == pytest.approx(180 * GB, rel=1e-3)
     assert second["ecc_uncorrected_volatile"] == 0 and second["remapped_rows_pending"] is False
     assert second["processes"] == []
-    rows = {(d, m): v for d, m, v in flatten_sample({"gpus": [second]})}
-    assert rows[("gpu0/nvlink3", "nvlink_tx_bytes_per_s")] == pytest.approx(10 * GB, rel=1e-3)
+    (decoded,) = Sample.from_wire({"seq": 1, "ts": 1_764_480_000.0, "gpus": [second]}).gpus  # within the protocol
+    assert decoded.nvlink_links[3][0] == pytest.approx(10 * GB, rel=1e-3)
+    assert decoded.value("power_w") == pytest.approx(72.02)
 
 
 def test_without_the_all_links_scope_the_total_is_the_sum_of_links():

@@ -263,10 +263,10 @@ class Recorder:
 
     def seqs(self, host: str | None = None) -> list[int]:
         return [
-            s["seq"]
+            seq
             for e in self.events
             if isinstance(e, SamplesReceived) and host in (None, e.host)
-            for s in e.samples
+            for seq in e.batch.seqs
         ]
 
     def states(self, host: str | None = None) -> list[str]:

@@ -56,13 +56,13 @@ def test_every_subscriber_sees_every_event_in_order_until_it_unsubscribes(fleet:
     first.wait(lambda: fleet.status("gpu-a").state == "connected")
     assert connector.agent.subscribed.wait(10)
     connector.agent.emit(3)
-    first.wait(lambda: sum(len(e.samples) for e in first.events if isinstance(e, SamplesReceived)) == 3)
+    first.wait(lambda: sum(len(e.batch) for e in first.events if isinstance(e, SamplesReceived)) == 3)
     second.wait(lambda: len(second.events) == len(first.events))
     assert second.events == first.events
     unsubscribe_second()
     connector.agent.emit(1)
     first.wait(lambda: fleet.status("gpu-a").last_seq == 4)
-    first.wait(lambda: any(isinstance(e, SamplesReceived) and e.samples[-1]["seq"] == 4 for e in first.events))
+    first.wait(lambda: any(isinstance(e, SamplesReceived) and e.batch.seqs[-1] == 4 for e in first.events))
     assert len(second.events) < len(first.events)
 
 

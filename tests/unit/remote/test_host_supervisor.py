@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from meshdeck.remote.connectors import AgentLink
 from meshdeck.remote.errors import AgentVersionConflict, AuthFailed, ConnectError, NotConnected, ProtocolMismatch
-from meshdeck.remote.events import HostStateChanged, InventoryReceived
+from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.remote.streams import SocketStream, _StderrTail
 from meshdeck.remote.supervisor import Backoff, HostSupervisor, SupervisorSettings
 from meshdeck_agent import protocol
@@ -84,7 +84,7 @@ def test_after_a_drop_it_reconnects_and_backfills_without_loss_or_duplicates(har
     recorder.wait_for(lambda: supervisor.last_seq == 40)
     assert recorder.seqs() == list(range(1, 41))
     assert "disconnected" in recorder.states()
-    backfilled = [s["seq"] for e in recorder.samples_events() if e.backfill for s in e.samples]
+    backfilled = [seq for e in recorder.samples_events() if e.backfill for seq in e.batch.seqs]
     assert backfilled == list(range(11, 36))
     read = [r for r in connector.agent.requests if r.method == "samples.read"]
     assert read[0].params["since_seq"] == 10
@@ -195,7 +195,7 @@ def test_a_new_epoch_resets_the_gate_even_when_the_new_sequence_is_already_past_
     assert "e1 -> e2" in reset.reason
     assert sum(e.dropped for e in recorder.samples_events()) == 0  # a reset is an event, not a loss
     after = recorder.events[recorder.events.index(reset) :]
-    assert {e.epoch for e in after if hasattr(e, "samples")} == {"e2"} and supervisor.epoch == "e2"
+    assert {e.epoch for e in after if isinstance(e, SamplesReceived)} == {"e2"} and supervisor.epoch == "e2"
     read = [r for r in connector.agent.requests if r.method == "samples.read"]
     assert read[0].params["since_seq"] == 0
 

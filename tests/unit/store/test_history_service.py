@@ -19,9 +19,9 @@ from meshdeck.services.history import (
     parse_time,
     resume_points,
 )
+from meshdeck.services.synthetic_samples import sample_batch, wire_sample
 from meshdeck.store.database import Database
 from meshdeck.store.events import list_events
-from meshdeck.store.synthetic import wire_sample
 from meshdeck.store.writer import SampleWriter
 
 HOUR_START = 1_764_482_400.0
@@ -31,8 +31,12 @@ def test_fleet_events_become_samples_and_history_events(db: Database) -> None:
     with SampleWriter(db) as writer:
         recorder = HistoryRecorder(writer)
         recorder.handle(HostStateChanged("gpu-a", "connected", ts=HOUR_START))
-        recorder.handle(SamplesReceived("gpu-a", tuple(wire_sample(s, HOUR_START + s, gpus=1) for s in (1, 2, 3))))
-        recorder.handle(SamplesReceived("gpu-a", (wire_sample(9, HOUR_START + 9, gpus=1),), dropped=5, backfill=True))
+        recorder.handle(
+            SamplesReceived("gpu-a", sample_batch([wire_sample(s, HOUR_START + s, gpus=1) for s in (1, 2, 3)]))
+        )
+        recorder.handle(
+            SamplesReceived("gpu-a", sample_batch([wire_sample(9, HOUR_START + 9, gpus=1)]), dropped=5, backfill=True)
+        )
         worker = {"id": "d1.vllm-node0", "state": "running", "pid": 4242, "exit_code": None, "ts": HOUR_START + 4}
         recorder.handle(AgentEvent("gpu-a", "worker", worker))
         xid = {"kind": "xid", "gpu": 3, "xid": 79, "ts": HOUR_START + 5}
@@ -62,11 +66,11 @@ def test_a_sequence_reset_is_an_event_and_the_resume_point_carries_the_new_epoch
     with SampleWriter(db) as writer:
         recorder = HistoryRecorder(writer)
         old = tuple(wire_sample(s, HOUR_START + s, gpus=1) for s in range(1, 41))
-        recorder.handle(SamplesReceived("gpu-a", old, epoch="e1"))
+        recorder.handle(SamplesReceived("gpu-a", sample_batch(old), epoch="e1"))
         reason = "the agent's sample sequence restarted (epoch e1 -> e2: a new agent state dir)"
         recorder.handle(SequenceReset("gpu-a", "e2", "e1", 40, reason, ts=HOUR_START + 50))
         new = tuple(wire_sample(s, HOUR_START + 50 + s, gpus=1) for s in (1, 2))
-        recorder.handle(SamplesReceived("gpu-a", new, backfill=True, epoch="e2"))
+        recorder.handle(SamplesReceived("gpu-a", sample_batch(new), backfill=True, epoch="e2"))
         assert writer.flush(30)
     (event,) = list_events(db, host="gpu-a")
     assert event.kind == "seq_reset" and event.data["previous_seq"] == 40 and event.data["epoch"] == "e2"

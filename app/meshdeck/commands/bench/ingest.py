@@ -4,7 +4,7 @@
     -> {"store_rows_per_s": ..., "raw_sqlite_rows_per_s": ..., "ratio": ..., ...}
 
 The data is fabricated (8-GPU hosts, 12 metrics per GPU, 1 Hz; marked simulated); see
-`meshdeck.store.ingest_benchmark` for exactly what each side does. The scratch databases go in a
+`meshdeck.services.ingest_benchmark` for exactly what each side does. The scratch databases go in a
 temporary folder (beside the `--db` file when one is given, to measure that disk); the database
 itself is never touched, and the scratch files are deleted.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
-from meshdeck.store.ingest_benchmark import run_ingest_benchmark
+from meshdeck.services.ingest_benchmark import run_ingest_benchmark
 
 
 def _positive(text: str) -> int:

@@ -1,28 +1,23 @@
-"""What the live charts read: every host's samples, flattened by the wire protocol, in fixed memory.
+"""What the live charts read: every host's samples, as the sample gate flattened them, in fixed memory.
 
-Samples arrive as wire SAMPLE dicts (meshdeck_agent.protocol); `protocol.flatten_sample` turns
-each into (device, metric, value) rows, the same shape the store ingests, so live and history
-charts name series identically. Per host there is a fine ring (every sample, about an hour at
-1 Hz) for the 5 min and 1 h windows and a min/max bucket ring for the 24 h window.
+Samples arrive as `SampleBatch`es (core.samples: checked and flattened once, right after the
+connection), the same batches the store ingests, so live and history charts name series identically:
+(Device, metric). Per host there is a fine ring (every sample, about an hour at 1 Hz) for the 5 min
+and 1 h windows and a min/max bucket ring for the 24 h window.
 
-Per-link NVLink rows (`gpu3/nvlink7`) are not kept: the charts show per-GPU sums, and 18 links
-per GPU would multiply memory by ten (they are dropped before flattening, which is also most of
-its cost). `keep_metrics` limits the series to what the charts draw. Prometheus counters
-(`*_total`) also get a rate series (`*_per_s`), computed between consecutive samples in float64
-and left out across a counter reset.
+Per-link NVLink series (`gpu3/nvlink7`) are not kept: the charts show per-GPU sums, and 18 links per
+GPU would multiply memory by ten. `keep_metrics` limits the series to what the charts draw. Rates
+(tokens/s) come from the agent, which computes them between its scrapes; nothing here derives them.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
-from meshdeck_agent.protocol import flatten_sample
 
+from meshdeck.core.samples import Device, SampleBatch, SeriesKey
 from meshdeck.ui.charts.ring import BucketRing, SeriesRing
 
 FINE_CAPACITY = 4096  # samples: 1 h at 1 Hz plus a margin
@@ -30,28 +25,7 @@ COARSE_BUCKET_S = 30.0
 COARSE_CAPACITY = 24 * 3600 // 30 + 16
 FINE_WINDOW_LIMIT_S = 3600.0  # windows up to this read the fine ring; longer ones the buckets
 
-_GPU_DEVICE = re.compile(r"^gpu(\d+)$")
-
-SeriesId = tuple[str, str]  # (device, metric)
-
-
-def rate_metric(counter_metric: str) -> str:
-    """`generation_tokens_total` -> `generation_tokens_per_s`."""
-    return counter_metric[: -len("_total")] + "_per_s"
-
-
-def _without_link_detail(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """The sample with per-link NVLink lists removed from each GPU (per-GPU sums stay)."""
-    gpus = sample.get("gpus")
-    if not isinstance(gpus, list):
-        return dict(sample)
-    stripped = [{k: v for k, v in g.items() if k != "nvlink_links"} if isinstance(g, dict) else g for g in gpus]
-    return {**sample, "gpus": stripped}
-
-
-def gpu_index(device: str) -> int | None:
-    match = _GPU_DEVICE.match(device)
-    return int(match.group(1)) if match else None
+SeriesId = SeriesKey  # (device, metric)
 
 
 @dataclass
@@ -59,12 +33,11 @@ class _HostSeries:
     fine: SeriesRing
     coarse: BucketRing
     simulated: bool = False
-    counters: dict[SeriesId, tuple[float, float]] = field(default_factory=dict)  # last (ts, value)
     out_of_order: int = 0
 
 
 class LiveMetrics:
-    """In-memory series for the dashboard: ingest wire samples, read (times, values) per series."""
+    """In-memory series for the dashboard: ingest sample batches, read (times, values) per series."""
 
     def __init__(
         self,
@@ -92,44 +65,44 @@ class LiveMetrics:
             self.version += 1
         return series
 
-    def ingest(self, host: str, samples: Iterable[Mapping[str, Any]]) -> int:
-        """Add wire samples (seq ascending) of one host. Returns how many were kept."""
+    def _kept_columns(self, batch: SampleBatch) -> list[tuple[int, SeriesId]]:
+        keep = self._keep
+        return [
+            (column, key)
+            for column, key in enumerate(batch.series)
+            if key[0].kind != "nvlink" and (keep is None or key[1] in keep)
+        ]
+
+    def ingest(self, host: str, batch: SampleBatch, *, gap_before: bool = False) -> int:
+        """Add a batch of one host's samples (seq ascending). Returns how many were kept.
+
+        `gap_before`: samples are missing right before this batch (the agent lost them, or the console
+        skipped them): a row of NaN keeps the charts from drawing a line across the missing span."""
         series = self._host(host)
+        columns = self._kept_columns(batch)
+        if gap_before and batch.times and math.isfinite(series.fine.last_time):
+            gap_ts = (series.fine.last_time + batch.times[0]) / 2
+            if series.fine.last_time < gap_ts < batch.times[0]:
+                series.fine.append(gap_ts, {})
+        width = batch.width
+        values = batch.values
         kept = 0
-        for sample in samples:
-            ts = sample.get("ts")
-            if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
-                continue
+        for i, ts in enumerate(batch.times):
             if ts <= series.fine.last_time:  # a clock step back: the time axis must stay sorted
                 series.out_of_order += 1
                 continue
-            values = self._values_of(series, float(ts), sample)
+            base = i * width
+            row = {key: value for column, key in columns if (value := values[base + column]) == value}
             known = len(series.fine.keys)
-            series.fine.append(float(ts), values)
-            series.coarse.append(float(ts), values)
+            series.fine.append(ts, row)
+            series.coarse.append(ts, row)
             if len(series.fine.keys) != known:
                 self.version += 1
-            series.simulated = bool(sample.get("simulated")) or series.simulated
             kept += 1
         if kept:
+            series.simulated = series.simulated or batch.simulated
             self.generation += 1
         return kept
-
-    def _values_of(self, series: _HostSeries, ts: float, sample: Mapping[str, Any]) -> dict[SeriesId, float]:
-        keep = self._keep
-        values: dict[SeriesId, float] = {}
-        for device, metric, value in flatten_sample(_without_link_detail(sample)):
-            if metric.endswith("_total"):
-                key = (device, metric)
-                previous = series.counters.get(key)
-                series.counters[key] = (ts, value)
-                if previous is not None and value >= previous[1] and ts > previous[0]:
-                    rate = rate_metric(metric)
-                    if keep is None or rate in keep:
-                        values[(device, rate)] = (value - previous[1]) / (ts - previous[0])
-            if keep is None or metric in keep:
-                values[(device, metric)] = value
-        return values
 
     # ------------------------------------------------------------------ reading
 
@@ -146,17 +119,16 @@ class LiveMetrics:
         return list(series.fine.keys) if series else []  # type: ignore[arg-type]
 
     def gpu_indices(self, host: str) -> list[int]:
-        found = {gpu_index(device) for device, _ in self.series_ids(host)}
-        return sorted(i for i in found if i is not None)
+        return sorted({device.index for device, _ in self.series_ids(host) if device.kind == "gpu"})
 
-    def devices(self, host: str, prefix: str) -> list[str]:
-        return sorted({device for device, _ in self.series_ids(host) if device.startswith(prefix)})
+    def devices(self, host: str, kind: str) -> list[Device]:
+        return sorted({device for device, _ in self.series_ids(host) if device.kind == kind})
 
     def latest_time(self) -> float:
         times = [s.fine.last_time for s in self._hosts.values() if len(s.fine)]
         return max(times) if times else math.nan
 
-    def latest(self, host: str, device: str, metric: str) -> float:
+    def latest(self, host: str, device: Device, metric: str) -> float:
         series = self._hosts.get(host)
         return series.fine.latest((device, metric)) if series else math.nan
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.samples import Device
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.views.dashboard_charts import (
@@ -212,7 +213,7 @@ class DashboardView(QWidget):
     def _largest_gpu_memory(self) -> float:
         """The biggest total memory of the GPUs shown: the VRAM chart's y axis reaches it."""
         totals = [
-            self.metrics.latest(host, f"gpu{index}", "memory_total_bytes")
+            self.metrics.latest(host, Device.gpu(index), "memory_total_bytes")
             for host in self.metrics.hosts
             if self.selection.shows_host(host)
             for index in self.metrics.gpu_indices(host)

@@ -1,7 +1,7 @@
 """Which charts the dashboard (and history) shows, and which series each one draws.
 
-A chart definition turns the series a host has (flattened wire names: `gpu3` / `memory_used_bytes`,
-`worker:w1/engine:0` / `kv_cache_usage_perc`, `nic:mlx5_0/1` / `tx_bytes_per_s`) into curves,
+A chart definition turns the series a host has ((Device, metric): GPU 3 / `memory_used_bytes`,
+worker w1 engine 0 / `kv_cache_usage_perc`, NIC mlx5_0/1 / `tx_bytes_per_s`) into curves,
 honouring the host and GPU filters. Live and history views share these definitions, so a chart
 means the same thing in both.
 """
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui import theme
-from meshdeck.ui.charts.live_metrics import gpu_index
 from meshdeck.ui.charts.time_chart import CurveSpec
 from meshdeck.ui.charts.units import (
     BYTES_PER_S,
@@ -27,7 +27,7 @@ from meshdeck.ui.charts.units import (
     Unit,
 )
 
-SeriesId = tuple[str, str]
+SeriesId = SeriesKey  # (device, metric)
 KV_USAGE_METRICS = ("kv_cache_usage_perc", "gpu_cache_usage_perc")  # vLLM >= 0.10, and older
 
 
@@ -94,12 +94,9 @@ class ChartDefinition:
             if not selection.shows_host(host):
                 continue
             available = set(series(host))
-            devices = sorted(
-                {device for device, _ in available if _device_kind(device) == self.device_kind}, key=_device_order
-            )
+            devices = sorted({device for device, _ in available if device.kind == self.device_kind})
             for device in devices:
-                index = gpu_index(device)
-                if index is not None and not selection.shows_gpu(index):
+                if device.kind == "gpu" and not selection.shows_gpu(device.index):
                     continue
                 color = theme.SERIES_COLORS[shown_devices % len(theme.SERIES_COLORS)]
                 shown_devices += 1
@@ -120,7 +117,7 @@ class ChartDefinition:
         return specs
 
 
-def _first_present(metric: str, device: str, available: set[SeriesId]) -> str | None:
+def _first_present(metric: str, device: Device, available: set[SeriesId]) -> str | None:
     candidates = KV_USAGE_METRICS if metric == KV_USAGE_METRICS[0] else (metric,)
     for candidate in candidates:
         if (device, candidate) in available:
@@ -128,29 +125,13 @@ def _first_present(metric: str, device: str, available: set[SeriesId]) -> str | 
     return None
 
 
-def _device_kind(device: str) -> str:
-    if gpu_index(device) is not None:
-        return "gpu"
-    if device.startswith("worker:"):
-        return "worker"
-    if device.startswith("nic:"):
-        return "nic"
-    return device
-
-
-def _device_order(device: str) -> tuple[int, str]:
-    index = gpu_index(device)
-    return (index if index is not None else 1 << 30, device)
-
-
-def _short(device: str) -> str:
-    """`worker:w1/engine:0` -> `w1 engine 0`; `nic:mlx5_0/1` -> `mlx5_0/1`; `gpu3` stays."""
-    if device.startswith("worker:"):
-        worker, _, engine = device[len("worker:") :].partition("/engine:")
-        return f"{worker} engine {engine}" if engine else worker
-    if device.startswith("nic:"):
-        return device[len("nic:") :]
-    return device
+def _short(device: Device) -> str:
+    """GPU 3 -> `gpu3`; worker w1 engine 0 -> `w1 engine 0`; NIC mlx5_0/1 -> `mlx5_0/1`."""
+    if device.kind == "worker":
+        return f"{device.name} engine {device.engine}" if device.engine else device.name
+    if device.kind == "nic":
+        return device.name
+    return device.text
 
 
 def _transmit_receive(name: str, title: str, device_kind: str, prefix: str) -> ChartDefinition:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.store.query import SeriesRange
 
-SeriesId = tuple[str, str]
+SeriesId = SeriesKey  # (device, metric), as the live charts key their series
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,16 @@ def _points(series: SeriesRange) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def _device(text: str) -> Device | None:
+    try:
+        return Device.from_text(text)
+    except ValueError:  # not a name meshdeck writes: nothing charts it
+        return None
+
+
 def history_frame(host: str, ranges: Sequence[SeriesRange]) -> HistoryFrame:
     """Align every range of `host` (any metrics) on one sorted time axis."""
-    ranges = [r for r in ranges if r.series.host == host]
+    ranges = [r for r in ranges if r.series.host == host and _device(r.series.device) is not None]
     pieces = [_points(r) for r in ranges]
     x = np.unique(np.concatenate([p[0] for p in pieces])) if pieces else np.empty(0)
     # With envelopes every x appears twice per bucket: keep both (min then max) by aligning on pairs.
@@ -67,7 +75,7 @@ def history_frame(host: str, ranges: Sequence[SeriesRange]) -> HistoryFrame:
             slots = np.searchsorted(x, px[0::2], side="left")
             values[row, slots] = py[0::2]
             values[row, slots + 1] = py[1::2]
-    series = tuple((r.series.device, r.series.metric) for r in ranges)
+    series = tuple((Device.from_text(r.series.device), r.series.metric) for r in ranges)
     tier = ranges[0].tier if ranges else "raw"
     step = ranges[0].step_s if ranges else 0.0
     return HistoryFrame(host, series, x, values, tier, step)

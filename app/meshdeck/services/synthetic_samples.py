@@ -1,5 +1,7 @@
 """Fabricated GPU history in the real wire format, for `meshdeck bench ingest` and the store's tests.
 
+The samples go the way an agent's do: wire dicts, decoded by the protocol's `Sample.from_wire` and
+flattened by the sample gate's `batch_from_samples`, so what is measured is what the app ingests.
 Every sample is marked `"simulated": true`. The shape is the one an 8-GPU server reports: per GPU the
 twelve scalar metrics below, with plausible H200 magnitudes (141 GB of HBM, 700 W, ~1980 MHz) that
 vary from second to second, deterministic for a given seed.
@@ -12,7 +14,12 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from meshdeck_agent.protocol import sample_rows
+from meshdeck_agent.wire_sample import Sample
+
+from meshdeck.core.samples import SampleBatch
+from meshdeck.remote.sample_batch import batch_from_samples
+from meshdeck.store.ingest import SampleRow
+from meshdeck.store.writer import batch_rows
 
 GPU_METRICS = (
     "memory_used_bytes",
@@ -63,13 +70,18 @@ def wire_sample(seq: int, ts: float, *, gpus: int = 8, rng: random.Random | None
     return {"seq": seq, "ts": ts, "simulated": True, "gpus": devices}
 
 
+def sample_batch(samples: list[dict[str, Any]]) -> SampleBatch:
+    """Wire samples as the app receives them: decoded and flattened once."""
+    return batch_from_samples([Sample.from_wire(sample) for sample in samples])
+
+
 def fleet_batches(
     hosts: int, seconds: int, *, start_ts: float, gpus: int = 8, first_seq: int = 1, seed: int = 0
-) -> Iterator[tuple[str, list[tuple[int, float, str, str, float]]]]:
+) -> Iterator[tuple[str, list[SampleRow]]]:
     """(host, flattened rows of one sample) for every second and host, in arrival order (second by second)."""
     rng = random.Random(seed)
     for second in range(seconds):
         seq = first_seq + second
         for index in range(hosts):
             sample = wire_sample(seq, start_ts + second, gpus=gpus, rng=rng)
-            yield host_name(index), list(sample_rows([sample]))
+            yield host_name(index), list(batch_rows(sample_batch([sample])))

@@ -1,6 +1,6 @@
 """Measuring the ingest path against plain SQLite on the same machine, in the same run.
 
-store: fabricated 8-GPU samples (`synthetic.py`, flattened as `protocol.sample_rows` does) are
+store: fabricated 8-GPU samples (`synthetic_samples.py`, decoded and flattened as the app does) are
 submitted per host and second to a `SampleWriter`, timed until `flush()` says they are durable: queue
 hand-off, series lookup, the sort into key order, the inserts, minute/hour rollups and positions.
 
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from operator import itemgetter
 from pathlib import Path
 
+from meshdeck.services.synthetic_samples import GPU_METRICS, fleet_batches
 from meshdeck.store.database import open_database
-from meshdeck.store.synthetic import GPU_METRICS, fleet_batches
 from meshdeck.store.writer import SampleWriter, WriterSettings
 
 Batch = tuple[str, list[tuple[int, float, str, str, float]]]

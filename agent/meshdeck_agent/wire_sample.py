@@ -1,0 +1,370 @@
+"""A SAMPLE as typed records: the one definition of its shape, checked once where it enters the app.
+
+The app decodes every sample an agent sends with `Sample.from_wire` at the connection boundary
+(meshdeck.remote.sample_gate). A sample with a field of the wrong type or outside its range is refused
+whole with a `SampleError` naming the field (`gpus[2].memory_used_bytes: must be a number from 0 to
+1.1e+15, got 'lots'`), so one host's bad data never reaches the store or a chart: a time stamp of 1e17
+or a seq of 2**70 cannot overflow SQLite's integers, a year-33658 time cannot crash a date format, and a
+utilization of 1e15 % cannot flatten a chart's axis. Unknown keys are ignored: a newer agent may add
+some within protocol 1 (protocol.py). Numbers may be null where the hardware does not report them.
+
+The ranges are physical bounds with room to spare (no GPU has a petabyte of memory or runs at 10 kW),
+not tuning: they exist to keep garbage out, never to clip real readings. Stdlib only, Python 3.9.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z: no agent's clock is older
+MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z: far in the future, yet every date type the app uses holds it
+MAX_SEQ = 2**53  # exact in JSON doubles and inside SQLite's 64-bit integers
+MAX_DROPPED = 2**53
+MAX_GPUS = 1024
+MAX_NVLINK_LINKS = 64
+MAX_NICS = 256
+MAX_WORKERS = 1024
+MAX_WORKER_METRICS = 256
+MAX_XID_EVENTS = 64
+MAX_PROCESSES = 4096
+MAX_NAME_CHARS = 256
+MAX_WORKER_VALUE = 1e18  # vLLM counters (tokens served) stay far below; beyond this a value is garbage
+
+_PB = 2.0**50
+_BYTE_RATE = 1e14  # 100 TB/s: above any link a GPU, NIC or host has
+_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]{0,127}$")
+
+
+class SampleError(ValueError):
+    """A sample (or a samples message) that breaks the shape or a range; `field` is its path."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__("%s: %s" % (field, problem))
+        self.field = field
+        self.problem = problem
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number(value: Any, field: str, low: float, high: float) -> Optional[float]:
+    """None, or a finite number in [low, high] (ints kept exact as floats); else SampleError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SampleError(field, "must be a number, got %s" % _describe(value))
+    if not low <= value <= high:  # also false for NaN
+        raise SampleError(field, "must be a number from %g to %g, got %s" % (low, high, _describe(value)))
+    return float(value)
+
+
+def _int(value: Any, field: str, low: int, high: int) -> int:
+    if not _is_int(value) or not low <= value <= high:
+        raise SampleError(field, "must be an integer from %d to %d, got %s" % (low, high, _describe(value)))
+    return value
+
+
+def _text(value: Any, field: str, *, optional: bool = False) -> Optional[str]:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise SampleError(field, "must be a string, got %s" % _describe(value))
+    if len(value) > MAX_NAME_CHARS:
+        raise SampleError(field, "must be at most %d characters, got %d" % (MAX_NAME_CHARS, len(value)))
+    return value
+
+
+def _list(value: Any, field: str, limit: int) -> List[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SampleError(field, "must be a list, got %s" % type(value).__name__)
+    if len(value) > limit:
+        raise SampleError(field, "must have at most %d entries, got %d" % (limit, len(value)))
+    return value
+
+
+def _object(value: Any, field: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SampleError(field, "must be an object, got %s" % type(value).__name__)
+    return value
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One scalar a sample carries: its wire name, unit and the range a real reading stays in."""
+
+    name: str
+    unit: str  # "bytes", "bytes/s", "%", "W", "°C", "MHz"
+    high: float
+
+    @property
+    def low(self) -> float:
+        return 0.0
+
+
+# Per GPU, in wire order. `nvlink_*` are the sums over the GPU's links (per-link values are in
+# GpuSample.nvlink_links).
+GPU_METRICS: Tuple[Metric, ...] = (
+    Metric("memory_used_bytes", "bytes", _PB),
+    Metric("memory_total_bytes", "bytes", _PB),
+    Metric("memory_reserved_bytes", "bytes", _PB),
+    Metric("utilization_pct", "%", 100.0),
+    Metric("memory_utilization_pct", "%", 100.0),
+    Metric("power_w", "W", 10_000.0),
+    Metric("power_limit_w", "W", 10_000.0),
+    Metric("temperature_c", "°C", 250.0),
+    Metric("sm_clock_mhz", "MHz", 100_000.0),
+    Metric("mem_clock_mhz", "MHz", 100_000.0),
+    Metric("nvlink_tx_bytes_per_s", "bytes/s", _BYTE_RATE),
+    Metric("nvlink_rx_bytes_per_s", "bytes/s", _BYTE_RATE),
+    Metric("pcie_tx_bytes_per_s", "bytes/s", _BYTE_RATE),
+    Metric("pcie_rx_bytes_per_s", "bytes/s", _BYTE_RATE),
+)
+HOST_METRICS: Tuple[Metric, ...] = (
+    Metric("cpu_pct", "%", 100.0),
+    Metric("ram_used_bytes", "bytes", 2.0**60),
+    Metric("ram_total_bytes", "bytes", 2.0**60),
+)
+NIC_METRICS: Tuple[Metric, ...] = (
+    Metric("tx_bytes_per_s", "bytes/s", _BYTE_RATE),
+    Metric("rx_bytes_per_s", "bytes/s", _BYTE_RATE),
+)
+NIC_KINDS = ("infiniband", "roce", "ethernet")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    xid: int
+    ts: Optional[float]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory_bytes: Optional[float]
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one instant. `values` holds GPU_METRICS in order (None: not reported)."""
+
+    index: int
+    uuid: Optional[str]
+    values: Tuple[Optional[float], ...]
+    nvlink_links: Tuple[Tuple[Optional[float], Optional[float]], ...] = ()  # (tx, rx) bytes/s, index = link id
+    xid_events: Tuple[XidEvent, ...] = ()
+    ecc_uncorrected_volatile: Optional[float] = None
+    remapped_rows_pending: Optional[bool] = None
+    processes: Tuple[GpuProcess, ...] = ()
+
+    def value(self, metric: str) -> Optional[float]:
+        return self.values[_GPU_INDEX[metric]]
+
+
+@dataclass(frozen=True)
+class HostSample:
+    values: Tuple[Optional[float], ...]  # HOST_METRICS in order
+
+    def value(self, metric: str) -> Optional[float]:
+        return self.values[_HOST_INDEX[metric]]
+
+
+@dataclass(frozen=True)
+class NicSample:
+    name: str
+    kind: Optional[str]
+    tx_bytes_per_s: Optional[float]
+    rx_bytes_per_s: Optional[float]
+
+
+@dataclass(frozen=True)
+class WorkerSample:
+    """One vLLM engine (or a worker's sum over its engines, engine "") as the agent scraped it."""
+
+    id: str
+    engine: str
+    metrics: Tuple[Tuple[str, float], ...]  # (name, value), names as meshdeck_agent.scrape emits them
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    seq: int
+    ts: float
+    simulated: bool
+    gpus: Tuple[GpuSample, ...] = ()
+    host: Optional[HostSample] = None
+    nics: Tuple[NicSample, ...] = ()
+    workers: Tuple[WorkerSample, ...] = ()
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> "Sample":
+        """Decode and check one wire SAMPLE; raises SampleError naming the first bad field."""
+        data = _object(obj, "sample")
+        seq = _int(data.get("seq"), "seq", 0, MAX_SEQ)
+        ts = _number(data.get("ts"), "ts", MIN_TS, MAX_TS)
+        if ts is None:
+            raise SampleError("ts", "is required")
+        simulated = data.get("simulated", False)
+        if not isinstance(simulated, bool):
+            raise SampleError("simulated", "must be true or false, got %s" % _describe(simulated))
+        gpus = tuple(_gpu(raw, "gpus[%d]" % i) for i, raw in enumerate(_list(data.get("gpus"), "gpus", MAX_GPUS)))
+        if len({gpu.index for gpu in gpus}) != len(gpus):
+            raise SampleError("gpus", "lists a GPU index twice")
+        host_raw = data.get("host")
+        host = None
+        if host_raw is not None:
+            host_data = _object(host_raw, "host")
+            host = HostSample(
+                tuple(_number(host_data.get(m.name), "host." + m.name, m.low, m.high) for m in HOST_METRICS)
+            )
+        nics = tuple(_nic(raw, "nics[%d]" % i) for i, raw in enumerate(_list(data.get("nics"), "nics", MAX_NICS)))
+        workers = tuple(
+            _worker(raw, "workers[%d]" % i) for i, raw in enumerate(_list(data.get("workers"), "workers", MAX_WORKERS))
+        )
+        return cls(seq, ts, simulated, gpus, host, nics, workers)
+
+    def to_wire(self) -> Dict[str, Any]:
+        """The wire dict (the inverse of from_wire for every field this record keeps)."""
+        out: Dict[str, Any] = {"seq": self.seq, "ts": self.ts, "simulated": self.simulated}
+        out["gpus"] = [_gpu_to_wire(gpu) for gpu in self.gpus]
+        if self.host is not None:
+            out["host"] = {m.name: v for m, v in zip(HOST_METRICS, self.host.values)}
+        out["nics"] = [
+            {"name": n.name, "kind": n.kind, "tx_bytes_per_s": n.tx_bytes_per_s, "rx_bytes_per_s": n.rx_bytes_per_s}
+            for n in self.nics
+        ]
+        out["workers"] = [_worker_to_wire(w) for w in self.workers]
+        return out
+
+
+_GPU_INDEX = {m.name: i for i, m in enumerate(GPU_METRICS)}
+_HOST_INDEX = {m.name: i for i, m in enumerate(HOST_METRICS)}
+
+
+def _gpu(raw: Any, field: str) -> GpuSample:
+    data = _object(raw, field)
+    index = _int(data.get("index"), field + ".index", 0, MAX_GPUS - 1)
+    values = tuple(_number(data.get(m.name), "%s.%s" % (field, m.name), m.low, m.high) for m in GPU_METRICS)
+    links = []
+    for link, pair in enumerate(_list(data.get("nvlink_links"), field + ".nvlink_links", MAX_NVLINK_LINKS)):
+        where = "%s.nvlink_links[%d]" % (field, link)
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SampleError(where, "must be a [tx, rx] pair")
+        links.append(
+            (_number(pair[0], where + "[0]", 0.0, _BYTE_RATE), _number(pair[1], where + "[1]", 0.0, _BYTE_RATE))
+        )
+    xids = []
+    for i, event in enumerate(_list(data.get("xid_events"), field + ".xid_events", MAX_XID_EVENTS)):
+        where = "%s.xid_events[%d]" % (field, i)
+        event = _object(event, where)
+        xids.append(
+            XidEvent(
+                _int(event.get("xid"), where + ".xid", 0, 2**31),
+                _number(event.get("ts"), where + ".ts", MIN_TS, MAX_TS),
+            )
+        )
+    processes = []
+    for i, process in enumerate(_list(data.get("processes"), field + ".processes", MAX_PROCESSES)):
+        where = "%s.processes[%d]" % (field, i)
+        process = _object(process, where)
+        processes.append(
+            GpuProcess(
+                _int(process.get("pid"), where + ".pid", 0, 2**31),
+                _number(process.get("used_memory_bytes"), where + ".used_memory_bytes", 0.0, _PB),
+            )
+        )
+    pending = data.get("remapped_rows_pending")
+    if pending is not None and not isinstance(pending, bool):
+        raise SampleError(field + ".remapped_rows_pending", "must be true, false or null")
+    return GpuSample(
+        index=index,
+        uuid=_text(data.get("uuid"), field + ".uuid", optional=True),
+        values=values,
+        nvlink_links=tuple(links),
+        xid_events=tuple(xids),
+        ecc_uncorrected_volatile=_number(
+            data.get("ecc_uncorrected_volatile"), field + ".ecc_uncorrected_volatile", 0.0, 2.0**63
+        ),
+        remapped_rows_pending=pending,
+        processes=tuple(processes),
+    )
+
+
+def _gpu_to_wire(gpu: GpuSample) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid}
+    out.update(zip((m.name for m in GPU_METRICS), gpu.values))
+    out["nvlink_links"] = [list(pair) for pair in gpu.nvlink_links]
+    out["xid_events"] = [{"xid": e.xid, "ts": e.ts} for e in gpu.xid_events]
+    out["ecc_uncorrected_volatile"] = gpu.ecc_uncorrected_volatile
+    out["remapped_rows_pending"] = gpu.remapped_rows_pending
+    out["processes"] = [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes} for p in gpu.processes]
+    return out
+
+
+def _nic(raw: Any, field: str) -> NicSample:
+    data = _object(raw, field)
+    name = _text(data.get("name"), field + ".name")
+    kind = data.get("kind")
+    if kind is not None and kind not in NIC_KINDS:
+        raise SampleError(field + ".kind", "must be one of %s, got %s" % (", ".join(NIC_KINDS), _describe(kind)))
+    tx, rx = (_number(data.get(m.name), "%s.%s" % (field, m.name), m.low, m.high) for m in NIC_METRICS)
+    return NicSample(str(name), kind, tx, rx)
+
+
+def _worker(raw: Any, field: str) -> WorkerSample:
+    data = _object(raw, field)
+    worker_id = _text(data.get("id"), field + ".id")
+    engine = data.get("engine")
+    engine = "" if engine is None else _text(engine, field + ".engine")
+    metrics_raw = data.get("metrics")
+    metrics: List[Tuple[str, float]] = []
+    if metrics_raw is not None:
+        table = _object(metrics_raw, field + ".metrics")
+        if len(table) > MAX_WORKER_METRICS:
+            raise SampleError(field + ".metrics", "must have at most %d entries" % MAX_WORKER_METRICS)
+        for name, raw_value in table.items():
+            if not _METRIC_NAME.match(name):
+                raise SampleError(field + ".metrics", "metric name %s is not a metric name" % _describe(name))
+            value = _number(raw_value, "%s.metrics.%s" % (field, name), -MAX_WORKER_VALUE, MAX_WORKER_VALUE)
+            if value is not None:
+                metrics.append((name, value))
+    error = data.get("error")
+    if error is not None:
+        if not isinstance(error, str):
+            raise SampleError(field + ".error", "must be a string")
+        error = error[:1000]
+    return WorkerSample(str(worker_id), str(engine), tuple(metrics), error)
+
+
+def _worker_to_wire(worker: WorkerSample) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"id": worker.id, "engine": worker.engine, "metrics": dict(worker.metrics)}
+    if worker.error is not None:
+        out["error"] = worker.error
+    return out
+
+
+def decode_samples_message(data: Any) -> Tuple[List[Any], int]:
+    """The raw sample list and the `dropped` count of a `samples` event or a `samples.read` result.
+
+    The list's entries are decoded one by one by the caller (one bad sample must not hide the others);
+    a message whose envelope is wrong raises SampleError."""
+    body = _object(data, "samples message")
+    samples = body.get("samples")
+    if samples is None:
+        samples = []
+    if not isinstance(samples, list):
+        raise SampleError("samples", "must be a list, got %s" % type(samples).__name__)
+    dropped = body.get("dropped", 0)
+    if dropped is None:
+        dropped = 0
+    return samples, _int(dropped, "dropped", 0, MAX_DROPPED)
