@@ -228,9 +228,13 @@ class Sample:
                 tuple(_number(host_data.get(m.name), "host." + m.name, m.low, m.high) for m in HOST_METRICS)
             )
         nics = tuple(_nic(raw, "nics[%d]" % i) for i, raw in enumerate(_list(data.get("nics"), "nics", MAX_NICS)))
+        if len({nic.name for nic in nics}) != len(nics):
+            raise SampleError("nics", "lists a NIC name twice")
         workers = tuple(
             _worker(raw, "workers[%d]" % i) for i, raw in enumerate(_list(data.get("workers"), "workers", MAX_WORKERS))
         )
+        if len({(w.id, w.engine) for w in workers}) != len(workers):
+            raise SampleError("workers", "lists one engine of a worker twice")
         return cls(seq, ts, simulated, gpus, host, nics, workers)
 
     def to_wire(self) -> Dict[str, Any]:

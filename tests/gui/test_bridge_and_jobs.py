@@ -130,3 +130,28 @@ def test_progress_fractions_are_clamped(qtbot, fraction: float, expected: float)
         pass
     assert blocker.args[0] == expected
     assert job.wait(5)
+
+
+def test_a_flood_the_window_cannot_absorb_is_shed_oldest_first_and_states_are_never_lost(qtbot) -> None:
+    bridge = FleetBridge(max_cells=wire_batch(10, 1e9, gpus=1).cells * 20, max_events=100)
+    bridge.stop()  # nothing drains: the GUI thread is "busy"
+    for second in range(100):  # ten times what fits
+        bridge.post(SamplesReceived("flood", wire_batch(10, 1e9 + 10 * second, gpus=1)))
+    bridge.post(HostStateChanged("calm", "connected"))
+    for line in range(1000):
+        bridge.post(AgentEvent("flood", "log", {"line": line}))
+    assert bridge.skipped["flood"] >= 800  # at most what fits is held, whatever arrives
+    assert bridge.shed_events >= 900
+    states: list[HostStateChanged] = []
+    batches: list[SamplesReceived] = []
+    logs: list[AgentEvent] = []
+    bridge.host_state_changed.connect(states.append)
+    bridge.samples_received.connect(batches.append)
+    bridge.agent_event.connect(logs.append)
+    while bridge.backlog:
+        bridge.drain(budget_s=1.0)
+    assert [s.host for s in states] == ["calm"]
+    delivered = [seq for b in batches for seq in b.batch.seqs]
+    assert len(delivered) + bridge.skipped["flood"] == 1000  # every sample either delivered or counted
+    assert batches[0].skipped_before == bridge.skipped["flood"]  # the first one after the shed span says so
+    assert [e.data["line"] for e in logs] == list(range(1000 - len(logs), 1000))  # the newest kept, in order

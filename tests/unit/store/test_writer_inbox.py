@@ -1,0 +1,103 @@
+"""The writer's inbox is bounded in values: a submitter waits while the writer is behind (the agents'
+rings hold the samples meanwhile), and a stop releases every waiting submitter at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from meshdeck.services.synthetic_samples import sample_batch, wire_sample
+from meshdeck.store.database import Database
+from meshdeck.store.inbox import BoundedInbox, InboxClosed
+from meshdeck.store.writer import SampleWriter, WriterSettings
+
+T0 = 1_764_482_400.0
+
+
+def test_put_waits_while_the_inbox_holds_its_capacity_and_an_empty_inbox_takes_anything() -> None:
+    inbox = BoundedInbox(100)
+    inbox.put("huge", 1000)  # an empty inbox takes one item however large
+    with pytest.raises(TimeoutError):
+        inbox.put("more", 1, timeout=0.05)
+    assert inbox.get(timeout=0) == "huge"
+    inbox.put("a", 60)
+    inbox.put("b", 40)
+    with pytest.raises(TimeoutError):
+        inbox.put("c", 1, timeout=0.05)
+    inbox.put("flush token", 0)  # costless items never wait
+    assert inbox.held == 100 and inbox.waits == 0
+
+
+def test_a_waiting_put_proceeds_when_the_consumer_takes_an_item() -> None:
+    inbox = BoundedInbox(10)
+    inbox.put("first", 10)
+    done = threading.Event()
+    producer = threading.Thread(target=lambda: (inbox.put("second", 5), done.set()))
+    producer.start()
+    assert not done.wait(0.1)  # it waits
+    assert inbox.get(timeout=1) == "first"
+    assert done.wait(5)
+    producer.join()
+    assert inbox.waits == 1
+
+
+def test_close_releases_every_waiting_put_at_once_and_refuses_later_ones() -> None:
+    inbox = BoundedInbox(1)
+    inbox.put("full", 1)
+    errors: list[BaseException] = []
+
+    def put() -> None:
+        try:
+            inbox.put("blocked", 1)
+        except InboxClosed as exc:
+            errors.append(exc)
+
+    waiters = [threading.Thread(target=put) for _ in range(3)]
+    for thread in waiters:
+        thread.start()
+    started = time.monotonic()
+    inbox.close()
+    for thread in waiters:
+        thread.join(5)
+    assert len(errors) == 3 and time.monotonic() - started < 2
+    with pytest.raises(InboxClosed):
+        inbox.put("late", 1)
+    inbox.put_control("stop")  # the writer's own stop token still gets in
+    assert [inbox.get(timeout=0), inbox.get(timeout=0)] == ["full", "stop"]
+
+
+def test_a_writer_far_behind_makes_submitters_wait_and_a_stop_releases_them(db: Database) -> None:
+    batch = sample_batch([wire_sample(seq, T0 + seq, gpus=8) for seq in range(1, 11)])
+    writer = SampleWriter(db, settings=WriterSettings(inbox_cells=batch.cells, commit_interval_s=30.0)).start()
+    stall = threading.Event()
+    original = writer._stage  # hold the writer thread inside its staging step
+
+    def stalled_stage(ingest, item):  # type: ignore[no-untyped-def]
+        stall.wait(30)
+        original(ingest, item)
+
+    writer._stage = stalled_stage  # type: ignore[method-assign]
+    writer.submit_samples("gpu-a", batch)  # taken by the thread, which now stalls
+    writer.submit_samples("gpu-a", batch)  # fills the inbox
+    outcome: list[str] = []
+
+    def submit() -> None:
+        try:
+            writer.submit_samples("gpu-a", batch)
+            outcome.append("submitted")
+        except RuntimeError:
+            outcome.append("refused: stopping")
+
+    blocked = threading.Thread(target=submit)
+    blocked.start()
+    blocked.join(0.3)
+    assert blocked.is_alive() and outcome == []  # waiting for room: memory does not grow with the backlog
+    stopper = threading.Thread(target=writer.stop)
+    stopper.start()
+    blocked.join(5)
+    assert outcome == ["refused: stopping"]
+    stall.set()
+    stopper.join(30)
+    assert not writer.running
+    assert writer.stats().inbox_waits == 1
