@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
 EVENT_QUEUE_SIZE = 4096
-MAX_EVENT_BYTES = 8 * 1024 * 1024  # two of the largest lines the protocol allows, queued at most
+MAX_EVENT_BYTES = 2 * 1024 * 1024  # an agent's largest samples event; a longer line is still taken alone
 MAX_IN_FLIGHT = 256
 _READ_SIZE = 65536
 _END: Any = object()  # queued after the last event once the connection is closed

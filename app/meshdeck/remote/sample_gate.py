@@ -136,6 +136,12 @@ class SampleGate:
                 )
         return samples
 
+    def refuse_message(self, problem: str) -> None:
+        """A samples event whose envelope is wrong: counted as one refused sample and logged, rate-limited."""
+        self._refused += 1
+        self.refused_total += 1
+        _refusals.warning(("message", self.host), "%s: refused a samples event: %s", self.host, _bounded(problem))
+
     def _page(self, page: Any) -> tuple[list[Any], int]:
         """A samples.read result's raw samples and dropped count; BadAnswer when its shape is wrong."""
         try:

@@ -33,7 +33,7 @@ from typing import Any
 from meshdeck_agent.wire_sample import SampleError, decode_samples_message
 
 from meshdeck.remote.connectors import AgentLink, Connector, say_hello
-from meshdeck.remote.errors import BadAnswer, ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
+from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.sample_gate import SampleGate
@@ -306,8 +306,9 @@ class HostSupervisor:
                     self._set_state("connected")
                 try:
                     raw, _ = decode_samples_message(event.data)  # the gate counts losses from seq gaps
-                except SampleError as exc:
-                    raise BadAnswer(f"{self.name}: a samples event the protocol does not allow: {exc}") from None
+                except SampleError as exc:  # the whole event is refused, the connection kept
+                    self._gate.refuse_message(str(exc))
+                    continue
                 self._gate.accept(client, self._gate.decode(raw), backfill=False)
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))

@@ -19,7 +19,7 @@ from meshdeck_agent.wire_sample import Sample
 from meshdeck.core.samples import SampleBatch
 from meshdeck.remote.sample_batch import batch_from_samples
 from meshdeck.store.ingest import SampleRow
-from meshdeck.store.writer import batch_rows
+from meshdeck.store.writer import BatchRows
 
 GPU_METRICS = (
     "memory_used_bytes",
@@ -84,4 +84,4 @@ def fleet_batches(
         seq = first_seq + second
         for index in range(hosts):
             sample = wire_sample(seq, start_ts + second, gpus=gpus, rng=rng)
-            yield host_name(index), list(batch_rows(sample_batch([sample])))
+            yield host_name(index), list(BatchRows(sample_batch([sample])))

@@ -1,6 +1,6 @@
 """Turning batches of sample rows into one committed transaction: series ids, raw rows, rollups, positions.
 
-`SampleIngest` is single-threaded (the writer thread owns it). Rows arrive as `writer.batch_rows`
+`SampleIngest` is single-threaded (the writer thread owns it). Rows arrive as `writer.BatchRows`
 produces them, `(seq, ts_seconds, device, metric, value)`, per host. A re-delivered sample (backfill
 overlapping what is stored, a replay after a restart) is harmless: the raw table's primary key
 (series, ts) ignores the row, and rollups are recomputed from raw, never incremented. A sample that
@@ -31,7 +31,7 @@ from meshdeck.store.rollups import HOUR_MS, MINUTE_MS, roll_up
 log = logging.getLogger(__name__)
 
 SampleRow = tuple[int, float, str, str, float]
-"""(seq, ts in Unix seconds, device, metric, value): the shape `writer.batch_rows` yields from a sample batch."""
+"""(seq, ts in Unix seconds, device, metric, value): the shape `writer.BatchRows` yields from a sample batch."""
 
 _INSERT_SAMPLE = "INSERT OR IGNORE INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
 _INSERT_SERIES = "INSERT INTO series (host, device, metric, labels) VALUES (?, ?, ?, '')"

@@ -133,6 +133,11 @@ class SampleWriter:
             raise self._start_error
         return self
 
+    def close_inbox(self) -> None:
+        """Take nothing more: a submitter waiting for room (a host's supervisor) gets InboxClosed at once,
+        so the fleet can stop without waiting on the writer. `stop()` then commits what was taken."""
+        self._inbox.close()
+
     def stop(self, timeout: float = 60.0, *, roll_up_open_buckets: bool = True) -> None:
         """Take nothing more (a submitter waiting for room gets InboxClosed at once), commit what was
         submitted, roll up the open minute/hour of every host (unless told not to: the next run then
@@ -302,7 +307,7 @@ class SampleWriter:
         try:
             if kind == "samples":
                 _, host, batch, dropped, epoch = item
-                ingest.add_rows(host, list(batch_rows(batch)), epoch)
+                ingest.add_rows(host, BatchRows(batch), epoch)
                 if dropped:
                     ingest.add_dropped(host, dropped)
                     ingest.add_event(
@@ -377,14 +382,28 @@ class SampleWriter:
             )
 
 
-def batch_rows(batch: SampleBatch) -> Iterator[SampleRow]:
-    """A batch as the store's rows: the device named as its series is (Device.text), once per column."""
-    names = [(device.text, metric) for device, metric in batch.series]
-    width = len(names)
-    values = batch.values
-    for i, (seq, ts) in enumerate(zip(batch.seqs, batch.times, strict=True)):
-        base = i * width
-        for column, (device, metric) in enumerate(names):
-            value = values[base + column]
-            if value == value:  # not NaN: reported
-                yield seq, ts, device, metric, value
+class BatchRows(Sequence[SampleRow]):
+    """A batch seen as the store's rows, made as they are read: staging a batch costs its floats, not a
+    tuple per row. The device is named as its series is (Device.text), once per column."""
+
+    def __init__(self, batch: SampleBatch) -> None:
+        self.batch = batch
+        self._reported = sum(1 for value in batch.values if value == value)  # not NaN
+
+    def __len__(self) -> int:
+        return self._reported
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError("BatchRows is read in order, not indexed")
+
+    def __iter__(self) -> Iterator[SampleRow]:
+        batch = self.batch
+        names = [(device.text, metric) for device, metric in batch.series]
+        width = len(names)
+        values = batch.values
+        for i, (seq, ts) in enumerate(zip(batch.seqs, batch.times, strict=True)):
+            base = i * width
+            for column, (device, metric) in enumerate(names):
+                value = values[base + column]
+                if value == value:  # reported
+                    yield seq, ts, device, metric, value

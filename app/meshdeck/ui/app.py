@@ -135,7 +135,12 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
     # the writer adapt its interval to the number of series (store/writer.py: 2-30 s).
     writer_settings = WriterSettings(commit_interval_s=2.0) if args.demo else WriterSettings()
     writer = SampleWriter(context.db, settings=writer_settings).start()
+    # Shutdown runs these last-in first-out: the writer stops taking samples (a supervisor waiting for
+    # room is released at once), the fleet stops (closing it again later is a no-op), then the writer
+    # commits what it took; what it had not taken is read from the agents' rings next time.
     context.on_shutdown.append(writer.stop)
+    context.on_shutdown.append(context.fleet.close)
+    context.on_shutdown.append(writer.close_inbox)
     context.on_shutdown.append(context.fleet.subscribe(HistoryRecorder(writer).handle))
     unsubscribe: Callable[[], None] = context.fleet.subscribe(bridge.post)
     context.on_shutdown.append(unsubscribe)

@@ -34,7 +34,7 @@ _shed_log = RateLimitedLog(log)
 DRAIN_INTERVAL_MS = 100
 DRAIN_BUDGET_S = 0.030  # GUI-thread time per tick spent delivering events
 SAMPLES_PER_CHUNK = 120
-MAX_CELLS = 4_000_000  # sample values waiting for the GUI (~32 MB): over an hour of a 64-GPU fleet at 1 Hz
+MAX_CELLS = 1_000_000  # sample values waiting for the GUI (8 MB): 10 min of a 32-host fleet at 1 Hz
 MAX_EVENTS = 20_000  # other events waiting (a chatty worker's log lines)
 
 
