@@ -579,3 +579,16 @@ def sample_rows(samples: List[Dict[str, Any]]) -> Iterator[Tuple[int, float, str
             continue
         for device, metric, value in flatten_sample(sample):
             yield seq, ts, device, metric, value
+
+
+# ---------------------------------------------------------------------------------------------
+# The `inventory` result: its typed records live in wire_inventory.py, re-exported here.
+
+from .wire_inventory import Cpu as Cpu  # noqa: E402
+from .wire_inventory import Gpu as Gpu  # noqa: E402
+from .wire_inventory import Inventory as Inventory  # noqa: E402
+from .wire_inventory import InventoryError as InventoryError  # noqa: E402
+from .wire_inventory import Nic as Nic  # noqa: E402
+from .wire_inventory import NumaNode as NumaNode  # noqa: E402
+from .wire_inventory import NvLink as NvLink  # noqa: E402
+from .wire_inventory import Topology as Topology  # noqa: E402
