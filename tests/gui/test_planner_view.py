@@ -8,11 +8,12 @@ from gui_helpers import connect_hosts
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import load_profile
 from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
+from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.plan_profiles import model_id_for
 from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_inputs import detected_cluster
 from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileDialog, ProfileSaver
 from meshdeck.ui.widgets.rank_map import rank_labels
+from meshdeck_agent.wire_inventory import Inventory
 from PySide6.QtWidgets import QDialog, QLineEdit
 
 
@@ -194,10 +195,11 @@ def test_catalog_match_uses_the_reported_model_and_memory() -> None:
 def test_detected_cluster_refuses_hosts_of_different_kinds(simulated_inventory) -> None:
     smaller = {**simulated_inventory, "gpus": simulated_inventory["gpus"][:4]}
     smaller["topology"] = {"matrix": [row[:4] for row in simulated_inventory["topology"]["matrix"][:4]]}
+    inventories = {"a": Inventory.from_wire(simulated_inventory), "b": Inventory.from_wire(smaller)}
     with pytest.raises(InputError, match="different GPU counts"):
-        detected_cluster({"a": simulated_inventory, "b": smaller}, ["a", "b"], load_gpu_catalog())
+        cluster_from_inventories(inventories, ["a", "b"], load_gpu_catalog())
     with pytest.raises(InputError, match="at least one"):
-        detected_cluster({}, [], load_gpu_catalog())
+        cluster_from_inventories({}, [], load_gpu_catalog())
 
 
 def test_bundled_models_are_named_by_their_hugging_face_id() -> None:

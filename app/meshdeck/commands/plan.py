@@ -35,6 +35,7 @@ from meshdeck.services.catalog import (
     load_model,
     load_topology,
 )
+from meshdeck.services.cluster import inventory_facts
 
 BOOLEAN_WORDS = {
     "on": True,
@@ -157,7 +158,10 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     model = load_model(args.model)
     topology = facts = None
     if args.topology:
-        topology, facts = load_topology(args.topology)
+        topology, inventory = load_topology(args.topology)
+        if inventory is not None:
+            facts = inventory_facts(inventory, args.topology)
+            topology = facts.topology
     gpu = _gpu(args, facts.gpu_memory_bytes if facts else None, facts.gpu_name if facts else None)
     gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or (topology.gpu_count if topology else 8)
     link = args.intra_node_link or ("nvlink" if gpu.has_nvlink else "pcie")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory
+
 HOST_STATES = ("disconnected", "connecting", "bootstrapping", "connected", "degraded", "failed")
 
 
@@ -58,7 +60,7 @@ class AgentEvent:
 @dataclass(frozen=True)
 class InventoryReceived:
     host: str
-    inventory: dict[str, Any]
+    inventory: Inventory  # decoded and checked where it arrived (remote.inventory.decode_inventory)
 
 
 FleetEvent = HostStateChanged | SamplesReceived | AgentEvent | InventoryReceived | SequenceReset

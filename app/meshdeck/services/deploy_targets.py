@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory
+
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
-from meshdeck.core.inventory_facts import inventory_facts
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
 from meshdeck.launch.build import build_launch_plan
@@ -37,6 +38,8 @@ from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_launch import is_deepseek_v32
 from meshdeck.remote.errors import RpcError, RpcTimeout
 from meshdeck.services.catalog import detected_gpu, load_model
+from meshdeck.services.cluster import inventory_facts
+from meshdeck.services.inventory import fetch_inventory
 
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
@@ -47,7 +50,7 @@ _V3 = re.compile(r"deepseek-(v3(-0324)?|r1(-0528)?)$", re.IGNORECASE)
 @dataclass(frozen=True)
 class PreparedLaunch:
     plan: LaunchPlan
-    inventories: Mapping[str, Mapping[str, Any]]
+    inventories: Mapping[str, Inventory]
     simulated: bool
     planned_note: str = ""  # why there is no prediction, when there is none
 
@@ -67,7 +70,7 @@ def bundled_model_for(model: str) -> str | None:
     return None
 
 
-def planned_startup(profile: Profile, inventory: Mapping[str, Any]) -> tuple[PlannedStartup | None, str]:
+def planned_startup(profile: Profile, inventory: Inventory) -> tuple[PlannedStartup | None, str]:
     """The planner's numbers for exactly this profile's layout on the head's GPUs, or (None, why)."""
     if profile.engine != "vllm":
         return None, ""
@@ -130,14 +133,14 @@ def prepare_launch(
     *,
     addresses: Mapping[str, str],
     run_id: str,
-    inventories: Mapping[str, Mapping[str, Any]] | None = None,
+    inventories: Mapping[str, Inventory] | None = None,
 ) -> PreparedLaunch:
     """Ask each host for its inventory (unless given), then build the plan with real network facts."""
-    found: dict[str, Mapping[str, Any]] = dict(inventories or {})
+    found: dict[str, Inventory] = dict(inventories or {})
     for host in profile.hosts:
         if host not in found:
-            found[host] = fleet.call(host, "inventory", {}, timeout=60)
-    simulated = {host: bool(inv.get("simulated")) for host, inv in found.items() if host in profile.hosts}
+            found[host] = fetch_inventory(fleet, host)
+    simulated = {host: inv.simulated for host, inv in found.items() if host in profile.hosts}
     if len(set(simulated.values())) > 1:
         fake = ", ".join(h for h, s in simulated.items() if s)
         raise InputError("hosts", f"{fake} run simulated GPUs and the others real ones; a launch needs one kind")

@@ -1,23 +1,41 @@
-"""The planner's cluster from what the connected hosts reported (no Qt here; tested on its own).
+"""From agents' (decoded) inventories to the planner's cluster: what the console's planner plans on.
 
 A detected node beats typed-in numbers: the GPU model is matched against the catalog
-(`services.catalog.detected_gpu`, as the CLI and the launch's prediction do: HBM and NVLink
-bandwidths are the datasheet's, not guesses), the GPU × GPU link matrix is the node's own,
-and the inter-node bandwidth is the RDMA ports' summed rate. Hosts that disagree (different GPU
-count or model) cannot share one uniform layout: that is an error naming the hosts.
+(`catalog.detected_gpu`: HBM and NVLink bandwidths are the datasheet's, not guesses), the GPU × GPU link
+matrix is the head's own, and the inter-node bandwidth is the RDMA ports' summed rate (the slowest
+host's). Hosts that disagree (different GPU count or model) cannot share one uniform layout: that is an
+InputError naming the hosts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck_agent.wire_inventory import Inventory
+
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, topology_from_codes
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
-from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
+from meshdeck.core.inventory_facts import InventoryFacts
+from meshdeck.core.units import GBIT
 from meshdeck.services.catalog import detected_gpu
+
+
+def inventory_facts(inventory: Inventory, source: str = "inventory") -> InventoryFacts:
+    """What the planner takes from one node's (already decoded) inventory."""
+    matrix = inventory.topology.matrix
+    rdma = sum((nic.rate_gbps or 0.0) * GBIT for nic in inventory.nics if nic.is_rdma and nic.state in (None, "ACTIVE"))
+    names = inventory.gpu_names
+    return InventoryFacts(
+        gpu_count=len(inventory.gpus),
+        gpu_name=names[0] if len(names) == 1 else None,
+        gpu_arch=next((gpu.arch for gpu in reversed(inventory.gpus) if gpu.arch is not None), None),
+        gpu_memory_bytes=inventory.smallest_gpu_memory_bytes,
+        topology=topology_from_codes(matrix, f"{source}: topology.matrix") if matrix else None,
+        rdma_bytes_per_s=rdma or None,
+        simulated=inventory.simulated,
+    )
 
 
 @dataclass(frozen=True)
@@ -32,33 +50,34 @@ class DetectedCluster:
         return any(f.simulated for f in self.facts.values())
 
 
-def detected_cluster(
-    inventories: Mapping[str, Mapping[str, Any]], hosts: Sequence[str], catalog: Sequence[GpuSpec]
+def cluster_from_inventories(
+    inventories: Mapping[str, Inventory], hosts: Sequence[str], catalog: Sequence[GpuSpec] | None = None
 ) -> DetectedCluster:
-    """A ClusterSpec of `hosts` (in order: the first is the head) from their agents' inventories."""
+    """A ClusterSpec of `hosts` (in order: the first is the head; one node each) from their inventories."""
+    field = "hosts"
     if not hosts:
-        raise InputError("hosts", "choose at least one connected host")
+        raise InputError(field, "choose at least one connected host")
     facts = {host: inventory_facts(inventories[host], source=f"{host} inventory") for host in hosts}
     counts = {host: f.gpu_count for host, f in facts.items()}
     if 0 in counts.values():
         empty = [h for h, c in counts.items() if c == 0]
-        raise InputError("hosts", f"{', '.join(empty)} reported no GPUs; the planner needs GPU nodes")
+        raise InputError(field, f"{', '.join(empty)} reported no GPUs; the planner needs GPU nodes")
     if len(set(counts.values())) > 1:
         detail = ", ".join(f"{h}: {c}" for h, c in counts.items())
-        raise InputError("hosts", f"hosts have different GPU counts ({detail}); choose hosts of one kind")
+        raise InputError(field, f"hosts have different GPU counts ({detail}); choose hosts of one kind")
     names = {f.gpu_name for f in facts.values()}
     if len(names) > 1:
-        raise InputError("hosts", f"hosts have different GPU models ({', '.join(sorted(map(str, names)))})")
+        raise InputError(field, f"hosts have different GPU models ({', '.join(sorted(map(str, names)))})")
     first = facts[hosts[0]]
     memory = min((f.gpu_memory_bytes for f in facts.values() if f.gpu_memory_bytes), default=None)
-    gpu = detected_gpu(first.gpu_name, memory, catalog, field="hosts")
+    gpu = detected_gpu(first.gpu_name, memory, catalog, field=field)
     notes = [f"GPU: {first.gpu_name or 'unnamed'} → {gpu.name}" + (" (assumed bandwidths)" if gpu.assumed else "")]
-    rdma = [f.rdma_bytes_per_s for f in facts.values()]
     if first.topology is not None:  # the matrix decides per pair; this flag only names the common case
         has_nvlink = any(len(island) > 1 for island in first.topology.nvlink_islands)
     else:
         has_nvlink = gpu.has_nvlink
     link = "nvlink" if has_nvlink else "pcie"
+    rdma = [f.rdma_bytes_per_s for f in facts.values()]
     if len(hosts) > 1 and all(rdma):
         inter, assumed = float(min(r for r in rdma if r)), False
         notes.append(f"inter-node: {inter * 8 / 1e9:.0f} Gb/s of RDMA ports per node (slowest host)")
