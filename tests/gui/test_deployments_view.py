@@ -68,7 +68,7 @@ def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simu
     layout = choose_demo_layout(result, len(DEMO_HOSTS))
     mapping = profile_mappings(layout, result, list(DEMO_HOSTS), "x", "deepseek-ai/DeepSeek-V3.2")[0]
 
-    planned, note = planned_startup(demo_vllm_profile(mapping), inventories["demo-a"])
+    planned, note = planned_startup(demo_vllm_profile(mapping), inventories)
 
     assert planned is not None, note
     planner_row = (
@@ -79,7 +79,9 @@ def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simu
     )
     assert (planned.weights_bytes, planned.kv_cache_bytes, planned.kv_tokens, planned.max_concurrency) == (planner_row)
     unnamed = {**simulated_inventory, "gpus": [{**g, "name": "Mystery X1"} for g in simulated_inventory["gpus"]]}
-    by_memory_alone, _ = planned_startup(demo_vllm_profile(mapping), Inventory.from_wire(unnamed))
+    by_memory_alone, _ = planned_startup(
+        demo_vllm_profile(mapping), dict.fromkeys(DEMO_HOSTS, Inventory.from_wire(unnamed))
+    )
     assert by_memory_alone is not None and by_memory_alone.kv_cache_bytes != planned.kv_cache_bytes  # it tells
 
 

@@ -1,4 +1,6 @@
-"""From agents' (decoded) inventories to the planner's cluster: what the console's planner plans on.
+"""The one way from agents' inventories to the planner's cluster: the console's planner (view and form),
+the launch's planned-vs-measured prediction and `meshdeck plan --topology INVENTORY.json` all call
+`cluster_from_inventories`, so they plan on the same ClusterSpec.
 
 A detected node beats typed-in numbers: the GPU model is matched against the catalog
 (`catalog.detected_gpu`: HBM and NVLink bandwidths are the datasheet's, not guesses), the GPU × GPU link
@@ -51,10 +53,17 @@ class DetectedCluster:
 
 
 def cluster_from_inventories(
-    inventories: Mapping[str, Inventory], hosts: Sequence[str], catalog: Sequence[GpuSpec] | None = None
+    inventories: Mapping[str, Inventory],
+    hosts: Sequence[str],
+    catalog: Sequence[GpuSpec] | None = None,
+    *,
+    gpu: GpuSpec | None = None,
+    field: str = "hosts",
 ) -> DetectedCluster:
-    """A ClusterSpec of `hosts` (in order: the first is the head; one node each) from their inventories."""
-    field = "hosts"
+    """A ClusterSpec of `hosts` (in order: the first is the head; one node each) from their inventories.
+
+    `gpu` replaces the detected GPU (the CLI's --gpu). Errors are InputErrors naming `field`.
+    """
     if not hosts:
         raise InputError(field, "choose at least one connected host")
     facts = {host: inventory_facts(inventories[host], source=f"{host} inventory") for host in hosts}
@@ -69,18 +78,22 @@ def cluster_from_inventories(
     if len(names) > 1:
         raise InputError(field, f"hosts have different GPU models ({', '.join(sorted(map(str, names)))})")
     first = facts[hosts[0]]
-    memory = min((f.gpu_memory_bytes for f in facts.values() if f.gpu_memory_bytes), default=None)
-    gpu = detected_gpu(first.gpu_name, memory, catalog, field=field)
-    notes = [f"GPU: {first.gpu_name or 'unnamed'} → {gpu.name}" + (" (assumed bandwidths)" if gpu.assumed else "")]
+    if gpu is None:
+        memory = min((f.gpu_memory_bytes for f in facts.values() if f.gpu_memory_bytes), default=None)
+        gpu = detected_gpu(first.gpu_name, memory, catalog, field=field)
+        notes = [f"GPU: {first.gpu_name or 'unnamed'} → {gpu.name}" + (" (assumed bandwidths)" if gpu.assumed else "")]
+    else:
+        notes = [f"GPU: {gpu.name} (given)"]
     if first.topology is not None:  # the matrix decides per pair; this flag only names the common case
         has_nvlink = any(len(island) > 1 for island in first.topology.nvlink_islands)
     else:
         has_nvlink = gpu.has_nvlink
     link = "nvlink" if has_nvlink else "pcie"
     rdma = [f.rdma_bytes_per_s for f in facts.values()]
-    if len(hosts) > 1 and all(rdma):
+    if all(rdma):
         inter, assumed = float(min(r for r in rdma if r)), False
-        notes.append(f"inter-node: {inter * 8 / 1e9:.0f} Gb/s of RDMA ports per node (slowest host)")
+        if len(hosts) > 1:
+            notes.append(f"inter-node: {inter * 8 / 1e9:.0f} Gb/s of RDMA ports per node (slowest host)")
     else:
         inter, assumed = default_inter_node_bytes_per_s(first.gpu_count, link), True
         if len(hosts) > 1:

@@ -21,7 +21,6 @@ from typing import Any
 
 from meshdeck_agent.wire_inventory import Inventory
 
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
@@ -37,8 +36,8 @@ from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_launch import is_deepseek_v32
 from meshdeck.remote.errors import RpcError, RpcTimeout
-from meshdeck.services.catalog import detected_gpu, load_model
-from meshdeck.services.cluster import inventory_facts
+from meshdeck.services.catalog import load_model
+from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.inventory import fetch_inventory
 
 log = logging.getLogger(__name__)
@@ -70,26 +69,20 @@ def bundled_model_for(model: str) -> str | None:
     return None
 
 
-def planned_startup(profile: Profile, inventory: Inventory) -> tuple[PlannedStartup | None, str]:
-    """The planner's numbers for exactly this profile's layout on the head's GPUs, or (None, why)."""
+def planned_startup(profile: Profile, inventories: Mapping[str, Inventory]) -> tuple[PlannedStartup | None, str]:
+    """The planner's numbers for exactly this profile's layout on its hosts, or (None, why).
+
+    Planned on `cluster_from_inventories` of the profile's hosts: the cluster the console's planner
+    shows for the same hosts, so planned-vs-measured compares against the row the user chose."""
     if profile.engine != "vllm":
         return None, ""
     name = bundled_model_for(profile.model)
     if name is None:
         return None, f"{profile.model!r} is not a model meshdeck has a card for; no prediction to compare"
-    facts = inventory_facts(inventory, "head inventory")
-    if not facts.gpu_memory_bytes:
-        return None, "the head reports no GPU memory; no prediction"
-    gpu = detected_gpu(facts.gpu_name, facts.gpu_memory_bytes)  # as the console's planner matches it
-    link = "nvlink" if gpu.has_nvlink else "pcie"
-    cluster = ClusterSpec(
-        nodes=len(profile.hosts),
-        gpus_per_node=profile.gpus_per_node,
-        gpu=gpu,
-        intra_node_link=link,
-        inter_node_bytes_per_s=facts.rdma_bytes_per_s or default_inter_node_bytes_per_s(profile.gpus_per_node, link),
-        inter_node_assumed=not facts.rdma_bytes_per_s,
-    )
+    try:
+        cluster = cluster_from_inventories(inventories, profile.hosts).cluster
+    except InputError as exc:
+        return None, f"no prediction for these hosts: {exc.problem}"
     layout = profile.layout
     request = PlanRequest(
         model=load_model(name),
@@ -104,9 +97,13 @@ def planned_startup(profile: Profile, inventory: Inventory) -> tuple[PlannedStar
         data_parallel=layout.data_parallel,
         expert_parallel=layout.expert_parallel,
     )
+    try:
+        layouts = plan_layouts(request).layouts
+    except InputError as exc:
+        return None, f"the planner has no such layout on these hosts: {exc.problem}"
     chosen = [
         lp
-        for lp in plan_layouts(request).layouts
+        for lp in layouts
         if (lp.tensor_parallel, lp.pipeline_parallel, lp.data_parallel, lp.expert_parallel)
         == (layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel, layout.expert_parallel)
     ]
@@ -154,7 +151,7 @@ def prepare_launch(
         node_network_from_inventory(host, addresses[host], found[host], head_route=routes.get(host))
         for host in profile.hosts
     ]
-    planned, note = planned_startup(profile, found[profile.hosts[0]])
+    planned, note = planned_startup(profile, found)
     if is_simulated and profile.engine == "vllm" and planned is None:
         raise InputError("profile", f"a simulated vLLM needs the planner's prediction: {note}")
     plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned, simulate=is_simulated)

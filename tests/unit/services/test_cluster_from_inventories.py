@@ -61,6 +61,15 @@ def test_pcie_cards_plan_as_pcie_from_their_matrix() -> None:
     assert cluster.intra_node_link == "pcie" and cluster.topology is not None
 
 
+def test_a_given_gpu_replaces_the_detected_one_and_unnamed_gpus_need_it() -> None:
+    unnamed = Inventory(hostname="x", gpus=(Gpu(0), Gpu(1)))
+    with pytest.raises(InputError) as caught:
+        cluster_from_inventories({"x": unnamed}, ["x"], field="--topology")
+    assert caught.value.field == "--topology"
+    h100 = next(g for g in load_gpu_catalog() if g.name.startswith("H100"))
+    assert cluster_from_inventories({"x": unnamed}, ["x"], gpu=h100).cluster.gpu is h100
+
+
 @pytest.mark.parametrize(
     ("inventories", "problem"),
     [
