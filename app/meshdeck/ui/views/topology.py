@@ -8,6 +8,7 @@ GPU ↔ NIC table shows which InfiniBand / Ethernet port is nearest each GPU (wh
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Sequence
 
@@ -141,16 +142,17 @@ class TopologyView(QWidget):
     def show_inventory(self, host: str, inventory: Inventory) -> None:
         gpus = inventory.gpus
         cpu = inventory.cpu
-        names = inventory.gpu_names
+        names = ", ".join(inventory.gpu_names) or "no GPU"
         memory = inventory.largest_gpu_memory_bytes
         simulated = " — <b>SIMULATED</b> (meshdeck-agent --simulate)" if inventory.simulated else ""
+        text = html.escape  # the summary is rich text: what the server says is shown as text, never as markup
         self.summary.setText(
-            f"<b>{inventory.hostname or host}</b>{simulated}<br>"
-            f"{len(gpus)}× {', '.join(names) or 'no GPU'}, {memory / 2**30:.1f} GiB each · "
-            f"driver {inventory.driver or '—'} · CUDA {inventory.cuda or '—'} · "
-            f"{cpu.sockets or '?'}× {cpu.model or 'CPU'} ({cpu.cores or '?'} cores) · "
+            f"<b>{text(inventory.hostname or host)}</b>{simulated}<br>"
+            f"{len(gpus)}× {text(names)}, {memory / 2**30:.1f} GiB each · "
+            f"driver {text(inventory.driver or '—')} · CUDA {text(inventory.cuda or '—')} · "
+            f"{cpu.sockets or '?'}× {text(cpu.model or 'CPU')} ({cpu.cores or '?'} cores) · "
             f"RAM {(inventory.ram_total_bytes or 0) / 2**30:.0f} GiB"
-            + (f"<br>no GPUs: {inventory.gpu_reason}" if inventory.gpu_reason and not gpus else "")
+            + (f"<br>no GPUs: {text(inventory.gpu_reason)}" if inventory.gpu_reason and not gpus else "")
         )
         self._fill_matrix(inventory.topology.matrix)
         self._fill_nics(len(gpus), inventory.nics, inventory.topology)
