@@ -1,49 +1,19 @@
-"""The `inventory` result: what a server is made of. The planner and the console read this shape.
-
-    {
-      "hostname": "gpu-07",
-      "agent": "0.1.0",                      # meshdeck-agent version
-      "simulated": false,                    # true for every --simulate agent
-      "driver": "570.172.08" | null,         # NVIDIA driver (NVML)
-      "cuda": "12.8" | null,                 # CUDA version the driver supports
-      "gpus": [{
-          "index": 0, "name": "NVIDIA H200", "uuid": "GPU-...", "pci_bus_id": "00000000:18:00.0",
-          "memory_total_bytes": .., "memory_reserved_bytes": .., "arch": "hopper" | null,
-          "pcie_gen": 5, "pcie_width": 16, "power_limit_w": 700.0,
-          "nvlink_links": [{"link": 0, "remote_pci_bus_id": "00000000:05:00.0", "active": true,
-                            "remote_is_switch": true}],
-          "numa_node": 0 | null}],
-      "gpu_reason": null | "why there are no GPUs (NVML missing, no driver, ...)",
-      "topology": {
-          "matrix": [["X", "NV18", ...], ...],     # GPU × GPU, labels as `nvidia-smi topo -m`
-          "gpu_nic_affinity": {"0": {"mlx5_0/1": "PIX", "mlx5_1/1": "NODE", "eth0": "SYS"}, ...},
-          "nearest_nic": {"0": "mlx5_0/1", ...}    # closest NIC per GPU (ties: first by name)
-      },
-      "nics": [{"name": "mlx5_0/1", "kind": "infiniband" | "roce" | "ethernet", "rate_gbps": 400.0,
-                "state": "ACTIVE", "pci_bus_id": "0000:19:00.0", "numa_node": 0 | null,
-                "addresses": ["10.0.0.5/24", "fe80::1/64"],   # IPv4/IPv6 with prefix ([] when none)
-                "netdev": "ib0" | null}],                      # IB/RoCE ports only: their interface
-      "cpu": {"model": "...", "sockets": 2, "cores": 112, "threads": 224, "arch": "x86_64",
-              "numa_nodes": [{"node": 0, "cpus": [0, 1, ...]}]},
-      "ram_total_bytes": ..,
-      "python": "3.11.7"
-    }
-
-Labels (see topology.py): X, NV<links>, PIX, PXB, PHB, NODE, SYS. Any value may be null when the
-hardware or driver does not report it.
-"""
+"""The agent's `inventory` answer, assembled from the readers into the one record that defines its shape
+(wire_inventory.Inventory; the shape is documented there). Readers hand in plain values; this module
+only joins them and adds what the host itself says (hostname, agent and Python versions)."""
 
 from __future__ import annotations
 
 import platform
 import socket
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from . import __version__
 from .topology import label_rank
+from .wire_inventory import Cpu, Gpu, Inventory, Nic, NumaNode, Topology
 
 
-def nearest_nics(affinity: Dict[str, Dict[str, str]]) -> Dict[str, Optional[str]]:
+def nearest_nics(affinity: Mapping[str, Mapping[str, str]]) -> Dict[str, Optional[str]]:
     nearest: Dict[str, Optional[str]] = {}
     for gpu, labels in affinity.items():
         best = sorted(labels.items(), key=lambda item: (label_rank(item[1]), item[0]))
@@ -51,31 +21,62 @@ def nearest_nics(affinity: Dict[str, Dict[str, str]]) -> Dict[str, Optional[str]
     return nearest
 
 
+def nic_record(nic: Mapping[str, Any]) -> Nic:
+    """A reader's NIC (net.NetReader.inventory, or the simulated server's) as the record; its private
+    keys (`pci_chain`, the simulated `gpu`) stay behind."""
+    return Nic(
+        name=nic["name"],
+        kind=nic["kind"],
+        rate_gbps=nic.get("rate_gbps"),
+        state=nic.get("state"),
+        pci_bus_id=nic.get("pci_bus_id"),
+        numa_node=nic.get("numa_node"),
+        addresses=tuple(nic.get("addresses") or ()),
+        netdev=nic.get("netdev"),
+    )
+
+
+def cpu_record(cpu: Mapping[str, Any]) -> Cpu:
+    """host.HostReader.cpu_info() (or the simulated server's) as the record."""
+    return Cpu(
+        model=cpu.get("model"),
+        sockets=cpu.get("sockets"),
+        cores=cpu.get("cores"),
+        threads=cpu.get("threads"),
+        arch=cpu.get("arch"),
+        numa_nodes=tuple(NumaNode(node["node"], tuple(node["cpus"])) for node in cpu.get("numa_nodes") or ()),
+    )
+
+
 def assemble(
     *,
     simulated: bool,
     driver: Optional[str],
     cuda: Optional[str],
-    gpus: List[Dict[str, Any]],
+    gpus: Sequence[Gpu],
     gpu_reason: Optional[str],
-    matrix: List[List[str]],
-    affinity: Dict[str, Dict[str, str]],
-    nics: List[Dict[str, Any]],
-    cpu: Dict[str, Any],
+    matrix: Sequence[Sequence[str]],
+    affinity: Mapping[str, Mapping[str, str]],
+    nics: Sequence[Mapping[str, Any]],
+    cpu: Mapping[str, Any],
     ram_total_bytes: Optional[int],
-) -> Dict[str, Any]:
-    public_nics = [{k: v for k, v in nic.items() if k != "pci_chain"} for nic in nics]
-    return {
-        "hostname": socket.gethostname(),
-        "agent": __version__,
-        "simulated": simulated,
-        "driver": driver,
-        "cuda": cuda,
-        "gpus": gpus,
-        "gpu_reason": gpu_reason,
-        "topology": {"matrix": matrix, "gpu_nic_affinity": affinity, "nearest_nic": nearest_nics(affinity)},
-        "nics": public_nics,
-        "cpu": cpu,
-        "ram_total_bytes": ram_total_bytes,
-        "python": platform.python_version(),
-    }
+) -> Inventory:
+    nearest = nearest_nics(affinity)
+    return Inventory(
+        hostname=socket.gethostname(),
+        agent=__version__,
+        simulated=simulated,
+        driver=driver,
+        cuda=cuda,
+        gpus=tuple(gpus),
+        gpu_reason=gpu_reason,
+        topology=Topology(
+            matrix=tuple(tuple(row) for row in matrix),
+            gpu_nic_affinity=tuple((int(gpu), tuple(labels.items())) for gpu, labels in affinity.items()),
+            nearest_nic=tuple((int(gpu), nic) for gpu, nic in nearest.items()),
+        ),
+        nics=tuple(nic_record(nic) for nic in nics),
+        cpu=cpu_record(cpu),
+        ram_total_bytes=ram_total_bytes,
+        python=platform.python_version(),
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional
 
 from . import inventory as inventory_shape
@@ -16,6 +17,7 @@ from .gpu.xid import XidWatcher
 from .host import HostReader
 from .net import NetReader
 from .topology import NVML_LEVEL_LABELS, gpu_matrix, nic_affinity, numa_node_of, nvlink_pair_counts, sysfs_pci_path
+from .wire_inventory import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -50,28 +52,30 @@ class RealMachine:
             self._on_alert({"kind": "xid", "gpu": index, "xid": event.get("xid"), "ts": event.get("ts")})
 
     def inventory(self) -> Dict[str, Any]:
+        """The `inventory` answer (wire form of wire_inventory.Inventory), built once."""
         with self._lock:
             if self._inventory is None:
-                self._inventory = self._build_inventory()
+                self._inventory = self._build_inventory().to_wire()
             return self._inventory
 
-    def _build_inventory(self) -> Dict[str, Any]:
-        gpus = self.gpus.inventory()
+    def _build_inventory(self) -> Inventory:
+        gpus = []
         chains = []
         numa = []
-        for gpu in gpus:
-            bus = gpu.get("pci_bus_id")
-            gpu["numa_node"] = numa_node_of(self.root, bus) if bus else None
+        for gpu in self.gpus.inventory():
+            bus = gpu.pci_bus_id
+            gpu = replace(gpu, numa_node=numa_node_of(self.root, bus) if bus else None)
+            gpus.append(gpu)
             chains.append(sysfs_pci_path(self.root, bus) if bus else None)
-            numa.append(gpu["numa_node"])
-        remotes = [[link["remote_pci_bus_id"] for link in g["nvlink_links"] if link["active"]] for g in gpus]
+            numa.append(gpu.numa_node)
+        remotes = [[link.remote_pci_bus_id for link in g.nvlink_links if link.active] for g in gpus]
         switches = [
-            link["remote_pci_bus_id"]
+            link.remote_pci_bus_id
             for g in gpus
-            for link in g["nvlink_links"]
-            if link.get("remote_is_switch") and link["remote_pci_bus_id"]
+            for link in g.nvlink_links
+            if link.remote_is_switch and link.remote_pci_bus_id
         ]
-        pairs = nvlink_pair_counts([g.get("pci_bus_id") or "" for g in gpus], remotes, switches)
+        pairs = nvlink_pair_counts([g.pci_bus_id or "" for g in gpus], remotes, switches)
 
         def fallback(i: int, j: int) -> str:
             level = self.gpus.ancestor_label(i, j)

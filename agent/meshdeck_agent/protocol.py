@@ -58,8 +58,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple, Union
 
-from . import wire_sample
-
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -497,15 +495,27 @@ class WorkerSpec:
         )
 
 
-# The sample's typed records, ranges and metric registry are part of the protocol (wire_sample.py).
-GPU_METRICS = wire_sample.GPU_METRICS
-HOST_METRICS = wire_sample.HOST_METRICS
-NIC_METRICS = wire_sample.NIC_METRICS
-GpuSample = wire_sample.GpuSample
-HostSample = wire_sample.HostSample
-Metric = wire_sample.Metric
-NicSample = wire_sample.NicSample
-Sample = wire_sample.Sample
-SampleError = wire_sample.SampleError
-WorkerSample = wire_sample.WorkerSample
-decode_samples_message = wire_sample.decode_samples_message
+# ---------------------------------------------------------------------------------------------
+# Samples: typed records, their ranges and the metric registry live in wire_sample.py, re-exported here.
+
+# ---------------------------------------------------------------------------------------------
+# The `inventory` result: its typed records live in wire_inventory.py, re-exported here.
+from .wire_inventory import Cpu as Cpu  # noqa: E402
+from .wire_inventory import Gpu as Gpu  # noqa: E402
+from .wire_inventory import Inventory as Inventory  # noqa: E402
+from .wire_inventory import InventoryError as InventoryError  # noqa: E402
+from .wire_inventory import Nic as Nic  # noqa: E402
+from .wire_inventory import NumaNode as NumaNode  # noqa: E402
+from .wire_inventory import NvLink as NvLink  # noqa: E402
+from .wire_inventory import Topology as Topology  # noqa: E402
+from .wire_sample import GPU_METRICS as GPU_METRICS  # noqa: E402
+from .wire_sample import HOST_METRICS as HOST_METRICS  # noqa: E402
+from .wire_sample import NIC_METRICS as NIC_METRICS  # noqa: E402
+from .wire_sample import GpuSample as GpuSample  # noqa: E402
+from .wire_sample import HostSample as HostSample  # noqa: E402
+from .wire_sample import Metric as Metric  # noqa: E402
+from .wire_sample import NicSample as NicSample  # noqa: E402
+from .wire_sample import Sample as Sample  # noqa: E402
+from .wire_sample import SampleError as SampleError  # noqa: E402
+from .wire_sample import WorkerSample as WorkerSample  # noqa: E402
+from .wire_sample import decode_samples_message as decode_samples_message  # noqa: E402

@@ -118,7 +118,7 @@ class SimulatedMachine:
             "arch": "x86_64",
             "numa_nodes": [{"node": n, "cpus": list(range(n * cores // 2, (n + 1) * cores // 2))} for n in range(2)],
         }
-        return inventory_shape.assemble(
+        record = inventory_shape.assemble(
             simulated=True,
             driver="570.172.08",
             cuda="12.8",
@@ -126,10 +126,11 @@ class SimulatedMachine:
             gpu_reason=None,
             matrix=self.gpus.matrix(),
             affinity=self._affinity(),
-            nics=[{k: v for k, v in nic.items() if k != "gpu"} for nic in self.nics],
+            nics=self.nics,
             cpu=cpu,
             ram_total_bytes=self.ram_total,
         )
+        return record.to_wire()
 
     def read(self, now: float) -> Dict[str, Any]:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshdeck.remote.events import HostStateChanged, InventoryReceived
+from meshdeck_agent.wire_inventory import Inventory
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QWidget
@@ -18,9 +19,10 @@ def press(widget: QWidget, key: Qt.Key, modifiers: Qt.KeyboardModifier = Qt.Keyb
 
 
 def connect_hosts(qtbot: Any, context: Any, inventories: dict[str, dict[str, Any]]) -> None:
-    """Post what a fleet would for hosts that connected and reported their inventory; wait for delivery."""
+    """Post what a fleet would for hosts that connected and reported their inventory (wire dicts, decoded
+    as the host supervisor decodes them); wait for delivery."""
     for host, inventory in inventories.items():
         context.bridge.post(HostStateChanged(host, "connecting"))
         context.bridge.post(HostStateChanged(host, "connected"))
-        context.bridge.post(InventoryReceived(host, inventory))
+        context.bridge.post(InventoryReceived(host, Inventory.from_wire(inventory)))
     qtbot.waitUntil(lambda: all(context.hosts.get(h).inventory is not None for h in inventories), timeout=30000)

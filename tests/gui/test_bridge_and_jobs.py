@@ -9,6 +9,7 @@ import pytest
 from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.ui.bridge import SAMPLES_PER_CHUNK, FleetBridge
 from meshdeck.ui.jobs import JobCancelled, JobRunner
+from meshdeck_agent.wire_inventory import Inventory
 from wire_samples import wire_batch
 
 
@@ -26,7 +27,7 @@ def test_events_posted_from_a_fleet_thread_arrive_as_typed_signals_on_the_gui_th
     bridge.inventory_received.connect(record("inventory"))
     events = [
         HostStateChanged("demo-a", "connecting"),
-        InventoryReceived("demo-a", {"gpus": []}),
+        InventoryReceived("demo-a", Inventory(hostname="demo-a")),
         SamplesReceived("demo-a", wire_batch(2, 1e9, gpus=1)),
         AgentEvent("demo-a", "worker", {"id": "w1", "state": "running"}),
         HostStateChanged("demo-a", "connected"),

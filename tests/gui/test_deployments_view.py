@@ -12,14 +12,16 @@ from meshdeck.core.plan_request import PlanRequest
 from meshdeck.core.planner import plan
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.catalog import load_gpu_catalog, load_model
+from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.demo import DEMO_HOSTS, DemoCluster, choose_demo_layout, demo_vllm_profile
 from meshdeck.services.deploy import DeployService
 from meshdeck.services.deploy_model import DeploymentSnapshot, WorkerSnapshot
+from meshdeck.services.inventory import fetch_inventory
 from meshdeck.services.plan_profiles import profile_mappings
 from meshdeck.ui.views.deployment_panels import PlannedPanel
 from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, status_line
 from meshdeck.ui.views.deployments import DeploymentsView
-from meshdeck.ui.views.planner_inputs import detected_cluster
+from meshdeck_agent.wire_inventory import Inventory
 
 
 @pytest.fixture
@@ -44,8 +46,8 @@ def demo_context(console_context, caplog):
 
 
 def _demo_profile(context) -> str:
-    inventories = {h: context.fleet.call(h, "inventory", timeout=30) for h in DEMO_HOSTS}
-    cluster = detected_cluster(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
+    inventories = {h: fetch_inventory(context.fleet, h, 30) for h in DEMO_HOSTS}
+    cluster = cluster_from_inventories(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
     result = plan(PlanRequest(model=load_model("deepseek-v3.2"), cluster=cluster, max_model_len=32768))
     layout = choose_demo_layout(result, 2)
     mapping = profile_mappings(layout, result, list(DEMO_HOSTS), "x", "deepseek-ai/DeepSeek-V3.2")[0]
@@ -59,14 +61,14 @@ def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simu
     row for the chosen layout, planned on H200-SXM-141GB (not a GPU known by its memory alone)."""
     from meshdeck.services.deploy_targets import planned_startup
 
-    inventories = dict.fromkeys(DEMO_HOSTS, simulated_inventory)
-    cluster = detected_cluster(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
+    inventories = dict.fromkeys(DEMO_HOSTS, Inventory.from_wire(simulated_inventory))
+    cluster = cluster_from_inventories(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
     assert cluster.gpu.name == "H200-SXM-141GB" and not cluster.gpu.assumed
     result = plan(PlanRequest(model=load_model("deepseek-v3.2"), cluster=cluster))  # as the demo tour plans
     layout = choose_demo_layout(result, len(DEMO_HOSTS))
     mapping = profile_mappings(layout, result, list(DEMO_HOSTS), "x", "deepseek-ai/DeepSeek-V3.2")[0]
 
-    planned, note = planned_startup(demo_vllm_profile(mapping), simulated_inventory)
+    planned, note = planned_startup(demo_vllm_profile(mapping), inventories)
 
     assert planned is not None, note
     planner_row = (
@@ -77,7 +79,9 @@ def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simu
     )
     assert (planned.weights_bytes, planned.kv_cache_bytes, planned.kv_tokens, planned.max_concurrency) == (planner_row)
     unnamed = {**simulated_inventory, "gpus": [{**g, "name": "Mystery X1"} for g in simulated_inventory["gpus"]]}
-    by_memory_alone, _ = planned_startup(demo_vllm_profile(mapping), unnamed)
+    by_memory_alone, _ = planned_startup(
+        demo_vllm_profile(mapping), dict.fromkeys(DEMO_HOSTS, Inventory.from_wire(unnamed))
+    )
     assert by_memory_alone is not None and by_memory_alone.kv_cache_bytes != planned.kv_cache_bytes  # it tells
 
 

@@ -6,13 +6,15 @@ import pytest
 import yaml
 from gui_helpers import connect_hosts
 from meshdeck.core.errors import InputError
-from meshdeck.launch.profile import load_profile
+from meshdeck.launch.profile import load_profile, profile_from_mapping
+from meshdeck.services import deploy_targets
 from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
-from meshdeck.services.plan_profiles import model_id_for
+from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.plan_profiles import model_id_for, profile_mappings
 from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_inputs import detected_cluster
 from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileDialog, ProfileSaver
 from meshdeck.ui.widgets.rank_map import rank_labels
+from meshdeck_agent.wire_inventory import Inventory
 from PySide6.QtWidgets import QDialog, QLineEdit
 
 
@@ -115,6 +117,32 @@ def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, plan
     assert not list(tmp_path.glob(".ds32.yaml.*"))  # the temporary file was renamed away
 
 
+def test_the_launch_prediction_plans_on_the_cluster_the_console_planner_showed(
+    qtbot, planner, simulated_inventory, monkeypatch
+) -> None:
+    """planned-vs-measured compares against the planner's row: the launch's prediction must be computed on
+    the very ClusterSpec the console planned on (GPU spec, link matrix, inter-node bandwidth), for the same
+    hosts and inventories."""
+    _plan(qtbot, planner)
+    shown = planner.result
+    layout = next(lp for lp in shown.layouts if lp.instances == 1 and lp.fits and lp.nodes == 2)
+    mapping = profile_mappings(layout, shown, ["demo-a", "demo-b"], "x", "deepseek-ai/DeepSeek-V3.2")[0]
+    predicted_on = []
+    plan_layouts = deploy_targets.plan_layouts
+    monkeypatch.setattr(deploy_targets, "plan_layouts", lambda r: predicted_on.append(r.cluster) or plan_layouts(r))
+    inventories = dict.fromkeys(["demo-a", "demo-b"], Inventory.from_wire(simulated_inventory))
+
+    planned, note = deploy_targets.planned_startup(profile_from_mapping(mapping), inventories)
+
+    assert planned is not None, note
+    assert predicted_on == [shown.request.cluster]
+    assert shown.request.cluster.topology is not None  # the agents' matrix, on both sides
+    assert (planned.weights_bytes, planned.kv_cache_bytes) == (
+        layout.weights_bytes_per_gpu,
+        layout.kv_cache_bytes_per_gpu,
+    )
+
+
 def _plan_torch_and_pick_one_instance(qtbot, planner: PlannerView):
     planner.form.engine.setCurrentText("torch")
     _plan(qtbot, planner)
@@ -194,10 +222,11 @@ def test_catalog_match_uses_the_reported_model_and_memory() -> None:
 def test_detected_cluster_refuses_hosts_of_different_kinds(simulated_inventory) -> None:
     smaller = {**simulated_inventory, "gpus": simulated_inventory["gpus"][:4]}
     smaller["topology"] = {"matrix": [row[:4] for row in simulated_inventory["topology"]["matrix"][:4]]}
+    inventories = {"a": Inventory.from_wire(simulated_inventory), "b": Inventory.from_wire(smaller)}
     with pytest.raises(InputError, match="different GPU counts"):
-        detected_cluster({"a": simulated_inventory, "b": smaller}, ["a", "b"], load_gpu_catalog())
+        cluster_from_inventories(inventories, ["a", "b"], load_gpu_catalog())
     with pytest.raises(InputError, match="at least one"):
-        detected_cluster({}, [], load_gpu_catalog())
+        cluster_from_inventories({}, [], load_gpu_catalog())
 
 
 def test_bundled_models_are_named_by_their_hugging_face_id() -> None:

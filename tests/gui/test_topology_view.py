@@ -57,3 +57,12 @@ def test_nic_affinity_names_each_port_with_its_kind_and_rate(topology, simulated
 )
 def test_link_codes_map_to_their_class(code: str, expected: str) -> None:
     assert link_class(code) == expected
+
+
+def test_strings_from_the_server_are_shown_as_text_not_markup(qtbot, console_context, simulated_inventory) -> None:
+    hostile = {**simulated_inventory, "hostname": "<img src=x>gpu-07", "driver": "<b>570</b>"}
+    connect_hosts(qtbot, console_context, {"demo-a": hostile})
+    view = TopologyView(console_context)
+    qtbot.addWidget(view)
+    assert "&lt;img src=x&gt;gpu-07" in view.summary.text() and "<img" not in view.summary.text()
+    assert "driver &lt;b&gt;570&lt;/b&gt;" in view.summary.text()

@@ -158,6 +158,42 @@ def test_topology_from_an_agent_inventory_supplies_gpu_and_links(capsys, tmp_pat
     assert data["cluster"]["inter_node_gbps"] == 3200.0
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_plan_topology_of_an_agent_inventory_plans_on_the_cluster_the_console_would(tmp_path, nodes: int):
+    """`plan --topology INVENTORY.json --nodes N` and the console's planner with N such hosts plan on one
+    ClusterSpec (services.cluster.cluster_from_inventories): same GPU spec, matrix and inter-node bandwidth."""
+    from meshdeck.cli import build_parser
+    from meshdeck.commands.plan import build_request
+    from meshdeck.services.cluster import cluster_from_inventories
+    from meshdeck_agent.machine import build_machine
+    from meshdeck_agent.wire_inventory import Inventory
+
+    wire = build_machine("8xH200").inventory()
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(wire))
+    cli = build_request(build_parser().parse_args(["plan", "--topology", str(path), "--nodes", str(nodes)])).cluster
+    hosts = ["a", "b"][:nodes]
+    console = cluster_from_inventories(dict.fromkeys(hosts, Inventory.from_wire(wire)), hosts).cluster
+    assert cli == console and cli.topology is not None
+
+
+def test_plan_topology_of_a_malformed_inventory_names_the_file_and_the_field(capsys, tmp_path):
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps({"gpus": [{"index": 0, "memory_total_bytes": "lots"}]}))
+    code, out, err = run_cli(capsys, "--topology", str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"meshdeck: error: --topology {path}: inventory.gpus[0].memory_total_bytes: must be")
+
+
+def test_plan_topology_of_an_inventory_without_gpu_names_takes_the_gpu_flag(capsys, tmp_path):
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps({"gpus": [{"index": i} for i in range(8)]}))
+    code, _, err = run_cli(capsys, "--topology", str(path), "--json")
+    assert code == 2 and err.startswith("meshdeck: error: --topology: cannot tell the GPU model")
+    code, out, _ = run_cli(capsys, "--topology", str(path), "--gpu", "H100-SXM5-80GB", "--json", "--top", "1")
+    assert code == 0 and json.loads(out)["cluster"]["gpu"] == "H100-SXM5-80GB"
+
+
 def test_nvidia_smi_topology_text_with_a_mismatched_gpu_count_is_refused(capsys):
     from pathlib import Path
 

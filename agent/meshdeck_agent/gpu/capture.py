@@ -41,12 +41,12 @@ def capture(nvml: Nvml, reads: int = 3, interval_s: float = 1.0) -> Dict[str, An
     for index, handle in enumerate(handles):
         links = []
         for entry in gpus.nvlinks(index, handle):
-            remote_type = nvml.call("nvmlDeviceGetNvLinkRemoteDeviceType", handle, entry["link"])
+            remote_type = nvml.call("nvmlDeviceGetNvLinkRemoteDeviceType", handle, entry.link)
             links.append(
                 {
-                    "link": entry["link"],
-                    "active": entry["active"],
-                    "remote_bus_id": entry["remote_pci_bus_id"],
+                    "link": entry.link,
+                    "active": entry.active,
+                    "remote_bus_id": entry.remote_pci_bus_id,
                     "remote_type": remote_type,
                 }
             )

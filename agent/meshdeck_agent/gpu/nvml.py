@@ -22,6 +22,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from ..wire_inventory import Gpu, NvLink
+
 log = logging.getLogger(__name__)
 
 ALL_LINKS_SCOPE = 0xFFFFFFFF
@@ -197,7 +199,7 @@ class NvmlGpus:
             return None
         return _text(getattr(pci, "busId", None) or getattr(pci, "busIdLegacy", None))
 
-    def nvlinks(self, index: int, handle: Any) -> List[Dict[str, Any]]:
+    def nvlinks(self, index: int, handle: Any) -> List[NvLink]:
         max_links = int(self.nvml.constant("NVML_NVLINK_MAX_LINKS", 18))
         enabled = self.nvml.constant("NVML_FEATURE_ENABLED", 1)
         links = []
@@ -208,17 +210,17 @@ class NvmlGpus:
             remote = self.nvml.call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             remote_type = self.nvml.call("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
             links.append(
-                {
-                    "link": link,
-                    "remote_pci_bus_id": _text(getattr(remote, "busId", None)) if remote is not None else None,
-                    "active": state == enabled,
-                    "remote_is_switch": remote_type == self.nvml.constant("NVML_NVLINK_DEVICE_TYPE_SWITCH", 2),
-                }
+                NvLink(
+                    link=link,
+                    remote_pci_bus_id=_text(getattr(remote, "busId", None)) if remote is not None else None,
+                    active=state == enabled,
+                    remote_is_switch=remote_type == self.nvml.constant("NVML_NVLINK_DEVICE_TYPE_SWITCH", 2),
+                )
             )
-        self._link_ids[index] = [entry["link"] for entry in links if entry["active"]]
+        self._link_ids[index] = [entry.link for entry in links if entry.active]
         return links
 
-    def inventory(self) -> List[Dict[str, Any]]:
+    def inventory(self) -> List[Gpu]:
         gpus = []
         memory_v2 = self.nvml.constant("nvmlMemory_v2")
         for index, handle in enumerate(self.handles()):
@@ -228,20 +230,20 @@ class NvmlGpus:
             power_limit = self.nvml.call("nvmlDeviceGetEnforcedPowerLimit", handle)
             arch = self.nvml.call("nvmlDeviceGetArchitecture", handle)
             gpus.append(
-                {
-                    "index": index,
-                    "name": _text(self.nvml.call("nvmlDeviceGetName", handle)),
-                    "uuid": _text(self.nvml.call("nvmlDeviceGetUUID", handle)),
-                    "pci_bus_id": self.bus_id(handle),
-                    "memory_total_bytes": getattr(memory, "total", None),
-                    "memory_reserved_bytes": getattr(memory, "reserved", None),
-                    "arch": _ARCH_NAMES.get(arch) if isinstance(arch, int) else None,
-                    "pcie_gen": self.nvml.call("nvmlDeviceGetCurrPcieLinkGeneration", handle),
-                    "pcie_width": self.nvml.call("nvmlDeviceGetCurrPcieLinkWidth", handle),
-                    "nvlink_links": self.nvlinks(index, handle),
-                    "numa_node": None,
-                    "power_limit_w": power_limit / 1000.0 if isinstance(power_limit, (int, float)) else None,
-                }
+                Gpu(
+                    index=index,
+                    name=_text(self.nvml.call("nvmlDeviceGetName", handle)),
+                    uuid=_text(self.nvml.call("nvmlDeviceGetUUID", handle)),
+                    pci_bus_id=self.bus_id(handle),
+                    memory_total_bytes=getattr(memory, "total", None),
+                    memory_reserved_bytes=getattr(memory, "reserved", None),
+                    arch=_ARCH_NAMES.get(arch) if isinstance(arch, int) else None,
+                    pcie_gen=self.nvml.call("nvmlDeviceGetCurrPcieLinkGeneration", handle),
+                    pcie_width=self.nvml.call("nvmlDeviceGetCurrPcieLinkWidth", handle),
+                    nvlink_links=tuple(self.nvlinks(index, handle)),
+                    numa_node=None,
+                    power_limit_w=power_limit / 1000.0 if isinstance(power_limit, (int, float)) else None,
+                )
             )
         return gpus
 

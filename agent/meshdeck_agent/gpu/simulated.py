@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..wire_inventory import Gpu, NvLink
 from .catalog import MIB, SimulateSpec
 
 BOARD_SIZE = 8
@@ -70,34 +71,37 @@ class SimulatedGpus:
 
     # -- inventory -------------------------------------------------------------------------------
 
-    def links_of(self, index: int) -> List[Dict[str, Any]]:
+    def links_of(self, index: int) -> List[NvLink]:
         board = index // BOARD_SIZE
         switches = max(1, self.gpu.nvswitch_count)
         return [
-            {"link": link, "remote_pci_bus_id": switch_bus_id(board, link % switches), "active": True}
+            NvLink(
+                link=link,
+                remote_pci_bus_id=switch_bus_id(board, link % switches),
+                active=True,
+                remote_is_switch=self.gpu.nvswitch_count > 0,
+            )
             for link in range(self.gpu.nvlink_links)
         ]
 
-    def inventory(self) -> List[Dict[str, Any]]:
-        gpus = []
-        for index in range(self.count):
-            gpus.append(
-                {
-                    "index": index,
-                    "name": self.gpu.name,
-                    "uuid": self.uuids[index],
-                    "pci_bus_id": gpu_bus_id(index),
-                    "memory_total_bytes": self.gpu.memory_mib * MIB,
-                    "memory_reserved_bytes": self.gpu.reserved_mib * MIB,
-                    "arch": self.gpu.arch,
-                    "pcie_gen": self.gpu.pcie_gen,
-                    "pcie_width": self.gpu.pcie_width,
-                    "nvlink_links": self.links_of(index),
-                    "numa_node": numa_node(index, self.count),
-                    "power_limit_w": self.gpu.power_limit_w,
-                }
+    def inventory(self) -> List[Gpu]:
+        return [
+            Gpu(
+                index=index,
+                name=self.gpu.name,
+                uuid=self.uuids[index],
+                pci_bus_id=gpu_bus_id(index),
+                memory_total_bytes=self.gpu.memory_mib * MIB,
+                memory_reserved_bytes=self.gpu.reserved_mib * MIB,
+                arch=self.gpu.arch,
+                pcie_gen=self.gpu.pcie_gen,
+                pcie_width=self.gpu.pcie_width,
+                nvlink_links=tuple(self.links_of(index)),
+                numa_node=numa_node(index, self.count),
+                power_limit_w=self.gpu.power_limit_w,
             )
-        return gpus
+            for index in range(self.count)
+        ]
 
     def matrix(self) -> List[List[str]]:
         labels = []

@@ -203,8 +203,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 def render_probe(name: str, report: host_service.ProbeReport) -> str:
     inv = report.inventory
-    simulated = " [SIMULATED]" if inv.get("simulated") else ""
-    gpus = inv.get("gpus") or []
+    simulated = " [SIMULATED]" if inv.simulated else ""
     lines = [
         f"{name} ({report.route})",
         f"  host key  {report.host_key}",
@@ -212,18 +211,16 @@ def render_probe(name: str, report: host_service.ProbeReport) -> str:
         f"  python    {report.python} {report.python_version} on {report.machine}",
         f"  agent     meshdeck-agent {report.agent_version} (protocol {report.protocol}) at {report.agent_path}"
         f" ({'uploaded' if report.uploaded else 'already there'})",
-        f"  server    {inv.get('hostname', '?')}{simulated}, driver {inv.get('driver') or '-'}, CUDA {inv.get('cuda') or '-'}",
+        f"  server    {inv.hostname or '?'}{simulated}, driver {inv.driver or '-'}, CUDA {inv.cuda or '-'}",
     ]
-    if gpus:
-        lines.append(f"  GPUs      {len(gpus)}{simulated}")
-        for gpu in gpus:
-            total = gpu.get("memory_total_bytes") or 0
-            lines.append(
-                f"    GPU{gpu.get('index')} {gpu.get('name')} {total / 2**30:.0f} GiB {gpu.get('pci_bus_id') or ''}"
-            )
+    if inv.gpus:
+        lines.append(f"  GPUs      {len(inv.gpus)}{simulated}")
+        for gpu in inv.gpus:
+            total = gpu.memory_total_bytes or 0
+            lines.append(f"    GPU{gpu.index} {gpu.name} {total / 2**30:.0f} GiB {gpu.pci_bus_id or ''}")
     else:
-        lines.append(f"  GPUs      none ({inv.get('gpu_reason') or 'not reported'})")
-    for nic in inv.get("nics") or []:
-        lines.append(f"  NIC       {nic.get('name')} {nic.get('kind')} {nic.get('rate_gbps')} Gb/s {nic.get('state')}")
+        lines.append(f"  GPUs      none ({inv.gpu_reason or 'not reported'})")
+    for nic in inv.nics:
+        lines.append(f"  NIC       {nic.name} {nic.kind} {nic.rate_gbps} Gb/s {nic.state}")
     lines.append(f"  took      {report.seconds:.1f} s")
     return "\n".join(lines)

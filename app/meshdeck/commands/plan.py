@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from meshdeck.commands._plan_profile import (
@@ -21,20 +22,15 @@ from meshdeck.commands._plan_profile import (
 )
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
-from meshdeck.core.gpu_spec import GpuSpec, resolve_gpu
+from meshdeck.core.gpu_spec import resolve_gpu
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest, TrainingSettings, parse_vllm_version
 from meshdeck.core.plan_text import render_plan, render_training
 from meshdeck.core.planner import PlanResult, plan
 from meshdeck.core.units import GBIT
 from meshdeck.core.weights import WEIGHTS_DTYPES
-from meshdeck.services.catalog import (
-    bundled_model_names,
-    detected_gpu,
-    load_gpu_catalog,
-    load_model,
-    load_topology,
-)
+from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model, load_topology
+from meshdeck.services.cluster import cluster_from_inventories
 
 BOOLEAN_WORDS = {
     "on": True,
@@ -144,42 +140,56 @@ def _bool(value: str | None, flag: str) -> bool | None:
     return BOOLEAN_WORDS[key]
 
 
-def _gpu(args: argparse.Namespace, inventory_memory: int | None, inventory_name: str | None) -> GpuSpec:
+def _cluster(args: argparse.Namespace) -> ClusterSpec:
+    """From an agent inventory (`--topology INVENTORY.json`: services.cluster, as the console plans it,
+    with flags overriding what the node reported), else from flags and an optional `nvidia-smi topo -m`."""
     catalog = load_gpu_catalog()
-    if args.gpu:
-        return resolve_gpu(args.gpu, catalog)
-    if inventory_memory:
-        return detected_gpu(inventory_name, inventory_memory, catalog)
-    raise InputError("--gpu", f"required; allowed: {', '.join(g.name for g in catalog)}, or a memory size like 80GB")
-
-
-def build_request(args: argparse.Namespace) -> PlanRequest:
-    model = load_model(args.model)
-    topology = facts = None
+    topology = inventory = None
     if args.topology:
-        topology, facts = load_topology(args.topology)
-    gpu = _gpu(args, facts.gpu_memory_bytes if facts else None, facts.gpu_name if facts else None)
-    gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or (topology.gpu_count if topology else 8)
-    link = args.intra_node_link or ("nvlink" if gpu.has_nvlink else "pcie")
-    _choice(link, "--intra-node-link", ("nvlink", "pcie"))
+        topology, inventory = load_topology(args.topology)
+    given_gpu = resolve_gpu(args.gpu, catalog) if args.gpu else None
+    nodes = _int(args.nodes, "--nodes") or 1
+    if args.intra_node_link is not None:
+        _choice(args.intra_node_link, "--intra-node-link", ("nvlink", "pcie"))
+    inter_node = None
     if args.inter_node_gbps is not None:
         gbps = _float(args.inter_node_gbps, "--inter-node-gbps")
         if not gbps > 0:
             raise InputError("--inter-node-gbps", f"must be positive, got {args.inter_node_gbps}")
-        inter, assumed = gbps * GBIT, False
-    elif facts is not None and facts.rdma_bytes_per_s:
-        inter, assumed = facts.rdma_bytes_per_s, False
-    else:
-        inter, assumed = default_inter_node_bytes_per_s(gpus_per_node, link), True
-    cluster = ClusterSpec(
-        nodes=_int(args.nodes, "--nodes") or 1,
+        inter_node = gbps * GBIT
+    if inventory is not None:
+        # the one node the file describes, as the console plans a detected host; --nodes such nodes
+        cluster = cluster_from_inventories(
+            {args.topology: inventory}, [args.topology], catalog, gpu=given_gpu, field="--topology"
+        ).cluster
+        overrides: dict[str, Any] = {"nodes": nodes}
+        if args.gpus_per_node is not None:
+            overrides["gpus_per_node"] = _int(args.gpus_per_node, "--gpus-per-node")
+        if args.intra_node_link is not None:
+            overrides["intra_node_link"] = args.intra_node_link
+        if inter_node is not None:
+            overrides.update(inter_node_bytes_per_s=inter_node, inter_node_assumed=False)
+        return replace(cluster, **overrides)
+    if given_gpu is None:
+        raise InputError(
+            "--gpu", f"required; allowed: {', '.join(g.name for g in catalog)}, or a memory size like 80GB"
+        )
+    gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or (topology.gpu_count if topology else 8)
+    link = args.intra_node_link or ("nvlink" if given_gpu.has_nvlink else "pcie")
+    return ClusterSpec(
+        nodes=nodes,
         gpus_per_node=gpus_per_node,
-        gpu=gpu,
+        gpu=given_gpu,
         intra_node_link=link,
-        inter_node_bytes_per_s=inter,
-        inter_node_assumed=assumed,
+        inter_node_bytes_per_s=inter_node or default_inter_node_bytes_per_s(gpus_per_node, link),
+        inter_node_assumed=inter_node is None,
         topology=topology,
     )
+
+
+def build_request(args: argparse.Namespace) -> PlanRequest:
+    model = load_model(args.model)
+    cluster = _cluster(args)
     training = None
     if args.mode == "train":
         training = TrainingSettings(

@@ -12,7 +12,8 @@ run is slow or hangs. meshdeck tells it instead, per node:
   by name); else the interface whose subnet holds the head's address in the agent's inventory (longest
   prefix first); a loopback head is reached over lo.
 
-The profile's own `env` always wins over these presets. Pure: the inventory comes in as data.
+The profile's own `env` always wins over these presets. Pure: the inventory comes in as data, already
+decoded (meshdeck_agent.wire_inventory.Inventory).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.core.errors import InputError
 
@@ -173,56 +176,31 @@ def head_route_from_answer(host: str, head_address: str, answer: Any) -> HeadRou
     return HeadRoute(head_address, interface, source, error)
 
 
-def _addresses(raw: Any, field: str) -> tuple[IpInterface, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InputError(field, "must be a list of 'address/prefix' strings")
-    out: list[IpInterface] = []
-    for item in raw:
-        if not isinstance(item, str):
-            raise InputError(field, f"{item!r} is not an 'address/prefix' string")
-        try:
-            out.append(ipaddress.ip_interface(item))
-        except ValueError:
-            raise InputError(field, f"{item!r} is not an IP address with prefix") from None
-    return tuple(out)
-
-
 def node_network_from_inventory(
-    host: str, address: str, inventory: Mapping[str, Any], head_route: HeadRoute | None = None
+    host: str, address: str, inventory: Inventory, head_route: HeadRoute | None = None
 ) -> NodeNetwork:
-    """Read the NIC part of an agent's `inventory` reply, refusing malformed entries by field.
+    """The NIC part of an agent's (decoded) inventory as the launcher needs it.
 
-    Reads `inventory["nics"]`: [{"name": "eth0" | "mlx5_0/1", "kind": "ethernet" | "infiniband" | "roce",
-    "addresses": ["10.0.0.5/24", ...], "state": "up" | "ACTIVE" | ...}, ...]. An IB/RoCE entry is an
-    HCA port ("<device>/<port>"); its `netdev` (if any) may also carry addresses.
+    An IB/RoCE entry is an HCA port ("<device>/<port>"); its `netdev` (if any) may also carry addresses.
+    Names go into NCCL's and gloo's env, so a name that is not an HCA port or an interface name is
+    refused here, naming the host and the NIC.
     """
-    nics = inventory.get("nics") or []
-    if not isinstance(nics, Sequence) or isinstance(nics, str):
-        raise InputError(f"host {host}: inventory.nics", "must be a list")
     interfaces: list[NetworkInterface] = []
     ib_ports: list[IbPort] = []
-    for index, nic in enumerate(nics):
+    for index, nic in enumerate(inventory.nics):
         field = f"host {host}: inventory.nics[{index}]"
-        if not isinstance(nic, Mapping):
-            raise InputError(field, "must be an object")
-        name, kind = nic.get("name"), nic.get("kind", "ethernet")
-        if not isinstance(name, str) or not isinstance(kind, str):
-            raise InputError(field, "name and kind must be strings")
-        state = str(nic.get("state") or "").lower()
-        active = state in ("", "up", "active", "4: active", "unknown")
-        if kind in IB_KINDS:
-            device, _, port = name.partition("/")
+        active = (nic.state or "").lower() in ("", "up", "active", "4: active", "unknown")
+        addresses = tuple(ipaddress.ip_interface(a) for a in nic.addresses)  # checked by Inventory.from_wire
+        if nic.kind in IB_KINDS:
+            device, _, port = nic.name.partition("/")
             if not _HCA.match(device) or not port.isdigit():
-                raise InputError(f"{field}.name", f"{name!r} is not an HCA port like mlx5_0/1")
-            ib_ports.append(IbPort(device, int(port), kind, active))
-            netdev = nic.get("netdev")
-            if isinstance(netdev, str) and _IFNAME.match(netdev):
-                interfaces.append(NetworkInterface(netdev, _addresses(nic.get("addresses"), f"{field}.addresses")))
+                raise InputError(f"{field}.name", f"{nic.name!r} is not an HCA port like mlx5_0/1")
+            ib_ports.append(IbPort(device, int(port), nic.kind, active))
+            if nic.netdev is not None and _IFNAME.match(nic.netdev):
+                interfaces.append(NetworkInterface(nic.netdev, addresses))
             continue
-        if not _IFNAME.match(name):
-            raise InputError(f"{field}.name", f"{name!r} is not an interface name")
+        if not _IFNAME.match(nic.name):
+            raise InputError(f"{field}.name", f"{nic.name!r} is not an interface name")
         if active:
-            interfaces.append(NetworkInterface(name, _addresses(nic.get("addresses"), f"{field}.addresses")))
+            interfaces.append(NetworkInterface(nic.name, addresses))
     return NodeNetwork(host, address, tuple(interfaces), tuple(ib_ports), head_route=head_route)

@@ -138,3 +138,18 @@ class RpcTimeout(RemoteError):
 class BadAnswer(RemoteError):
     """The agent answered in a shape the protocol does not allow (a bug or a hostile agent): the
     connection is dropped and retried with backoff, the message naming the host and the field."""
+
+
+class InventoryInvalid(RemoteError):
+    """The agent's `inventory` answer breaks its shape (meshdeck_agent.wire_inventory): `field` is the bad
+    value's path ("gpus[3].memory_total_bytes", "" for the whole answer). Asking again gets the same
+    answer, so a supervised host fails with this until retried."""
+
+    permanent = True
+
+    def __init__(self, host: str, field: str, problem: str) -> None:
+        where = f"inventory.{field}" if field else "inventory"
+        super().__init__(f"{host}: the agent's {where} is malformed: {problem}")
+        self.host = host
+        self.field = field
+        self.problem = problem

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory
+
 from meshdeck.core.samples import SampleBatch
 
 HOST_STATES = ("disconnected", "connecting", "bootstrapping", "connected", "degraded", "failed")
@@ -63,7 +65,7 @@ class AgentEvent:
 @dataclass(frozen=True)
 class InventoryReceived:
     host: str
-    inventory: dict[str, Any]
+    inventory: Inventory  # decoded and checked where it arrived (remote.inventory.decode_inventory)
 
 
 FleetEvent = HostStateChanged | SamplesReceived | AgentEvent | InventoryReceived | SequenceReset

@@ -12,7 +12,8 @@ names both versions. If the agent answers in another protocol major anyway, the 
 `reinstall()` (upload the matching agent again) and the connection is retried once at once; a second
 mismatch fails the host naming both versions.
 
-After each (re)connect: hello, `inventory` (InventoryReceived), then, if a last seq is known, the
+After each (re)connect: hello, `inventory` (decoded; InventoryReceived; a malformed one fails the host
+with InventoryInvalid naming the field), then, if a last seq is known, the
 gap is paged in with `samples.read {since_seq, limit}` (SamplesReceived backfill=True), then
 `samples.subscribe {since_seq}`: the agent sends what is left of the backlog, then live samples.
 Every sample passes one gate (sample_gate.py): in seq order, none twice, gaps filled from the ring or
@@ -30,11 +31,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory
 from meshdeck_agent.wire_sample import SampleError, decode_samples_message
 
 from meshdeck.remote.connectors import AgentLink, Connector, say_hello
 from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
+from meshdeck.remote.inventory import decode_inventory
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.sample_gate import SampleGate
 
@@ -100,7 +103,7 @@ class HostSupervisor:
         self._error: Exception | None = None
         self._client: RpcClient | None = None
         self._link: AgentLink | None = None
-        self.inventory: dict[str, Any] | None = None
+        self.inventory: Inventory | None = None
         self.agent_version: str | None = None
         self.details: dict[str, Any] = {}
         self.connects = 0
@@ -270,7 +273,7 @@ class HostSupervisor:
         hello = say_hello(client, link, self.name, self.settings.hello_timeout_s)
         self.agent_version = hello.agent
         self._gate.adopt_epoch(hello.epoch)
-        self.inventory = client.call("inventory", {}, self.settings.call_timeout_s)
+        self.inventory = decode_inventory(self.name, client.call("inventory", {}, self.settings.call_timeout_s))
         self._sink(InventoryReceived(self.name, self.inventory))
         self._gate.backfill(client)
         params: dict[str, Any] = {}

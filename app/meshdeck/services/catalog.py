@@ -2,7 +2,8 @@
 
 This is the planner's only door to the disk. `--model` accepts a bundled name (deepseek-v3.2,
 deepseek-v3, deepseek-r1), a config.json path, or a checkpoint directory that holds one.
-`--topology` accepts `nvidia-smi topo -m` text or an agent inventory JSON. Every failure is an
+`--topology` accepts `nvidia-smi topo -m` text or an agent inventory JSON (decoded with the agent's own
+record, meshdeck_agent.wire_inventory). Every failure is an
 InputError naming the file or flag and what is allowed.
 
 `detected_gpu` is the one way from a GPU an agent reported (NVML name, exact memory) to a GpuSpec:
@@ -19,10 +20,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory, InventoryError
+
 from meshdeck.core.cluster import NodeTopology, parse_nvidia_smi_topology
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec, gpu_from_memory, gpus_from_catalog, match_catalog_gpu
-from meshdeck.core.inventory_facts import InventoryFacts, inventory_facts
 from meshdeck.core.model_card import ModelCard, model_card_from_config
 from meshdeck.core.units import GIB
 
@@ -111,8 +113,9 @@ def detected_gpu(
     raise InputError(field, f"cannot tell the GPU model: the agent reported name {name!r} and no memory size")
 
 
-def load_topology(path_text: str) -> tuple[NodeTopology | None, InventoryFacts | None]:
-    """`nvidia-smi topo -m` text, or an agent inventory JSON (which also tells GPU memory and NIC speed)."""
+def load_topology(path_text: str) -> tuple[NodeTopology | None, Inventory | None]:
+    """`nvidia-smi topo -m` text, or an agent inventory JSON (decoded as the app decodes an agent's answer;
+    it also tells GPU memory and NIC speed: plan it with services.cluster.cluster_from_inventories)."""
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise InputError("--topology", f"{path_text} is not a file")
@@ -127,6 +130,11 @@ def load_topology(path_text: str) -> tuple[NodeTopology | None, InventoryFacts |
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError("--topology", f"{path_text} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-        facts = inventory_facts(data, source=path_text)
-        return facts.topology, facts
+        except RecursionError:
+            raise InputError("--topology", f"{path_text} nests JSON too deeply to be an inventory") from None
+        try:
+            inventory = Inventory.from_wire(data)
+        except InventoryError as exc:
+            raise InputError(f"--topology {path_text}: {exc.path}", exc.problem) from None
+        return None, inventory
     return parse_nvidia_smi_topology(text, source=path_text), None

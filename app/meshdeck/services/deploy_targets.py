@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck_agent.wire_inventory import Inventory
+
 from meshdeck.core.errors import InputError
-from meshdeck.core.inventory_facts import inventory_facts
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
 from meshdeck.launch.build import build_launch_plan
@@ -36,7 +36,9 @@ from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.vllm_launch import is_deepseek_v32
 from meshdeck.remote.errors import RpcError, RpcTimeout
-from meshdeck.services.catalog import detected_gpu, load_model
+from meshdeck.services.catalog import load_model
+from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.inventory import fetch_inventory
 
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
@@ -47,7 +49,7 @@ _V3 = re.compile(r"deepseek-(v3(-0324)?|r1(-0528)?)$", re.IGNORECASE)
 @dataclass(frozen=True)
 class PreparedLaunch:
     plan: LaunchPlan
-    inventories: Mapping[str, Mapping[str, Any]]
+    inventories: Mapping[str, Inventory]
     simulated: bool
     planned_note: str = ""  # why there is no prediction, when there is none
 
@@ -67,26 +69,20 @@ def bundled_model_for(model: str) -> str | None:
     return None
 
 
-def planned_startup(profile: Profile, inventory: Mapping[str, Any]) -> tuple[PlannedStartup | None, str]:
-    """The planner's numbers for exactly this profile's layout on the head's GPUs, or (None, why)."""
+def planned_startup(profile: Profile, inventories: Mapping[str, Inventory]) -> tuple[PlannedStartup | None, str]:
+    """The planner's numbers for exactly this profile's layout on its hosts, or (None, why).
+
+    Planned on `cluster_from_inventories` of the profile's hosts: the cluster the console's planner
+    shows for the same hosts, so planned-vs-measured compares against the row the user chose."""
     if profile.engine != "vllm":
         return None, ""
     name = bundled_model_for(profile.model)
     if name is None:
         return None, f"{profile.model!r} is not a model meshdeck has a card for; no prediction to compare"
-    facts = inventory_facts(inventory, "head inventory")
-    if not facts.gpu_memory_bytes:
-        return None, "the head reports no GPU memory; no prediction"
-    gpu = detected_gpu(facts.gpu_name, facts.gpu_memory_bytes)  # as the console's planner matches it
-    link = "nvlink" if gpu.has_nvlink else "pcie"
-    cluster = ClusterSpec(
-        nodes=len(profile.hosts),
-        gpus_per_node=profile.gpus_per_node,
-        gpu=gpu,
-        intra_node_link=link,
-        inter_node_bytes_per_s=facts.rdma_bytes_per_s or default_inter_node_bytes_per_s(profile.gpus_per_node, link),
-        inter_node_assumed=not facts.rdma_bytes_per_s,
-    )
+    try:
+        cluster = cluster_from_inventories(inventories, profile.hosts).cluster
+    except InputError as exc:
+        return None, f"no prediction for these hosts: {exc.problem}"
     layout = profile.layout
     request = PlanRequest(
         model=load_model(name),
@@ -101,9 +97,13 @@ def planned_startup(profile: Profile, inventory: Mapping[str, Any]) -> tuple[Pla
         data_parallel=layout.data_parallel,
         expert_parallel=layout.expert_parallel,
     )
+    try:
+        layouts = plan_layouts(request).layouts
+    except InputError as exc:
+        return None, f"the planner has no such layout on these hosts: {exc.problem}"
     chosen = [
         lp
-        for lp in plan_layouts(request).layouts
+        for lp in layouts
         if (lp.tensor_parallel, lp.pipeline_parallel, lp.data_parallel, lp.expert_parallel)
         == (layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel, layout.expert_parallel)
     ]
@@ -130,14 +130,14 @@ def prepare_launch(
     *,
     addresses: Mapping[str, str],
     run_id: str,
-    inventories: Mapping[str, Mapping[str, Any]] | None = None,
+    inventories: Mapping[str, Inventory] | None = None,
 ) -> PreparedLaunch:
     """Ask each host for its inventory (unless given), then build the plan with real network facts."""
-    found: dict[str, Mapping[str, Any]] = dict(inventories or {})
+    found: dict[str, Inventory] = dict(inventories or {})
     for host in profile.hosts:
         if host not in found:
-            found[host] = fleet.call(host, "inventory", {}, timeout=60)
-    simulated = {host: bool(inv.get("simulated")) for host, inv in found.items() if host in profile.hosts}
+            found[host] = fetch_inventory(fleet, host)
+    simulated = {host: inv.simulated for host, inv in found.items() if host in profile.hosts}
     if len(set(simulated.values())) > 1:
         fake = ", ".join(h for h, s in simulated.items() if s)
         raise InputError("hosts", f"{fake} run simulated GPUs and the others real ones; a launch needs one kind")
@@ -151,7 +151,7 @@ def prepare_launch(
         node_network_from_inventory(host, addresses[host], found[host], head_route=routes.get(host))
         for host in profile.hosts
     ]
-    planned, note = planned_startup(profile, found[profile.hosts[0]])
+    planned, note = planned_startup(profile, found)
     if is_simulated and profile.engine == "vllm" and planned is None:
         raise InputError("profile", f"a simulated vLLM needs the planner's prediction: {note}")
     plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned, simulate=is_simulated)

@@ -18,8 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory
+
 from meshdeck.remote.connectors import say_hello
 from meshdeck.remote.hostkeys import HostKeyPrompt
+from meshdeck.remote.inventory import decode_inventory
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.services.fleet import FleetSettings, ssh_connector
 from meshdeck.store import hosts as host_store
@@ -83,7 +86,7 @@ class ProbeReport:
     uploaded: bool
     agent_version: str
     protocol: int
-    inventory: dict[str, Any]
+    inventory: Inventory
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
@@ -100,7 +103,7 @@ class ProbeReport:
             "agent_version": self.agent_version,
             "protocol": self.protocol,
             "seconds": round(self.seconds, 3),
-            "inventory": self.inventory,
+            "inventory": self.inventory.to_wire(),
         }
 
 
@@ -116,7 +119,8 @@ def probe(
     progress: Callable[[str], None] | None = None,
     timeout: float = PROBE_TIMEOUT_S,
 ) -> ProbeReport:
-    """Connect, bootstrap, attach, say hello and read the inventory; raises a RemoteError on failure."""
+    """Connect, bootstrap, attach, say hello and read the inventory; raises a RemoteError on failure
+    (InventoryInvalid, naming the field, when the agent's inventory is malformed)."""
     started = time.monotonic()
     connector = ssh_connector(
         settings or FleetSettings(),
@@ -132,7 +136,7 @@ def probe(
         client = RpcClient(link.stream, host=target)
         try:
             hello = say_hello(client, link, target, timeout)
-            inventory = client.call("inventory", {}, timeout)
+            inventory = decode_inventory(target, client.call("inventory", {}, timeout))
         finally:
             client.close("probe done")
     finally:

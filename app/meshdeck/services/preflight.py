@@ -18,15 +18,19 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, TypeVar
+
+from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.preflight_rules import CheckResult, PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
+from meshdeck.services.inventory import AgentCaller, fetch_inventory
 
 CALL_TIMEOUT_S = 60.0
+T = TypeVar("T")
 PROBE_SECONDS = 60
 # Runs on the head under python3 (3.6+): listen on every port given, say so, accept and drop connections.
 PORT_PROBE = """\
@@ -53,12 +57,6 @@ while time.time() < deadline:
 """
 
 
-class AgentCaller(Protocol):
-    def call(
-        self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None
-    ) -> Any: ...
-
-
 def model_path(profile: Profile) -> str | None:
     """Where the model (or the user's torch script) lives on the servers; None for built-in workloads."""
     if profile.engine == "torch":
@@ -78,12 +76,16 @@ def versions_python(profile: Profile) -> str:
     return posixpath.join(posixpath.dirname(executable), "python3") if "/" in executable else "python3"
 
 
-def _ask(caller: AgentCaller, host: str, method: str, params: dict[str, Any] | None = None) -> Any:
-    """The reply, or the error as a one-line string (a check fails with it; pre-flight goes on)."""
+def _or_reason(ask: Callable[[], T]) -> T | str:
+    """The answer, or the error as a one-line string (a check fails with it; pre-flight goes on)."""
     try:
-        return caller.call(host, method, params or {}, timeout=CALL_TIMEOUT_S)
-    except Exception as exc:  # RpcError, NotConnected, timeouts: each becomes that host's failed check
+        return ask()
+    except Exception as exc:  # RpcError, NotConnected, timeouts, a malformed answer: that host's failed check
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _ask(caller: AgentCaller, host: str, method: str, params: dict[str, Any] | None = None) -> Any:
+    return _or_reason(lambda: caller.call(host, method, params or {}, timeout=CALL_TIMEOUT_S))
 
 
 def _per_host(hosts: list[str], ask: Callable[[str], Any]) -> dict[str, Any]:
@@ -91,11 +93,13 @@ def _per_host(hosts: list[str], ask: Callable[[str], Any]) -> dict[str, Any]:
         return dict(zip(hosts, pool.map(ask, hosts), strict=True))
 
 
-def _latest_gpus(caller: AgentCaller, host: str, inventory: Any) -> list[dict[str, Any]] | str:
+def _latest_gpus(caller: AgentCaller, host: str, inventory: Inventory | str) -> list[dict[str, Any]] | str:
     """Each GPU's total and used memory: totals from the inventory, use from the newest sample."""
     if isinstance(inventory, str):
         return inventory
-    gpus = {g["index"]: dict(g) for g in inventory.get("gpus") or () if isinstance(g, dict)}
+    gpus: dict[int, dict[str, Any]] = {
+        g.index: {"index": g.index, "memory_total_bytes": g.memory_total_bytes} for g in inventory.gpus
+    }
     first = _ask(caller, host, "samples.read", {"since_seq": 0, "limit": 1})
     if isinstance(first, str):
         return first
@@ -162,7 +166,7 @@ def run_preflight(
     plan: LaunchPlan,
     profile: Profile,
     *,
-    inventories: Mapping[str, Any] | None = None,
+    inventories: Mapping[str, Inventory] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> PreflightReport:
     """Every check on every host of `plan`; never raises for a failing host (that is a failed check).
@@ -172,10 +176,12 @@ def run_preflight(
     """
     hosts = list(plan.hosts)
     results: list[CheckResult] = []
-    inventory = dict(inventories or {})
-    missing = [h for h in hosts if not isinstance(inventory.get(h), dict)]
-    inventory.update(_per_host(missing, lambda h: _ask(caller, h, "inventory")) if missing else {})
-    simulated = profile.engine == "vllm" and any(isinstance(i, dict) and i.get("simulated") for i in inventory.values())
+    inventory: dict[str, Inventory | str] = {h: inventories[h] for h in hosts if inventories and h in inventories}
+    missing = [h for h in hosts if h not in inventory]
+    if missing:
+        inventory.update(_per_host(missing, lambda h: _or_reason(lambda: fetch_inventory(caller, h, CALL_TIMEOUT_S))))
+    decoded = [i for i in inventory.values() if isinstance(i, Inventory)]
+    simulated = profile.engine == "vllm" and any(i.simulated for i in decoded)
     path = model_path(profile)
     if simulated:
         for check in ("model files", "versions"):
@@ -186,14 +192,14 @@ def run_preflight(
         results += rules.model_files(path, _per_host(hosts, lambda h: _ask(caller, h, "checks.files", {"path": path})))
     python = versions_python(profile)
     found = {} if simulated else _per_host(hosts, lambda h: _ask(caller, h, "checks.versions", {"python": python}))
-    has_gpus = any(isinstance(inv, dict) and inv.get("gpus") for inv in inventory.values())
+    has_gpus = any(i.gpus for i in decoded)
     if profile.engine == "vllm":
         required = ["vllm", "torch", "nccl"] + (["ray"] if plan.layout_class == "ray" else [])
     else:
         required = ["torch", "nccl"] if has_gpus else ["torch"]
     if not simulated:
         results += rules.versions(required, found)
-    gpus = _per_host(hosts, lambda h: _latest_gpus(caller, h, inventory.get(h)))
+    gpus = _per_host(hosts, lambda h: _latest_gpus(caller, h, inventory[h]))
     utilization = profile.vllm.gpu_memory_utilization if profile.engine == "vllm" else None
     results += rules.gpu_memory(profile.gpus_per_node, utilization, gpus, allow_cpu=profile.engine == "torch")
     purposes = {use.port: use.purpose for use in plan.ports}

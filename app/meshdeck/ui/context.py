@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 
 from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.services.fleet import FleetService
+from meshdeck.services.inventory import Inventory
 from meshdeck.store.database import Database
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.live_metrics import LiveMetrics
@@ -33,14 +34,14 @@ class HostView:
     state: str = "disconnected"
     reason: str = ""
     error: Exception | None = None
-    inventory: dict[str, Any] | None = None
+    inventory: Inventory | None = None
     last_sample_ts: float | None = None
     dropped: int = 0
     refused: int = 0  # samples the gate refused as malformed or out of range
 
     @property
     def simulated(self) -> bool:
-        return bool(self.inventory and self.inventory.get("simulated"))
+        return self.inventory is not None and self.inventory.simulated
 
 
 class HostsModel(QObject):
@@ -71,7 +72,7 @@ class HostsModel(QObject):
         self.changed.emit(event.host)
 
     def _on_inventory(self, event: InventoryReceived) -> None:
-        self.get(event.host).inventory = dict(event.inventory)
+        self.get(event.host).inventory = event.inventory
         self.changed.emit(event.host)
 
     def _on_samples(self, event: SamplesReceived) -> None:
@@ -81,7 +82,7 @@ class HostsModel(QObject):
         if event.batch.times:
             view.last_sample_ts = event.batch.times[-1]
 
-    def connected_inventories(self) -> dict[str, dict[str, Any]]:
+    def connected_inventories(self) -> dict[str, Inventory]:
         """host -> inventory of every host that is connected (or degraded) and has reported one."""
         return {
             name: view.inventory

@@ -49,8 +49,8 @@ def test_two_local_simulated_agents_stream_samples_in_order(fleet: FleetService,
         seqs = got.seqs(name)
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
         inventory = next(e.inventory for e in got.events if isinstance(e, InventoryReceived) and e.host == name)
-        assert inventory["simulated"] is True and len(inventory["gpus"]) == 8
-        assert {g["name"] for g in inventory["gpus"]} == {"NVIDIA H200"}
+        assert inventory.simulated is True and len(inventory.gpus) == 8
+        assert inventory.gpu_names == ("NVIDIA H200",)
         states = [e.state for e in got.events if isinstance(e, HostStateChanged) and e.host == name]
         assert states[:2] == ["connecting", "connected"]
         assert fleet.status(name).agent_version

@@ -27,15 +27,13 @@ def _gpus(capture_data=DELLA, **kwargs) -> NvmlGpus:
 def test_inventory_reads_name_uuid_bus_memory_v2_links_and_pcie():
     gpus = _gpus()
     [gpu] = gpus.inventory()
-    assert gpu["name"] == "NVIDIA H100 80GB HBM3"
-    assert gpu["uuid"] == "GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1"
-    assert gpu["pci_bus_id"] == "00000000:19:00.0"
-    assert gpu["memory_total_bytes"] == 81559 * 2**20 and gpu["memory_reserved_bytes"] == 328 * 2**20
-    assert gpu["arch"] == "hopper" and (gpu["pcie_gen"], gpu["pcie_width"]) == (5, 16)
-    assert gpu["power_limit_w"] == 700.0
-    assert len(gpu["nvlink_links"]) == 18 and all(
-        link["active"] and link["remote_is_switch"] for link in gpu["nvlink_links"]
-    )
+    assert gpu.name == "NVIDIA H100 80GB HBM3"
+    assert gpu.uuid == "GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1"
+    assert gpu.pci_bus_id == "00000000:19:00.0"
+    assert gpu.memory_total_bytes == 81559 * 2**20 and gpu.memory_reserved_bytes == 328 * 2**20
+    assert gpu.arch == "hopper" and (gpu.pcie_gen, gpu.pcie_width) == (5, 16)
+    assert gpu.power_limit_w == 700.0
+    assert len(gpu.nvlink_links) == 18 and all(link.active and link.remote_is_switch for link in gpu.nvlink_links)
     assert gpus.driver_version() == "545.23.08" and gpus.cuda_version() == "12.3"
 
 

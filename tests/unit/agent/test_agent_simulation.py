@@ -44,15 +44,15 @@ def test_sxm_parts_are_nvswitch_all_to_all_and_pcie_parts_have_no_nvlink():
     l40s = SimulatedGpus(parse_simulate("8xL40S"))
     labels = l40s.matrix()
     assert labels[0][1] == "PIX" and labels[0][2] == "NODE" and labels[0][7] == "SYS"
-    assert all(not g["nvlink_links"] for g in l40s.inventory())
+    assert all(not g.nvlink_links for g in l40s.inventory())
     sixteen = SimulatedGpus(parse_simulate("16xH100"))
     assert sixteen.matrix()[0][7] == "NV18" and sixteen.matrix()[0][8] == "SYS"
 
 
 def test_memory_sizes_are_what_nvidia_smi_reports():
-    inventory = SimulatedGpus(parse_simulate("1xH100")).inventory()[0]
-    assert inventory["memory_total_bytes"] == 81559 * 2**20 and inventory["memory_reserved_bytes"] == 328 * 2**20
-    assert SimulatedGpus(parse_simulate("1xH200")).inventory()[0]["memory_total_bytes"] == 143771 * 2**20
+    gpu = SimulatedGpus(parse_simulate("1xH100")).inventory()[0]
+    assert gpu.memory_total_bytes == 81559 * 2**20 and gpu.memory_reserved_bytes == 328 * 2**20
+    assert SimulatedGpus(parse_simulate("1xH200")).inventory()[0].memory_total_bytes == 143771 * 2**20
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers():

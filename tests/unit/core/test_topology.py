@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from meshdeck.core.cluster import LinkClass, parse_nvidia_smi_topology, topology_from_codes
 from meshdeck.core.errors import InputError
-from meshdeck.core.inventory_facts import inventory_facts
 from meshdeck.core.planner import plan
 
 DATA = Path(__file__).parent / "data"
@@ -67,32 +66,6 @@ def test_text_without_a_matrix_is_refused_naming_the_source():
 def test_bad_link_code_is_refused():
     with pytest.raises(InputError):
         topology_from_codes([["X", "QQ"], ["QQ", "X"]])
-
-
-def test_agent_inventory_gives_memory_topology_and_rdma_speed():
-    inventory = {
-        "simulated": True,
-        "gpus": [
-            {"index": i, "name": "NVIDIA H200", "memory_total_bytes": 150_754_820_096, "arch": "hopper"}
-            for i in range(2)
-        ],
-        "topology": {"matrix": [["X", "NV18"], ["NV18", "X"]], "gpu_nic_affinity": {}, "nearest_nic": {}},
-        "nics": [
-            {"name": "mlx5_0/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "ACTIVE"},
-            {"name": "eth0", "kind": "ethernet", "rate_gbps": 25.0, "state": "ACTIVE"},
-        ],
-    }
-    facts = inventory_facts(inventory)
-    assert facts.gpu_count == 2 and facts.gpu_name == "NVIDIA H200"
-    assert facts.gpu_memory_bytes == 150_754_820_096
-    assert facts.topology is not None and facts.topology.fully_nvlinked
-    assert facts.rdma_bytes_per_s == 400e9 / 8
-
-
-def test_inventory_with_a_bad_memory_value_names_the_field():
-    with pytest.raises(InputError) as err:
-        inventory_facts({"gpus": [{"memory_total_bytes": "lots"}]}, source="gpu-07")
-    assert err.value.field == "gpu-07: gpus[0].memory_total_bytes"
 
 
 @pytest.mark.parametrize(

@@ -23,22 +23,27 @@ from meshdeck.launch.network import (
 )
 from meshdeck.remote.errors import RpcError, RpcTimeout
 from meshdeck.services.deploy_targets import head_routes
+from meshdeck_agent.wire_inventory import Inventory, InventoryError
 
 # A real agent's answers on the development machine (tests/fixtures/launch/agent_nics_and_routes.json).
 RECORDED = json.loads((Path(__file__).parents[2] / "fixtures" / "launch" / "agent_nics_and_routes.json").read_text())
 
-# The NIC part of an agent `inventory` reply, in the shape agent/meshdeck_agent/inventory.py documents
-# (names as NCCL_IB_HCA spells them, state as sysfs reports it), plus interface addresses.
-INVENTORY = {
-    "nics": [
-        {"name": "mlx5_0/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "ACTIVE"},
-        {"name": "mlx5_1/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "ACTIVE"},
-        {"name": "mlx5_2/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "DOWN"},
-        {"name": "eno1", "kind": "ethernet", "state": "UP", "addresses": ["192.168.100.11/24"]},
-        {"name": "ens1f0", "kind": "ethernet", "state": "UP", "addresses": ["10.0.0.2/16", "fe80::1/64"]},
-        {"name": "ens9", "kind": "ethernet", "state": "DOWN", "addresses": ["10.0.5.5/24"]},
-    ]
-}
+# The NIC part of an agent `inventory` reply, in the shape meshdeck_agent/wire_inventory.py documents
+# (names as NCCL_IB_HCA spells them, state as sysfs reports it), plus interface addresses; decoded as the
+# app decodes every inventory before the launcher reads it.
+INVENTORY = Inventory.from_wire(
+    {
+        "nics": [
+            {"name": "mlx5_0/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "ACTIVE"},
+            {"name": "mlx5_1/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "ACTIVE"},
+            {"name": "mlx5_2/1", "kind": "infiniband", "rate_gbps": 400.0, "state": "DOWN"},
+            {"name": "eno1", "kind": "ethernet", "state": "UP", "addresses": ["192.168.100.11/24"]},
+            {"name": "ens1f0", "kind": "ethernet", "state": "UP", "addresses": ["10.0.0.2/16", "fe80::1/64"]},
+            {"name": "ens9", "kind": "ethernet", "state": "DOWN", "addresses": ["10.0.5.5/24"]},
+        ]
+    }
+)
+RECORDED_INVENTORY = Inventory.from_wire(RECORDED["inventory"])
 
 
 def test_active_ib_ports_become_nccl_ib_hca_with_exact_names() -> None:
@@ -71,7 +76,8 @@ def test_longest_prefix_wins_and_the_head_itself_uses_its_own_interface() -> Non
 
 
 def test_no_ib_disables_nccl_ib_and_loopback_heads_route_over_lo() -> None:
-    node = node_network_from_inventory("local", "127.0.0.1", {"nics": [{"name": "eth0", "kind": "ethernet"}]})
+    only_eth0 = Inventory.from_wire({"nics": [{"name": "eth0", "kind": "ethernet"}]})
+    node = node_network_from_inventory("local", "127.0.0.1", only_eth0)
     env = nccl_env(node, "127.0.0.1")
     assert env == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 
@@ -110,17 +116,31 @@ def test_single_node_launches_get_no_network_presets() -> None:
 @pytest.mark.parametrize(
     ("inventory", "field"),
     [
-        ({"nics": "eth0"}, "inventory.nics"),
         ({"nics": [{"name": "mlx5_0", "kind": "infiniband"}]}, "inventory.nics[0].name"),
         ({"nics": [{"name": "eth0; reboot", "kind": "ethernet"}]}, "inventory.nics[0].name"),
-        ({"nics": [{"name": "eth0", "kind": "ethernet", "addresses": ["10.0.0.300/24"]}]}, "addresses"),
+    ],
+)
+def test_nic_names_nccl_cannot_take_are_refused_naming_host_and_field(inventory: dict, field: str) -> None:
+    with pytest.raises(InputError) as excinfo:
+        node_network_from_inventory("gpu-b", "10.0.0.2", Inventory.from_wire(inventory))
+    assert excinfo.value.field == f"host gpu-b: {field}"
+
+
+@pytest.mark.parametrize(
+    ("inventory", "field"),
+    [
+        ({"nics": "eth0"}, "inventory.nics"),
+        (
+            {"nics": [{"name": "eth0", "kind": "ethernet", "addresses": ["10.0.0.300/24"]}]},
+            "inventory.nics[0].addresses[0]",
+        ),
         ({"nics": [7]}, "inventory.nics[0]"),
     ],
 )
-def test_malformed_inventory_is_refused_naming_host_and_field(inventory: dict, field: str) -> None:
-    with pytest.raises(InputError, match=field.replace("[", r"\[").replace("]", r"\]")) as excinfo:
-        node_network_from_inventory("gpu-b", "10.0.0.2", inventory)
-    assert "gpu-b" in str(excinfo.value)
+def test_a_malformed_nic_list_never_reaches_the_launcher(inventory: dict, field: str) -> None:
+    with pytest.raises(InventoryError) as excinfo:
+        Inventory.from_wire(inventory)
+    assert excinfo.value.path == field
 
 
 @pytest.mark.parametrize("address", ["10.0.0.1\nrm -rf /", "$(id)", "head name", "-oProxyCommand=x", ""])
@@ -137,7 +157,7 @@ def test_a_node_whose_nics_nobody_asked_gets_no_ib_preset() -> None:
 def test_the_recorded_route_answer_names_the_interface_for_ipv4_and_ipv6_heads() -> None:
     for head in ("192.0.2.77", "fd00::99"):
         route = head_route_from_answer("gpu-b", head, RECORDED["checks.route"][head])
-        node = node_network_from_inventory("gpu-b", "192.0.2.2", RECORDED["inventory"], head_route=route)
+        node = node_network_from_inventory("gpu-b", "192.0.2.2", RECORDED_INVENTORY, head_route=route)
         env = nccl_env(node, head)
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
         assert env["NCCL_IB_DISABLE"] == "1"  # the recorded machine has no HCA
@@ -165,7 +185,7 @@ def test_the_agents_route_wins_over_the_subnet_match_and_resolves_a_head_given_b
 def test_a_route_the_agent_could_not_tell_falls_back_to_subnets_and_the_warning_quotes_it() -> None:
     route = head_route_from_answer("gpu-b", "gpu-head.invalid", RECORDED["checks.route"]["gpu-head.invalid"])
     assert route.interface is None and "cannot resolve gpu-head.invalid" in (route.error or "")
-    node = node_network_from_inventory("gpu-b", "192.0.2.2", RECORDED["inventory"], head_route=route)
+    node = node_network_from_inventory("gpu-b", "192.0.2.2", RECORDED_INVENTORY, head_route=route)
     (warning,) = network_warnings([node], "gpu-head.invalid")
     assert "host gpu-b" in warning and "its agent says: cannot resolve gpu-head.invalid" in warning
     fallback = node_network_from_inventory(

@@ -73,8 +73,11 @@ def test_ports_reach_and_clocks() -> None:
 class ScriptedAgents:
     """Replies in the agents' shapes (agent/meshdeck_agent/checks.py, daemon.py)."""
 
-    def __init__(self, taken: set[int] | None = None, unreachable: set[str] | None = None) -> None:
+    def __init__(
+        self, taken: set[int] | None = None, unreachable: set[str] | None = None, inventories: dict | None = None
+    ) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.inventories = inventories or {}
         self.taken = taken or set()
         self.unreachable = unreachable or set()
         self.probe_running = False
@@ -94,7 +97,8 @@ class ScriptedAgents:
                 "error": None,
             }
         if method == "inventory":
-            return {"gpus": [{"index": i, "memory_total_bytes": 150 * 10**9} for i in range(8)], "nics": []}
+            default = {"gpus": [{"index": i, "memory_total_bytes": 150 * 10**9} for i in range(8)], "nics": []}
+            return self.inventories.get(host, default)
         if method == "samples.read":
             gpus = [{"index": i, "memory_used_bytes": 10**9} for i in range(8)]
             return {"samples": [{"seq": 9, "gpus": gpus}], "dropped": 0, "first_seq": 1, "last_seq": 9}
@@ -151,6 +155,15 @@ def test_preflight_reports_a_taken_port_and_an_unreachable_node() -> None:
     report = run_preflight(ScriptedAgents(unreachable={"gpu-b"}), plan, profile)
     assert [r.host for r in report.failures] == ["gpu-b", "gpu-b"]
     assert all("timed out" in r.reason for r in report.failures)
+
+
+def test_a_wrong_shaped_inventory_fails_that_hosts_gpu_check_naming_the_field_and_the_rest_runs() -> None:
+    profile, plan = two_node_plan()
+    report = run_preflight(ScriptedAgents(inventories={"gpu-b": {"gpus": 5}}), plan, profile)
+    (failure,) = report.failures
+    assert (failure.check, failure.host) == ("GPU memory", "gpu-b")
+    assert "host gpu-b: inventory.gpus: must be a list, got 5" in failure.reason
+    assert any(r.check == "GPU memory" and r.host == "gpu-a" and r.passed for r in report.results)
 
 
 def test_where_the_model_and_interpreter_are_looked_for() -> None:

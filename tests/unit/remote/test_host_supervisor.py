@@ -62,7 +62,7 @@ def test_connects_reports_inventory_and_delivers_live_samples_in_order(harness):
     supervisor.start()
     _connected(supervisor, connector, recorder)
     assert recorder.states()[:2] == ["connecting", "connected"]
-    assert any(isinstance(e, InventoryReceived) and e.inventory["hostname"] == "fake" for e in recorder.events)
+    assert any(isinstance(e, InventoryReceived) and e.inventory.hostname == "fake" for e in recorder.events)
     connector.agent.emit(5)
     recorder.wait_for(lambda: len(recorder.seqs()) == 5)
     assert recorder.seqs() == [1, 2, 3, 4, 5]

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
 from meshdeck.remote.sshconfig import load_ssh_config
 from meshdeck.services import hosts as host_service
+from meshdeck.services.inventory import Inventory, describe_gpus
 from meshdeck.store.hosts import HostRecord
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
@@ -42,26 +43,21 @@ COLUMNS = ("host", "reached through", "state", "reason", "GPUs", "last sample")
 BUSY_STATES = ("connecting", "bootstrapping")
 
 
-def probe_summary(name: str, report: Any) -> str:
-    gpus = len(report.inventory.get("gpus") or [])
+def probe_summary(name: str, report: host_service.ProbeReport) -> str:
     agent = "uploaded" if report.uploaded else "already there"
     return (
         f"{name}: reached {report.route} with {report.auth}; host key {report.host_key}; python "
         f"{report.python_version} on {report.machine}; agent {report.agent_version} {agent}; "
-        f"{gpus} GPU(s) in {report.seconds:.1f} s"
+        f"{len(report.inventory.gpus)} GPU(s) in {report.seconds:.1f} s"
     )
 
 
-def gpu_summary(inventory: dict[str, Any] | None) -> str:
-    if not inventory:
+def gpu_summary(inventory: Inventory | None) -> str:
+    if inventory is None:
         return "—"
-    gpus = inventory.get("gpus") or []
-    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
-    memory = max((g.get("memory_total_bytes") or 0 for g in gpus if isinstance(g, dict)), default=0)
-    text = f"{len(gpus)}× {', '.join(names)} {memory / 2**30:.0f} GiB" if gpus else "no GPUs"
-    driver = inventory.get("driver")
-    text += f", driver {driver}" if driver else ""
-    return text + (" (simulated)" if inventory.get("simulated") else "")
+    text = describe_gpus(inventory)
+    text += f", driver {inventory.driver}" if inventory.driver else ""
+    return text + (" (simulated)" if inventory.simulated else "")
 
 
 class HostsView(QWidget):

@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult, plan
 from meshdeck.services.catalog import load_gpu_catalog
+from meshdeck.services.cluster import DetectedCluster
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.planner_form import PlannerForm, PlannerInputs
-from meshdeck.ui.views.planner_inputs import DetectedCluster
 from meshdeck.ui.views.planner_save import ProfileSaver
 from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
 from meshdeck.ui.widgets.rank_map import RankMapWidget

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
@@ -36,9 +35,8 @@ from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model
-from meshdeck.ui.views.planner_inputs import DetectedCluster, detected_cluster
-
-GIB = 1 << 30
+from meshdeck.services.cluster import DetectedCluster, cluster_from_inventories
+from meshdeck.services.inventory import Inventory, describe_gpus
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class PlannerInputs:
 
     use_detected: bool
     hosts: tuple[str, ...]
-    inventories: Mapping[str, Mapping[str, Any]]
+    inventories: Mapping[str, Inventory]
     gpu_name: str
     nodes: int
     gpus_per_node: int
@@ -65,7 +63,7 @@ class PlannerInputs:
         detected = None
         catalog = load_gpu_catalog()
         if self.use_detected:
-            detected = detected_cluster(self.inventories, self.hosts, catalog)
+            detected = cluster_from_inventories(self.inventories, self.hosts, catalog)
             cluster = detected.cluster
         else:
             gpu = next(g for g in catalog if g.name == self.gpu_name)
@@ -92,12 +90,8 @@ class PlannerInputs:
         return request, detected
 
 
-def _describe(inventory: Mapping[str, Any]) -> str:
-    gpus = inventory.get("gpus") or []
-    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
-    memory = max((g.get("memory_total_bytes") or 0 for g in gpus if isinstance(g, dict)), default=0)
-    text = f"{len(gpus)}× {', '.join(names) or 'GPU'} {memory / GIB:.0f} GiB" if gpus else "no GPUs"
-    return text + (" (simulated)" if inventory.get("simulated") else "")
+def _describe(inventory: Inventory) -> str:
+    return describe_gpus(inventory) + (" (simulated)" if inventory.simulated else "")
 
 
 class PlannerForm(QWidget):
@@ -106,7 +100,7 @@ class PlannerForm(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("plannerForm")
-        self._inventories: dict[str, Mapping[str, Any]] = {}
+        self._inventories: dict[str, Inventory] = {}
 
         cluster_box = QGroupBox("Cluster")
         self.detected = QRadioButton("Detected hosts")
@@ -205,7 +199,7 @@ class PlannerForm(QWidget):
         index = self.gpu.findText(current)
         self.gpu.setCurrentIndex(max(index, 0))
 
-    def set_hosts(self, inventories: Mapping[str, Mapping[str, Any]]) -> None:
+    def set_hosts(self, inventories: Mapping[str, Inventory]) -> None:
         """Connected hosts with their inventories; keeps the user's ticks, ticks new GPU hosts."""
         ticked = set(self.ticked_hosts()) if self.host_list.count() else None
         self._inventories = dict(inventories)
@@ -214,7 +208,7 @@ class PlannerForm(QWidget):
             item = QListWidgetItem(f"{host} — {_describe(inventory)}")
             item.setData(Qt.ItemDataRole.UserRole, host)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-            has_gpus = bool(inventory.get("gpus"))
+            has_gpus = bool(inventory.gpus)
             tick = (host in ticked) if ticked is not None else has_gpus
             item.setCheckState(Qt.CheckState.Checked if tick and has_gpus else Qt.CheckState.Unchecked)
             self.host_list.addItem(item)

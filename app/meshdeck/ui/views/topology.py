@@ -8,9 +8,9 @@ GPU ↔ NIC table shows which InfiniBand / Ethernet port is nearest each GPU (wh
 
 from __future__ import annotations
 
+import html
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.services.inventory import Gpu, Inventory, Nic, Topology
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext
 
@@ -118,7 +119,7 @@ class TopologyView(QWidget):
 
     def _hosts_changed(self, host: str) -> None:
         assert self.context.hosts is not None
-        known = sorted(name for name, view in self.context.hosts.hosts.items() if view.inventory)
+        known = sorted(name for name, view in self.context.hosts.hosts.items() if view.inventory is not None)
         current = [self.host.itemText(i) for i in range(self.host.count())]
         if known != current:
             chosen = self.host.currentText()
@@ -134,31 +135,30 @@ class TopologyView(QWidget):
     def show_host(self, host: str) -> None:
         assert self.context.hosts is not None
         view = self.context.hosts.hosts.get(host)
-        if view is None or not view.inventory:
+        if view is None or view.inventory is None:
             return
         self.show_inventory(host, view.inventory)
 
-    def show_inventory(self, host: str, inventory: Mapping[str, Any]) -> None:
-        gpus = [g for g in inventory.get("gpus") or [] if isinstance(g, dict)]
-        nics = [n for n in inventory.get("nics") or [] if isinstance(n, dict)]
-        topology = inventory.get("topology") or {}
-        cpu = inventory.get("cpu") or {}
-        names = sorted({str(g.get("name")) for g in gpus})
-        memory = max((g.get("memory_total_bytes") or 0 for g in gpus), default=0)
-        simulated = " — <b>SIMULATED</b> (meshdeck-agent --simulate)" if inventory.get("simulated") else ""
+    def show_inventory(self, host: str, inventory: Inventory) -> None:
+        gpus = inventory.gpus
+        cpu = inventory.cpu
+        names = ", ".join(inventory.gpu_names) or "no GPU"
+        memory = inventory.largest_gpu_memory_bytes
+        simulated = " — <b>SIMULATED</b> (meshdeck-agent --simulate)" if inventory.simulated else ""
+        text = html.escape  # the summary is rich text: what the server says is shown as text, never as markup
         self.summary.setText(
-            f"<b>{inventory.get('hostname', host)}</b>{simulated}<br>"
-            f"{len(gpus)}× {', '.join(names) or 'no GPU'}, {memory / 2**30:.1f} GiB each · "
-            f"driver {inventory.get('driver') or '—'} · CUDA {inventory.get('cuda') or '—'} · "
-            f"{cpu.get('sockets', '?')}× {cpu.get('model', 'CPU')} ({cpu.get('cores', '?')} cores) · "
-            f"RAM {(inventory.get('ram_total_bytes') or 0) / 2**30:.0f} GiB"
-            + (f"<br>no GPUs: {inventory.get('gpu_reason')}" if inventory.get("gpu_reason") and not gpus else "")
+            f"<b>{text(inventory.hostname or host)}</b>{simulated}<br>"
+            f"{len(gpus)}× {text(names)}, {memory / 2**30:.1f} GiB each · "
+            f"driver {text(inventory.driver or '—')} · CUDA {text(inventory.cuda or '—')} · "
+            f"{cpu.sockets or '?'}× {text(cpu.model or 'CPU')} ({cpu.cores or '?'} cores) · "
+            f"RAM {(inventory.ram_total_bytes or 0) / 2**30:.0f} GiB"
+            + (f"<br>no GPUs: {text(inventory.gpu_reason)}" if inventory.gpu_reason and not gpus else "")
         )
-        self._fill_matrix(topology.get("matrix") or [])
-        self._fill_nics(len(gpus), nics, topology.get("gpu_nic_affinity") or {})
+        self._fill_matrix(inventory.topology.matrix)
+        self._fill_nics(len(gpus), inventory.nics, inventory.topology)
         self._fill_gpus(gpus)
 
-    def _fill_matrix(self, matrix: list[list[str]]) -> None:
+    def _fill_matrix(self, matrix: Sequence[Sequence[str]]) -> None:
         size = len(matrix)
         self.matrix.setRowCount(size)
         self.matrix.setColumnCount(size)
@@ -166,49 +166,46 @@ class TopologyView(QWidget):
         self.matrix.setHorizontalHeaderLabels(labels)
         self.matrix.setVerticalHeaderLabels(labels)
         for row, codes in enumerate(matrix):
-            for column, code in enumerate(codes[:size]):
-                self.matrix.setItem(row, column, _cell(str(code)))
+            for column, code in enumerate(codes):
+                self.matrix.setItem(row, column, _cell(code))
 
-    def _fill_nics(self, gpu_count: int, nics: list[dict[str, Any]], affinity: Mapping[str, Mapping[str, str]]) -> None:
-        names = [str(n.get("name")) for n in nics] or sorted({nic for row in affinity.values() for nic in row})
-        by_name = {str(n.get("name")): n for n in nics}
+    def _fill_nics(self, gpu_count: int, nics: Sequence[Nic], topology: Topology) -> None:
+        names = [n.name for n in nics] or sorted({nic for _gpu, row in topology.gpu_nic_affinity for nic, _ in row})
+        by_name = {n.name: n for n in nics}
         headers = []
         for name in names:
-            nic = by_name.get(name, {})
-            rate = f"{nic['rate_gbps']:g} Gb/s" if isinstance(nic.get("rate_gbps"), int | float) else ""
-            headers.append(
-                "\n".join(
-                    part for part in (name, str(nic.get("kind") or ""), rate, str(nic.get("state") or "")) if part
-                )
-            )
+            nic = by_name.get(name)
+            parts = [name]
+            if nic is not None:
+                rate = f"{nic.rate_gbps:g} Gb/s" if nic.rate_gbps is not None else ""
+                parts += [nic.kind, rate, nic.state or ""]
+            headers.append("\n".join(part for part in parts if part))
         self.nics.setRowCount(gpu_count)
         self.nics.setColumnCount(len(names))
         self.nics.setHorizontalHeaderLabels(headers)
         self.nics.setVerticalHeaderLabels([f"GPU{i}" for i in range(gpu_count)])
         for gpu in range(gpu_count):
-            row = affinity.get(str(gpu)) or {}
+            row = topology.affinity(gpu)
             for column, name in enumerate(names):
                 code = row.get(name)
-                self.nics.setItem(gpu, column, _cell(str(code)) if code else QTableWidgetItem("—"))
+                self.nics.setItem(gpu, column, _cell(code) if code else QTableWidgetItem("—"))
 
-    def _fill_gpus(self, gpus: list[dict[str, Any]]) -> None:
+    def _fill_gpus(self, gpus: Sequence[Gpu]) -> None:
         columns = ("GPU", "model", "memory", "reserved", "NUMA node", "PCI bus", "NVLinks up", "arch")
         self.gpus.setColumnCount(len(columns))
         self.gpus.setHorizontalHeaderLabels(columns)
         self.gpus.setRowCount(len(gpus))
         self.gpus.verticalHeader().setVisible(False)
         for row, gpu in enumerate(gpus):
-            links = gpu.get("nvlink_links") or []
-            up = sum(1 for link in links if isinstance(link, dict) and link.get("active"))
             values = (
-                str(gpu.get("index")),
-                str(gpu.get("name")),
-                f"{(gpu.get('memory_total_bytes') or 0) / 2**30:.1f} GiB",
-                f"{(gpu.get('memory_reserved_bytes') or 0) / 2**20:.0f} MiB",
-                str(gpu.get("numa_node", "—")),
-                str(gpu.get("pci_bus_id", "—")),
-                f"{up} of {len(links)}",
-                str(gpu.get("arch", "—")),
+                str(gpu.index),
+                str(gpu.name),
+                f"{(gpu.memory_total_bytes or 0) / 2**30:.1f} GiB",
+                f"{(gpu.memory_reserved_bytes or 0) / 2**20:.0f} MiB",
+                "—" if gpu.numa_node is None else str(gpu.numa_node),
+                gpu.pci_bus_id or "—",
+                f"{gpu.active_nvlinks} of {len(gpu.nvlink_links)}",
+                gpu.arch or "—",
             )
             for column, text in enumerate(values):
                 self.gpus.setItem(row, column, QTableWidgetItem(text))
