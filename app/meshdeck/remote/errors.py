@@ -133,3 +133,10 @@ class RpcError(RemoteError):
 
 class RpcTimeout(RemoteError):
     """No answer to a request within its timeout (the connection may still be alive)."""
+
+
+class RemoteOutputTooLarge(RemoteError):
+    """A remote command printed more than the app reads from it (`ssh.MAX_OUTPUT_BYTES`); it was stopped.
+    Running it again prints as much again, so it is not retried."""
+
+    permanent = True
