@@ -88,7 +88,7 @@ class LogFollower:
         with contextlib.suppress(Exception):  # the agent may be gone; show what was read
             self.poll(worker_id)
         text = (followed.tail + followed.partial).rstrip("\n")
-        return "\n".join(text.split("\n")[-lines:])  # not splitlines(): a CR (a progress bar) is not a line end
+        return "\n".join(text.splitlines()[-lines:])
 
 
 class ReadyProbe:

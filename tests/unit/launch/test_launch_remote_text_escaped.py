@@ -50,7 +50,8 @@ def test_a_crash_while_starting_is_reported_escaped_with_its_log_lines_kept() ->
     assert reason.splitlines() == [
         "job on gpu-a killed\\x1b[2J\\x1b[H\\r while starting",
         "INFO loading",
-        "\\x1b[31mRuntimeError\\x1b[2J\\x1b[H\\r: boom",
+        "\\x1b[31mRuntimeError\\x1b[2J\\x1b[H",  # a CR ends a line there, as in `deployments logs`
+        ": boom",
     ]
 
 

@@ -1,6 +1,6 @@
-"""`meshdeck deployments list|stop` with stored hosts that cannot be reached next to a real local agent: the
-hosts are asked at once with a short connect timeout, the unreachable ones are named (stderr and --json),
-the rest is shown and stopped, and the exit status says some hosts were unreachable (3)."""
+"""`meshdeck deployments list|stop|logs` against a real local agent: stored hosts that cannot be reached are
+asked at once with a short connect timeout, named (stderr and --json), the rest is shown and stopped, and
+the exit status says some hosts were unreachable (3); what the agent's workers print is shown escaped."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_agent_cli import isolated_runtime, meshdeck
+from local_agent_cli import isolated_runtime, meshdeck, start_local_worker
 from meshdeck.commands.deployments import EXIT_HOSTS_UNREACHABLE
-from meshdeck.services.deploy_model import new_deployment_id, worker_id, worker_name
-from meshdeck.services.fleet import FleetService
+from meshdeck.services.deploy_model import new_deployment_id
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import HostRecord, add_host
 from sshd import free_port
@@ -43,19 +42,6 @@ def silent_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
-def _start_local_worker(deployment: str) -> None:
-    """A meshdeck-named worker on this test's local agent (the daemon keeps it once the fleet closes)."""
-    spec = {"id": worker_id(deployment, "sleeper"), "name": worker_name(deployment, 0, "sleeper"),
-            "argv": ["sleep", "600"], "restart": "never"}  # fmt: skip
-    with FleetService() as fleet:
-        fleet.add_local("local")
-        deadline = time.monotonic() + 60
-        while fleet.status("local").state != "connected":
-            assert time.monotonic() < deadline, fleet.status("local").reason
-            time.sleep(0.1)
-        fleet.call("local", "workers.start", {"spec": spec}, timeout=30)
-
-
 def test_unreachable_hosts_are_named_and_the_local_agent_is_listed_and_stopped(
     runtime: dict[str, str], tmp_path: Path, silent_port: int
 ) -> None:
@@ -64,7 +50,7 @@ def test_unreachable_hosts_are_named_and_the_local_agent_is_listed_and_stopped(
         add_host(database, HostRecord(name="gpu-closed", target="127.0.0.1", port=free_port()))
         add_host(database, HostRecord(name="gpu-silent", target="127.0.0.1", port=silent_port))
     deployment = new_deployment_id("probe")
-    _start_local_worker(deployment)
+    start_local_worker(deployment, "sleeper", ["sleep", "600"])
 
     started = time.monotonic()
     listed = meshdeck(runtime, "--db", db, "deployments", "list", "--json", timeout=CLI_BOUND_S)
@@ -90,3 +76,16 @@ def test_unreachable_hosts_are_named_and_the_local_agent_is_listed_and_stopped(
     assert after.returncode == 0, after.stderr
     (found,) = [d for d in json.loads(after.stdout)["deployments"] if d["id"] == deployment]
     assert found["state"] == "stopped"
+
+
+def test_logs_are_printed_with_control_characters_escaped_and_lines_and_tabs_kept(
+    runtime: dict[str, str], tmp_path: Path
+) -> None:
+    deployment = new_deployment_id("noisy")
+    script = "printf '\\033[2Jred\\tcell\\r\\nnext\\033]0;title\\007 line\\n'; sleep 600"
+    start_local_worker(deployment, "printer", ["sh", "-c", script], output="line")
+    logs = meshdeck(runtime, "--db", str(tmp_path / "m.db"), "deployments", "logs", deployment, "--hosts", "local")
+    assert logs.returncode == 0, logs.stderr
+    assert "\x1b" not in logs.stdout and "\r" not in logs.stdout
+    assert "\\x1b[2Jred\tcell\nnext\\x1b]0;title\\x07 line" in logs.stdout  # a CR LF ends a line
+    meshdeck(runtime, "--db", str(tmp_path / "m.db"), "deployments", "stop", deployment, "--hosts", "local")
