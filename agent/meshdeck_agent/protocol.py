@@ -494,7 +494,7 @@ class WorkerSpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker records: what the agent says about a worker. Decoded once where they enter the app.
+# Worker records and logs: what the agent says about a worker. Decoded once where they enter the app.
 
 
 @dataclass(frozen=True)
@@ -555,6 +555,30 @@ class WorkerRecord:
             started_at=_number(record.get("started_at")),
             ended_at=_number(record.get("ended_at")),
         )
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """The answer to `workers.logs`: `data` read from byte `start`; `offset` is where to read next."""
+
+    data: str
+    offset: int
+    size: Optional[int] = None
+    start: Optional[int] = None
+
+    @classmethod
+    def from_wire(cls, reply: Any, where: str = "workers.logs") -> "LogChunk":
+        """Check an answer from the wire. Raises ProtocolError(BAD_REQUEST) naming `where` and the field."""
+        if not isinstance(reply, dict):
+            raise ProtocolError(BAD_REQUEST, "%s: must be an object, got %s" % (where, type(reply).__name__))
+        data = reply.get("data")
+        if not isinstance(data, str):
+            raise ProtocolError(BAD_REQUEST, "%s.data: must be a string, got %s" % (where, _shown(data)))
+        for name in ("offset", "size", "start"):
+            value = reply.get(name)
+            if (name == "offset" or value is not None) and (not _is_int(value) or value < 0):
+                raise ProtocolError(BAD_REQUEST, "%s.%s: must be a byte offset, got %s" % (where, name, _shown(value)))
+        return cls(data=data, offset=reply["offset"], size=reply.get("size"), start=reply.get("start"))
 
 
 def worker_records_from_wire(listing: Any) -> List[WorkerRecord]:

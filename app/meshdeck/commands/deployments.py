@@ -12,7 +12,7 @@ which the console uses too: a stop closes the deployment's stored record.
 A host that cannot be asked (unreachable, no answer, a malformed answer) is named on stderr
 (`meshdeck: HOST could not be asked: WHY`) and in `list --json` (`"unreachable": [{"host", "reason"}]`
 beside `"deployments"`); the others are shown, and stopped. Exit status: 0 when every host answered;
-1 when a part could not be stopped; 3 (EXIT_HOSTS_UNREACHABLE) when some hosts could not be asked, so
+1 when a part could not be stopped or its log read (named on stderr); 3 (EXIT_HOSTS_UNREACHABLE) when some hosts could not be asked, so
 what is shown may be incomplete — `stop` then leaves the deployment's stored record open, since parts
 on those hosts may still run; 2 for bad input. Everything an agent said is printed escaped (no raw
 control characters reach the terminal); logs keep their newlines and tabs.
@@ -25,8 +25,11 @@ import json
 import sys
 from typing import Any
 
+from meshdeck_agent.protocol import ProtocolError
+
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
+from meshdeck.remote.errors import RemoteError
 from meshdeck.services import deploy_hosts
 from meshdeck.services.deploy_found import DeploymentSurvey, PartStopped, stop_found, survey_deployments
 from meshdeck.services.deploy_model import find
@@ -34,9 +37,9 @@ from meshdeck.services.deploy_waits import read_log
 from meshdeck.services.fleet import FleetService
 from meshdeck.store.database import Database, open_database
 
-EXIT_PART_NOT_STOPPED = 1
+EXIT_PART_FAILED = 1  # a part could not be stopped, or its log read
 EXIT_HOSTS_UNREACHABLE = 3
-_EXIT_STATUS = """exit status: 0 every host answered; 1 a part could not be stopped; 2 bad input;
+_EXIT_STATUS = """exit status: 0 every host answered; 1 a part could not be stopped or its log read; 2 bad input;
 3 some hosts could not be asked (named on stderr and in --json): what is shown may be incomplete"""
 
 
@@ -119,7 +122,7 @@ def _stop(args: argparse.Namespace) -> int:
         hosts = ", ".join(found.unanswered)
         print(f"meshdeck: {deployment.id} may have parts on {hosts}; its record stays open", file=sys.stderr)
     if outcome.failures:
-        return EXIT_PART_NOT_STOPPED
+        return EXIT_PART_FAILED
     return EXIT_HOSTS_UNREACHABLE if found.unanswered else 0
 
 
@@ -131,8 +134,18 @@ def _logs(args: argparse.Namespace) -> int:
         if not workers:
             names = ", ".join(w.command for w in deployment.workers)
             raise InputError("--command", f"{args.command!r} is not a part of {deployment.id} ({names})")
+        unread = []
         for worker in workers:
-            text = read_log(lambda *a: fleet.call(*a, timeout=60), worker.host, worker.worker_id)
+            try:
+                text = read_log(lambda *a: fleet.call(*a, timeout=60), worker.host, worker.worker_id)
+            except (ProtocolError, RemoteError) as exc:  # this part's agent is gone or talks nonsense: say so
+                why = exc.message if isinstance(exc, ProtocolError) else str(exc)
+                unread.append(printable(f"meshdeck: {worker.command} on {worker.host}: cannot read its log: {why}"))
+                continue
             print(printable(f"==> {worker.command} on {worker.host} ({worker.state}) <=="))
             print(printable_lines("\n".join(text.splitlines()[-max(1, args.lines) :])))
+    for line in unread:
+        print(line, file=sys.stderr)
+    if unread:
+        return EXIT_PART_FAILED
     return EXIT_HOSTS_UNREACHABLE if found.unanswered else 0

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from meshdeck_agent.protocol import ProtocolError, WorkerRecord
+from meshdeck_agent.protocol import BAD_REQUEST, ProtocolError, WorkerRecord
 
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
@@ -207,14 +207,12 @@ class DeployService:
             reply = self._call(command.host, "workers.start", {"spec": spec})
         except Exception as exc:
             raise _Abort("failed", f"{command.name} on {command.host} did not start: {printable(str(exc))}") from None
-        malformed = f"{command.name} on {command.host}: malformed answer to workers.start"
         try:
             record = WorkerRecord.from_wire(reply, "workers.start")
+            if record.id != wid:
+                raise ProtocolError(BAD_REQUEST, f"workers.start.id: answered for worker {record.id!r}, not {wid!r}")
         except ProtocolError as exc:  # the agent may have started it: stopped with the rest
-            raise _Abort("failed", f"{malformed}: {printable(exc.message)}", maybe_started=True) from None
-        if record.id != wid:
-            answered = f"answered for worker {printable(record.id, 80)!r}, not {wid!r}"
-            raise _Abort("failed", f"{malformed}: {answered}", maybe_started=True)
+            raise _Abort("failed", f"{command.name} on {command.host}: {_malformed(exc)}", maybe_started=True) from None
         self._update_worker(command.host, record)
 
     def _wait(
@@ -249,6 +247,8 @@ class DeployService:
                     ok = self._probe.passed(
                         check, host=host, address=address, worker_ids=ids, running_since=running_since
                     )
+                except ProtocolError as exc:  # a malformed answer is: the same agent answers the same way again
+                    raise _Abort("failed", f"{commands[0].name} on {host}: {_malformed(exc)}") from None
                 except Exception as exc:  # an agent hiccup is not a verdict; ask again until the deadline
                     log.debug("ready check %s on %s: %s", check.describe(), host, exc)
                     ok = False
@@ -434,6 +434,11 @@ class DeployService:
             getattr(self._recorder, method)(*args)
         except Exception:
             log.exception("recording %s failed", method)
+
+
+def _malformed(error: ProtocolError) -> str:
+    """'malformed answer: <method>.<field>: <problem>', escaped and cut (the agent's text is in it)."""
+    return f"malformed answer: {printable(error.message, 300)}"
 
 
 class _Abort(Exception):

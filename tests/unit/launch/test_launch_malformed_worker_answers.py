@@ -50,7 +50,7 @@ def one_part_plan(wait_s: float = 3.0) -> LaunchPlan:
         ({"id": WID, "state": "zombie"}, "workers.start.state"),
         ({"id": WID, "state": "running", "restarts": "many"}, "workers.start.restarts"),
         ({"id": WID, "state": "running", "exit_code": True}, "workers.start.exit_code"),
-        ({"id": "someone-else", "state": "running"}, "answered for worker 'someone-else'"),
+        ({"id": "someone-else", "state": "running"}, "workers.start.id: answered for worker 'someone-else'"),
     ],
 )
 def test_a_malformed_start_answer_fails_the_launch_at_once_naming_the_host(answer: Any, named: str) -> None:
@@ -59,7 +59,7 @@ def test_a_malformed_start_answer_fails_the_launch_at_once_naming_the_host(answe
         DeployService(fleet, poll_s=0.01).launch(one_part_plan(), deployment_id=DEPLOYMENT)
     snapshot = failed.value.snapshot
     assert snapshot.state == "failed"
-    assert snapshot.reason.startswith("job on gpu-a: malformed answer to workers.start"), snapshot.reason
+    assert snapshot.reason.startswith("job on gpu-a: malformed answer: workers.start"), snapshot.reason
     assert named in snapshot.reason
     assert not [call for call in fleet.calls if call[1] == "checks.tcp_connect"]  # never waited on the port
     assert fleet.stopped() == [("gpu-a", "job")]  # the agent may have started it: it is stopped
