@@ -5,6 +5,7 @@ refused while it is being read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -14,6 +15,8 @@ import threading
 import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from meshdeck.remote.errors import ConnectionLost, RpcError
 from meshdeck.remote.peer_log import PeerLog
 from meshdeck.remote.rpc import RpcClient
@@ -22,6 +25,7 @@ from meshdeck_agent import protocol
 from remote_fake_agent import fake_agent_pair
 
 FLOOD_LINES = 10_000
+_KEYS = ["hello", "protocol", "agent", "epoch", "id", "result", "error", "code", "message", "event", "data", "method"]
 
 
 def _records(caplog: pytest.LogCaptureFixture, logger: str) -> list[logging.LogRecord]:
@@ -144,3 +148,28 @@ def test_an_agent_flooding_stderr_is_logged_a_bounded_number_of_times_and_its_ta
     assert len(logged) <= 60, f"{len(logged)} log lines for {FLOOD_LINES} stderr lines"
     tail = stream.stderr.tail()
     assert f"noise {FLOOD_LINES - 1}" in tail and "\x1b" not in tail and len(tail) < 12_000
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS) | st.text(max_size=6), inner),
+    max_leaves=8,
+)
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.binary(max_size=120) | _JSON.map(lambda v: json.dumps(v).encode()), max_size=12))
+def test_any_garbage_from_the_agent_leaves_the_client_answering(garbage: list[bytes]) -> None:
+    client_sock, agent_sock = socket.socketpair()
+    client = RpcClient(SocketStream(client_sock), host="gpu-a")
+    try:
+        agent_sock.sendall(protocol.encode(protocol.hello("x")))
+        client.start(timeout=10)
+        pending = client.call_async("agent.time")  # request id 1
+        agent_sock.sendall(b"\n".join(garbage) + b"\n" + protocol.encode(protocol.response(1, {"time": 1.0})))
+        with contextlib.suppress(RpcError):  # garbage may have answered it first, or failed it: both are answers
+            pending.result(10)
+        assert not client.closed, client.close_reason
+    finally:
+        client.close()
+        agent_sock.close()
