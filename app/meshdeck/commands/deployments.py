@@ -74,7 +74,8 @@ def _gather(args: argparse.Namespace, fleet: FleetService, db: Database) -> Depl
         raise InputError("--hosts", "no hosts are stored and no local agent runs; add one with `meshdeck hosts add`")
     unreached = deploy_hosts.reach(fleet, hosts, db)
     found = survey_deployments(fleet, [h for h in hosts if h not in unreached])
-    unanswered = {h: unreached.get(h) or found.unanswered[h] for h in hosts if h in unreached or h in found.unanswered}
+    problems = {**found.unanswered, **unreached}
+    unanswered = {h: problems[h] for h in dict.fromkeys(hosts) if h in problems}
     for host, why in unanswered.items():
         print(f"meshdeck: {host} could not be asked: {why}", file=sys.stderr)
     return DeploymentSurvey(found.deployments, unanswered)

@@ -305,18 +305,20 @@ class DeployService:
             try:
                 record = WorkerRecord.from_wire(event.data, "worker event")
             except ProtocolError as exc:
-                noise = self._noise.setdefault(event.host, PeerLog(log, event.host))
-                noise.report("malformed worker event ignored", exc.message)
+                self._peer_log(event.host).report("malformed worker event ignored", exc.message)
                 return
             self._update_worker(event.host, record)
         elif event.event == "log" and event.data.get("kind") == "vllm_startup":
+            if not isinstance(event.data.get("fields"), dict):
+                self._peer_log(event.host).report("malformed vllm_startup log event ignored", "fields: not an object")
+                return
             key = (event.host, str(event.data.get("worker")))
             with self._lock:
                 deployment = self._deployments.get(self._by_worker.get(key, ""))
                 if deployment is None:
                     return
                 measured = deployment.measured.setdefault(key[1], {})
-                measured.update(event.data.get("fields") or {})
+                measured.update(event.data["fields"])
                 snapshot = dict(measured)
             self._record("startup_measured", deployment.id, key[1], snapshot)
 
@@ -416,6 +418,12 @@ class DeployService:
             log.warning("%s: restart as a whole failed: %s", deployment.id, deployment.reason)
 
     # -- plumbing ----------------------------------------------------------------------------------
+
+    def _peer_log(self, host: str) -> PeerLog:
+        with self._lock:
+            if host not in self._noise:
+                self._noise[host] = PeerLog(log, host)
+            return self._noise[host]
 
     def _call(self, host: str, method: str, params: dict[str, Any] | None = None) -> Any:
         return self._fleet.call(host, method, params or {}, timeout=self._timeout)

@@ -119,3 +119,15 @@ def test_any_answer_is_a_typed_record_or_one_error_naming_the_field(overrides: d
     assert all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (record.exit_code, record.signal))
     assert isinstance(record.restarts, int) and record.restarts >= 0 and isinstance(record.reason, str)
     assert record.started_at is None or math.isfinite(record.started_at)
+
+
+def test_a_vllm_startup_event_with_malformed_fields_is_ignored_with_a_warning(caplog) -> None:
+    fleet = FakeFleet()
+    fleet.on_start["job"] = lambda host, worker: fleet.open_ports.add(("gpu-a", 1))
+    deploy = DeployService(fleet, poll_s=0.01)
+    deploy.launch(one_part_plan(), deployment_id=DEPLOYMENT)
+    with caplog.at_level(logging.WARNING, logger="meshdeck.services.deploy"):
+        fleet.emit_log("gpu-a", WID, "vllm_startup", ["not", "fields"])  # type: ignore[arg-type]
+        fleet.emit_log("gpu-a", WID, "vllm_startup", {"kv_cache_bytes": 1})
+    assert deploy.get(DEPLOYMENT).measured == {WID: {"kv_cache_bytes": 1}}
+    assert any("malformed vllm_startup" in r.getMessage() for r in caplog.records)
