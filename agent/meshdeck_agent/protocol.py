@@ -56,7 +56,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -493,6 +493,119 @@ class WorkerSpec:
             metrics_url=spec.get("metrics_url"),
             simulate=simulate,
         )
+
+
+def _number(value: Any) -> Optional[float]:
+    """A finite number as a float, else None (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker records and logs: what the agent says about a worker. Decoded once where they enter the app.
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One worker as the agent reports it: the answer to `workers.start` / `workers.stop`, each entry of
+    `workers.list`, the data of a `worker` event. Keys the app does not read (argv, gpus, log, ...) are
+    ignored, so an agent may add some within protocol 1; the ones read must have their types."""
+
+    id: str
+    state: str  # one of WORKER_STATES
+    name: str = ""
+    pid: Optional[int] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    reason: str = ""
+    error: Optional[str] = None
+    restarts: int = 0
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+
+    @classmethod
+    def from_wire(cls, record: Any, where: str = "worker") -> "WorkerRecord":
+        """Check a record from the wire. Raises ProtocolError(BAD_REQUEST) naming `where` and the field."""
+
+        def bad(path: str, problem: str) -> ProtocolError:
+            return ProtocolError(BAD_REQUEST, "%s%s: %s" % (where, "." + path if path else "", problem))
+
+        if not isinstance(record, dict):
+            raise bad("", "must be an object, got %s" % type(record).__name__)
+        worker_id = record.get("id")
+        if not isinstance(worker_id, str) or not worker_id:
+            raise bad("id", "must be a non-empty string")
+        state = record.get("state")
+        if not isinstance(state, str) or state not in WORKER_STATES:
+            raise bad("state", "must be one of %s, got %s" % (", ".join(WORKER_STATES), _shown(state)))
+        for name in ("name", "reason", "error"):
+            if record.get(name) is not None and not isinstance(record[name], str):
+                raise bad(name, "must be a string or null")
+        for name in ("pid", "exit_code", "signal"):
+            if record.get(name) is not None and not _is_int(record[name]):
+                raise bad(name, "must be an integer or null, got %s" % _shown(record[name]))
+        restarts = record.get("restarts", 0)
+        if not _is_int(restarts) or restarts < 0:
+            raise bad("restarts", "must be a non-negative integer, got %s" % _shown(restarts))
+        for name in ("started_at", "ended_at"):
+            if record.get(name) is not None and _number(record[name]) is None:
+                raise bad(name, "must be a number (Unix time) or null, got %s" % _shown(record[name]))
+        return cls(
+            id=worker_id,
+            state=state,
+            name=record.get("name") or "",
+            pid=record.get("pid"),
+            exit_code=record.get("exit_code"),
+            signal=record.get("signal"),
+            reason=record.get("reason") or "",
+            error=record.get("error"),
+            restarts=restarts,
+            started_at=_number(record.get("started_at")),
+            ended_at=_number(record.get("ended_at")),
+        )
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """The answer to `workers.logs`: `data` read from byte `start`; `offset` is where to read next."""
+
+    data: str
+    offset: int
+    size: Optional[int] = None
+    start: Optional[int] = None
+
+    @classmethod
+    def from_wire(cls, reply: Any, where: str = "workers.logs") -> "LogChunk":
+        """Check an answer from the wire. Raises ProtocolError(BAD_REQUEST) naming `where` and the field."""
+        if not isinstance(reply, dict):
+            raise ProtocolError(BAD_REQUEST, "%s: must be an object, got %s" % (where, type(reply).__name__))
+        data = reply.get("data")
+        if not isinstance(data, str):
+            raise ProtocolError(BAD_REQUEST, "%s.data: must be a string, got %s" % (where, _shown(data)))
+        for name in ("offset", "size", "start"):
+            value = reply.get(name)
+            if (name == "offset" or value is not None) and (not _is_int(value) or value < 0):
+                raise ProtocolError(BAD_REQUEST, "%s.%s: must be a byte offset, got %s" % (where, name, _shown(value)))
+        return cls(data=data, offset=reply["offset"], size=reply.get("size"), start=reply.get("start"))
+
+
+def worker_records_from_wire(listing: Any) -> List[WorkerRecord]:
+    """The records of a `workers.list` answer ({"workers": [record, ...]}); ProtocolError names the bad one."""
+    if not isinstance(listing, dict) or not isinstance(listing.get("workers"), list):
+        raise ProtocolError(BAD_REQUEST, 'workers.list: must be an object with a list "workers"')
+    return [WorkerRecord.from_wire(r, "workers.list.workers[%d]" % i) for i, r in enumerate(listing["workers"])]
+
+
+def _shown(value: Any) -> str:
+    """A wire value in an error message, cut short (it may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# Samples -> rows
 
 
 # ---------------------------------------------------------------------------------------------

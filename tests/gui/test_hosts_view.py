@@ -68,6 +68,14 @@ def test_a_host_with_a_bad_target_is_refused_naming_the_field(qtbot, hosts_view,
     assert "bad" not in view.records and not Path("/tmp/pwned").exists()
 
 
+def test_a_host_with_a_bad_simulate_spec_is_refused_naming_the_field_and_the_form(qtbot, hosts_view, tmp_path) -> None:
+    view = hosts_view(FleetSettings(known_hosts=str(tmp_path / "known_hosts"), user_known_hosts=(), ssh_config=None))
+    view.add(NewHost("sim", "10.0.0.7", None, None, None, "8xH200;rm -rf ~"))
+    qtbot.waitUntil(lambda: view.message.text() != "", timeout=30000)
+    assert "host.simulate" in view.message.text() and "COUNTxTYPE such as 8xH200" in view.message.text()
+    assert "sim" not in view.records and "sim" not in view.context.fleet.hosts()
+
+
 def _add_sshd_host(qtbot, view: HostsView, sshd: SshdServer, key: Path) -> HostKeyUnknown | HostKeyChanged:
     view.add(NewHost("lab", "127.0.0.1", sshd.port, str(key), None, None))
     qtbot.waitUntil(lambda: _state(view, "lab") is not None and _state(view, "lab").state == "failed", timeout=60000)

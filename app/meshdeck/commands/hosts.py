@@ -8,7 +8,8 @@
 `probe` connects (host key, login), uploads the agent if the server lacks this version, attaches
 and prints the inventory with the host key fingerprint and the agent version. An unknown host key
 (without --accept-new), a changed key, an auth failure or an unreachable host each end with one
-`meshdeck: error: ...` line and exit status 2.
+`meshdeck: error: ...` line and exit status 2. What a server reports (its inventory, paths, versions)
+and what is stored is printed escaped: no raw control character reaches the terminal.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
 from meshdeck.remote.errors import RemoteError
 from meshdeck.remote.hostkeys import HostKeyInfo
 from meshdeck.remote.sshconfig import parse_port
@@ -113,6 +115,7 @@ def _list(args: argparse.Namespace) -> int:
     rows += [
         (r.name, r.target, str(r.port or ""), r.jump or "", r.identity_file or "", r.simulate or "") for r in records
     ]
+    rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
@@ -201,6 +204,9 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+PROBE_LINE_LIMIT = 400  # characters of one line of `hosts probe` (an inventory field may be megabytes)
+
+
 def render_probe(name: str, report: host_service.ProbeReport) -> str:
     inv = report.inventory
     simulated = " [SIMULATED]" if inv.simulated else ""
@@ -223,4 +229,4 @@ def render_probe(name: str, report: host_service.ProbeReport) -> str:
     for nic in inv.nics:
         lines.append(f"  NIC       {nic.name} {nic.kind} {nic.rate_gbps} Gb/s {nic.state}")
     lines.append(f"  took      {report.seconds:.1f} s")
-    return "\n".join(lines)
+    return "\n".join(printable(line, PROBE_LINE_LIMIT) for line in lines)  # each line as the server said it, escaped

@@ -17,8 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck.core.text import printable
+
 CLOCK_TOLERANCE_S = 1.0
 GIB = 1024**3
+REASON_LIMIT = 500  # characters of a reason: it may quote megabytes an agent answered
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,11 @@ class CheckResult:
     host: str | None  # None: about the whole cluster
     passed: bool
     reason: str
+
+    def __post_init__(self) -> None:
+        # A reason quotes what agents answered (versions, file names, errors) and is shown as it is: it is
+        # escaped and cut once, here, for the terminal, the console and the store alike.
+        object.__setattr__(self, "reason", printable(self.reason, REASON_LIMIT))
 
     def as_dict(self) -> dict[str, Any]:
         return {"check": self.check, "host": self.host, "passed": self.passed, "reason": self.reason}

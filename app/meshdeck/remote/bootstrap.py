@@ -30,8 +30,9 @@ from typing import Any
 import paramiko
 from meshdeck_agent.protocol import PROTOCOL_VERSION
 
+from meshdeck.core.text import printable
 from meshdeck.remote import agent_zipapp
-from meshdeck.remote.errors import AgentNotFound, BootstrapError, ConnectionLost
+from meshdeck.remote.errors import AgentNotFound, BootstrapError, ConnectionLost, RemoteOutputTooLarge
 from meshdeck.remote.ssh import SshConnection
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ def parse_probe(label: str, exit_status: int, stdout: bytes, stderr: bytes, pyth
         found = text[len(_NO_PYTHON_MARK) :].split()
         wanted = ".".join(map(str, MIN_PYTHON))
         if found:
-            versions = ", ".join(f.replace("=", " is Python ") for f in found)
+            versions = printable(", ".join(f.replace("=", " is Python ") for f in found), 400)
             raise BootstrapError(
                 "python_too_old",
                 f"{label}: Python {wanted} or newer is needed; {versions} (install python3 >= {wanted})",
@@ -245,6 +246,8 @@ def parse_probe(label: str, exit_status: int, stdout: bytes, stderr: bytes, pyth
     try:
         data = json.loads(text.splitlines()[-1] if text else "")
         version = tuple(int(v) for v in data["version"][:3])
+        if not isinstance(data.get("error"), dict | None) or not isinstance(data.get("free_bytes"), int | None):
+            raise TypeError("error must be an object, free_bytes an integer")
         result = RemotePlatform(
             python=str(data["python"]),
             python_version=(version[0], version[1], version[2]),
@@ -257,7 +260,7 @@ def parse_probe(label: str, exit_status: int, stdout: bytes, stderr: bytes, pyth
             error=data.get("error"),
         )
     except (ValueError, KeyError, TypeError, IndexError):
-        detail = (stderr.decode("utf-8", "replace").strip() or text or f"exit status {exit_status}")[-400:]
+        detail = printable((stderr.decode("utf-8", "replace").strip() or text or f"exit status {exit_status}")[-400:])
         raise BootstrapError("probe_failed", f"{label}: the bootstrap probe failed: {detail}") from None
     return result
 
@@ -266,7 +269,7 @@ def check_platform(label: str, platform: RemotePlatform, package: AgentPackage, 
     """Raise the BootstrapError for a cache dir that cannot take the agent."""
     error = platform.error
     if error:
-        code, message, path = error.get("errno"), error.get("message"), error.get("path")
+        code, message, path = (printable(str(error.get(key)), 200) for key in ("errno", "message", "path"))
         if code == "EROFS":
             raise BootstrapError(
                 "read_only",
@@ -324,7 +327,9 @@ def bootstrap(
     say = progress or (lambda message: None)
     say("probing python3 and the cache dir")
     try:
-        ran = conn.run(probe_argv(cache_dir, package.remote_name, pythons), timeout=60)
+        ran = conn.run(probe_argv(cache_dir, package.remote_name, pythons), timeout=60, what="the bootstrap probe")
+    except RemoteOutputTooLarge as exc:
+        raise BootstrapError("probe_failed", str(exc)) from None
     except ConnectionLost as exc:
         raise BootstrapError("probe_failed", f"{conn.label}: the bootstrap probe failed: {exc}") from None
     platform = parse_probe(conn.label, ran.exit_status, ran.stdout, ran.stderr, pythons)

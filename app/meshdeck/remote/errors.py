@@ -153,3 +153,10 @@ class InventoryInvalid(RemoteError):
         self.host = host
         self.field = field
         self.problem = problem
+
+
+class RemoteOutputTooLarge(RemoteError):
+    """A remote command printed more than the app reads from it (`ssh.MAX_OUTPUT_BYTES`); it was stopped.
+    Running it again prints as much again, so it is not retried."""
+
+    permanent = True

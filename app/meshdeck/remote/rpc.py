@@ -12,6 +12,10 @@ bounded by count and by the bytes of the lines they came from (`max_event_bytes`
 whose ring buffer keeps the samples — so nothing is dropped here. Requests in flight are bounded
 too. A malformed line from the agent is logged and skipped; end of stream fails every pending
 request with ConnectionLost. Futures' callbacks run on the reader thread: keep them short.
+
+What the agent says is bounded before anyone sees it: its version (AGENT_VERSION_LIMIT characters) and
+error messages (ERROR_TEXT_LIMIT) are escaped and cut (core.text.printable); complaints about its
+lines go through a rate-limited PeerLog, so a garbage flood costs a few log lines a minute.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 from meshdeck_agent import protocol
 
 from meshdeck import __version__
+from meshdeck.core.text import printable
 from meshdeck.remote.errors import ConnectionLost, ProtocolMismatch, RpcError, RpcTimeout
+from meshdeck.remote.peer_log import PeerLog
 from meshdeck.remote.streams import ByteStream
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,9 @@ EVENT_QUEUE_SIZE = 4096
 MAX_EVENT_BYTES = 2 * 1024 * 1024  # an agent's largest samples event; a longer line is still taken alone
 MAX_IN_FLIGHT = 256
 _READ_SIZE = 65536
+AGENT_VERSION_LIMIT = 64
+ERROR_TEXT_LIMIT = 1000
+ERROR_CODE_LIMIT = 40
 _END: Any = object()  # queued after the last event once the connection is closed
 
 
@@ -71,6 +81,7 @@ class RpcClient:
         self._hello: Future[protocol.Hello] = Future()
         self._closed = threading.Event()
         self._close_reason: ConnectionLost | None = None
+        self._noise = PeerLog(log, host)
         self._reader = threading.Thread(target=self._read_loop, name=f"meshdeck-rpc-{host}", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -211,22 +222,27 @@ class RpcClient:
 
     def _handle(self, message: protocol.Message, size: int = 0) -> None:
         if not self._hello.done():
+            if isinstance(message, protocol.Hello):
+                message = replace(message, agent=printable(message.agent, AGENT_VERSION_LIMIT))
             try:
                 self._hello.set_result(protocol.check_hello(message))
             except protocol.VersionMismatch as exc:
-                self._hello.set_exception(ProtocolMismatch(f"{self.host}: {exc}"))
+                self._hello.set_exception(ProtocolMismatch(f"{self.host}: {printable(str(exc), ERROR_TEXT_LIMIT)}"))
             except protocol.ProtocolError as exc:
-                self._hello.set_exception(ConnectionLost(f"{self.host}: bad first line from the agent: {exc}"))
+                reason = printable(str(exc), ERROR_TEXT_LIMIT)
+                self._hello.set_exception(ConnectionLost(f"{self.host}: bad first line from the agent: {reason}"))
             return
         if isinstance(message, protocol.Response):
             self._resolve(message.id, result=message.result)
         elif isinstance(message, protocol.ErrorReply):
+            code = printable(message.code, ERROR_CODE_LIMIT)
             if message.id is None:
-                log.warning("%s: agent reported %s: %s", self.host, message.code, message.message)
+                self._noise.report(f"agent reported {code}", message.message)
                 return
             with self._pending_lock:
                 method = self._pending.get(message.id, ("?", None))[0]
-            self._resolve(message.id, error=RpcError(self.host, method, message.code, message.message))
+            text = printable(message.message, ERROR_TEXT_LIMIT)
+            self._resolve(message.id, error=RpcError(self.host, method, code, text))
         elif isinstance(message, protocol.Event):
             with self._room:  # bounded in bytes: wait for the consumer, never drop
                 while (
@@ -243,7 +259,7 @@ class RpcClient:
                 except queue.Full:
                     continue
         else:
-            log.warning("%s: unexpected %s from the agent ignored", self.host, type(message).__name__)
+            self._noise.report(f"unexpected {type(message).__name__} from the agent ignored")
 
     def _read_loop(self) -> None:
         buffer = bytearray()
@@ -267,6 +283,7 @@ class RpcClient:
         except Exception:  # a bug here must not leave callers waiting forever
             log.exception("%s: RPC reader failed", self.host)
             reason = "internal error in the RPC reader (see log)"
+        self._noise.flush()
         tail = getattr(getattr(self.stream, "stderr", None), "tail", lambda: "")()
         self._fail_all(ConnectionLost(f"{self.host}: {reason}" + (f" (agent stderr: {tail})" if tail else "")))
 
@@ -275,10 +292,11 @@ class RpcClient:
             message = protocol.decode(line)
         except protocol.ProtocolError as exc:
             if not self._hello.done():
+                reason = printable(exc.message, ERROR_TEXT_LIMIT)
                 self._hello.set_exception(
-                    ConnectionLost(f"{self.host}: the agent's first line is not a hello: {exc.message}")
+                    ConnectionLost(f"{self.host}: the agent's first line is not a hello: {reason}")
                 )
                 return
-            log.warning("%s: skipping malformed line from the agent: %s", self.host, exc.message)
+            self._noise.report("skipping malformed line from the agent", exc.message)
             return
         self._handle(message, len(line))

@@ -16,20 +16,22 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import paramiko
 
+from meshdeck.core.text import printable
 from meshdeck.remote.auth import AuthOptions, authenticate
-from meshdeck.remote.errors import ConnectError, ConnectionLost
+from meshdeck.remote.errors import ConnectError, ConnectionLost, RemoteOutputTooLarge
 from meshdeck.remote.hostkeys import HostKeyInfo, HostKeyPrompt, HostKeyStore
 from meshdeck.remote.sshconfig import SshEndpoint, SshRoute
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15
+MAX_OUTPUT_BYTES = 1024 * 1024  # per stream, for `run`: the bootstrap probe prints under 1 KiB
 
 
 @dataclass(frozen=True)
@@ -162,31 +164,54 @@ class SshConnection:
             raise ConnectionLost(f"{self.label}: cannot run {argv[0]!r}: {exc}") from None
         return channel
 
-    def run(self, argv: Sequence[str], stdin: bytes = b"", timeout: float = 60.0) -> ExecResult:
-        """Run `argv` to completion and collect its output (for short bootstrap commands)."""
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: bytes = b"",
+        timeout: float = 60.0,
+        *,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        what: str | None = None,
+    ) -> ExecResult:
+        """Run `argv` to completion and collect its output (for short bootstrap commands).
+
+        At most `max_output_bytes` of stdout and as many of stderr are kept: past that the channel is
+        closed (the command gets SIGPIPE) and RemoteOutputTooLarge names the host and `what` (default:
+        the command line, shortened)."""
         channel = self.open_exec(argv, timeout)
         channel.settimeout(0.05)  # short polls so stderr is drained too (it shares the channel window)
         deadline = time.monotonic() + timeout
         stdout, stderr = bytearray(), bytearray()
+
+        def read(buffer: bytearray, receive: Callable[[int], bytes], stream: str) -> bytes:
+            chunk = receive(min(65536, max_output_bytes + 1 - len(buffer)))
+            buffer += chunk
+            if len(buffer) > max_output_bytes:
+                command = what or printable(shlex.join(argv), 120)
+                raise RemoteOutputTooLarge(
+                    f"{self.label}: {command} printed more than {max_output_bytes} bytes on {stream}; "
+                    "stopped reading it"
+                )
+            return chunk
+
         try:
             if stdin:
                 channel.sendall(stdin)
             channel.shutdown_write()
             while True:
                 while channel.recv_stderr_ready():
-                    stderr += channel.recv_stderr(65536)
+                    read(stderr, channel.recv_stderr, "stderr")
                 try:
-                    chunk = channel.recv(65536)
+                    chunk = read(stdout, channel.recv, "stdout")
                 except TimeoutError:
                     if time.monotonic() > deadline:
                         raise
                     continue
                 if not chunk:
                     break
-                stdout += chunk
             channel.settimeout(max(0.1, deadline - time.monotonic()))
-            while chunk := channel.recv_stderr(65536):
-                stderr += chunk
+            while read(stderr, channel.recv_stderr, "stderr"):
+                pass
             if not channel.status_event.wait(max(0.1, deadline - time.monotonic())):
                 raise TimeoutError
             status = channel.exit_status

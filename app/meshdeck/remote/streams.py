@@ -3,7 +3,8 @@
 Each offers `recv(n)` (b"" at end of stream), `sendall(data)` and `close()`, and `close()` must
 wake a thread blocked in `recv` — which a bare socket or file does not do on Linux, hence these
 small adapters. The agent's stderr (attach errors, tracebacks) is drained as it arrives, logged
-under the host's name, and the last lines are kept for error messages.
+under the host's name (at most STDERR_BURST lines a minute, then a count: see peer_log.py), and the
+last lines are kept for error messages, each escaped and cut to STDERR_LINE_LIMIT characters.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ from typing import Protocol
 
 import paramiko
 
+from meshdeck.core.text import printable
+from meshdeck.remote.peer_log import PeerLog
+
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_LINES = 20
+STDERR_LINE_LIMIT = 500
+STDERR_BURST = 50  # per minute: enough for a traceback
 
 
 class ByteStream(Protocol):
@@ -40,6 +46,7 @@ class _StderrTail:
         self._partial = b""
         self._lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._lock = threading.Lock()
+        self._noise = PeerLog(log, host, logging.INFO, burst=STDERR_BURST)
 
     def feed(self, data: bytes) -> None:
         with self._lock:
@@ -48,10 +55,10 @@ class _StderrTail:
                 lines.append(self._partial)
                 self._partial = b""
             for raw in lines:
-                text = raw.decode("utf-8", "replace").rstrip()
+                text = printable(raw.decode("utf-8", "replace").rstrip(), STDERR_LINE_LIMIT)
                 if text:
                     self._lines.append(text)
-                    log.info("%s agent stderr: %s", self.host, text)
+                    self._noise.report("agent stderr", text)
 
     def tail(self) -> str:
         with self._lock:

@@ -26,8 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from meshdeck_agent.protocol import BAD_REQUEST, ProtocolError, WorkerRecord
+
+from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
 from meshdeck.remote.events import AgentEvent
+from meshdeck.remote.peer_log import PeerLog
 from meshdeck.services.deploy_model import (
     FINAL_STATES,
     DeploymentRecorder,
@@ -38,6 +42,7 @@ from meshdeck.services.deploy_model import (
     WorkerSnapshot,
     describe_exit,
     new_deployment_id,
+    shown_reason,
     worker_id,
     worker_name,
 )
@@ -97,6 +102,7 @@ class DeployService:
         self._by_worker: dict[tuple[str, str], str] = {}  # (host, worker id) -> deployment id
         self._logs = LogFollower(self._call)
         self._probe = ReadyProbe(self._call, self._logs)
+        self._noise: dict[str, PeerLog] = {}  # host -> its malformed worker events, rate-limited
         self._unsubscribe = fleet.subscribe(self._on_event)
 
     # -- queries -----------------------------------------------------------------------------------
@@ -157,7 +163,12 @@ class DeployService:
             for stage in plan.stages:
                 for command in stage:
                     say(f"starting {command.name} on {command.host}")
-                    self._start(deployment, command)
+                    try:
+                        self._start(deployment, command)
+                    except _Abort as abort:
+                        if abort.maybe_started:
+                            started.append(command)
+                        raise
                     started.append(command)
                 for command in stage:
                     if command.ready:
@@ -195,8 +206,14 @@ class DeployService:
         try:
             reply = self._call(command.host, "workers.start", {"spec": spec})
         except Exception as exc:
-            raise _Abort("failed", f"{command.name} on {command.host} did not start: {exc}") from None
-        self._update_worker(command.host, reply)
+            raise _Abort("failed", f"{command.name} on {command.host} did not start: {printable(str(exc))}") from None
+        try:
+            record = WorkerRecord.from_wire(reply, "workers.start")
+            if record.id != wid:
+                raise ProtocolError(BAD_REQUEST, f"workers.start.id: answered for worker {record.id!r}, not {wid!r}")
+        except ProtocolError as exc:  # the agent may have started it: stopped with the rest
+            raise _Abort("failed", f"{command.name} on {command.host}: {_malformed(exc)}", maybe_started=True) from None
+        self._update_worker(command.host, record)
 
     def _wait(
         self, deployment: _Deployment, checks: tuple, commands: list[NodeCommand], cancel: threading.Event
@@ -222,7 +239,7 @@ class DeployService:
             if crashed:
                 worker = crashed[0]
                 reason = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)
-                tail = self._logs.tail(worker.worker_id)
+                tail = printable_lines(self._logs.tail(worker.worker_id))
                 raise _Abort("failed", f"{worker.command} on {worker.host} {reason} while starting\n{tail}".rstrip())
             running_since = max(since) if since and all(s is not None for s in since) else None  # type: ignore[type-var]
             for check in checks:
@@ -230,6 +247,8 @@ class DeployService:
                     ok = self._probe.passed(
                         check, host=host, address=address, worker_ids=ids, running_since=running_since
                     )
+                except ProtocolError as exc:  # a malformed answer is: the same agent answers the same way again
+                    raise _Abort("failed", f"{commands[0].name} on {host}: {_malformed(exc)}") from None
                 except Exception as exc:  # an agent hiccup is not a verdict; ask again until the deadline
                     log.debug("ready check %s on %s: %s", check.describe(), host, exc)
                     ok = False
@@ -270,10 +289,11 @@ class DeployService:
             wid = worker_id(deployment.id, command.name)
             try:
                 reply = self._call(command.host, "workers.stop", {"id": wid, "grace_s": grace_s})
-                self._update_worker(command.host, reply)
-            except Exception as exc:  # an unreachable node: say so, keep stopping the others
-                log.warning("stopping %s on %s: %s", wid, command.host, exc)
-                self._record_event(deployment, "stop_failed", f"{command.name} on {command.host}: {exc}", {})
+                self._update_worker(command.host, WorkerRecord.from_wire(reply, "workers.stop"))
+            except Exception as exc:  # an unreachable node, a malformed answer: say so, keep stopping the others
+                why = printable(exc.message if isinstance(exc, ProtocolError) else str(exc))
+                log.warning("stopping %s on %s: %s", wid, command.host, why)
+                self._record_event(deployment, "stop_failed", f"{command.name} on {command.host}: {why}", {})
 
     # -- events ------------------------------------------------------------------------------------
 
@@ -282,20 +302,28 @@ class DeployService:
         if not isinstance(event, AgentEvent):
             return
         if event.event == "worker":
-            self._update_worker(event.host, event.data)
+            try:
+                record = WorkerRecord.from_wire(event.data, "worker event")
+            except ProtocolError as exc:
+                self._peer_log(event.host).report("malformed worker event ignored", exc.message)
+                return
+            self._update_worker(event.host, record)
         elif event.event == "log" and event.data.get("kind") == "vllm_startup":
+            if not isinstance(event.data.get("fields"), dict):
+                self._peer_log(event.host).report("malformed vllm_startup log event ignored", "fields: not an object")
+                return
             key = (event.host, str(event.data.get("worker")))
             with self._lock:
                 deployment = self._deployments.get(self._by_worker.get(key, ""))
                 if deployment is None:
                     return
                 measured = deployment.measured.setdefault(key[1], {})
-                measured.update(event.data.get("fields") or {})
+                measured.update(event.data["fields"])
                 snapshot = dict(measured)
             self._record("startup_measured", deployment.id, key[1], snapshot)
 
-    def _update_worker(self, host: str, data: Mapping[str, Any]) -> None:
-        wid = str(data.get("id"))
+    def _update_worker(self, host: str, record: WorkerRecord) -> None:
+        wid = record.id
         with self._lock:
             deployment = self._deployments.get(self._by_worker.get((host, wid), ""))
             if deployment is None:
@@ -303,11 +331,11 @@ class DeployService:
             old = deployment.workers[wid]
             new = replace(
                 old,
-                state=str(data.get("state", old.state)),
-                restarts=int(data.get("restarts") or 0),
-                exit_code=data.get("exit_code"),
-                signal=data.get("signal"),
-                reason=str(data.get("reason") or ""),
+                state=record.state,
+                restarts=record.restarts,
+                exit_code=record.exit_code,
+                signal=record.signal,
+                reason=shown_reason(record),
             )
             deployment.workers[wid] = new
             if new.state == "running" and old.state != "running":
@@ -391,6 +419,12 @@ class DeployService:
 
     # -- plumbing ----------------------------------------------------------------------------------
 
+    def _peer_log(self, host: str) -> PeerLog:
+        with self._lock:
+            if host not in self._noise:
+                self._noise[host] = PeerLog(log, host)
+            return self._noise[host]
+
     def _call(self, host: str, method: str, params: dict[str, Any] | None = None) -> Any:
         return self._fleet.call(host, method, params or {}, timeout=self._timeout)
 
@@ -410,8 +444,17 @@ class DeployService:
             log.exception("recording %s failed", method)
 
 
+def _malformed(error: ProtocolError) -> str:
+    """'malformed answer: <method>.<field>: <problem>', escaped and cut (the agent's text is in it)."""
+    return f"malformed answer: {printable(error.message, 300)}"
+
+
 class _Abort(Exception):
-    def __init__(self, state: str, reason: str) -> None:
+    """The launch cannot go on; `maybe_started`: the part being started may run although its start
+    failed (its agent's answer was unusable), so it is stopped with the others."""
+
+    def __init__(self, state: str, reason: str, *, maybe_started: bool = False) -> None:
         super().__init__(reason)
         self.state = state
         self.reason = reason
+        self.maybe_started = maybe_started

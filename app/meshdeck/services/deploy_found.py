@@ -1,6 +1,8 @@
 """Deployments as the agents run them — found, and stopped — for `meshdeck deployments` and the console alike.
 
-    snapshots = find_deployments(fleet, ["gpu-a", "gpu-b"])       # every host's workers.list, grouped
+    found = survey_deployments(fleet, ["gpu-a", "gpu-b"])         # every host's workers.list, asked at once
+    found.deployments, found.unanswered                           # grouped; host -> why it could not be asked
+    snapshots = find_deployments(fleet, ["gpu-a", "gpu-b"])       # just the deployments
     outcome = stop_found(fleet, snapshot, db=db, grace_s=10.0)    # parts in reverse start order, then its record
 
 Every worker meshdeck starts is named after its deployment (`deploy_model.worker_name`), so the agents
@@ -10,16 +12,22 @@ unreachable) is reported and the others are still stopped. When every part stopp
 stored record (the CLI and the console record each launch) is closed as stopped by request, as
 `DeployService.stop` does for the deployments it tracks; a record already closed keeps its outcome, and
 one whose parts had all ended before the stop is closed with what they say (completed / failed).
+Hosts are asked in parallel; one that cannot be asked (unreachable, no answer, a malformed answer) is
+named in `unanswered` and never hides or delays the others beyond the call timeout.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from meshdeck_agent.protocol import ProtocolError, WorkerRecord, worker_records_from_wire
+
 from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
 from meshdeck.services.deploy_model import DeploymentSnapshot, Fleet, WorkerSnapshot, discover, summarize
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import get_deployment, record_deployment_event, record_deployment_finished
@@ -32,17 +40,47 @@ STOP_GRACE_S = 10.0
 STOPPED_REASON = "stopped by request"
 
 
+MAX_PARALLEL_HOSTS = 16
+
+
+@dataclass(frozen=True)
+class DeploymentSurvey:
+    """What the hosts said: the deployments found, and each host that could not be asked, with why."""
+
+    deployments: list[DeploymentSnapshot]
+    unanswered: dict[str, str] = field(default_factory=dict)
+
+
+def survey_deployments(fleet: Fleet, hosts: Iterable[str], timeout_s: float = LIST_TIMEOUT_S) -> DeploymentSurvey:
+    """The deployments whose parts run (or ran) on `hosts`, oldest first, every host asked at once. A host
+    that cannot be asked is named in `unanswered` (its parts are then missing from the snapshots)."""
+    names = list(dict.fromkeys(hosts))
+    if not names:
+        return DeploymentSurvey([])
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_HOSTS, len(names)), thread_name_prefix="workers.list") as pool:
+        answers = dict(zip(names, pool.map(lambda host: _listing(fleet, host, timeout_s), names), strict=True))
+    listings = {host: records for host, records in answers.items() if not isinstance(records, str)}
+    unanswered = {host: why for host, why in answers.items() if isinstance(why, str)}
+    return DeploymentSurvey(discover(listings), unanswered)
+
+
 def find_deployments(fleet: Fleet, hosts: Iterable[str], timeout_s: float = LIST_TIMEOUT_S) -> list[DeploymentSnapshot]:
-    """The deployments whose parts run (or ran) on `hosts`, oldest first. A host that cannot be asked is
-    left out (its parts are then missing from the snapshots), never allowed to hide the others."""
-    listings: dict[str, Any] = {}
-    for host in hosts:
-        try:
-            listings[host] = fleet.call(host, "workers.list", timeout=timeout_s)
-        except Exception as exc:
-            log.info("%s: workers.list failed: %s", host, exc)
-            listings[host] = f"{type(exc).__name__}: {exc}"
-    return discover(listings)
+    """`survey_deployments` without the hosts that could not be asked."""
+    return survey_deployments(fleet, hosts, timeout_s).deployments
+
+
+def _listing(fleet: Fleet, host: str, timeout_s: float) -> list[WorkerRecord] | str:
+    """The host's worker records, or why they could not be read (one line, escaped)."""
+    try:
+        reply = fleet.call(host, "workers.list", timeout=timeout_s)
+    except Exception as exc:
+        log.info("%s: workers.list failed: %s", host, exc)
+        return printable(str(exc) or type(exc).__name__)
+    try:
+        return worker_records_from_wire(reply)
+    except ProtocolError as exc:
+        log.warning("%s: malformed answer to workers.list: %s", host, printable(exc.message))
+        return f"malformed answer to workers.list: {printable(exc.message)}"
 
 
 @dataclass(frozen=True)
@@ -80,10 +118,12 @@ def stop_found(
         params = {"id": worker.worker_id, "grace_s": grace_s}
         try:
             reply = fleet.call(worker.host, "workers.stop", params, timeout=STOP_TIMEOUT_S)
-            part = PartStopped(worker, str(reply.get("state")) if isinstance(reply, dict) else None)
+            part = PartStopped(worker, WorkerRecord.from_wire(reply, "workers.stop").state)
+        except ProtocolError as exc:  # it may well be stopped, but its agent does not say so
+            part = PartStopped(worker, None, f"malformed answer to workers.stop: {printable(exc.message)}")
         except Exception as exc:  # an unreachable node: say so, keep stopping the others
             log.warning("stopping %s on %s: %s", worker.worker_id, worker.host, exc)
-            part = PartStopped(worker, None, f"{type(exc).__name__}: {exc}")
+            part = PartStopped(worker, None, printable(f"{type(exc).__name__}: {exc}"))
         parts.append(part)
         if on_part is not None:
             on_part(part)

@@ -11,14 +11,17 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from meshdeck.launch.plan import LaunchPlan
 
+from meshdeck_agent.protocol import WorkerRecord
+
 from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
 
 DEPLOYMENT_STATES = (
     "starting",  # stages being started, waiting for each to be ready
@@ -35,6 +38,7 @@ FINAL_STATES = ("completed", "failed", "stopped", "cancelled")
 WORKER_ACTIVE = ("starting", "running", "restarting")
 _NAME = re.compile(r"^meshdeck:(?P<deployment>[A-Za-z0-9._-]+):(?P<stage>\d+):(?P<command>[A-Za-z0-9._-]+)$")
 _SAFE = re.compile(r"[^A-Za-z0-9-]")
+REASON_LIMIT = 500  # characters of an agent's reason kept for showing (it may send megabytes)
 
 
 def new_deployment_id(profile_name: str, now: float | None = None) -> str:
@@ -114,6 +118,11 @@ class LaunchProgress:
     total: int  # commands in the plan
 
 
+def shown_reason(record: WorkerRecord) -> str:
+    """The agent's reason for a worker's state, escaped and cut: it is shown and stored as it is."""
+    return printable(record.reason, REASON_LIMIT)
+
+
 def describe_exit(state: str, exit_code: int | None, signal: int | None, reason: str) -> str:
     """'killed by signal 9', 'exited with status 1', ... for the deployment's reason line."""
     if reason:
@@ -125,15 +134,13 @@ def describe_exit(state: str, exit_code: int | None, signal: int | None, reason:
     return state
 
 
-def discover(listings: Mapping[str, Mapping[str, Any] | str]) -> list[DeploymentSnapshot]:
-    """Deployments as the agents see them: `listings` is host -> its `workers.list` reply (or an error)."""
+def discover(listings: Mapping[str, Sequence[WorkerRecord]]) -> list[DeploymentSnapshot]:
+    """Deployments as the agents see them: `listings` is host -> its decoded `workers.list` records."""
     found: dict[str, list[WorkerSnapshot]] = {}
     started: dict[str, float] = {}
-    for host, reply in listings.items():
-        if isinstance(reply, str):
-            continue
-        for worker in reply.get("workers") or ():
-            parsed = parse_worker_name(str(worker.get("name") or ""))
+    for host, records in listings.items():
+        for record in records:
+            parsed = parse_worker_name(record.name)
             if parsed is None:
                 continue
             deployment, stage, command = parsed
@@ -141,17 +148,17 @@ def discover(listings: Mapping[str, Mapping[str, Any] | str]) -> list[Deployment
                 WorkerSnapshot(
                     command=command,
                     host=host,
-                    worker_id=str(worker.get("id")),
+                    worker_id=record.id,
                     stage=stage,
-                    state=str(worker.get("state")),
-                    restarts=int(worker.get("restarts") or 0),
-                    exit_code=worker.get("exit_code"),
-                    signal=worker.get("signal"),
-                    reason=str(worker.get("reason") or ""),
+                    state=record.state,
+                    restarts=record.restarts,
+                    exit_code=record.exit_code,
+                    signal=record.signal,
+                    reason=shown_reason(record),
                 )
             )
-            if isinstance(worker.get("started_at"), (int, float)):
-                started[deployment] = min(started.get(deployment, worker["started_at"]), worker["started_at"])
+            if record.started_at is not None:
+                started[deployment] = min(started.get(deployment, record.started_at), record.started_at)
     snapshots = []
     for deployment, workers in found.items():
         workers.sort(key=lambda w: (w.stage, w.command))

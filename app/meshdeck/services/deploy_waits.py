@@ -3,7 +3,9 @@
 `LogFollower` keeps reading each worker's log from where it left off (`workers.logs {id, offset}`),
 counts pattern matches over whole lines (a line split across two reads counts once; two processes
 writing one pipe can run their lines together, so every match in a line counts) and keeps the tail
-for error messages. `ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its
+for error messages. Memory stays bounded however the worker writes: a line longer than
+MAX_LINE_CHARS is matched in pieces of that size. Each answer is decoded (`protocol.LogChunk`); a
+malformed one raises ProtocolError naming the field. `ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its
 own deadline, cancellation and crash detection.
 """
 
@@ -16,9 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.protocol import BAD_REQUEST, LogChunk, ProtocolError
+
 from meshdeck.launch.plan import ReadyCheck
 
 TAIL_CHARS = 4000
+MAX_LINE_CHARS = 65536  # a longer line (a worker that never writes a newline) is matched in pieces
 
 
 @dataclass
@@ -56,13 +61,17 @@ class LogFollower:
         followed = self._workers[worker_id]
         for _ in range(8):  # at most a few MiB per poll; the rest next time
             reply = self._call(followed.host, "workers.logs", {"id": worker_id, "offset": followed.offset})
-            data = reply.get("data") or ""
-            followed.offset = int(reply.get("offset", followed.offset))
+            chunk = LogChunk.from_wire(reply)
+            data = chunk.data
+            followed.offset = chunk.offset
             if not data:
                 return
             text = followed.partial + data
             lines = text.split("\n")
             followed.partial = lines.pop()
+            while len(followed.partial) > MAX_LINE_CHARS:  # a line without end: matched in pieces
+                lines.append(followed.partial[:MAX_LINE_CHARS])
+                followed.partial = followed.partial[MAX_LINE_CHARS:]
             for line in lines:
                 for source, pattern in self._patterns.items():
                     found = sum(1 for _ in pattern.finditer(line))
@@ -109,7 +118,9 @@ class ReadyProbe:
     ) -> bool:
         if check.kind == "tcp":
             reply = self._call(host, "checks.tcp_connect", {"host": address, "port": check.port, "timeout_s": 2})
-            return bool(reply.get("ok"))
+            if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+                raise ProtocolError(BAD_REQUEST, "checks.tcp_connect.ok: must be true or false")
+            return reply["ok"]
         if check.kind == "log":
             return self._logs.count(check.pattern or "", worker_ids) >= check.count
         if check.kind == "running":
@@ -122,11 +133,10 @@ def read_log(call: Callable[..., Any], host: str, worker_id: str, *, offset: int
     parts: list[str] = []
     size = 0
     while size < max_bytes:
-        reply = call(host, "workers.logs", {"id": worker_id, "offset": offset})
-        data = reply.get("data") or ""
-        if not data:
+        chunk = LogChunk.from_wire(call(host, "workers.logs", {"id": worker_id, "offset": offset}))
+        if not chunk.data:
             break
-        parts.append(data)
-        size += len(data)
-        offset = int(reply.get("offset", offset + len(data)))
+        parts.append(chunk.data)
+        size += len(chunk.data)
+        offset = chunk.offset
     return "".join(parts)

@@ -1,9 +1,11 @@
 """Host records (add / list / remove through the store) and a one-shot probe of a server.
 
 `remote` may not import `store` (layer rule), so the CLI and the console reach host records
-through here. A record is checked twice before it is saved: by `HostRecord` itself (its fields end
-up in an ssh argv) and by resolving it against the ssh config the way a connection would, so a
-malformed jump or a missing key file is refused at `hosts add`, not at the first connect.
+through here. A record is checked before it is saved: by `HostRecord` itself (its fields end up in an
+ssh argv), by resolving it against the ssh config the way a connection would, and its `simulate` spec
+by the agent's own parser (`meshdeck_agent.gpu.catalog.parse_simulate`, stored in its canonical form),
+so a malformed jump, a missing key file or a spec the agent would refuse is an error at `hosts add`
+(the CLI and the console's add-host dialog alike), not at the first connect.
 
 `probe` connects once (host key, login, bootstrap, attach, hello, inventory) and reports what it
 found; `attach` starts the agent daemon if none runs, and the daemon keeps running afterwards.
@@ -18,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck_agent.gpu.catalog import SimulateSpecError, parse_simulate
 from meshdeck_agent.wire_inventory import Inventory
 
+from meshdeck.core.errors import InputError
 from meshdeck.remote.connectors import say_hello
 from meshdeck.remote.hostkeys import HostKeyPrompt
 from meshdeck.remote.inventory import decode_inventory
@@ -32,6 +36,20 @@ from meshdeck.store.hosts import HostRecord
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 60.0
+
+
+def simulate_spec(text: str | None) -> str | None:
+    """A `--simulate` spec checked by the agent's parser, in its canonical form ('8 x h200' -> '8xH200');
+    None for none. InputError on `host.simulate` says what is wrong and the accepted form (COUNTxTYPE)."""
+    if text is None:
+        return None
+    try:
+        spec = parse_simulate(text)
+    except SimulateSpecError as exc:
+        raise InputError("host.simulate", str(exc).removeprefix("--simulate: ")) from None
+    if spec is None:
+        raise InputError("host.simulate", "is empty; give COUNTxTYPE such as 8xH200, or leave it out for real GPUs")
+    return str(spec)
 
 
 def add_host(
@@ -48,6 +66,7 @@ def add_host(
     """Validate and store a host; raises InputError naming the field (bad target, jump, missing key file, duplicate)."""
     if identity_file:
         identity_file = os.path.abspath(os.path.expanduser(identity_file))
+    simulate = simulate_spec(simulate)
     record = HostRecord(name=name, target=target, port=port, identity_file=identity_file, jump=jump, simulate=simulate)
     ssh_connector(
         settings or FleetSettings(), target, port=port, identity_file=identity_file, jump=jump
@@ -120,7 +139,9 @@ def probe(
     timeout: float = PROBE_TIMEOUT_S,
 ) -> ProbeReport:
     """Connect, bootstrap, attach, say hello and read the inventory; raises a RemoteError on failure
-    (InventoryInvalid, naming the field, when the agent's inventory is malformed)."""
+    (InventoryInvalid, naming the field, when the agent's inventory is malformed; InputError for a
+    `simulate` spec the agent would refuse)."""
+    simulate = simulate_spec(simulate)
     started = time.monotonic()
     connector = ssh_connector(
         settings or FleetSettings(),

@@ -3,19 +3,13 @@ then `meshdeck deployments list|logs`, in an isolated runtime dir so the agent i
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_agent_cli import isolated_runtime, meshdeck
 
 # real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -34,24 +28,8 @@ env: {{XDG_CACHE_HOME: {cache}}}
 
 @pytest.fixture
 def runtime() -> Iterator[dict[str, str]]:
-    directory = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))  # the agent socket needs a short path
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(directory), "OMP_NUM_THREADS": "1"}
-    yield env
-    pid_file = directory / "meshdeck" / "agent.state" / "agent.pid"
-    if pid_file.exists():  # this test's own agent daemon (its workers have finished)
-        pid = json.loads(pid_file.read_text())["pid"]
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        while (directory / "meshdeck" / "agent.sock").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def meshdeck(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "meshdeck", *args], env=env, capture_output=True, text=True, timeout=600
-    )
+    with isolated_runtime() as env:
+        yield env
 
 
 def test_launch_wait_then_list_and_logs(runtime: dict[str, str], tmp_path: Path) -> None:
@@ -70,7 +48,7 @@ def test_launch_wait_then_list_and_logs(runtime: dict[str, str], tmp_path: Path)
     assert "ok   reach head" in launched.stderr and "[2/2] up" not in launched.stderr  # one node: one command
     listed = meshdeck(runtime, "--db", db, "deployments", "list", "--json")
     assert listed.returncode == 0, listed.stderr
-    (found,) = [d for d in json.loads(listed.stdout) if d["id"] == outcome["id"]]
+    (found,) = [d for d in json.loads(listed.stdout)["deployments"] if d["id"] == outcome["id"]]
     assert found["state"] == "completed" and found["workers"][0]["host"] == "local"
     logs = meshdeck(runtime, "--db", db, "deployments", "logs", "tiny-local", "--lines", "5")
     assert logs.returncode == 0, logs.stderr
@@ -86,7 +64,8 @@ def test_launch_wait_then_list_and_logs(runtime: dict[str, str], tmp_path: Path)
     assert stopped.returncode == 0, stopped.stderr
     assert "torchrun-node0 on local: stopped" in stopped.stdout
     listed = json.loads(meshdeck(runtime, "--db", db, "deployments", "list", "--json").stdout)
-    assert next(d for d in listed if d["id"] == running["id"])["state"] == "stopped"
+    assert listed["unreachable"] == []
+    assert next(d for d in listed["deployments"] if d["id"] == running["id"])["state"] == "stopped"
     from meshdeck.store.database import open_database
     from meshdeck.store.deployments import get_deployment
 

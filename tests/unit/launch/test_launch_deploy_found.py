@@ -4,13 +4,14 @@ the stored record is closed only when every part answered."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from launch_fake_fleet import FakeFleet
-from meshdeck.services.deploy_found import STOPPED_REASON, find_deployments, stop_found
+from meshdeck.services.deploy_found import STOPPED_REASON, find_deployments, stop_found, survey_deployments
 from meshdeck.services.deploy_model import worker_name
 from meshdeck.store.database import Database, open_database
 from meshdeck.store.deployments import get_deployment, record_deployment_started
@@ -94,3 +95,62 @@ def test_a_host_that_cannot_be_asked_does_not_hide_the_others(db: Database, monk
     assert [w.host for w in found.workers] == ["gpu-a"]
     outcome = stop_found(fleet, found, db=db)  # no stored record (launched elsewhere): nothing to close
     assert not outcome.record_closed and not outcome.failures
+
+
+def test_hosts_are_asked_at_the_same_time(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = _fleet({"gpu-a": "running", "gpu-b": "running"})
+    answer = fleet.call
+    both_asking = threading.Barrier(2, timeout=10)  # passes only while both hosts are asked at once
+
+    def call(host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        if method == "workers.list":
+            both_asking.wait()
+        return answer(host, method, params, timeout)
+
+    monkeypatch.setattr(fleet, "call", call)
+    found = survey_deployments(fleet, ["gpu-a", "gpu-b"])
+    assert found.unanswered == {}
+    assert [w.host for w in found.deployments[0].workers] == ["gpu-a", "gpu-b"]
+
+
+@pytest.mark.parametrize(
+    ("listing", "why"),
+    [
+        (["not", "an", "object"], "malformed answer to workers.list: workers.list: must be an object"),
+        ({"workers": [{"id": 5, "state": "running"}]}, "malformed answer to workers.list: workers.list.workers[0].id"),
+        (TimeoutError("gpu-b: no answer in 30 s"), "gpu-b: no answer in 30 s"),
+    ],
+)
+def test_a_host_that_answers_badly_or_not_at_all_is_named_and_the_others_shown(
+    monkeypatch: pytest.MonkeyPatch, listing: Any, why: str
+) -> None:
+    fleet = _fleet({"gpu-a": "running", "gpu-b": "running"})
+    answer = fleet.call
+
+    def call(host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        if host == "gpu-b" and method == "workers.list":
+            if isinstance(listing, Exception):
+                raise listing
+            return listing
+        return answer(host, method, params, timeout)
+
+    monkeypatch.setattr(fleet, "call", call)
+    found = survey_deployments(fleet, ["gpu-a", "gpu-b"])
+    assert [w.host for w in found.deployments[0].workers] == ["gpu-a"]
+    assert list(found.unanswered) == ["gpu-b"] and found.unanswered["gpu-b"].startswith(why)
+
+
+def test_a_malformed_stop_answer_is_a_part_not_stopped(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = _fleet({"gpu-a": "running", "gpu-b": "running"})
+    _record(db)
+    [found] = find_deployments(fleet, ["gpu-a", "gpu-b"])
+    answer = fleet.call
+
+    def call(host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        return {"state": 7} if method == "workers.stop" else answer(host, method, params, timeout)
+
+    monkeypatch.setattr(fleet, "call", call)
+    outcome = stop_found(fleet, found, db=db)
+    assert [part.worker.host for part in outcome.failures] == ["gpu-b", "gpu-a"]
+    assert "malformed answer to workers.stop" in outcome.failures[0].error
+    assert not outcome.record_closed

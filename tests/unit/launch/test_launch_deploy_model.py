@@ -12,6 +12,7 @@ from meshdeck.services.deploy_model import (
     worker_id,
     worker_name,
 )
+from meshdeck_agent.protocol import worker_records_from_wire
 
 
 def test_ids_fit_the_agents_limit_and_names_round_trip() -> None:
@@ -22,18 +23,22 @@ def test_ids_fit_the_agents_limit_and_names_round_trip() -> None:
     assert parse_worker_name("preflight-probe") is None
 
 
+def discover_wire(listings: dict) -> list:
+    """`discover` on `workers.list` answers, decoded where they enter as services.deploy_found does."""
+    return discover({host: worker_records_from_wire(answer) for host, answer in listings.items()})
+
+
 def listing(deployment: str, *parts: tuple[int, str, str]) -> dict:
     return {"workers": [{"id": worker_id(deployment, c), "name": worker_name(deployment, s, c), "state": st,
                          "restarts": 0, "started_at": 100.0 + s} for s, c, st in parts]}  # fmt: skip
 
 
 def test_discover_groups_workers_by_deployment_in_start_order() -> None:
-    found = discover(
+    found = discover_wire(
         {
             "gpu-a": listing("ds32-1130-aa", (0, "vllm-node0", "running")),
             "gpu-b": {"workers": [*listing("ds32-1130-aa", (1, "vllm-node1", "running"))["workers"],
                                   {"id": "other", "name": "not meshdeck", "state": "running"}]},
-            "gpu-c": "NotConnected: gpu-c",
         }
     )  # fmt: skip
     (deployment,) = found
@@ -54,20 +59,20 @@ def test_discover_groups_workers_by_deployment_in_start_order() -> None:
     ],
 )
 def test_a_deployment_state_from_its_workers(states: tuple[str, str], summary: str) -> None:
-    (deployment,) = discover(
+    (deployment,) = discover_wire(
         {"h": listing("d-1-ff", (0, "torchrun-node0", states[0]), (1, "torchrun-node1", states[1]))}
     )
     assert deployment.state == summary
 
 
 def test_find_by_id_or_unique_profile_name() -> None:
-    deployments = discover({"h": {"workers": listing("ds32-1-aa", (0, "vllm-node0", "running"))["workers"]
+    deployments = discover_wire({"h": {"workers": listing("ds32-1-aa", (0, "vllm-node0", "running"))["workers"]
                                   + listing("ds32-2-bb", (0, "vllm-node0", "running"))["workers"]}})  # fmt: skip
     assert find(deployments, "ds32-2-bb").id == "ds32-2-bb"
     with pytest.raises(InputError, match="names 2 running deployments"):
         find(deployments, "ds32")
     with pytest.raises(InputError, match="no deployment 'nope'"):
         find(deployments, "nope")
-    finished = discover({"h": {"workers": listing("job-1-aa", (0, "torchrun-node0", "exited"))["workers"]
+    finished = discover_wire({"h": {"workers": listing("job-1-aa", (0, "torchrun-node0", "exited"))["workers"]
                                + listing("job-2-bb", (0, "torchrun-node0", "exited"))["workers"]}})  # fmt: skip
     assert find(finished, "job").id in ("job-1-aa", "job-2-bb")  # none active: the latest

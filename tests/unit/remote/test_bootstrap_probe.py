@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from meshdeck.remote.bootstrap import (
     AgentPackage,
     RemotePlatform,
@@ -92,18 +95,21 @@ def test_cache_dir_that_cannot_be_created_is_not_writable(tmp_path: Path, packag
     assert failed.value.reason == "not_writable" and str(blocker / "meshdeck") in str(failed.value)
 
 
+_VALID_PROBE = {
+    "python": "/usr/bin/python3",
+    "version": [3, 10, 12],
+    "machine": "x86_64",
+    "system": "Linux",
+    "home": "/home/ops",
+    "cache_dir": "/home/ops/.cache/meshdeck",
+    "free_bytes": 10**12,
+    "agent_sha256": None,
+    "error": None,
+}
+
+
 def _platform(**changes) -> RemotePlatform:
-    base = {
-        "python": "/usr/bin/python3",
-        "python_version": (3, 10, 12),
-        "machine": "x86_64",
-        "system": "Linux",
-        "home": "/home/ops",
-        "cache_dir": "/home/ops/.cache/meshdeck",
-        "free_bytes": 10**12,
-        "agent_sha256": None,
-        "error": None,
-    }
+    base = {k: v for k, v in _VALID_PROBE.items() if k != "version"} | {"python_version": (3, 10, 12)}
     return RemotePlatform(**{**base, **changes})
 
 
@@ -178,3 +184,36 @@ def test_a_stale_zipapp_is_refused_before_the_server_is_contacted(tmp_path: Path
     connector = SshConnector(route, HostKeyStore(tmp_path / "kh"), package=_agent_zip(tmp_path / "o.pyz", "0.0.7", 0))
     with pytest.raises(BootstrapError, match="speaking protocol 0"):
         connector.open(lambda _message: None)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=8,
+)
+_RAW_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+@settings(deadline=None, max_examples=400)
+@given(
+    overrides=st.dictionaries(st.sampled_from(sorted(_VALID_PROBE)), _JSON_VALUES, max_size=4),
+    error=st.none() | st.dictionaries(st.sampled_from(["errno", "message", "path", "stage"]), _JSON_VALUES),
+    stderr=st.binary(max_size=200),
+)
+def test_any_probe_answer_is_a_platform_or_one_bootstrap_error_without_raw_controls(
+    overrides: dict, error: dict | None, stderr: bytes
+):
+    """A hostile or broken server's probe output never tracebacks, and nothing it said reaches a terminal raw."""
+    answer = {**_VALID_PROBE, "error": error, **overrides}
+    package = AgentPackage(Path("/nonexistent.pyz"), "0" * 64, 1000)
+    try:
+        platform = parse_probe("gpu-a", 0, json.dumps(answer).encode(), stderr, ["python3"])
+        check_platform("gpu-a", platform, package)
+    except BootstrapError as exc:
+        assert not _RAW_CONTROL.search(str(exc)), str(exc)
+
+
+def test_control_characters_from_the_probe_are_escaped_in_its_error():
+    with pytest.raises(BootstrapError) as failed:
+        parse_probe("gpu-a", 2, b"", b"\x1b[2Jsh: cannot fork\r", ["python3"])
+    assert "\\x1b[2Jsh: cannot fork" in str(failed.value) and "\x1b" not in str(failed.value)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from meshdeck.cli import main
+from meshdeck.commands.hosts import render_probe
+from meshdeck.services.hosts import ProbeReport
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -85,3 +88,55 @@ def test_probe_of_a_closed_port_is_one_line_and_exit_2(capsys, tmp_path: Path):
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and f"127.0.0.1:{port}: unreachable" in err
     assert not (tmp_path / "none.db").exists()  # probe never creates a database
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("8xH200;rm -rf ~", "host.simulate: expected COUNTxTYPE such as 8xH200, got '8xH200;rm -rf ~'"),
+        ("8xH900", "host.simulate: unknown GPU type 'H900'; known: "),
+        ("99xH200", "host.simulate: GPU count must be 1-"),
+        ("x", "host.simulate: expected COUNTxTYPE"),
+    ],
+)
+def test_a_bad_simulate_spec_is_refused_at_add_naming_the_field_and_the_form(
+    capsys, db: str, spec: str, message: str
+) -> None:
+    code, out, err = _run(capsys, "--db", db, "hosts", "add", "gpu-s", "10.0.0.7", "--simulate", spec)
+    assert code == 2 and out == "" and message in err, err
+    assert json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1]) == []  # nothing was stored
+
+
+def test_a_simulate_spec_is_stored_in_its_canonical_form(capsys, db: str) -> None:
+    code, out, _ = _run(capsys, "--db", db, "hosts", "add", "gpu-s", "10.0.0.7", "--simulate", " 8 x h200 ")
+    assert code == 0 and out.strip() == "added gpu-s: 10.0.0.7 (simulated 8xH200)"
+    assert json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])[0]["simulate"] == "8xH200"
+
+
+RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # all but newline
+
+
+def test_what_a_server_reports_is_shown_escaped_by_hosts_probe() -> None:
+    hostile = "\x1b[2J\x1b[H"
+    report = ProbeReport(
+        target="gpu-a", route=f"root@gpu-a:22{hostile}", host_key="ssh-ed25519 SHA256:abc", auth="publickey",
+        python=f"/usr/bin/python3{hostile}", python_version="3.11.4", machine="x86_64\r", agent_path="/a.pyz",
+        uploaded=False, agent_version="0.1.0", protocol=1, seconds=1.0,
+        inventory={"hostname": f"evil{hostile}", "driver": "550\x9b31m", "cuda": "12.4\x07",
+                   "gpus": [{"index": 0, "name": f"H200{hostile}", "memory_total_bytes": 2**37, "pci_bus_id": "\x08"}],
+                   "nics": [{"name": f"mlx5_0{hostile}", "kind": "infiniband\r", "rate_gbps": 400, "state": "UP"}]},
+    )  # fmt: skip
+    shown = render_probe("gpu-a", report)
+    assert not RAW_CONTROL.search(shown), repr(shown)
+    assert "evil\\x1b[2J\\x1b[H" in shown and "H200\\x1b[2J" in shown and "driver 550\\x9b31m" in shown
+    assert len(shown.splitlines()) == 10  # no line was split or swallowed
+
+
+def test_hosts_list_escapes_what_is_stored(capsys, db: str) -> None:
+    from meshdeck.store.database import open_database
+    from meshdeck.store.hosts import HostRecord, add_host
+
+    with open_database(db) as database:  # written by an older meshdeck: C1 controls passed its check
+        add_host(database, HostRecord(name="gpu-c", target="10.0.0.8", identity_file="/keys/\x9b2Jid"))
+    code, out, _ = _run(capsys, "--db", db, "hosts", "list")
+    assert code == 0 and not RAW_CONTROL.search(out) and "/keys/\\x9b2Jid" in out
