@@ -29,13 +29,13 @@ from typing import Any, Protocol
 
 from meshdeck_agent.wire_sample import MAX_SEQ, Sample, SampleError, decode_samples_message
 
+from meshdeck.core.text import printable
 from meshdeck.remote.errors import BadAnswer
 from meshdeck.remote.events import FleetEvent, SamplesReceived, SequenceReset
-from meshdeck.remote.log_limits import RateLimitedLog
+from meshdeck.remote.peer_log import PeerLog
 from meshdeck.remote.sample_batch import batch_from_samples
 
 log = logging.getLogger(__name__)
-_refusals = RateLimitedLog(log)
 
 
 class Caller(Protocol):
@@ -64,6 +64,7 @@ class SampleGate:
         self._stopped = stopped
         self._refused = 0  # refused since the last delivery
         self.refused_total = 0
+        self._noise = PeerLog(log, host)  # refusals, rate-limited: a poisoned agent cannot flood the log
 
     @property
     def last_seq(self) -> int | None:
@@ -131,16 +132,14 @@ class SampleGate:
             except SampleError as exc:
                 self._refused += 1
                 self.refused_total += 1
-                _refusals.warning(
-                    ("sample", self.host), "%s: refused a sample from the agent: %s", self.host, _bounded(str(exc))
-                )
+                self._noise.report("refused a sample from the agent", str(exc))
         return samples
 
     def refuse_message(self, problem: str) -> None:
         """A samples event whose envelope is wrong: counted as one refused sample and logged, rate-limited."""
         self._refused += 1
         self.refused_total += 1
-        _refusals.warning(("message", self.host), "%s: refused a samples event: %s", self.host, _bounded(problem))
+        self._noise.report("refused a samples event", problem)
 
     def _page(self, page: Any) -> tuple[list[Any], int]:
         """A samples.read result's raw samples and dropped count; BadAnswer when its shape is wrong."""
@@ -148,7 +147,9 @@ class SampleGate:
             raw, dropped = decode_samples_message(page)
             last = page.get("last_seq")
             if last is not None and (isinstance(last, bool) or not isinstance(last, int) or not 0 <= last <= MAX_SEQ):
-                raise SampleError("last_seq", f"must be an integer from 0 to {MAX_SEQ}, got {_bounded(repr(last))}")
+                raise SampleError(
+                    "last_seq", f"must be an integer from 0 to {MAX_SEQ}, got {printable(repr(last), 60)}"
+                )
         except SampleError as exc:
             raise BadAnswer(
                 f"{self.host}: samples.read answered in a shape the protocol does not allow: {exc}"
@@ -200,7 +201,3 @@ class SampleGate:
         if samples or dropped or refused:
             batch = batch_from_samples(samples)
             self._sink(SamplesReceived(self.host, batch, dropped, backfill, self._epoch, refused))
-
-
-def _bounded(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"

@@ -26,10 +26,9 @@ from dataclasses import replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
-from meshdeck.remote.log_limits import RateLimitedLog
+from meshdeck.remote.peer_log import PeerLog
 
 log = logging.getLogger(__name__)
-_shed_log = RateLimitedLog(log)
 
 DRAIN_INTERVAL_MS = 100
 DRAIN_BUDGET_S = 0.030  # GUI-thread time per tick spent delivering events
@@ -68,6 +67,7 @@ class FleetBridge(QObject):
         self._skipped_since: dict[str, int] = {}  # samples shed per host since its last delivered batch
         self.skipped: dict[str, int] = {}  # samples shed per host, all time
         self.shed_events = 0
+        self._shed_log = PeerLog(log, "console")  # rate-limited: shedding happens in bursts
         self._budget_s = budget_s
         self.delivered = 0
         self._timer = QTimer(self)
@@ -128,20 +128,15 @@ class FleetBridge(QObject):
             else:
                 kept.append(event)
         self._inbox.extendleft(reversed(kept))
-        _shed_log.warning(
-            "agent-events",
-            "the console fell behind: dropped %d worker/log/alert events so far (history keeps worker states)",
-            self.shed_events,
+        self._shed_log.report(
+            f"fell behind: dropped {self.shed_events} worker/log/alert events so far (history keeps worker states)"
         )
 
     def _note_skipped(self, host: str, count: int) -> None:
         self._skipped_since[host] = self._skipped_since.get(host, 0) + count
         self.skipped[host] = self.skipped.get(host, 0) + count
-        _shed_log.warning(
-            ("samples", host),
-            "%s: the console fell behind; %d samples skipped in the live charts so far (history has them)",
-            host,
-            self.skipped[host],
+        self._shed_log.report(
+            f"fell behind: {self.skipped[host]} samples of {host} skipped in the live charts so far (history has them)"
         )
 
     # -- the GUI side ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from meshdeck.cli import main
 from meshdeck.commands.hosts import render_probe
 from meshdeck.services.hosts import ProbeReport
+from meshdeck_agent.wire_inventory import Inventory
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -122,9 +123,11 @@ def test_what_a_server_reports_is_shown_escaped_by_hosts_probe() -> None:
         target="gpu-a", route=f"root@gpu-a:22{hostile}", host_key="ssh-ed25519 SHA256:abc", auth="publickey",
         python=f"/usr/bin/python3{hostile}", python_version="3.11.4", machine="x86_64\r", agent_path="/a.pyz",
         uploaded=False, agent_version="0.1.0", protocol=1, seconds=1.0,
-        inventory={"hostname": f"evil{hostile}", "driver": "550\x9b31m", "cuda": "12.4\x07",
-                   "gpus": [{"index": 0, "name": f"H200{hostile}", "memory_total_bytes": 2**37, "pci_bus_id": "\x08"}],
-                   "nics": [{"name": f"mlx5_0{hostile}", "kind": "infiniband\r", "rate_gbps": 400, "state": "UP"}]},
+        inventory=Inventory.from_wire(
+            {"hostname": f"evil{hostile}", "driver": "550\x9b31m", "cuda": "12.4\x07",
+             "gpus": [{"index": 0, "name": f"H200{hostile}", "memory_total_bytes": 2**37, "pci_bus_id": "\x08"}],
+             "nics": [{"name": f"mlx5_0{hostile}", "kind": "infiniband", "rate_gbps": 400, "state": "UP\r"}]}
+        ),
     )  # fmt: skip
     shown = render_probe("gpu-a", report)
     assert not RAW_CONTROL.search(shown), repr(shown)
