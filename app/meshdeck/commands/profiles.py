@@ -11,6 +11,8 @@ A file that fails validation (wrong types, unknown keys, a layout that does not 
 anchors/aliases) is refused with `meshdeck: error: FILE: field: problem` and exit status 2; nothing
 is stored. `export` writes the text exactly as imported unless `--canonical` asks for the normalised
 form; with `-o` the file appears complete or not at all.
+
+What is printed from the database is escaped, so no stored text can rewrite the terminal.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.printable import printable
 from meshdeck.launch.profile import MAX_PROFILE_BYTES
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
@@ -96,10 +98,9 @@ def _list(args: argparse.Namespace) -> int:
     for s in summaries:
         layout = s.data.get("layout") or {}
         shape = f"{layout.get('tensor_parallel')}x{layout.get('pipeline_parallel')}x{layout.get('data_parallel')}"
-        hosts = ",".join(s.data.get("hosts") or [])
-        print(
-            f"{s.name:<28} {s.current_version:>4} {s.data.get('engine', ''):<6} {shape:<18} {hosts:<24} {utc_stamp(s.updated_at)}"
-        )
+        hosts = ",".join(str(host) for host in s.data.get("hosts") or [])
+        row = f"{s.name:<28} {s.current_version:>4} {s.data.get('engine', ''):<6} {shape:<18} {hosts:<24}"
+        print(printable(f"{row} {utc_stamp(s.updated_at)}"))
     return 0
 
 
@@ -113,32 +114,25 @@ def _show(args: argparse.Namespace) -> int:
                 )
             else:
                 for v in versions:
-                    print(f"v{v.version:<4} {utc_stamp(v.created_at)}  {v.note}")
+                    print(printable(f"v{v.version:<4} {utc_stamp(v.created_at)}  {v.note}"))
             return 0
-        stored = profile_service.get_profile(db, args.name, args.version)
+        version = profile_service.profile_version(db, args.name, args.version)
     if args.json:
-        document = {"name": stored.version.name, "version": stored.version.version, "profile": stored.version.data}
+        document = {"name": version.name, "version": version.version, "profile": version.data}
         print(json.dumps(document, indent=2))
     else:
-        sys.stdout.write(stored.version.yaml if stored.version.yaml.endswith("\n") else stored.version.yaml + "\n")
+        text = printable(version.yaml, keep_newlines=True)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
 def _read_profile_file(name: str) -> bytes:
     if name == "-":
         data = sys.stdin.buffer.read(MAX_PROFILE_BYTES + 1)
-    else:
-        path = Path(name)
-        if not path.is_file():
-            raise InputError(name, "no such file")
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_PROFILE_BYTES + 1)
-        except OSError as exc:
-            raise InputError(name, f"cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_PROFILE_BYTES:
-        raise InputError(name, f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
-    return data
+        if len(data) > MAX_PROFILE_BYTES:
+            raise InputError("stdin", f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
+        return data
+    return profile_service.read_profile_file(name)
 
 
 def _import(args: argparse.Namespace) -> int:

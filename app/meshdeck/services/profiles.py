@@ -11,11 +11,20 @@ the field named and leaves the database as it was. The text is stored exactly as
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.launch.profile import Profile, dump_profile, load_profile, profile_from_mapping, profile_to_mapping
+from meshdeck.launch.profile import (
+    MAX_PROFILE_BYTES,
+    Profile,
+    dump_profile,
+    load_profile,
+    profile_from_mapping,
+    profile_to_mapping,
+)
 from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.store import profiles as profile_store
@@ -29,6 +38,39 @@ class StoredProfile:
 
     profile: Profile
     version: ProfileVersion
+
+
+_NOT_A_FILE = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(mode: int) -> str | None:
+    return next((kind for test, kind in _NOT_A_FILE if test(mode)), None)
+
+
+def read_profile_file(path: str) -> bytes:
+    """The bytes of a profile file, read once and never more than MAX_PROFILE_BYTES + 1 of them (so
+    `/dev/zero` or an endless pipe cannot fill memory). Directories, devices and sockets are refused
+    before they are read; a named pipe is read like a file (`<(generate-profile)` works)."""
+    try:
+        kind = _not_a_file(os.stat(path).st_mode)
+        if kind is None:
+            with open(path, "rb") as handle:
+                kind = _not_a_file(os.fstat(handle.fileno()).st_mode)  # the file opened is the file checked
+                data = b"" if kind else handle.read(MAX_PROFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror or exc})") from None
+    if kind is not None:
+        raise InputError(path, f"is {kind}, not a profile file")
+    if len(data) > MAX_PROFILE_BYTES:
+        raise InputError(path, f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
+    return data
 
 
 def parse_profile(text: str | bytes, source: str) -> Profile:
@@ -101,6 +143,11 @@ def delete_profile(db: Database, name: str) -> int:
 
 def list_profiles(db: Database) -> list[ProfileSummary]:
     return profile_store.list_profiles(db)
+
+
+def profile_version(db: Database, name: str, version: int | None = None) -> ProfileVersion:
+    """One version's record as stored, not parsed again (`profiles show` prints what is there)."""
+    return profile_store.get_profile(db, name, version)
 
 
 def profile_versions(db: Database, name: str) -> list[ProfileVersion]:
