@@ -24,6 +24,7 @@ from meshdeck.core.printable import printable
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile import Profile, load_profile
+from meshdeck.launch.profile_secrets import refuse_references
 from meshdeck.services import deploy_hosts
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_model import LaunchProgress, new_deployment_id
@@ -50,6 +51,7 @@ def read_profile(path_text: str) -> tuple[Profile, str]:
     """The profile in a file and its text, from one bounded read: what is validated is what is recorded."""
     data = read_profile_file(path_text)
     profile = load_profile(data, source=path_text)
+    refuse_references(profile, path_text)
     return profile, data.decode("utf-8")
 
 
@@ -84,8 +86,8 @@ def dry_run(profile: Profile, args: argparse.Namespace) -> int:
 
 
 def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> str:
-    """The plan as text, from the commands that are launched: each one's `display()` (the inline workload
-    named by the files inside it), every line escaped for the terminal."""
+    """The plan as text, from the commands that are launched: each one's `display()` (secrets masked, the
+    inline workload named by the files inside it), every line escaped for the terminal."""
     lines = [f"{plan.name}: {plan.engine}, {plan.layout_class}, head {plan.head_host} ({plan.head_address})"]
     for command in plan.commands:
         lines += ["", f"[stage {command.stage}] {command.name} on {command.host} ({command.role})"]

@@ -12,7 +12,9 @@ anchors/aliases) is refused with `meshdeck: error: FILE: field: problem` and exi
 is stored. `export` writes the text exactly as imported unless `--canonical` asks for the normalised
 form; with `-o` the file appears complete or not at all.
 
-What is printed from the database is escaped, so no stored text can rewrite the terminal.
+Secret env values (HF_TOKEN, ...) are kept in the OS keyring, not the database: `show` prints the
+keyring reference in their place, `export` writes the value itself (and says so on stderr). What is
+printed from the database is escaped, so no stored text can rewrite the terminal.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.printable import printable
+from meshdeck.core.secret_env import masked_env
 from meshdeck.launch.profile import MAX_PROFILE_BYTES
+from meshdeck.launch.profile_secrets import masked_profile_text
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
 from meshdeck.services.history import utc_stamp
@@ -118,10 +122,12 @@ def _show(args: argparse.Namespace) -> int:
             return 0
         version = profile_service.profile_version(db, args.name, args.version)
     if args.json:
-        document = {"name": version.name, "version": version.version, "profile": version.data}
-        print(json.dumps(document, indent=2))
+        data = dict(version.data)
+        if isinstance(data.get("env"), dict):  # a secret an older meshdeck stored is still not shown
+            data["env"] = dict(masked_env((str(k), v) for k, v in data["env"].items()))
+        print(json.dumps({"name": version.name, "version": version.version, "profile": data}, indent=2))
     else:
-        text = printable(version.yaml, keep_newlines=True)
+        text = printable(masked_profile_text(version.yaml, f"profile {version.name}"), keep_newlines=True)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
@@ -146,12 +152,16 @@ def _import(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     with open_database(args.db) as db:
-        text = profile_service.export_profile(db, args.name, args.version, canonical=args.canonical)
+        exported = profile_service.exported_profile(db, args.name, args.version, canonical=args.canonical)
+    text = exported.text
     if args.output:
         with atomic_output(args.output) as handle:
             handle.write(text)
     else:
         sys.stdout.write(text)
+    for key in exported.from_keyring:
+        where = printable(args.output) if args.output else "stdout"
+        print(f"meshdeck: env.{key}: its secret value from the OS keyring is written to {where}", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.secret_env import masked_env
 from meshdeck.launch.profile import Profile, reserved_env_reason
 from meshdeck.launch.workload_bundle import BUNDLE_ENV, StagedFile, describe_bundle, staged_files
 
@@ -88,16 +89,16 @@ class NodeCommand:
         return staged_files(self.env_dict)
 
     def shown_env(self, *, inline_workload: bool = False) -> tuple[tuple[str, str], ...]:
-        """The env as shown to a person or kept in a record: the inline workload named by its files
-        (`inline_workload` keeps its base64, for the machine-readable dry run)."""
-        shown = self.env
+        """The env as shown to a person or kept in a record: secret values masked, and the inline workload
+        named by its files (`inline_workload` keeps its base64, for the machine-readable dry run)."""
+        shown = masked_env(self.env)
         if inline_workload or BUNDLE_ENV not in self.env_dict:
             return shown
         described = describe_bundle(self.env_dict)
         return tuple((key, described if key == BUNDLE_ENV else value) for key, value in shown)
 
     def display(self) -> str:
-        """One shell-quoted line, `env K=V ... argv`, of what runs (the inline workload named by its files)."""
+        """One shell-quoted line, `env K=V ... argv`, of what runs (secrets masked, the inline workload named)."""
         assignments = [f"{k}={v}" for k, v in self.shown_env()]
         return shlex.join(["env", *assignments, *self.argv] if assignments else list(self.argv))
 
@@ -140,7 +141,7 @@ class LaunchPlan:
         return tuple(tuple(c for c in self.commands if c.stage == n) for n in numbers)
 
     def dry_run(self, *, inline_workload: bool = True) -> dict[str, Any]:
-        """The `--dry-run --json` document: {"nodes": [{"host", "argv", "env", ...}, ...], ...}.
+        """The `--dry-run --json` document: {"nodes": [{"host", "argv", "env", ...}, ...], ...}, secrets masked.
 
         `inline_workload=False` names the inline workload's files instead of carrying its base64 (records)."""
         return {

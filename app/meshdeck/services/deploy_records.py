@@ -1,8 +1,9 @@
 """The DeployService's recorder backed by the store: launches, state changes, events, outcomes and
 vLLM's measured startup numbers beside the planner's prediction (`meshdeck.store.deployments`).
 
-What is kept is what the dry run shows: instead of the inline workload's ~10 KB of base64 per node,
-its files' names, sizes and digests (read out of the bundle that is sent).
+What is kept is what the dry run shows: secret env values masked (in the plan, every node's env and the
+profile's text) and, instead of the inline workload's ~10 KB of base64 per node, its files' names,
+sizes and digests.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.profile_secrets import masked_profile_text
 from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import (
@@ -71,7 +73,7 @@ class StoreRecorder:
             planned=planned_as_measured(plan),
             profile_name=self.profile_name,
             profile_version=self.profile_version,
-            profile_yaml=self.profile_yaml,
+            profile_yaml=None if self.profile_yaml is None else masked_profile_text(self.profile_yaml),
             started_at=snapshot.started_at,
             state=snapshot.state,
         )

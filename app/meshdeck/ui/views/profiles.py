@@ -3,7 +3,9 @@ YAML import / export, and "Launch…" (handed to the deployments view).
 
 Validation is launch.profile's (the same the CLI and the launcher apply): the first problem is
 shown under the editor with the field named, and Save stays disabled until the text is a valid
-profile. Everything shown from the store outside the editor is escaped (core.printable). Saving stores a new version (older ones stay readable in the versions list); every
+profile. A secret env value (HF_TOKEN, ...) is saved to the OS keyring and the editor shows the
+keyring reference in its place; Export writes the value itself into the file chosen. Everything
+shown from the store outside the editor is escaped (core.printable). Saving stores a new version (older ones stay readable in the versions list); every
 database or file access runs as a job.
 """
 
@@ -272,12 +274,20 @@ class ProfilesView(QWidget):
         db = self.context.db
         assert db is not None
 
-        def work(_progress: Any) -> Path:
+        def work(_progress: Any) -> tuple[Path, tuple[str, ...]]:
+            exported = profile_service.exported_profile(db, name)
             with atomic_output(path) as stream:
-                stream.write(profile_service.export_profile(db, name))
-            return path
+                stream.write(exported.text)
+            return path, exported.from_keyring
 
-        self._run("export profile", work, lambda written: self._tell(f"exported {name} to {written}"))
+        def done(answer: tuple[Path, tuple[str, ...]]) -> None:
+            written, from_keyring = answer
+            secrets = (
+                f" (with the secret values of {', '.join(from_keyring)} from the OS keyring)" if from_keyring else ""
+            )
+            self._tell(f"exported {name} to {written}{secrets}")
+
+        self._run("export profile", work, done)
 
     def duplicate(self) -> None:
         if self.current is None:
