@@ -11,9 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import keyring
-from keyring.errors import KeyringError, NoKeyringError
-
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.profile_secrets import (
@@ -35,7 +32,13 @@ NO_KEYRING = (
 )
 
 
+# keyring is imported where it is used: it costs ~30 ms, and most commands never touch a secret
+
+
 def _read(profile_name: str, key: str, source: str) -> str:
+    import keyring
+    from keyring.errors import KeyringError, NoKeyringError
+
     account = keyring_account(profile_name, key)
     try:
         value = keyring.get_password(KEYRING_SERVICE, account)
@@ -51,6 +54,9 @@ def _read(profile_name: str, key: str, source: str) -> str:
 
 
 def _write(profile_name: str, key: str, value: str, source: str) -> None:
+    import keyring
+    from keyring.errors import KeyringError, NoKeyringError
+
     try:
         keyring.set_password(KEYRING_SERVICE, keyring_account(profile_name, key), value)
     except NoKeyringError:
@@ -93,6 +99,12 @@ def copy_secrets(values: dict[str, str], profile_name: str, source: str) -> None
 
 def forget_secrets(profile_name: str, keys: Iterable[str]) -> None:
     """Remove a deleted profile's secrets from the keyring (what is already gone, or no keyring, is fine)."""
+    keys = list(keys)
+    if not keys:
+        return
+    import keyring
+    from keyring.errors import KeyringError
+
     for key in keys:
         try:
             keyring.delete_password(KEYRING_SERVICE, keyring_account(profile_name, key))
