@@ -6,8 +6,9 @@ a 2-core CI machine, slows every later test). At the end of the session any such
 during the session is killed and listed; with MESHDECK_STRICT_LEAKS=1 the session fails instead of
 only reporting them.
 
-Keyring: `memory_keyring` (a working OS keyring kept in memory) and `no_keyring` (keyring's fail
-backend, what CI has) put tests/fakes/memory_keyring.py in place for one test.
+Keyring: no test reaches the OS keyring of the machine it runs on; each starts with keyring's fail
+backend (what CI has; `no_keyring` says so explicitly), and `memory_keyring` gives one test a working
+keyring kept in memory (tests/fakes/memory_keyring.py).
 """
 
 from __future__ import annotations
@@ -95,6 +96,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("processes left running by tests (killed)", yellow=True)
         for line in _LEAKED:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_keyring() -> Iterator[None]:
+    """A secret a test stores never lands in the keyring of the desktop the tests run on."""
+    with installed(None):
+        yield
 
 
 @pytest.fixture

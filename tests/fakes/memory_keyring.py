@@ -13,15 +13,19 @@ import contextlib
 from collections.abc import Iterator
 
 import keyring
+from jaraco.classes import properties
 from keyring.backend import KeyringBackend
 from keyring.backends import fail
 from keyring.errors import PasswordDeleteError
 
 
 class MemoryKeyring(KeyringBackend):
-    """Passwords in a dict keyed by (service, account)."""
+    """Passwords in a dict keyed by (service, account). Never chosen by keyring's own detection (that
+    would hand every later test in the process this keyring): only `installed()` puts it in place."""
 
-    priority = 1  # type: ignore[assignment]  # never chosen on its own: tests install it explicitly
+    @properties.classproperty
+    def priority(cls) -> float:
+        raise RuntimeError("a test keyring: installed explicitly, never detected")
 
     def __init__(self) -> None:
         super().__init__()
