@@ -5,17 +5,29 @@ outlive it by design, so a test that forgets to stop one leaves it running after
 a 2-core CI machine, slows every later test). At the end of the session any such process started
 during the session is killed and listed; with MESHDECK_STRICT_LEAKS=1 the session fails instead of
 only reporting them.
+
+Keyring: no test reaches the OS keyring of the machine it runs on; each starts with keyring's fail
+backend (what CI has; `no_keyring` says so explicitly), and `memory_keyring` gives one test a working
+keyring kept in memory (tests/fakes/memory_keyring.py).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
+
+FAKES = str(Path(__file__).resolve().parent / "fakes")
+if FAKES not in sys.path:
+    sys.path.insert(0, FAKES)
+
+from memory_keyring import MemoryKeyring, installed  # noqa: E402 - needs tests/fakes on sys.path first
 
 # Qt never needs a display in tests; screenshots under Xvfb set DISPLAY themselves.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -84,3 +96,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("processes left running by tests (killed)", yellow=True)
         for line in _LEAKED:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_keyring() -> Iterator[None]:
+    """A secret a test stores never lands in the keyring of the desktop the tests run on."""
+    with installed(None):
+        yield
+
+
+@pytest.fixture
+def memory_keyring() -> Iterator[MemoryKeyring]:
+    """An OS keyring that works, kept in memory for this test (tests/fakes/memory_keyring.py)."""
+    with installed(MemoryKeyring()) as backend:
+        yield backend  # type: ignore[misc]
+
+
+@pytest.fixture
+def no_keyring() -> Iterator[None]:
+    """No usable OS keyring (keyring's fail backend), as on CI or a server without a desktop session."""
+    with installed(None):
+        yield

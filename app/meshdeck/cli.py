@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from meshdeck import __version__, commands
 from meshdeck.core.errors import InputError
+from meshdeck.core.printable import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except InputError as exc:
-        print(f"meshdeck: error: {exc}", file=sys.stderr)
+        print(f"meshdeck: error: {printable(str(exc))}", file=sys.stderr)  # it may quote a file or a server
         return 2
     except KeyboardInterrupt:
         return 130

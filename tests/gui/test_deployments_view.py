@@ -282,3 +282,23 @@ def test_status_line_says_where_it_serves_and_what_is_simulated_or_found() -> No
         "(simulated vLLM, found on the agents)"
     )
     assert "at http" not in status_line(replace(snapshot, state="stopped"))
+
+
+def test_a_stored_profile_launches_with_its_secret_from_the_keyring(
+    qtbot, console_context, tmp_path, memory_keyring, monkeypatch
+) -> None:
+    """The console's launch reads the value the database does not hold back from the OS keyring."""
+    from meshdeck.store.database import open_database
+    from meshdeck.ui.views import deployments as deployments_module
+
+    console_context.db = open_database(tmp_path / "console.sqlite")
+    console_context.on_shutdown.append(console_context.db.close)
+    console_context.fleet = object()  # never called: the two steps that would ask it are stood in for below
+    text = "name: p\nmodel: m\nhosts: [a]\ngpus_per_node: 1\nenv: {HF_TOKEN: hf_secret, HF_HOME: /data}\n"
+    profile_service.import_profile(console_context.db, text, "p.yaml")
+    monkeypatch.setattr(deployments_module.deploy_hosts, "fleet_addresses", lambda fleet, hosts, db: {"a": "a"})
+    monkeypatch.setattr(deployments_module, "prepare_launch", lambda profile, fleet, **_: profile)
+    view = DeploymentsView(console_context)
+    qtbot.addWidget(view)
+    profile, prepared = view._prepare("p", "p-1")
+    assert profile.env == prepared.env == {"HF_TOKEN": "hf_secret", "HF_HOME": "/data"}

@@ -169,3 +169,20 @@ def test_save_as_profile_from_the_planner_stores_it(qtbot, db_context, simulated
     stored = profile_service.get_profile(db_context.db, "demo-plan")
     assert stored.profile.hosts == ["demo-a", "demo-b"]
     assert stored.version.note == "saved from the planner"
+
+
+def test_a_secret_stays_out_of_the_editor_and_the_database_and_export_writes_it(
+    qtbot, profiles_view, db_context, tmp_path, memory_keyring
+) -> None:
+    secret = "hf_Zq8ExampleSecretValue0123"
+    source = tmp_path / "ds32.yaml"
+    source.write_text(PROFILE + f"env: {{HF_TOKEN: {secret}}}\n")
+    profiles_view.import_file(source)
+    _wait_listed(qtbot, profiles_view, "ds32-h200")
+    qtbot.waitUntil(lambda: "HF_TOKEN: keyring:" in profiles_view.editor.toPlainText(), timeout=30000)
+    assert secret not in profiles_view.editor.toPlainText()
+    assert profiles_view.validate() is not None  # the reference is a valid profile: editing and saving keep it
+    target = tmp_path / "out.yaml"
+    profiles_view.export_file("ds32-h200", target)
+    qtbot.waitUntil(lambda: profiles_view.message.text().startswith("exported"), timeout=30000)
+    assert target.read_text() == source.read_text() and "OS keyring" in profiles_view.message.text()

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.printable import printable
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile import Profile, load_profile
-from meshdeck.launch.torch_launch import BUNDLE_ENV
+from meshdeck.launch.profile_secrets import refuse_references
 from meshdeck.services import deploy_hosts
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_model import LaunchProgress, new_deployment_id
@@ -31,6 +32,7 @@ from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.services.deploy_targets import node_for_dry_run, prepare_launch
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.preflight import run_preflight
+from meshdeck.services.profiles import read_profile_file
 from meshdeck.store.database import Database, default_database_path, open_database
 
 
@@ -45,13 +47,12 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def read_profile(path_text: str) -> Profile:
-    path = Path(path_text)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path_text, f"cannot read the profile: {exc.strerror or exc}") from None
-    return load_profile(data, source=path_text)
+def read_profile(path_text: str) -> tuple[Profile, str]:
+    """The profile in a file and its text, from one bounded read: what is validated is what is recorded."""
+    data = read_profile_file(path_text)
+    profile = load_profile(data, source=path_text)
+    refuse_references(profile, path_text)
+    return profile, data.decode("utf-8")
 
 
 def _stored_db(args: argparse.Namespace) -> Database | None:
@@ -85,29 +86,25 @@ def dry_run(profile: Profile, args: argparse.Namespace) -> int:
 
 
 def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """The plan as text, from the commands that are launched: each one's `display()` (secrets masked, the
+    inline workload named by the files inside it), every line escaped for the terminal."""
     lines = [f"{plan.name}: {plan.engine}, {plan.layout_class}, head {plan.head_host} ({plan.head_address})"]
     for command in plan.commands:
-        shown = command
-        if BUNDLE_ENV in command.env_dict:  # the inline workload files: name them instead of 10 KB of base64
-            files = ", ".join(f"{f.name} ({f.size} B)" for f in command.staged)
-            env = tuple((k, f"<{len(v)} chars: {files}>" if k == BUNDLE_ENV else v) for k, v in command.env)
-            shown = type(command)(**{**command.__dict__, "env": env})
-        lines.append(f"\n[stage {command.stage}] {command.name} on {command.host} ({command.role})")
-        lines.append(f"  {shown.display()}")
+        lines += ["", f"[stage {command.stage}] {command.name} on {command.host} ({command.role})"]
+        lines.append(f"  {command.display()}")
         if command.ready:
             lines.append(f"  ready when: {' or '.join(c.describe() for c in command.ready)}")
     if plan.ports:
-        lines.append("\nports on the head: " + ", ".join(f"{p.port} ({p.purpose})" for p in plan.ports))
+        lines += ["", "ports on the head: " + ", ".join(f"{p.port} ({p.purpose})" for p in plan.ports)]
     for warning in (*plan.warnings, *notes):
         lines.append(f"warning: {warning}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    profile = read_profile(args.profile)
+    profile, profile_text = read_profile(args.profile)
     if args.dry_run:
         return dry_run(profile, args)
-    profile_text = Path(args.profile).read_text(encoding="utf-8")
     with open_database(args.db) as db, FleetService() as fleet:
         deploy_hosts.connect(fleet, profile.hosts, db)
         addresses = deploy_hosts.addresses_for(profile.hosts, db)
@@ -116,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(render_plan(prepared.plan), file=sys.stderr)
             if prepared.planned_note:
-                print(f"note: {prepared.planned_note}", file=sys.stderr)
+                print(f"note: {printable(prepared.planned_note)}", file=sys.stderr)
         if not args.skip_preflight:
             report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
             for result in report.results:
                 mark = "ok  " if result.passed else "FAIL"
-                print(f"{mark} {result.check:<12} {result.host or 'cluster':<14} {result.reason}", file=sys.stderr)
+                line = f"{mark} {result.check:<12} {result.host or 'cluster':<14} {result.reason}"
+                print(printable(line), file=sys.stderr)
             if not report.passed and not args.force:
                 if args.json:
                     print(json.dumps({"launched": False, "preflight": report.as_dict()}, indent=2))
@@ -137,7 +135,7 @@ def _launch(
     deploy = DeployService(fleet, recorder=recorder)
 
     def progress(update: LaunchProgress) -> None:
-        print(f"[{update.step}/{update.total}] {update.message}", file=sys.stderr, flush=True)
+        print(printable(f"[{update.step}/{update.total}] {update.message}"), file=sys.stderr, flush=True)
 
     cancel = threading.Event()
     try:
@@ -145,7 +143,8 @@ def _launch(
     except LaunchFailed as failed:
         if args.json:
             print(json.dumps(failed.snapshot.as_dict(), indent=2))
-        print(f"meshdeck: launch {failed.snapshot.state}: {failed.snapshot.reason}", file=sys.stderr)
+        reason = printable(failed.snapshot.reason, keep_newlines=True)  # a log tail from the servers
+        print(f"meshdeck: launch {failed.snapshot.state}: {reason}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         cancel.set()
@@ -159,7 +158,8 @@ def _launch(
     if args.json:
         print(json.dumps(snapshot.as_dict(), indent=2))
     else:
-        print(f"{snapshot.id}: {snapshot.state}" + (f" at {snapshot.serving_url}" if snapshot.serving_url else ""))
+        url = f" at {snapshot.serving_url}" if snapshot.serving_url else ""
+        print(printable(f"{snapshot.id}: {snapshot.state}{url}"))
         if snapshot.reason:
-            print(snapshot.reason)
+            print(printable(snapshot.reason, keep_newlines=True))
     return 0 if snapshot.state in ("running", "completed") else 1

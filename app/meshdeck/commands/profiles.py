@@ -11,6 +11,10 @@ A file that fails validation (wrong types, unknown keys, a layout that does not 
 anchors/aliases) is refused with `meshdeck: error: FILE: field: problem` and exit status 2; nothing
 is stored. `export` writes the text exactly as imported unless `--canonical` asks for the normalised
 form; with `-o` the file appears complete or not at all.
+
+Secret env values (HF_TOKEN, ...) are kept in the OS keyring, not the database: `show` prints the
+keyring reference in their place, `export` writes the value itself (and says so on stderr). What is
+printed from the database is escaped, so no stored text can rewrite the terminal.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.printable import printable
+from meshdeck.core.secret_env import masked_env
 from meshdeck.launch.profile import MAX_PROFILE_BYTES
+from meshdeck.launch.profile_secrets import masked_profile_text
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
 from meshdeck.services.history import utc_stamp
@@ -96,10 +102,9 @@ def _list(args: argparse.Namespace) -> int:
     for s in summaries:
         layout = s.data.get("layout") or {}
         shape = f"{layout.get('tensor_parallel')}x{layout.get('pipeline_parallel')}x{layout.get('data_parallel')}"
-        hosts = ",".join(s.data.get("hosts") or [])
-        print(
-            f"{s.name:<28} {s.current_version:>4} {s.data.get('engine', ''):<6} {shape:<18} {hosts:<24} {utc_stamp(s.updated_at)}"
-        )
+        hosts = ",".join(str(host) for host in s.data.get("hosts") or [])
+        row = f"{s.name:<28} {s.current_version:>4} {s.data.get('engine', ''):<6} {shape:<18} {hosts:<24}"
+        print(printable(f"{row} {utc_stamp(s.updated_at)}"))
     return 0
 
 
@@ -113,32 +118,27 @@ def _show(args: argparse.Namespace) -> int:
                 )
             else:
                 for v in versions:
-                    print(f"v{v.version:<4} {utc_stamp(v.created_at)}  {v.note}")
+                    print(printable(f"v{v.version:<4} {utc_stamp(v.created_at)}  {v.note}"))
             return 0
-        stored = profile_service.get_profile(db, args.name, args.version)
+        version = profile_service.profile_version(db, args.name, args.version)
     if args.json:
-        document = {"name": stored.version.name, "version": stored.version.version, "profile": stored.version.data}
-        print(json.dumps(document, indent=2))
+        data = dict(version.data)
+        if isinstance(data.get("env"), dict):  # a secret an older meshdeck stored is still not shown
+            data["env"] = dict(masked_env((str(k), v) for k, v in data["env"].items()))
+        print(json.dumps({"name": version.name, "version": version.version, "profile": data}, indent=2))
     else:
-        sys.stdout.write(stored.version.yaml if stored.version.yaml.endswith("\n") else stored.version.yaml + "\n")
+        text = printable(masked_profile_text(version.yaml, f"profile {version.name}"), keep_newlines=True)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
 def _read_profile_file(name: str) -> bytes:
     if name == "-":
         data = sys.stdin.buffer.read(MAX_PROFILE_BYTES + 1)
-    else:
-        path = Path(name)
-        if not path.is_file():
-            raise InputError(name, "no such file")
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_PROFILE_BYTES + 1)
-        except OSError as exc:
-            raise InputError(name, f"cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_PROFILE_BYTES:
-        raise InputError(name, f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
-    return data
+        if len(data) > MAX_PROFILE_BYTES:
+            raise InputError("stdin", f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
+        return data
+    return profile_service.read_profile_file(name)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -152,12 +152,16 @@ def _import(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     with open_database(args.db) as db:
-        text = profile_service.export_profile(db, args.name, args.version, canonical=args.canonical)
+        exported = profile_service.exported_profile(db, args.name, args.version, canonical=args.canonical)
+    text = exported.text
     if args.output:
         with atomic_output(args.output) as handle:
             handle.write(text)
     else:
         sys.stdout.write(text)
+    for key in exported.from_keyring:
+        where = printable(args.output) if args.output else "stdout"
+        print(f"meshdeck: env.{key}: its secret value from the OS keyring is written to {where}", file=sys.stderr)
     return 0
 
 

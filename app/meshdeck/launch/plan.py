@@ -11,9 +11,13 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
-from meshdeck.launch.profile import Profile
+from meshdeck.core.errors import InputError
+from meshdeck.core.secret_env import masked_env
+from meshdeck.launch.profile import Profile, reserved_env_reason
+from meshdeck.launch.workload_bundle import BUNDLE_ENV, StagedFile, describe_bundle, staged_files
 
 READY_KINDS = ("tcp", "log", "running")
 ENGINES = ("vllm", "torch")
@@ -47,15 +51,6 @@ class ReadyCheck:
 
 
 @dataclass(frozen=True)
-class StagedFile:
-    """A file the command needs on its node, shipped inline with the command (see workload staging)."""
-
-    name: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
 class PlannedStartup:
     """The planner's prediction per GPU / per DP engine, handed to a simulated vLLM and kept for comparison."""
 
@@ -83,15 +78,28 @@ class NodeCommand:
     ready: tuple[ReadyCheck, ...] = ()
     metrics_url: str | None = None
     simulate: Mapping[str, Any] | None = None
-    staged: tuple[StagedFile, ...] = ()
 
     @property
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
 
+    @cached_property
+    def staged(self) -> tuple[StagedFile, ...]:
+        """The files this command ships inline, read out of the bundle in its env: the ones that are sent."""
+        return staged_files(self.env_dict)
+
+    def shown_env(self, *, inline_workload: bool = False) -> tuple[tuple[str, str], ...]:
+        """The env as shown to a person or kept in a record: secret values masked, and the inline workload
+        named by its files (`inline_workload` keeps its base64, for the machine-readable dry run)."""
+        shown = masked_env(self.env)
+        if inline_workload or BUNDLE_ENV not in self.env_dict:
+            return shown
+        described = describe_bundle(self.env_dict)
+        return tuple((key, described if key == BUNDLE_ENV else value) for key, value in shown)
+
     def display(self) -> str:
-        """One shell-safe line a user could paste: `env K=V ... argv` (shlex-quoted)."""
-        assignments = [f"{k}={v}" for k, v in self.env]
+        """One shell-quoted line, `env K=V ... argv`, of what runs (secrets masked, the inline workload named)."""
+        assignments = [f"{k}={v}" for k, v in self.shown_env()]
         return shlex.join(["env", *assignments, *self.argv] if assignments else list(self.argv))
 
 
@@ -132,8 +140,10 @@ class LaunchPlan:
         numbers = sorted({c.stage for c in self.commands})
         return tuple(tuple(c for c in self.commands if c.stage == n) for n in numbers)
 
-    def dry_run(self) -> dict[str, Any]:
-        """The `--dry-run --json` document: {"nodes": [{"host", "argv", "env", ...}, ...], ...}."""
+    def dry_run(self, *, inline_workload: bool = True) -> dict[str, Any]:
+        """The `--dry-run --json` document: {"nodes": [{"host", "argv", "env", ...}, ...], ...}, secrets masked.
+
+        `inline_workload=False` names the inline workload's files instead of carrying its base64 (records)."""
         return {
             "name": self.name,
             "engine": self.engine,
@@ -148,7 +158,7 @@ class LaunchPlan:
                     "stage": c.stage,
                     "node_rank": c.node_rank,
                     "argv": list(c.argv),
-                    "env": dict(c.env),
+                    "env": dict(c.shown_env(inline_workload=inline_workload)),
                     "gpus": list(c.gpus),
                     "ready": [check.describe() for check in c.ready],
                     "staged_files": [{"name": f.name, "sha256": f.sha256, "size": f.size} for f in c.staged],
@@ -175,9 +185,25 @@ def layout_summary(profile: Profile) -> dict[str, int | bool]:
     }
 
 
-def merge_env(*layers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """Later layers win (the profile's env is laid last). Sorted, for stable plans and diffs."""
+def merge_env(
+    *presets: Mapping[str, str], profile: Mapping[str, str], fixed: Mapping[str, str] | None = None
+) -> tuple[tuple[str, str], ...]:
+    """A command's env: meshdeck's presets (NCCL_DEBUG, the NIC choices; later ones win), then the profile's
+    env over them, then what meshdeck sets itself (`fixed`: the inline workload, the layout, a node's own
+    address), which nothing overrides. Sorted, for stable plans and diffs.
+
+    A profile key among `fixed` is refused: profile validation already does so, naming the file; this
+    keeps a profile built another way from replacing what the dry run shows."""
+    fixed = fixed or {}
+    for key in sorted(fixed):
+        reason = reserved_env_reason(key)
+        if reason is None:  # a builder's mistake: validation would let a profile set it
+            raise ValueError(f"launch builders fix only reserved env keys; {key} is not one")
+        if key in profile:
+            raise InputError(f"env.{key}", reason)
     merged: dict[str, str] = {}
-    for layer in layers:
+    for layer in presets:
         merged.update(layer)
+    merged.update(profile)
+    merged.update(fixed)
     return tuple(sorted(merged.items()))

@@ -1,9 +1,12 @@
 """Deployment profiles: the YAML file format, validated by pydantic, naming the field in every error.
 
 A profile is untrusted input (it may come from a colleague or the internet): unknown keys, wrong
-types, anchors/aliases (YAML bombs), nesting deeper than MAX_PROFILE_DEPTH (which would otherwise
-exhaust Python's recursion limit in the YAML composer), oversized files and layouts that do not match
-the hosts are refused before anything is stored or launched. `dump_profile(load_profile(text))` round-trips.
+types, a key given twice, anchors/aliases/merge keys (YAML bombs), deep nesting and oversized files
+(profile_yaml.py reads every profile), control characters in any string (they would rewrite the
+terminal that shows the dry run), env variables meshdeck sets itself (`MESHDECK_*`: the inline
+workload and the layout; a node's own address) and layouts that do not match the hosts are refused
+before anything is stored or launched.
+`dump_profile(load_profile(text))` round-trips.
 
     name: ds32-h200-2n
     model: deepseek-ai/DeepSeek-V3.2      # HF id or a path on the servers
@@ -27,24 +30,55 @@ import re
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.printable import printable
+from meshdeck.launch.profile_yaml import MAX_PROFILE_BYTES as MAX_PROFILE_BYTES
+from meshdeck.launch.profile_yaml import parse_yaml
 
-MAX_PROFILE_BYTES = 256 * 1024
-MAX_PROFILE_DEPTH = 16  # a real profile nests 3 deep (vllm -> extra_args -> item); anything far deeper is hostile
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 (ESC, CR, newline, tab, NUL, ...), DEL and C1 (CSI, ...)
+RESERVED_ENV_PREFIX = "MESHDECK_"
+RESERVED_ENV = {  # env variables the launch builders set per node or from the layout; a profile cannot
+    "VLLM_HOST_IP": "meshdeck sets it per node from the host's address",
+    "VLLM_RAY_DP_PACK_STRATEGY": "meshdeck sets it from the layout",
+}
 
 
-def _no_control(value: str, what: str) -> str:
+def _no_control(value: str, what: str = "") -> str:
     if _CONTROL.search(value):
-        raise ValueError(f"{what} must not contain control characters (newline, tab, NUL, ...)")
+        raise ValueError(
+            f"{what + ' ' if what else ''}must not contain control characters (ESC, CR, newline, tab, ...)"
+        )
     return value
+
+
+def reserved_env_reason(key: str) -> str | None:
+    """Why a profile may not set env variable `key` (meshdeck sets it itself), or None when it may."""
+    if key.upper().startswith(RESERVED_ENV_PREFIX):
+        return (
+            "meshdeck sets MESHDECK_* variables itself (the inline workload, the layout); remove it from the "
+            "profile's env"
+        )
+    if key.upper() in RESERVED_ENV:
+        return f"{RESERVED_ENV[key.upper()]}; remove it from the profile's env"
+    return None
+
+
+def _not_reserved(key: str) -> str:
+    reason = reserved_env_reason(key)
+    if reason is not None:
+        raise ValueError(reason)
+    return key
+
+
+Text = Annotated[str, AfterValidator(_no_control)]  # any profile string: no control characters
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN), AfterValidator(_not_reserved)]
 
 
 def _program(value: str, what: str) -> str:
@@ -77,7 +111,7 @@ class VllmSettings(_Strict):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     distributed_backend: Literal["mp", "ray"] = "mp"
     speculative_mtp: bool = False
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[Text] = Field(default_factory=list)
     executable: str = "vllm"
     master_port: Annotated[int, Field(ge=1, le=65535)] = 29501
     data_parallel_rpc_port: Annotated[int, Field(ge=1, le=65535)] = 29550
@@ -94,17 +128,10 @@ class VllmSettings(_Strict):
         # YAML `gpu_memory_utilization: 1` is an int; accept it as the float it means.
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
-    @field_validator("extra_args")
-    @classmethod
-    def _args_clean(cls, value: list[str]) -> list[str]:
-        for arg in value:
-            _no_control(arg, "extra_args entries")
-        return value
-
 
 class TorchSettings(_Strict):
     script: str = "tiny-deepseek"  # built-in workload name, or a path on the servers
-    args: list[str] = Field(default_factory=list)
+    args: list[Text] = Field(default_factory=list)
     master_port: Annotated[int, Field(ge=1, le=65535)] = 29500
     python: str = "python3"
 
@@ -118,13 +145,6 @@ class TorchSettings(_Strict):
     def _script_clean(cls, value: str) -> str:
         return _program(value, "script")
 
-    @field_validator("args")
-    @classmethod
-    def _args_clean(cls, value: list[str]) -> list[str]:
-        for arg in value:
-            _no_control(arg, "args entries")
-        return value
-
 
 class Profile(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -135,7 +155,7 @@ class Profile(_Strict):
     layout: Layout = Field(default_factory=Layout)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     torch: TorchSettings = Field(default_factory=TorchSettings)
-    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], str] = Field(default_factory=dict)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
 
     @field_validator("model")
     @classmethod
@@ -144,14 +164,6 @@ class Profile(_Strict):
             # `vllm serve MODEL` would read it as an option
             raise ValueError("model must be a Hugging Face id or a path; it must not start with '-'")
         return _no_control(value, "model")
-
-    @field_validator("env")
-    @classmethod
-    def _env_clean(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, item in value.items():
-            if "\x00" in item:
-                raise ValueError(f"env value of {key} must not contain NUL")
-        return value
 
     @field_validator("hosts")
     @classmethod
@@ -175,51 +187,14 @@ class Profile(_Strict):
         return self
 
 
-class _TooDeep(yaml.YAMLError):
-    """Collections nested deeper than MAX_PROFILE_DEPTH; `mark` is where the limit was crossed."""
-
-    def __init__(self, mark: Any) -> None:
-        super().__init__(f"nested deeper than {MAX_PROFILE_DEPTH} levels")
-        self.mark = mark
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors, aliases and deep nesting: a profile never needs them, YAML bombs
-    and stack-exhaustion attacks do. The composer recurses once per nesting level, so the depth is
-    checked here, before Python's recursion limit is reached."""
-
-    _depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        if self._depth >= MAX_PROFILE_DEPTH:
-            raise _TooDeep(self.peek_event().start_mark)
-        self._depth += 1
-        try:
-            return self._compose_checked(parent, index)
-        finally:
-            self._depth -= 1
-
-    def _compose_checked(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.constructor.ConstructorError(
-                None, None, "aliases (*name) are not allowed in a profile", event.start_mark
-            )
-        event = self.peek_event()
-        if getattr(event, "anchor", None):
-            raise yaml.constructor.ConstructorError(
-                None, None, "anchors (&name) are not allowed in a profile", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
 def _field_path(loc: tuple[Any, ...]) -> str:
+    """`env.HF_TOKEN`, `vllm.extra_args[1]`: pydantic's location, the parts from the file escaped."""
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + str(item))
+        elif item != "[key]":  # pydantic's marker for "the key itself" (env names): the key is named already
+            parts.append(("." if parts else "") + printable(str(item)))
     return "".join(parts) or "profile"
 
 
@@ -247,29 +222,8 @@ def profile_from_mapping(data: Any, source: str = "profile") -> Profile:
 
 
 def load_profile(text: str | bytes, source: str = "profile") -> Profile:
-    """Parse and validate profile YAML. Raises InputError naming the file and field."""
-    if isinstance(text, bytes):
-        if len(text) > MAX_PROFILE_BYTES:
-            raise InputError(source, f"profile is {len(text)} bytes; the limit is {MAX_PROFILE_BYTES}")
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if len(text.encode("utf-8")) > MAX_PROFILE_BYTES:
-        raise InputError(source, f"profile is larger than {MAX_PROFILE_BYTES} bytes")
-    try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
-    except _TooDeep as exc:
-        where = f" at line {exc.mark.line + 1}, column {exc.mark.column + 1}" if exc.mark else ""
-        raise InputError(
-            source, f"nested deeper than {MAX_PROFILE_DEPTH} levels{where}; a profile needs at most 3"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(source, f"not valid YAML{where}: {problem}") from None
-    return profile_from_mapping(data, source)
+    """Parse (profile_yaml's safe loader) and validate profile YAML. Raises InputError naming the file and field."""
+    return profile_from_mapping(parse_yaml(text, source), source)
 
 
 def profile_to_mapping(profile: Profile) -> dict[str, Any]:

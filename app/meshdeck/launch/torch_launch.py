@@ -12,35 +12,34 @@ A built-in workload is not installed on the servers: its module files travel ins
 argv is `python -c STAGER ENTRY TORCHRUN-ARGS -- WORKLOAD-ARGS` with the files, zlib + base64, in
 `MESHDECK_WORKLOAD_BUNDLE` (and its sha256 in `MESHDECK_WORKLOAD_SHA256`); the stager checks the digest,
 writes the files atomically into `~/.cache/meshdeck/workloads/<digest>/` and `exec`s torchrun on them.
-No shell is involved anywhere.
+No shell is involved anywhere. (`workload_bundle.py` packs the files; the dry run lists the ones inside
+the bundle that is sent.)
 
 The layout reaches every rank as `MESHDECK_TENSOR_PARALLEL`, `MESHDECK_PIPELINE_PARALLEL`,
 `MESHDECK_DATA_PARALLEL` and `MESHDECK_EXPERT_PARALLEL` (1/0), so a user's script can build the same
 DeviceMesh (dims dp × pp × tp, in that order; EP = the flattened dp × tp group of a pipeline stage).
+These and the bundle are laid over the profile's env, which may not set them (`merge_env`).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from importlib import resources
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.network import NodeNetwork, nccl_env, network_warnings
-from meshdeck.launch.plan import LaunchPlan, NodeCommand, PortUse, ReadyCheck, StagedFile, layout_summary, merge_env
+from meshdeck.launch.plan import LaunchPlan, NodeCommand, PortUse, ReadyCheck, layout_summary, merge_env
 from meshdeck.launch.profile import Profile
+from meshdeck.launch.workload_bundle import (
+    BUILTIN_WORKLOADS,
+    BUNDLE_ENV,
+    BUNDLE_SHA_ENV,
+    WorkloadBundle,
+    workload_bundle,
+)
 
-# workload name -> (entry module file, helper files shipped with it), all in meshdeck.workloads
-BUILTIN_WORKLOADS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "collectives": ("collectives.py", ("layout_mesh.py",)),
-    "tiny-deepseek": ("tiny_deepseek.py", ("layout_mesh.py", "tiny_deepseek_model.py")),
-}
-BUNDLE_ENV = "MESHDECK_WORKLOAD_BUNDLE"
-BUNDLE_SHA_ENV = "MESHDECK_WORKLOAD_SHA256"
+# the bundle's names stay importable from here, where the torch launch that ships it is built
+__all__ = ["BUILTIN_WORKLOADS", "BUNDLE_ENV", "BUNDLE_SHA_ENV", "STAGER", "WorkloadBundle", "build_torch_plan"]
+__all__ += ["layout_env", "torchrun_args", "workload_bundle"]
 RANK_RUNNING_LINE = r"meshdeck-workload: rank \d+/\d+ running"
 LAYOUT_ENV = (
     "MESHDECK_TENSOR_PARALLEL",
@@ -72,38 +71,6 @@ cut = rest.index("--")
 script = os.path.join(root, entry)
 os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run"] + rest[:cut] + [script] + rest[cut + 1:])
 """
-
-
-@dataclass(frozen=True)
-class WorkloadBundle:
-    entry: str
-    files: Mapping[str, str]  # file name -> source text
-    blob: str  # base64(zlib(json(files)))
-    sha256: str
-
-    @property
-    def staged(self) -> tuple[StagedFile, ...]:
-        return tuple(
-            StagedFile(name, hashlib.sha256(text.encode()).hexdigest(), len(text.encode()))
-            for name, text in sorted(self.files.items())
-        )
-
-
-def workload_bundle(name: str) -> WorkloadBundle:
-    """The files of a built-in workload, read from this installation of meshdeck."""
-    if name not in BUILTIN_WORKLOADS:
-        raise InputError("torch.script", f"{name!r} is not a built-in workload ({', '.join(BUILTIN_WORKLOADS)})")
-    entry, helpers = BUILTIN_WORKLOADS[name]
-    package = resources.files("meshdeck.workloads")
-    files = {file: (package / file).read_text(encoding="utf-8") for file in (entry, *helpers)}
-    blob = base64.b64encode(zlib.compress(json.dumps(files, sort_keys=True).encode("utf-8"), 9)).decode("ascii")
-    return WorkloadBundle(entry, files, blob, hashlib.sha256(blob.encode("ascii")).hexdigest())
-
-
-def workload_path(name: str) -> str:
-    """The on-disk path of a built-in workload's entry file in this installation (for local runs)."""
-    entry, _ = BUILTIN_WORKLOADS[name]
-    return str(resources.files("meshdeck.workloads") / entry)
 
 
 def layout_env(profile: Profile) -> dict[str, str]:
@@ -159,12 +126,13 @@ def build_torch_plan(profile: Profile, nodes: Sequence[NodeNetwork], *, run_id: 
     commands = []
     for rank, node in enumerate(nodes):
         run_args = torchrun_args(profile, node, rank, head, run_id)
-        env_layers: list[Mapping[str, str]] = [{"NCCL_DEBUG": "INFO"}, layout_env(profile)]
+        presets: list[Mapping[str, str]] = [{"NCCL_DEBUG": "INFO"}]
         if multi_node:
-            env_layers.append(nccl_env(node, head.address))
+            presets.append(nccl_env(node, head.address))
+        fixed = layout_env(profile)
         if bundle is not None:
             argv = [python, "-c", STAGER, bundle.entry, *run_args, "--", *profile.torch.args]
-            env_layers.append({BUNDLE_ENV: bundle.blob, BUNDLE_SHA_ENV: bundle.sha256})
+            fixed.update(bundle.env)
         else:
             argv = [python, "-m", "torch.distributed.run", *run_args, script, *profile.torch.args]
         ready = (
@@ -180,10 +148,9 @@ def build_torch_plan(profile: Profile, nodes: Sequence[NodeNetwork], *, run_id: 
                 role="head" if rank == 0 else "worker",
                 stage=min(rank, 1),
                 argv=tuple(argv),
-                env=merge_env(*env_layers, profile.env),
+                env=merge_env(*presets, profile=profile.env, fixed=fixed),
                 gpus=tuple(range(profile.gpus_per_node)),
                 ready=ready,
-                staged=bundle.staged if bundle else (),
             )
         )
     world = profile.layout.world_size

@@ -191,9 +191,9 @@ def build_vllm_plan(
     metrics_url = f"http://127.0.0.1:{settings.port}/metrics"
     commands: list[NodeCommand] = []
 
-    def env_for(node: NodeNetwork, extra: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    def env_for(node: NodeNetwork, fixed: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         presets = nccl_env(node, head.address) if len(nodes) > 1 else {}
-        return merge_env({"NCCL_DEBUG": "INFO"}, presets, extra, profile.env)
+        return merge_env({"NCCL_DEBUG": "INFO"}, presets, profile=profile.env, fixed=fixed)
 
     def add(node: NodeNetwork, rank: int, name: str, stage: int, argv: list[str], **extra: Any) -> None:
         commands.append(

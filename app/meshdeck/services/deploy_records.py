@@ -1,8 +1,9 @@
 """The DeployService's recorder backed by the store: launches, state changes, events, outcomes and
 vLLM's measured startup numbers beside the planner's prediction (`meshdeck.store.deployments`).
 
-Inline workload files are not stored with every node's env (they are ~10 KB of base64 per node);
-their names, sizes and digests are.
+What is kept is what the dry run shows: secret env values masked (in the plan, every node's env and the
+profile's text) and, instead of the inline workload's ~10 KB of base64 per node, its files' names,
+sizes and digests.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.launch.torch_launch import BUNDLE_ENV
+from meshdeck.launch.profile_secrets import masked_profile_text
 from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import (
@@ -26,20 +27,6 @@ from meshdeck.store.deployments import (
 
 log = logging.getLogger(__name__)
 GIB = 1024**3
-
-
-def _stored_env(env: tuple[tuple[str, str], ...], plan: LaunchPlan, name: str) -> tuple[tuple[str, str], ...]:
-    staged = next((c.staged for c in plan.commands if c.name == name), ())
-    summary = ", ".join(f"{f.name} sha256:{f.sha256[:16]}" for f in staged)
-    return tuple((k, f"<inline workload: {summary}>" if k == BUNDLE_ENV else v) for k, v in env)
-
-
-def _stored_plan(plan: LaunchPlan) -> dict[str, Any]:
-    document = plan.dry_run()
-    for node in document["nodes"]:
-        if BUNDLE_ENV in node["env"]:
-            node["env"][BUNDLE_ENV] = f"<inline workload: {len(node['env'][BUNDLE_ENV])} chars>"
-    return document
 
 
 def planned_as_measured(plan: LaunchPlan) -> dict[str, Any] | None:
@@ -74,10 +61,7 @@ class StoreRecorder:
         self.profile_yaml = profile_yaml
 
     def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None:
-        nodes = [
-            DeploymentNode(c.host, c.name, c.role, c.stage, c.argv, _stored_env(c.env, plan, c.name))
-            for c in plan.commands
-        ]
+        nodes = [DeploymentNode(c.host, c.name, c.role, c.stage, c.argv, c.shown_env()) for c in plan.commands]
         record_deployment_started(
             self.db,
             key=snapshot.id,
@@ -85,11 +69,11 @@ class StoreRecorder:
             engine=plan.engine,
             nodes=nodes,
             model=plan.model,
-            plan=_stored_plan(plan),
+            plan=plan.dry_run(inline_workload=False),
             planned=planned_as_measured(plan),
             profile_name=self.profile_name,
             profile_version=self.profile_version,
-            profile_yaml=self.profile_yaml,
+            profile_yaml=None if self.profile_yaml is None else masked_profile_text(self.profile_yaml),
             started_at=snapshot.started_at,
             state=snapshot.state,
         )

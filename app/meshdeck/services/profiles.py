@@ -6,16 +6,36 @@ A profile file is untrusted: it is parsed and validated whole before anything is
 file (wrong types, unknown keys, a layout that does not match its hosts, a YAML bomb) is refused with
 the field named and leaves the database as it was. The text is stored exactly as written, so
 `export` gives back the imported file byte for byte; `canonical=True` gives the normalised form
-(every default of its engine spelled out) that `dump_profile` writes.
+(every default of its engine spelled out) that `dump_profile` writes. Secrets are the exception: the
+value of an env key that looks secret goes to the OS keyring and a reference takes its place in the
+stored text (services/profile_secrets.py); a launch and an export read it back.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.launch.profile import Profile, dump_profile, load_profile, profile_from_mapping, profile_to_mapping
+from meshdeck.launch.profile import (
+    MAX_PROFILE_BYTES,
+    Profile,
+    dump_profile,
+    load_profile,
+    profile_from_mapping,
+    profile_to_mapping,
+)
+from meshdeck.launch.profile_secrets import (
+    literal_secrets,
+    parse_reference,
+    profile_text_with_env,
+    reference_for,
+    with_env,
+)
+from meshdeck.launch.profile_yaml import profile_text
+from meshdeck.services import profile_secrets
 from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.store import profiles as profile_store
@@ -31,6 +51,43 @@ class StoredProfile:
     version: ProfileVersion
 
 
+_NOT_A_FILE = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(mode: int) -> str | None:
+    return next((kind for test, kind in _NOT_A_FILE if test(mode)), None)
+
+
+def read_profile_file(path: str) -> bytes:
+    """The bytes of a profile file, read once and never more than MAX_PROFILE_BYTES + 1 of them (so
+    `/dev/zero` or an endless pipe cannot fill memory). Directories, devices and sockets are refused
+    before they are read; a named pipe is read like a file (`<(generate-profile)` works)."""
+    try:
+        kind = _not_a_file(os.stat(path).st_mode)
+        if kind is None:
+            with open(path, "rb") as handle:
+                kind = _not_a_file(os.fstat(handle.fileno()).st_mode)  # the file opened is the file checked
+                data = b"" if kind else handle.read(MAX_PROFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror or exc})") from None
+    if kind is not None:
+        raise InputError(path, f"is {kind}, not a profile file")
+    if len(data) > MAX_PROFILE_BYTES:
+        raise InputError(path, f"is larger than the {MAX_PROFILE_BYTES}-byte limit for a profile")
+    return data
+
+
+def _source(stored: ProfileVersion) -> str:
+    return f"profile {stored.name} v{stored.version}"
+
+
 def parse_profile(text: str | bytes, source: str) -> Profile:
     """load_profile: refuses anything but a valid profile (deep nesting included) with an InputError naming
     the source and field."""
@@ -41,66 +98,122 @@ def import_profile(
     db: Database, text: str | bytes, source: str, *, replace: bool = False, note: str = ""
 ) -> StoredProfile:
     """Validate profile YAML and store it: a new profile, or (with `replace`) a new version of the one
-    with its name. Raises InputError naming the file and field; on error nothing is stored."""
+    with its name. Its secret env values go to the OS keyring and the stored text carries references
+    in their place (profile_secrets). Raises InputError naming the file and field; on error nothing is
+    stored."""
     profile = parse_profile(text, source)
-    body = text.decode("utf-8") if isinstance(text, bytes) else text
-    data = profile_to_mapping(profile)
-    if profile_store.find_profile(db, profile.name) is None:
-        version = profile_store.create_profile(db, profile.name, body, data, note or f"imported from {source}")
-    elif replace:
-        version = profile_store.update_profile(db, profile.name, body, data, note or f"imported from {source}")
-    else:
+    body = profile_text(text, source)
+    exists = profile_store.find_profile(db, profile.name) is not None
+    if exists and not replace:
         raise InputError(
             f"{source}: name",
             f"a profile named {profile.name!r} already exists; pass --replace to store this as its next version",
         )
-    return StoredProfile(profile, version)
+    stored, body = profile_secrets.move_to_keyring(profile, body, source)
+    note = note or f"imported from {source}"
+    write = profile_store.update_profile if exists else profile_store.create_profile
+    return StoredProfile(stored, write(db, stored.name, body, profile_to_mapping(stored), note))
 
 
 def save_profile(db: Database, profile: Profile, note: str = "") -> StoredProfile:
-    """Store an edited profile (from the console's editor) as the next version, or create it."""
-    checked = profile_from_mapping(profile_to_mapping(profile), f"profile {profile.name}")
-    text = dump_profile(checked)
-    data = profile_to_mapping(checked)
-    if profile_store.find_profile(db, checked.name) is None:
-        version = profile_store.create_profile(db, checked.name, text, data, note)
+    """Store an edited profile (from the console's editor) as the next version, or create it; its secret
+    env values go to the OS keyring, as on import."""
+    source = f"profile {profile.name}"
+    checked = profile_from_mapping(profile_to_mapping(profile), source)
+    stored, text = profile_secrets.move_to_keyring(checked, None, source)
+    data = profile_to_mapping(stored)
+    if profile_store.find_profile(db, stored.name) is None:
+        version = profile_store.create_profile(db, stored.name, text, data, note)
     else:
-        version = profile_store.update_profile(db, checked.name, text, data, note)
-    return StoredProfile(checked, version)
+        version = profile_store.update_profile(db, stored.name, text, data, note)
+    return StoredProfile(stored, version)
 
 
 def get_profile(db: Database, name: str, version: int | None = None) -> StoredProfile:
+    """A stored profile as stored: its secrets are keyring references (what the console shows and edits)."""
     stored = profile_store.get_profile(db, name, version)
-    return StoredProfile(parse_profile(stored.yaml, f"profile {name} v{stored.version}"), stored)
+    return StoredProfile(parse_profile(stored.yaml, _source(stored)), stored)
+
+
+def profile_for_launch(db: Database, name: str, version: int | None = None) -> Profile:
+    """A stored profile as it launches: its keyring references replaced by the values in the OS keyring."""
+    stored = get_profile(db, name, version)
+    return profile_secrets.resolved(stored.profile, _source(stored.version))
+
+
+@dataclass(frozen=True)
+class ExportedProfile:
+    text: str
+    from_keyring: tuple[str, ...]  # env keys whose values were read from the OS keyring into `text`
+
+
+def exported_profile(
+    db: Database, name: str, version: int | None = None, *, canonical: bool = False
+) -> ExportedProfile:
+    """The profile's YAML with its secret values back in place: as stored (byte for byte what was
+    imported, where it held no secret), or normalised (`canonical`)."""
+    stored = profile_store.get_profile(db, name, version)
+    source = _source(stored)
+    try:
+        profile = parse_profile(stored.yaml, source)
+    except InputError:
+        if canonical:
+            raise
+        return ExportedProfile(stored.yaml, ())  # stored by an older meshdeck under looser rules: as it is
+    values = profile_secrets.read_secrets(profile, source)
+    if canonical:
+        text = dump_profile(with_env(profile, values, source))
+    else:
+        text = profile_text_with_env(profile, stored.yaml, values, source)
+    return ExportedProfile(text, tuple(values))
 
 
 def export_profile(db: Database, name: str, version: int | None = None, *, canonical: bool = False) -> str:
-    """The profile's YAML: as stored (byte for byte what was imported), or normalised."""
-    stored = profile_store.get_profile(db, name, version)
-    if not canonical:
-        return stored.yaml
-    return dump_profile(parse_profile(stored.yaml, f"profile {name} v{stored.version}"))
+    return exported_profile(db, name, version, canonical=canonical).text
 
 
 def duplicate_profile(db: Database, source_name: str, new_name: str, note: str = "") -> StoredProfile:
-    """A copy of the current version under a new name (the `name:` inside the YAML is changed too)."""
+    """A copy of the current version under a new name (the `name:` inside the YAML is changed too); its
+    secrets are copied in the keyring to the new name."""
     source = get_profile(db, source_name)
+    values = {
+        **literal_secrets(source.profile),
+        **profile_secrets.read_secrets(source.profile, _source(source.version)),
+    }
     data = dict(profile_to_mapping(source.profile))
     data["name"] = new_name
+    data["env"] = {**source.profile.env, **{key: reference_for(new_name, key) for key in values}}
     copy = profile_from_mapping(data, "duplicate")
-    text = dump_profile(copy)
-    version = profile_store.create_profile(
-        db, new_name, text, profile_to_mapping(copy), note or f"duplicated from {source_name} v{source.version.version}"
-    )
+    note = note or f"duplicated from {source_name} v{source.version.version}"
+    version = profile_store.create_profile(db, new_name, dump_profile(copy), profile_to_mapping(copy), note)
+    try:
+        profile_secrets.copy_secrets(values, new_name, "duplicate")
+    except InputError:
+        profile_store.delete_profile(db, new_name)  # a copy whose secrets are missing would not launch
+        raise
     return StoredProfile(copy, version)
 
 
 def delete_profile(db: Database, name: str) -> int:
-    return profile_store.delete_profile(db, name)
+    """Delete a profile, its versions and the secrets any of them kept in the keyring."""
+    keys = {
+        key
+        for version in profile_store.profile_versions(db, name)
+        for key, value in dict(version.data.get("env") or {}).items()
+        if isinstance(value, str) and parse_reference(value) == (name, key)
+    }
+    count = profile_store.delete_profile(db, name)
+    profile_secrets.forget_secrets(name, sorted(keys))
+    return count
 
 
 def list_profiles(db: Database) -> list[ProfileSummary]:
     return profile_store.list_profiles(db)
+
+
+def profile_version(db: Database, name: str, version: int | None = None) -> ProfileVersion:
+    """One version's record as stored, not parsed again (`profiles show` prints what is there)."""
+    return profile_store.get_profile(db, name, version)
 
 
 def profile_versions(db: Database, name: str) -> list[ProfileVersion]:

@@ -4,6 +4,8 @@ A record holds the profile it came from (name, version and the YAML text as it w
 plan (per-node argv and env, ports, layout), the planner's prediction, start and stop times, the
 outcome and the numbers vLLM reported at startup per worker. The deploy service calls the four
 `record_*` functions as the deployment goes; `events` of the deployment land in the events table.
+Secrets never go in the database: node env values whose keys look secret are masked here, whatever
+the caller passed (the recorder masks the plan and the profile's text before).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.secret_env import masked_env
 from meshdeck.store import schema
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, encode_data
@@ -120,7 +123,7 @@ def record_deployment_started(
                         "role": node.role,
                         "stage": node.stage,
                         "argv": json.dumps(list(node.argv)),
-                        "env": json.dumps(dict(node.env), sort_keys=True),
+                        "env": json.dumps(dict(masked_env(node.env)), sort_keys=True),
                     }
                     for position, node in enumerate(nodes)
                 ],

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 FAKE_VLLM = """#!{python}
 import json, os, socket, sys, time
 out = os.environ["FAKE_VLLM_OUT"]
-keys = ("QUOTES", "SPACES", "SUBSHELL", "BACKTICKS", "NEWLINE", "NCCL_DEBUG")
+keys = ("QUOTES", "SPACES", "SUBSHELL", "BACKTICKS", "NCCL_DEBUG")
 with open(out + ".tmp", "w") as handle:
     json.dump({{"argv": sys.argv, "env": {{k: os.environ.get(k) for k in keys}}}}, handle)
 os.replace(out + ".tmp", out)
@@ -53,8 +53,7 @@ def test_hostile_model_and_env_arrive_verbatim_through_the_agent(tmp_path: Path)
         "QUOTES": 'it\'s "quoted"',
         "SPACES": "a b  c",
         "SUBSHELL": f"$(touch {pwned})",
-        "BACKTICKS": f"`touch {pwned}`",
-        "NEWLINE": "line1\nline2",
+        "BACKTICKS": f"`touch {pwned}`",  # (a newline, like any control character, is refused by validation)
         "FAKE_VLLM_OUT": str(out),
     }
     model = f"x; touch {pwned}"

@@ -173,7 +173,7 @@ class DeploymentsView(QWidget):
         """The profile's launch plan for deployment `deployment_id` (also its rendezvous id), as the CLI builds it."""
         db, fleet = self.context.db, self.context.fleet
         assert db is not None and fleet is not None
-        profile = profile_service.get_profile(db, profile_name).profile
+        profile = profile_service.profile_for_launch(db, profile_name)  # its secrets read from the OS keyring
         addresses = deploy_hosts.fleet_addresses(fleet, profile.hosts, db)
         return profile, prepare_launch(profile, fleet, addresses=addresses, run_id=deployment_id)
 

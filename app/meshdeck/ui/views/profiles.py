@@ -3,7 +3,9 @@ YAML import / export, and "Launch…" (handed to the deployments view).
 
 Validation is launch.profile's (the same the CLI and the launcher apply): the first problem is
 shown under the editor with the field named, and Save stays disabled until the text is a valid
-profile. Saving stores a new version (older ones stay readable in the versions list); every
+profile. A secret env value (HF_TOKEN, ...) is saved to the OS keyring and the editor shows the
+keyring reference in its place; Export writes the value itself into the file chosen. Everything
+shown from the store outside the editor is escaped (core.printable). Saving stores a new version (older ones stay readable in the versions list); every
 database or file access runs as a job.
 """
 
@@ -32,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.printable import printable
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
@@ -152,7 +155,7 @@ class ProfilesView(QWidget):
                 str(data.get("model", "")),
             )
             for column, text in enumerate(cells):
-                self.table.setItem(row, column, QTableWidgetItem(text))
+                self.table.setItem(row, column, QTableWidgetItem(printable(text)))
         names = [s.name for s in self.summaries]
         self.table.blockSignals(True)  # one reload of the versions below, selection changed or not
         if select in names:
@@ -179,7 +182,7 @@ class ProfilesView(QWidget):
             return
         self.versions.clear()
         for version in sorted(versions, key=lambda v: v.version, reverse=True):
-            item = QListWidgetItem(f"v{version.version}  {version.note or ''}".rstrip())
+            item = QListWidgetItem(printable(f"v{version.version}  {version.note or ''}".rstrip()))
             item.setData(Qt.ItemDataRole.UserRole, version)
             self.versions.addItem(item)
         if self.versions.count():
@@ -201,7 +204,7 @@ class ProfilesView(QWidget):
             self.problem.setText("" if self.valid else "empty")
         except InputError as exc:
             self.valid = None
-            self.problem.setText(str(exc))
+            self.problem.setText(printable(str(exc)))
         self._buttons()
         return self.valid
 
@@ -219,6 +222,7 @@ class ProfilesView(QWidget):
         job.failed.connect(lambda message: self._tell(message, error=True))
 
     def _tell(self, text: str, error: bool = False) -> None:
+        text = printable(text, keep_newlines=True)  # it may quote a file name or a stored profile
         self.message.setText(text)
         if error:
             QMessageBox.warning(self, "Profiles", text)
@@ -247,7 +251,8 @@ class ProfilesView(QWidget):
         assert db is not None
 
         def work(_progress: Any) -> Any:
-            return profile_service.import_profile(db, path.read_bytes(), str(path), replace=replace)
+            data = profile_service.read_profile_file(str(path))
+            return profile_service.import_profile(db, data, str(path), replace=replace)
 
         self._run(
             "import profile",
@@ -269,12 +274,20 @@ class ProfilesView(QWidget):
         db = self.context.db
         assert db is not None
 
-        def work(_progress: Any) -> Path:
+        def work(_progress: Any) -> tuple[Path, tuple[str, ...]]:
+            exported = profile_service.exported_profile(db, name)
             with atomic_output(path) as stream:
-                stream.write(profile_service.export_profile(db, name))
-            return path
+                stream.write(exported.text)
+            return path, exported.from_keyring
 
-        self._run("export profile", work, lambda written: self._tell(f"exported {name} to {written}"))
+        def done(answer: tuple[Path, tuple[str, ...]]) -> None:
+            written, from_keyring = answer
+            secrets = (
+                f" (with the secret values of {', '.join(from_keyring)} from the OS keyring)" if from_keyring else ""
+            )
+            self._tell(f"exported {name} to {written}{secrets}")
+
+        self._run("export profile", work, done)
 
     def duplicate(self) -> None:
         if self.current is None:
