@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from meshdeck import __version__, commands
 from meshdeck.core.errors import InputError
-from meshdeck.core.printable import printable
+from meshdeck.core.text import printable
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.printable import printable
+from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile import Profile, load_profile
@@ -143,7 +143,7 @@ def _launch(
     except LaunchFailed as failed:
         if args.json:
             print(json.dumps(failed.snapshot.as_dict(), indent=2))
-        reason = printable(failed.snapshot.reason, keep_newlines=True)  # a log tail from the servers
+        reason = printable_lines(failed.snapshot.reason)  # a log tail from the servers
         print(f"meshdeck: launch {failed.snapshot.state}: {reason}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -161,5 +161,5 @@ def _launch(
         url = f" at {snapshot.serving_url}" if snapshot.serving_url else ""
         print(printable(f"{snapshot.id}: {snapshot.state}{url}"))
         if snapshot.reason:
-            print(printable(snapshot.reason, keep_newlines=True))
+            print(printable_lines(snapshot.reason))
     return 0 if snapshot.state in ("running", "completed") else 1

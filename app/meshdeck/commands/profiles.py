@@ -25,8 +25,8 @@ import sys
 from typing import Any
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.printable import printable
 from meshdeck.core.secret_env import masked_env
+from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.profile import MAX_PROFILE_BYTES
 from meshdeck.launch.profile_secrets import masked_profile_text
 from meshdeck.services import profiles as profile_service
@@ -127,7 +127,7 @@ def _show(args: argparse.Namespace) -> int:
             data["env"] = dict(masked_env((str(k), v) for k, v in data["env"].items()))
         print(json.dumps({"name": version.name, "version": version.version, "profile": data}, indent=2))
     else:
-        text = printable(masked_profile_text(version.yaml, f"profile {version.name}"), keep_newlines=True)
+        text = printable_lines(masked_profile_text(version.yaml, f"profile {version.name}"))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 

@@ -33,7 +33,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.printable import printable
+from meshdeck.core.text import printable
 from meshdeck.launch.profile_yaml import MAX_PROFILE_BYTES as MAX_PROFILE_BYTES
 from meshdeck.launch.profile_yaml import parse_yaml
 

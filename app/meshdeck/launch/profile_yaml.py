@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.printable import printable
+from meshdeck.core.text import printable
 
 MAX_PROFILE_BYTES = 256 * 1024
 MAX_PROFILE_DEPTH = 16  # a real profile nests 3 deep (vllm -> extra_args -> item); anything far deeper is hostile

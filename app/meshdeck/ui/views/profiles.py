@@ -5,7 +5,7 @@ Validation is launch.profile's (the same the CLI and the launcher apply): the fi
 shown under the editor with the field named, and Save stays disabled until the text is a valid
 profile. A secret env value (HF_TOKEN, ...) is saved to the OS keyring and the editor shows the
 keyring reference in its place; Export writes the value itself into the file chosen. Everything
-shown from the store outside the editor is escaped (core.printable). Saving stores a new version (older ones stay readable in the versions list); every
+shown from the store outside the editor is escaped (core.text.printable). Saving stores a new version (older ones stay readable in the versions list); every
 database or file access runs as a job.
 """
 
@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.printable import printable
+from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
@@ -222,7 +222,7 @@ class ProfilesView(QWidget):
         job.failed.connect(lambda message: self._tell(message, error=True))
 
     def _tell(self, text: str, error: bool = False) -> None:
-        text = printable(text, keep_newlines=True)  # it may quote a file name or a stored profile
+        text = printable_lines(text)  # it may quote a file name or a stored profile
         self.message.setText(text)
         if error:
             QMessageBox.warning(self, "Profiles", text)
