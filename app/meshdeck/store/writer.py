@@ -16,7 +16,9 @@ fleet. Measured at 64 hosts: 2.4 MB/s of disk writes committing every 10 s, 0.45
 with the larger auto-checkpoint below (tests/benchmarks/test_bench_store.py prints it).
 
 A failed commit (disk full, a lock held too long) keeps the batch staged and retries after
-`retry_s`; nothing is acknowledged until it is durable.
+`retry_s`; nothing is acknowledged until it is durable. A row that no commit could take (a time
+beyond 2200, a seq beyond int64, a non-finite value) is refused when it is staged, for its host alone:
+counted in `WriterStats.refused_rows` and logged at most once a minute per host (refusal_log.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from meshdeck_agent.protocol import sample_rows
@@ -34,7 +36,9 @@ from meshdeck_agent.protocol import sample_rows
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.ingest import CommitAck, HostPosition, SampleIngest, SampleRow
+from meshdeck.store.refusal_log import RefusalLog
 from meshdeck.store.retention import RetentionPolicy, apply_retention, load_policy
+from meshdeck.store.sample_checks import Refused
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,8 @@ class WriterStats:
     discarded_rows: int
     cpu_seconds: float  # CPU time of the writer thread
     last_error: str | None
+    refused_rows: int = 0  # rows refused when staged (unstorable seq, time or value), never committed
+    refused_by_host: Mapping[str, int] = field(default_factory=dict)
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -112,6 +118,8 @@ class SampleWriter:
         self._start_error: BaseException | None = None
         self._commits = self._rows = self._samples = self._duplicates = self._events = 0
         self._failures = self._discarded = 0
+        self._refused: dict[str, int] = {}
+        self._refusal_log = RefusalLog(clock)
         self._cpu = 0.0
         self._last_error: str | None = None
         self._commit_interval = self.settings.commit_interval_s or self.settings.min_commit_interval_s
@@ -199,6 +207,8 @@ class SampleWriter:
                 self._discarded,
                 self._cpu,
                 self._last_error,
+                refused_rows=sum(self._refused.values()),
+                refused_by_host=dict(self._refused),
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -218,6 +228,7 @@ class SampleWriter:
             self._loop(connection, ingest)
         finally:
             connection.close()
+            self._refusal_log.close()
 
     def _publish(self, ingest: SampleIngest) -> None:
         positions = ingest.positions()
@@ -295,18 +306,29 @@ class SampleWriter:
         try:
             if kind == "samples":
                 _, host, samples, dropped, epoch = item
-                ingest.add_rows(host, list(sample_rows(list(samples))), epoch)
+                self._refuse(host, ingest.add_rows(host, list(sample_rows(list(samples))), epoch))
                 if dropped:
-                    ingest.add_dropped(host, dropped)
-                    ingest.add_event(
-                        EventRecord("samples_dropped", self._clock(), host=host, data={"dropped": dropped})
-                    )
+                    problem = ingest.add_dropped(host, dropped)
+                    if problem is not None:
+                        self._refuse(host, Refused(0, problem))
+                    else:
+                        ingest.add_event(
+                            EventRecord("samples_dropped", self._clock(), host=host, data={"dropped": dropped})
+                        )
             elif kind == "rows":
-                ingest.add_rows(item[1], item[2])
+                self._refuse(item[1], ingest.add_rows(item[1], item[2]))
             elif kind == "event":
                 ingest.add_event(item[1])
         except Exception:  # a malformed batch must not take the writer down
             log.exception("the sample writer dropped a malformed %s batch", kind)
+
+    def _refuse(self, host: str, refused: Refused | None) -> None:
+        if refused is None:
+            return
+        if refused.rows:
+            with self._lock:
+                self._refused[host] = self._refused.get(host, 0) + refused.rows
+        self._refusal_log.refused(host, refused)
 
     def _commit(self, ingest: SampleIngest) -> bool:
         try:
