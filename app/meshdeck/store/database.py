@@ -1,5 +1,6 @@
 """Opening meshdeck's SQLite file: checked before anything is written, upgraded, tuned for one writer.
 
+The data dir is 0700 and the database with its -wal and -shm files 0600 (private_files.py).
 `open_database(path)` refuses (with `InputError`, the file left byte-for-byte untouched) a path that
 is a directory, a file that is not SQLite, a damaged SQLite file, another program's database and a
 database written by a newer meshdeck. Only then does it switch the file to WAL and apply the pending
@@ -28,6 +29,7 @@ from sqlalchemy.pool import QueuePool
 
 from meshdeck.core.errors import InputError
 from meshdeck.store.migrations import APPLICATION_ID, LATEST_VERSION, apply_migrations
+from meshdeck.store.private_files import PRIVATE_FILE_MODE, create_private_file, make_private_dir, tighten
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,19 @@ def _check_compatible(path: Path, application_id: int, user_version: int, tables
                 f"version {LATEST_VERSION}); upgrade meshdeck to open it"
             ),
         )
+
+
+def _make_private(db_path: Path) -> None:
+    """The database file created 0600 before SQLite creates it (its -wal and -shm then get that mode);
+    an existing one, with its -wal and -shm, tightened to 0600. Only once the file passed the checks:
+    a refused file is left exactly as it was."""
+    try:
+        if create_private_file(db_path):
+            return
+    except OSError as exc:
+        raise InputError(_field(db_path), f"cannot be created ({exc.strerror})") from None
+    for suffix in ("", "-wal", "-shm"):
+        tighten(db_path.with_name(db_path.name + suffix), PRIVATE_FILE_MODE)
 
 
 class Database:
@@ -208,18 +223,14 @@ def open_database(path: str | Path | None = None) -> Database:
 
     Raises InputError naming the file when it cannot be used; in that case nothing was written to it.
     """
-    if path is None:
-        db_path = default_database_path()
-        db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    else:
-        db_path = Path(path).expanduser()
-        if not db_path.parent.exists():
-            try:
-                db_path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise InputError(_field(db_path), f"its folder cannot be created ({exc.strerror})") from None
+    db_path = default_database_path() if path is None else Path(path).expanduser()
+    try:
+        make_private_dir(db_path.parent, tighten_existing=path is None)  # a folder the user named is theirs
+    except OSError as exc:
+        raise InputError(_field(db_path), f"its folder cannot be created ({exc.strerror})") from None
     if _check_header(db_path):
         _check_compatible(db_path, *_probe(db_path))
+    _make_private(db_path)
     try:
         connection = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
