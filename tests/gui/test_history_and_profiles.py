@@ -106,6 +106,33 @@ def test_history_with_a_far_future_row_still_lists_queries_exports_and_reads_out
     assert chart.readout_at(1e12, 1.0).startswith("out of range (ts 1e+12)")
 
 
+def test_a_damaged_database_page_is_one_line_in_the_history_view(qtbot, db_context) -> None:
+    start = time.time() - 1200
+    _store_samples(db_context.db, "demo-a", 600, start)
+    path = db_context.db.path
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every sample in the main file
+    size = connection.execute("PRAGMA page_size").fetchone()[0]
+    try:
+        leaves = [row[0] for row in connection.execute("SELECT pageno FROM dbstat WHERE name = 'samples' ORDER BY 1")]
+    except sqlite3.OperationalError:  # SQLite without the dbstat table: the file is mostly samples
+        leaves = [connection.execute("PRAGMA page_count").fetchone()[0] // 2]
+    connection.close()
+    page = leaves[len(leaves) // 2]
+    with path.open("r+b") as out:
+        out.seek((page - 1) * size)
+        out.write(b"\xa5" * size)
+    view = HistoryView(db_context)
+    qtbot.addWidget(view)
+    qtbot.waitUntil(lambda: view.host.count() == 1, timeout=30000)
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    view.query_button.click()
+    qtbot.waitUntil(lambda: view.status.text().startswith("query failed"), timeout=30000)
+    text = view.status.text()
+    assert text.startswith(f"query failed: database {path}: is damaged (database disk image is malformed)"), text
+    assert "\n" not in text and "untouched" in text
+
+
 def test_history_without_a_host_says_what_to_do(qtbot, db_context) -> None:
     view = HistoryView(db_context)
     qtbot.addWidget(view)

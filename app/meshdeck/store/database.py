@@ -7,6 +7,10 @@ database written by a newer meshdeck. Only then does it switch the file to WAL a
 migrations. Every connection runs `synchronous=NORMAL` (durable at each WAL checkpoint, never
 corrupted by a crash) with a busy timeout, so the console reads while the writer thread writes.
 
+A problem with the file or its disk met while opening or later (a full disk, a read-only folder, file or
+mount, a damaged page) is one `InputError` naming the database and the cause (database_errors.py):
+`read()`, `write()` and the writer's connection report it so, never as "is damaged" when it is not.
+
 SQLAlchemy is used with the pysqlite driver's own transaction handling turned off: meshdeck emits
 `BEGIN` itself (`BEGIN IMMEDIATE` for `Database.write()`), which makes DDL transactional and keeps a
 read-then-write from failing with SQLITE_BUSY halfway through.
@@ -25,9 +29,11 @@ from typing import Any
 import platformdirs
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
 from meshdeck.core.errors import InputError
+from meshdeck.store.database_errors import database_problem, file_problem
 from meshdeck.store.migrations import APPLICATION_ID, LATEST_VERSION, apply_migrations
 from meshdeck.store.private_files import PRIVATE_FILE_MODE, create_private_file, make_private_dir, tighten
 
@@ -89,7 +95,7 @@ def _probe(path: Path) -> tuple[int, int, list[str]]:
     try:
         connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
-        raise InputError(_field(path), f"cannot be opened ({exc})") from None
+        raise InputError(_field(path), database_problem(exc, path) or f"cannot be opened ({exc})") from None
     try:
         application_id = connection.execute("PRAGMA application_id").fetchone()[0]
         user_version = connection.execute("PRAGMA user_version").fetchone()[0]
@@ -99,8 +105,8 @@ def _probe(path: Path) -> tuple[int, int, list[str]]:
                 "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
             )
         ]
-    except sqlite3.DatabaseError as exc:
-        raise InputError(_field(path), _untouched(f"is damaged ({exc})")) from None
+    except sqlite3.Error as exc:  # a damaged file, or a folder, disk or mount it cannot be used in
+        raise InputError(_field(path), database_problem(exc, path) or f"cannot be read ({exc})") from None
     finally:
         connection.close()
     return int(application_id), int(user_version), tables
@@ -128,7 +134,7 @@ def _make_private(db_path: Path) -> None:
         if create_private_file(db_path):
             return
     except OSError as exc:
-        raise InputError(_field(db_path), f"cannot be created ({exc.strerror})") from None
+        raise InputError(_field(db_path), file_problem(exc, db_path)) from None
     for suffix in ("", "-wal", "-shm"):
         tighten(db_path.with_name(db_path.name + suffix), PRIVATE_FILE_MODE)
 
@@ -144,22 +150,40 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read transaction: one consistent snapshot, never blocked by the writer (WAL)."""
-        with self.engine.connect() as connection, connection.begin():
+        with self.usable(), self.engine.connect() as connection, connection.begin():
             yield connection
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE): committed on exit, rolled back whole on an exception."""
-        with self.engine.connect() as connection:
+        with self.usable(), self.engine.connect() as connection:
             connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             with connection.begin():
                 yield connection
 
     def raw_connection(self, *, cache_kib: int | None = None) -> sqlite3.Connection:
         """A new plain sqlite3 connection with meshdeck's settings, owned (and closed) by the caller."""
-        connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-        configure_connection(connection, cache_kib=cache_kib)
+        with self.usable():
+            connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+            configure_connection(connection, cache_kib=cache_kib)
         return connection
+
+    @contextmanager
+    def usable(self) -> Iterator[None]:
+        """Turn an error about the file or its disk (full, read-only, damaged: database_errors.py) raised
+        inside into one InputError naming the database; any other error passes as raised."""
+        try:
+            yield
+        except (sqlite3.Error, DBAPIError) as exc:
+            problem = self.problem(exc)
+            if problem is None:
+                raise
+            raise problem from exc
+
+    def problem(self, exc: BaseException) -> InputError | None:
+        """The InputError for an error about the file or its disk, or None for another error."""
+        text = database_problem(exc, self.path)
+        return None if text is None else InputError(_field(self.path), text)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -234,11 +258,11 @@ def open_database(path: str | Path | None = None) -> Database:
     try:
         connection = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
-        raise InputError(_field(db_path), f"cannot be opened ({exc})") from None
+        raise InputError(_field(db_path), database_problem(exc, db_path) or f"cannot be opened ({exc})") from None
     try:
         version = _prepare(connection, db_path)
-    except sqlite3.DatabaseError as exc:
-        raise InputError(_field(db_path), f"cannot be prepared ({exc})") from None
+    except sqlite3.Error as exc:
+        raise InputError(_field(db_path), database_problem(exc, db_path) or f"cannot be prepared ({exc})") from None
     finally:
         connection.close()
     log.debug("opened %s at schema version %d", db_path, version)

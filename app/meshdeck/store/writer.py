@@ -219,7 +219,7 @@ class SampleWriter:
             connection.execute(f"PRAGMA wal_autocheckpoint = {int(self.settings.wal_autocheckpoint_pages)}")
             ingest = SampleIngest(connection)
         except BaseException as exc:
-            self._start_error = exc
+            self._start_error = self.db.problem(exc) or exc
             self._ready.set()
             return
         self._publish(ingest)
@@ -334,16 +334,18 @@ class SampleWriter:
         try:
             ack = ingest.commit()
         except Exception as exc:
+            problem = self.db.problem(exc)  # a full disk, a read-only or damaged file: said as such
+            error = str(problem) if problem is not None else f"{type(exc).__name__}: {exc}"
             with self._lock:
                 self._failures += 1
-                self._last_error = f"{type(exc).__name__}: {exc}"
+                self._last_error = error
             if ingest.pending_rows > self.settings.max_pending_rows:
                 lost = ingest.discard_pending()
                 with self._lock:
                     self._discarded += lost
-                log.error("history commit failed (%s); dropped %d staged rows to bound memory", exc, lost)
+                log.error("history commit failed (%s); dropped %d staged rows to bound memory", error, lost)
             else:
-                log.warning("history commit failed (%s); retrying in %.0f s", exc, self.settings.retry_s)
+                log.warning("history commit failed (%s); retrying in %.0f s", error, self.settings.retry_s)
             return False
         if ack is None:
             return True
