@@ -306,7 +306,9 @@ class SampleWriter:
         try:
             if kind == "samples":
                 _, host, samples, dropped, epoch = item
-                self._refuse(host, ingest.add_rows(host, list(sample_rows(list(samples))), epoch))
+                rows, unreadable = _readable_rows(samples)
+                self._refuse(host, unreadable)
+                self._refuse(host, ingest.add_rows(host, rows, epoch))
                 if dropped:
                     problem = ingest.add_dropped(host, dropped)
                     if problem is not None:
@@ -392,3 +394,22 @@ class SampleWriter:
                 result.rollup_1m,
                 result.rollup_1h,
             )
+
+
+def _readable_rows(samples: Sequence[Mapping[str, Any]]) -> tuple[list[SampleRow], Refused | None]:
+    """The rows of a batch of wire samples; a sample `protocol.sample_rows` cannot read (not an object, a
+    field of another shape) is refused alone, counted as one row, and the rest of the batch is kept."""
+    try:
+        return list(sample_rows(list(samples))), None
+    except Exception:  # look sample by sample for the one that cannot be read
+        pass
+    rows: list[SampleRow] = []
+    unreadable = 0
+    reason = ""
+    for index, sample in enumerate(samples):
+        try:
+            rows.extend(sample_rows([sample]))
+        except Exception as exc:  # any failure to read one sample refuses that sample
+            unreadable += 1
+            reason = reason or f"sample {index} cannot be read ({type(exc).__name__}: {str(exc)[:80]!r})"
+    return rows, Refused(unreadable, reason)

@@ -188,3 +188,18 @@ def test_whatever_rows_arrive_a_commit_never_fails_and_every_row_is_stored_or_re
     assert all(r is None or (r.rows > 0 and r.reason) for r in refusals)
     stored = fuzz_connection.execute("SELECT ts, value FROM samples").fetchall()
     assert all(946_684_800_000 <= ts < 7_258_118_400_000 and math.isfinite(value) for ts, value in stored)
+
+
+def test_a_sample_that_cannot_be_read_is_refused_alone_not_its_whole_batch(
+    db: Database, writer: SampleWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="meshdeck.store")
+    batch: list[Any] = _samples(1, 4)
+    batch.insert(2, 42)  # not an object: protocol.sample_rows cannot read it
+    writer.submit_samples("gpu-b", batch)
+    assert writer.flush(10)
+    assert _stored(db, "gpu-b") == 4 * ROWS_PER_SAMPLE
+    assert writer.stats().refused_by_host == {"gpu-b": 1}
+    (warning,) = _refusal_warnings(caplog, "gpu-b")
+    assert "sample 2 cannot be read" in warning
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
