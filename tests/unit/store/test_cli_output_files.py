@@ -165,14 +165,17 @@ def test_a_folder_that_does_not_exist_is_one_error_line(export, tmp_path: Path) 
     assert err == f"meshdeck: error: -o: folder {tmp_path / 'missing'} does not exist\n"
 
 
-def test_dash_means_stdout(export) -> None:
+def test_dash_means_stdout(export, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where a file named '-' would have gone
     code, out, _ = export("-")
+    assert not (tmp_path / "-").exists()
     assert code == 0 and _expected_start(export, out)
 
 
 def test_plan_profile_out_writes_through_a_symlink_and_refuses_a_device_for_several_files(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     h200 = ("--gpu", "H200-SXM-141GB")
     real = tmp_path / "real.yaml"
     real.write_text("old\n")
@@ -193,6 +196,7 @@ def test_plan_profile_out_writes_through_a_symlink_and_refuses_a_device_for_seve
     assert not list(tmp_path.glob("pipe-*"))
     code, _, err = _run(capsys, "plan", *h200, "--hosts", "gpu-a", "--profile-out", "-")
     assert code == 2 and err.startswith("meshdeck: error: --profile-out: '-' is not a file name")
+    assert not (tmp_path / "-").exists()
 
 
 def test_a_reader_that_goes_away_ends_the_export_quietly_with_status_141(db_with_history: str, tmp_path: Path) -> None:
