@@ -3,7 +3,9 @@
 Subcommands live in `meshdeck.commands.<name>`; each module has `register(subparsers)` that adds
 its parser and sets `func` (a callable taking the parsed namespace and returning an exit code).
 Bad input raises `meshdeck.core.errors.InputError`; it is printed as one line on stderr naming the
-field, with exit status 2.
+field, with exit status 2. A reader that goes away (`meshdeck history export ... | head`) ends the
+command quietly with status 141, 128 + SIGPIPE: what `cat` or `seq` report in the same pipeline, so a
+script under `set -o pipefail` sees meshdeck exactly as it sees them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -94,3 +97,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null when its reader is gone, so the interpreter's last flush at exit does not
+    print 'Exception ignored ... BrokenPipeError'."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    else:
+        return  # the broken pipe was another output (`-o FIFO`); stdout is fine
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (captured): nothing left to flush into a pipe
+        pass

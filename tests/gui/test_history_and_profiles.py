@@ -4,8 +4,10 @@ Profiles: list, validate while editing, versions, import / export YAML, duplicat
 from __future__ import annotations
 
 import csv
+import sqlite3
 import time
 
+import numpy as np
 import pytest
 from gui_helpers import connect_hosts
 from meshdeck.core.samples import Device
@@ -77,6 +79,62 @@ def test_history_range_query_draws_stored_samples_with_the_same_charts(qtbot, db
     assert rows and set(rows[0]) == {"time", "ts", "host", "device", "metric", "value"}
     assert {r["device"] for r in rows} >= {"gpu0", "gpu1"}
     assert sum(1 for r in rows if r["device"] == "gpu0" and r["metric"] == "memory_used_bytes") == 600
+
+
+def test_history_with_a_far_future_row_still_lists_queries_exports_and_reads_out(qtbot, db_context, tmp_path) -> None:
+    """A stored time no calendar can show (ts = 1e12, stored before the store refused it) never breaks the view."""
+    start = time.time() - 1200
+    _store_samples(db_context.db, "demo-a", 60, start)
+    connection = sqlite3.connect(db_context.db.path)
+    with connection:
+        connection.execute("INSERT INTO samples (series_id, ts, value) SELECT id, ?, 1.0 FROM series", (10**15,))
+        connection.execute("UPDATE ingest_state SET last_ts = ?", (10**15,))
+    connection.close()
+    view = HistoryView(db_context)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitUntil(lambda: view.host.count() == 1, timeout=30000)
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    with qtbot.waitSignal(view.loaded, timeout=30000) as loaded:
+        view.query_button.click()
+    assert ("gpu0", "memory_used_bytes") in loaded.args[0].series
+    target = tmp_path / "everything.csv"
+    view.export_to(str(target), "demo-a", 0.0, 1e13, "raw")
+    qtbot.waitUntil(lambda: view.status.text().startswith(("exported", "export failed")), timeout=30000)
+    assert view.status.text().startswith("exported"), view.status.text()
+    with target.open() as stream:
+        far = [row for row in csv.DictReader(stream) if row["ts"] == "1000000000000.0"]
+    assert far and {row["time"] for row in far} == {"out of range (ts 1e+12)"}
+    chart = view.charts["vram"]  # its cursor readout at a point of that row
+    chart.update_data(lambda _host, ids: (np.array([start, 1e12]), np.full((len(ids), 2), GIB)), start, start + 3600)
+    assert chart.readout_at(1e12, 1.0).startswith("out of range (ts 1e+12)")
+
+
+def test_a_damaged_database_page_is_one_line_in_the_history_view(qtbot, db_context) -> None:
+    start = time.time() - 1200
+    _store_samples(db_context.db, "demo-a", 600, start)
+    path = db_context.db.path
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every sample in the main file
+    size = connection.execute("PRAGMA page_size").fetchone()[0]
+    try:
+        leaves = [row[0] for row in connection.execute("SELECT pageno FROM dbstat WHERE name = 'samples' ORDER BY 1")]
+    except sqlite3.OperationalError:  # SQLite without the dbstat table: the file is mostly samples
+        leaves = [connection.execute("PRAGMA page_count").fetchone()[0] // 2]
+    connection.close()
+    page = leaves[len(leaves) // 2]
+    with path.open("r+b") as out:
+        out.seek((page - 1) * size)
+        out.write(b"\xa5" * size)
+    view = HistoryView(db_context)
+    qtbot.addWidget(view)
+    qtbot.waitUntil(lambda: view.host.count() == 1, timeout=30000)
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    view.query_button.click()
+    qtbot.waitUntil(lambda: view.status.text().startswith("query failed"), timeout=30000)
+    text = view.status.text()
+    assert text.startswith(f"query failed: database {path}: is damaged (database disk image is malformed)"), text
+    assert "\n" not in text and "untouched" in text
 
 
 def test_history_without_a_host_says_what_to_do(qtbot, db_context) -> None:

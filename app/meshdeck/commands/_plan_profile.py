@@ -26,6 +26,7 @@ from meshdeck.core.planner import PlanResult
 from meshdeck.core.units import GIB
 from meshdeck.launch.profile import HOST_PATTERN, NAME_PATTERN
 from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
+from meshdeck.services.files import STDOUT, output_target
 from meshdeck.services.plan_profiles import (
     SCRIPT_NEEDED,
     default_profile_name,
@@ -87,11 +88,10 @@ def profile_request(args: argparse.Namespace) -> ProfileRequest | None:
             "and pass those to your script with --script-args",
         )
     script, script_args = _script_options(args)
+    if args.profile_out == STDOUT:
+        raise InputError("--profile-out", "'-' is not a file name: the plan itself is printed on stdout")
+    output_target(args.profile_out, option="--profile-out")  # a directory, a missing folder: refused before planning
     target = Path(args.profile_out)
-    if not args.profile_out.strip() or target.is_dir():
-        raise InputError("--profile-out", f"{args.profile_out!r} is not a file name")
-    if not target.parent.is_dir():
-        raise InputError("--profile-out", f"folder {str(target.parent)!r} does not exist")
     if args.hosts is None:
         raise InputError(
             "--hosts", "required with --profile-out: the meshdeck host names of the nodes, e.g. --hosts gpu-a,gpu-b"
@@ -191,10 +191,7 @@ def write_plan_profiles(request: ProfileRequest, result: PlanResult, model: str,
     except InputError as exc:
         raise _as_option_error(exc, request.rank, layout) from None
     header = f"# {command}\n# rank {request.rank} of the plan: {layout.label()} on {layout.gpus} GPUs\n"
-    try:
-        paths = write_profiles(profiles, request.target, header)
-    except OSError as exc:
-        raise InputError("--profile-out", f"cannot write {exc.filename or request.target}: {exc.strerror}") from None
+    paths = write_profiles(profiles, request.target, header, option="--profile-out")
     return [
         {"path": str(path), "name": p.name, "hosts": list(p.hosts), "rank": request.rank, "layout": layout.label()}
         for path, p in zip(paths, profiles, strict=True)

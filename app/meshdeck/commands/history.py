@@ -8,7 +8,8 @@
 
 `export` streams every point in the range (raw samples by default; `--tier 1m|1h` gives min, mean,
 max and count per bucket). Times are Unix seconds, ISO 8601 (UTC unless an offset is given), `now`,
-or an age such as `2h` / `7d`. With `-o` the file appears complete or not at all.
+or an age such as `2h` / `7d`. With `-o FILE` a file appears complete or not at all; a pipe or a device
+such as /dev/null is written through, `-o -` is stdout (services/files.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.services import history as history_service
-from meshdeck.services.files import atomic_output
+from meshdeck.services.files import STDOUT, open_output, output_target
 from meshdeck.services.history import utc_stamp
 from meshdeck.store.database import open_database
 from meshdeck.store.retention import RetentionPolicy, load_policy, save_policy
@@ -42,7 +43,12 @@ def register(subparsers: Any) -> None:
     export.add_argument("--until", help="end (exclusive), same forms (default: now)")
     export.add_argument("--format", default="csv", choices=history_service.EXPORT_FORMATS)
     export.add_argument("--tier", default="raw", choices=("raw", "1m", "1h"), help="resolution (default raw)")
-    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE (a regular file atomically; a pipe or device directly; - for stdout)",
+    )
     export.set_defaults(func=_export)
 
     retention = commands.add_parser("retention", help="show or set how long each resolution is kept")
@@ -85,13 +91,11 @@ def _export(args: argparse.Namespace) -> int:
         "fmt": args.format,
         "tier": args.tier,
     }
-    with open_database(args.db) as db:
-        if args.output:
-            with atomic_output(args.output) as handle:
-                count = history_service.export_history(db, handle, **options)
-            print(f"wrote {count} points to {args.output}", file=sys.stderr)
-        else:
-            history_service.export_history(db, sys.stdout, **options)
+    target = output_target(args.output or STDOUT, option="-o")
+    with open_database(args.db) as db, open_output(target) as handle:
+        count = history_service.export_history(db, handle, **options)
+    if target.path is not None:
+        print(f"wrote {count} points to {args.output}", file=sys.stderr)
     return 0
 
 

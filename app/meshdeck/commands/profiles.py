@@ -10,7 +10,7 @@
 A file that fails validation (wrong types, unknown keys, a layout that does not match its hosts,
 anchors/aliases) is refused with `meshdeck: error: FILE: field: problem` and exit status 2; nothing
 is stored. `export` writes the text exactly as imported unless `--canonical` asks for the normalised
-form; with `-o` the file appears complete or not at all.
+form; `-o FILE` writes a regular file atomically and a pipe or device directly (services/files.py).
 
 Secret env values (HF_TOKEN, ...) are kept in the OS keyring, not the database: `show` prints the
 keyring reference in their place, `export` writes the value itself (and says so on stderr). What is
@@ -30,7 +30,7 @@ from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.profile import MAX_PROFILE_BYTES
 from meshdeck.launch.profile_secrets import masked_profile_text
 from meshdeck.services import profiles as profile_service
-from meshdeck.services.files import atomic_output
+from meshdeck.services.files import STDOUT, open_output, output_target
 from meshdeck.services.history import utc_stamp
 from meshdeck.store.database import open_database
 
@@ -62,7 +62,12 @@ def register(subparsers: Any) -> None:
     export.add_argument(
         "--canonical", action="store_true", help="normalised YAML, every default of its engine spelled out"
     )
-    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE (a regular file atomically; a pipe or device directly; - for stdout)",
+    )
     export.set_defaults(func=_export)
 
     duplicate = commands.add_parser("duplicate", help="copy a profile under a new name")
@@ -151,16 +156,13 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    target = output_target(args.output or STDOUT, option="-o")
     with open_database(args.db) as db:
         exported = profile_service.exported_profile(db, args.name, args.version, canonical=args.canonical)
-    text = exported.text
-    if args.output:
-        with atomic_output(args.output) as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+    with open_output(target) as handle:
+        handle.write(exported.text)
     for key in exported.from_keyring:
-        where = printable(args.output) if args.output else "stdout"
+        where = printable(args.output) if args.output and args.output != STDOUT else "stdout"
         print(f"meshdeck: env.{key}: its secret value from the OS keyring is written to {where}", file=sys.stderr)
     return 0
 

@@ -18,6 +18,7 @@ import base64
 import binascii
 import logging
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -69,6 +70,20 @@ def _load(path: Path) -> paramiko.HostKeys:
     return keys
 
 
+def _keep_private(path: Path) -> None:
+    """meshdeck's own known_hosts is written 0600; one found looser (written by hand, or by an old
+    version) is tightened so that no other user can read which servers this user trusts."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
+            log.warning("tightened the permissions of %s from %04o to %04o", path, mode, mode & 0o700)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot tighten the permissions of %s: %s", path, exc)
+
+
 class HostKeyStore:
     """The known_hosts files to consult and the one meshdeck writes accepted keys to. Thread-safe."""
 
@@ -76,6 +91,7 @@ class HostKeyStore:
         self.own_file = Path(os.path.expanduser(os.fspath(own_file)))
         self.user_files = tuple(Path(os.path.expanduser(os.fspath(p))) for p in user_files)
         self._lock = threading.Lock()
+        _keep_private(self.own_file)
 
     def _files(self, extra_user_files: Sequence[str] = ()) -> list[Path]:
         files = [*self.user_files, *(Path(p) for p in extra_user_files), self.own_file]
@@ -137,7 +153,9 @@ class HostKeyStore:
         """Append `name keytype base64` to meshdeck's known_hosts file atomically (temp + rename)."""
         line = f"{name} {key.get_name()} {key.get_base64()}\n"
         with self._lock:
-            self.own_file.parent.mkdir(parents=True, exist_ok=True)
+            if not self.own_file.parent.is_dir():  # meshdeck's data dir: owner only, as the database's
+                self.own_file.parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(self.own_file.parent, 0o700)
             try:
                 existing = self.own_file.read_text(encoding="utf-8")
             except FileNotFoundError:

@@ -31,7 +31,7 @@ from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, Sam
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.ingest import ingest_positions
-from meshdeck.store.query import Series, SeriesRange, list_series, query_range, tier_by_name
+from meshdeck.store.query import Series, SeriesRange, clamp_to_stored, list_series, query_range, tier_by_name
 from meshdeck.store.rollups import RAW
 from meshdeck.store.writer import SampleWriter
 
@@ -188,12 +188,27 @@ def parse_time(text: str, *, field: str, now: float | None = None) -> float:
 
 
 def utc_stamp(ts: float) -> str:
-    """`2025-11-30 06:00:00Z`: how tables on the command line show a time."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    """`2025-11-30 06:00:00Z`: how tables on the command line show a time (`out of range (ts 1e+12)` for
+    one no calendar can show: a database may hold such a time from before the store refused them)."""
+    moment = _utc(ts)
+    return _out_of_range(ts) if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def iso_time(ts: float) -> str:
+    """`2025-11-30T06:00:00.250Z`: the time column of an export (out of range as in `utc_stamp`)."""
+    moment = _utc(ts)
+    return _out_of_range(ts) if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _utc(ts: float) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, OSError, ValueError):  # beyond year 1..9999, beyond the C time_t, NaN
+        return None
+
+
+def _out_of_range(ts: float) -> str:
+    return f"out of range (ts {ts:g})"
 
 
 def export_history(
@@ -227,7 +242,7 @@ def export_history(
     start = 0.0 if since is None else since
     end = time.time() + 86400 if until is None else until
     if end <= start:
-        raise InputError("--until", f"must be after --since ({_iso(start)})")
+        raise InputError("--until", f"must be after --since ({iso_time(start)})")
     raw = chosen is RAW
     header = ["time", "ts", "host", "device", "metric"] + (["value"] if raw else ["min", "mean", "max", "count"])
     writer = _RowWriter(out, fmt, header)
@@ -248,10 +263,10 @@ def _series_rows(db: Database, series: Series, tier: str, since: float, until: f
         if tier == "raw":
             rows = connection.exec_driver_sql(
                 "SELECT ts, value FROM samples WHERE series_id = ? AND ts >= ? AND ts < ? ORDER BY ts",
-                (series.id, math.floor(since * 1000), math.ceil(until * 1000)),
+                (series.id, math.floor(clamp_to_stored(since) * 1000), math.ceil(clamp_to_stored(until) * 1000)),
             )
             for ts_ms, value in rows:
-                yield [_iso(ts_ms / 1000), ts_ms / 1000, *prefix, value]
+                yield [iso_time(ts_ms / 1000), ts_ms / 1000, *prefix, value]
             return
         table = "rollup_1m" if tier == "1m" else "rollup_1h"
         edges = ", ".join(  # each a seek on the primary key
@@ -272,7 +287,7 @@ def _series_rows(db: Database, series: Series, tier: str, since: float, until: f
     points = max(1, math.ceil((stop - start) / bucket_s))
     (result,) = query_range(db, series_ids=[series.id], since=start, until=stop, tier=tier, max_points=points)
     for i, ts in enumerate(result.ts):
-        yield [_iso(ts), ts, *prefix, result.minimum[i], result.mean[i], result.maximum[i], result.count[i]]
+        yield [iso_time(ts), ts, *prefix, result.minimum[i], result.mean[i], result.maximum[i], result.count[i]]
 
 
 class _RowWriter:

@@ -23,7 +23,7 @@ from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
 from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
-from meshdeck.services.files import atomic_output
+from meshdeck.services.files import open_output, output_target, several_files_problem
 
 BUNDLED_MODEL_IDS = {
     "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
@@ -141,10 +141,16 @@ def instance_paths(target: Path, count: int) -> list[Path]:
     return [target.with_name(f"{target.stem}-{index + 1}{target.suffix}") for index in range(count)]
 
 
-def write_profiles(profiles: Sequence[Profile], target: Path, header: str = "") -> list[Path]:
-    """Each profile as YAML (after `header`, comment lines) at instance_paths(target), atomically; the paths."""
+def write_profiles(profiles: Sequence[Profile], target: Path, header: str = "", option: str = "path") -> list[Path]:
+    """Each profile as YAML (after `header`, comment lines) at instance_paths(target), each as `-o` writes
+    (services/files.py: a regular file atomically, a pipe or device directly); the paths. Raises
+    InputError naming `option` when the target cannot take them (a device for several files)."""
     paths = instance_paths(target, len(profiles))
+    first = output_target(str(target), option=option)
+    problem = several_files_problem(first, len(profiles), paths)
+    if problem is not None:
+        raise InputError(option, problem)
     for profile, path in zip(profiles, paths, strict=True):
-        with atomic_output(path) as stream:
+        with open_output(first if path == target else output_target(str(path), option=option)) as stream:
             stream.write(header + dump_profile(profile))
     return paths

@@ -1,10 +1,15 @@
 """Opening meshdeck's SQLite file: checked before anything is written, upgraded, tuned for one writer.
 
+The data dir is 0700 and the database with its -wal and -shm files 0600 (private_files.py).
 `open_database(path)` refuses (with `InputError`, the file left byte-for-byte untouched) a path that
 is a directory, a file that is not SQLite, a damaged SQLite file, another program's database and a
 database written by a newer meshdeck. Only then does it switch the file to WAL and apply the pending
 migrations. Every connection runs `synchronous=NORMAL` (durable at each WAL checkpoint, never
 corrupted by a crash) with a busy timeout, so the console reads while the writer thread writes.
+
+A problem with the file or its disk met while opening or later (a full disk, a read-only folder, file or
+mount, a damaged page) is one `InputError` naming the database and the cause (database_errors.py):
+`read()`, `write()` and the writer's connection report it so, never as "is damaged" when it is not.
 
 SQLAlchemy is used with the pysqlite driver's own transaction handling turned off: meshdeck emits
 `BEGIN` itself (`BEGIN IMMEDIATE` for `Database.write()`), which makes DDL transactional and keeps a
@@ -24,10 +29,13 @@ from typing import Any
 import platformdirs
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
 from meshdeck.core.errors import InputError
+from meshdeck.store.database_errors import database_problem, file_problem
 from meshdeck.store.migrations import APPLICATION_ID, LATEST_VERSION, apply_migrations
+from meshdeck.store.private_files import PRIVATE_FILE_MODE, create_private_file, make_private_dir, tighten
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +95,7 @@ def _probe(path: Path) -> tuple[int, int, list[str]]:
     try:
         connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
-        raise InputError(_field(path), f"cannot be opened ({exc})") from None
+        raise InputError(_field(path), database_problem(exc, path) or f"cannot be opened ({exc})") from None
     try:
         application_id = connection.execute("PRAGMA application_id").fetchone()[0]
         user_version = connection.execute("PRAGMA user_version").fetchone()[0]
@@ -97,8 +105,8 @@ def _probe(path: Path) -> tuple[int, int, list[str]]:
                 "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
             )
         ]
-    except sqlite3.DatabaseError as exc:
-        raise InputError(_field(path), _untouched(f"is damaged ({exc})")) from None
+    except sqlite3.Error as exc:  # a damaged file, or a folder, disk or mount it cannot be used in
+        raise InputError(_field(path), database_problem(exc, path) or f"cannot be read ({exc})") from None
     finally:
         connection.close()
     return int(application_id), int(user_version), tables
@@ -118,6 +126,19 @@ def _check_compatible(path: Path, application_id: int, user_version: int, tables
         )
 
 
+def _make_private(db_path: Path) -> None:
+    """The database file created 0600 before SQLite creates it (its -wal and -shm then get that mode);
+    an existing one, with its -wal and -shm, tightened to 0600. Only once the file passed the checks:
+    a refused file is left exactly as it was."""
+    try:
+        if create_private_file(db_path):
+            return
+    except OSError as exc:
+        raise InputError(_field(db_path), file_problem(exc, db_path)) from None
+    for suffix in ("", "-wal", "-shm"):
+        tighten(db_path.with_name(db_path.name + suffix), PRIVATE_FILE_MODE)
+
+
 class Database:
     """An open meshdeck database: an SQLAlchemy engine plus dedicated raw connections for bulk ingest."""
 
@@ -129,22 +150,40 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read transaction: one consistent snapshot, never blocked by the writer (WAL)."""
-        with self.engine.connect() as connection, connection.begin():
+        with self.usable(), self.engine.connect() as connection, connection.begin():
             yield connection
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE): committed on exit, rolled back whole on an exception."""
-        with self.engine.connect() as connection:
+        with self.usable(), self.engine.connect() as connection:
             connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             with connection.begin():
                 yield connection
 
     def raw_connection(self, *, cache_kib: int | None = None) -> sqlite3.Connection:
         """A new plain sqlite3 connection with meshdeck's settings, owned (and closed) by the caller."""
-        connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-        configure_connection(connection, cache_kib=cache_kib)
+        with self.usable():
+            connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+            configure_connection(connection, cache_kib=cache_kib)
         return connection
+
+    @contextmanager
+    def usable(self) -> Iterator[None]:
+        """Turn an error about the file or its disk (full, read-only, damaged: database_errors.py) raised
+        inside into one InputError naming the database; any other error passes as raised."""
+        try:
+            yield
+        except (sqlite3.Error, DBAPIError) as exc:
+            problem = self.problem(exc)
+            if problem is None:
+                raise
+            raise problem from exc
+
+    def problem(self, exc: BaseException) -> InputError | None:
+        """The InputError for an error about the file or its disk, or None for another error."""
+        text = database_problem(exc, self.path)
+        return None if text is None else InputError(_field(self.path), text)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -208,26 +247,22 @@ def open_database(path: str | Path | None = None) -> Database:
 
     Raises InputError naming the file when it cannot be used; in that case nothing was written to it.
     """
-    if path is None:
-        db_path = default_database_path()
-        db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    else:
-        db_path = Path(path).expanduser()
-        if not db_path.parent.exists():
-            try:
-                db_path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise InputError(_field(db_path), f"its folder cannot be created ({exc.strerror})") from None
+    db_path = default_database_path() if path is None else Path(path).expanduser()
+    try:
+        make_private_dir(db_path.parent, tighten_existing=path is None)  # a folder the user named is theirs
+    except OSError as exc:
+        raise InputError(_field(db_path), f"its folder cannot be created ({exc.strerror})") from None
     if _check_header(db_path):
         _check_compatible(db_path, *_probe(db_path))
+    _make_private(db_path)
     try:
         connection = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
-        raise InputError(_field(db_path), f"cannot be opened ({exc})") from None
+        raise InputError(_field(db_path), database_problem(exc, db_path) or f"cannot be opened ({exc})") from None
     try:
         version = _prepare(connection, db_path)
-    except sqlite3.DatabaseError as exc:
-        raise InputError(_field(db_path), f"cannot be prepared ({exc})") from None
+    except sqlite3.Error as exc:
+        raise InputError(_field(db_path), database_problem(exc, db_path) or f"cannot be prepared ({exc})") from None
     finally:
         connection.close()
     log.debug("opened %s at schema version %d", db_path, version)

@@ -10,6 +10,10 @@ Per host the ingest keeps a position: the last seq (what the fleet resumes from;
 later time means the agent restarted and counts from 1 again), the agent's sequence epoch that seq
 belongs to (a batch under another epoch starts the count afresh), and the minute still open.
 
+Rows are checked as they are staged (`sample_checks.py`): a row SQLite could not take (a seq or time
+beyond int64, a non-finite value) would otherwise fail the one transaction of every host, at each retry.
+`add_rows` keeps the storable rows of a batch and says what it refused; the writer counts and logs that.
+
 Everything a commit does — new series, samples, the rollups of buckets that closed, the positions and
 events — is one SQLite transaction: after a crash the database holds all of it or none of it, and
 `CommitAck` reports exactly what became durable.
@@ -27,6 +31,7 @@ from operator import itemgetter
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, insert_events
 from meshdeck.store.rollups import HOUR_MS, MINUTE_MS, roll_up
+from meshdeck.store.sample_checks import MAX_SQLITE_INTEGER, Refused, epoch_problem, loss_count_problem, storable_rows
 
 log = logging.getLogger(__name__)
 
@@ -113,15 +118,24 @@ class SampleIngest:
     def positions(self) -> dict[str, HostPosition]:
         return dict(self._positions)
 
-    def add_rows(self, host: str, rows: Sequence[SampleRow], epoch: str | None = None) -> None:
-        """Stage rows of `host`; `epoch` is the agent's sequence epoch of their seqs (None: not known)."""
-        if rows:
-            self._batches.append((host, rows, epoch))
-            self.pending_rows += len(rows)
+    def add_rows(self, host: str, rows: Sequence[SampleRow], epoch: str | None = None) -> Refused | None:
+        """Stage the storable rows of `host`; `epoch` is the agent's sequence epoch of their seqs (None: not
+        known). Returns what was refused (None: nothing); a refused row is never staged."""
+        problem = epoch_problem(epoch)
+        if problem is not None:
+            return Refused(len(rows), problem) if rows else None
+        kept, refused = storable_rows(rows)
+        if kept:
+            self._batches.append((host, kept, epoch))
+            self.pending_rows += len(kept)
+        return refused
 
-    def add_dropped(self, host: str, count: int) -> None:
-        if count > 0:
+    def add_dropped(self, host: str, count: int) -> str | None:
+        """Add to the samples `host`'s agent lost; returns why the count was refused (None: added)."""
+        problem = loss_count_problem(count)
+        if problem is None and count > 0:
             self._dropped[host] = self._dropped.get(host, 0) + count
+        return problem
 
     def add_event(self, record: EventRecord) -> None:
         self._events.append(record)
@@ -188,7 +202,7 @@ class SampleIngest:
                 updated[host] = replace(position, open_minute=None)
             for host, count in self._dropped.items():
                 position = updated.get(host) or self._positions.get(host, NEW_HOST)
-                updated[host] = replace(position, dropped=position.dropped + count)
+                updated[host] = replace(position, dropped=min(position.dropped + count, MAX_SQLITE_INTEGER))
             if params:
                 # Key order: each series' rows land on its last leaf page one after another (measured
                 # ~1.4x fewer CPU-seconds per row than time order); the sort is stable, so ts stays ascending.

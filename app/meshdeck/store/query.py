@@ -173,6 +173,15 @@ def _read_host(
     return results
 
 
+STORED_SECONDS_LIMIT = 9.2e15  # |ts| in seconds whose milliseconds fit SQLite's 64-bit integers
+
+
+def clamp_to_stored(seconds: float) -> float:
+    """`seconds` moved into the span a stored millisecond time can have: a query from -1e300 to 1e300
+    selects what one over that span does, instead of failing to bind its bounds."""
+    return max(-STORED_SECONDS_LIMIT, min(STORED_SECONDS_LIMIT, seconds))
+
+
 def tier_by_name(name: str) -> Tier:
     by_name = {t.name: t for t in (RAW, MINUTE, HOUR)}
     if name not in by_name:
@@ -203,6 +212,9 @@ def query_range(
         raise InputError("range", f"until ({until}) must be after since ({since})")
     if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
         raise InputError("max_points", f"{max_points!r} must be a positive integer")
+    since, until = clamp_to_stored(since), clamp_to_stored(until)
+    if until <= since:  # both beyond what can be stored on the same side: nothing to read
+        until = since + 1.0
     if tier is None:
         chosen = choose_tier(until - since, max_points, since, policy or load_policy(db), now or time.time())
     else:

@@ -18,7 +18,9 @@ fleet. Measured at 64 hosts: 2.4 MB/s of disk writes committing every 10 s, 0.45
 with the larger auto-checkpoint below (tests/benchmarks/test_bench_store.py prints it).
 
 A failed commit (disk full, a lock held too long) keeps the batch staged and retries after
-`retry_s`; nothing is acknowledged until it is durable.
+`retry_s`; nothing is acknowledged until it is durable. A row that no commit could take (a time
+beyond 2100, a seq beyond int64, a non-finite value) is refused when it is staged, for its host alone:
+counted in `WriterStats.refused_rows` and logged at most once a minute per host (refusal_log.py).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from meshdeck.core.samples import SampleBatch
@@ -35,7 +37,9 @@ from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
 from meshdeck.store.ingest import CommitAck, HostPosition, SampleIngest, SampleRow
+from meshdeck.store.refusal_log import RefusalLog
 from meshdeck.store.retention import RetentionPolicy, apply_retention, load_policy
+from meshdeck.store.sample_checks import Refused
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,8 @@ class WriterStats:
     cpu_seconds: float  # CPU time of the writer thread
     last_error: str | None
     inbox_waits: int = 0  # submits that waited for room: the writer was behind
+    refused_rows: int = 0  # rows refused when staged (unstorable seq, time or value), never committed
+    refused_by_host: Mapping[str, int] = field(default_factory=dict)
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -117,6 +123,8 @@ class SampleWriter:
         self._start_error: BaseException | None = None
         self._commits = self._rows = self._samples = self._duplicates = self._events = 0
         self._failures = self._discarded = 0
+        self._refused: dict[str, int] = {}
+        self._refusal_log = RefusalLog(clock)
         self._cpu = 0.0
         self._last_error: str | None = None
         self._commit_interval = self.settings.commit_interval_s or self.settings.min_commit_interval_s
@@ -210,7 +218,9 @@ class SampleWriter:
                 self._discarded,
                 self._cpu,
                 self._last_error,
-                self._inbox.waits,
+                inbox_waits=self._inbox.waits,
+                refused_rows=sum(self._refused.values()),
+                refused_by_host=dict(self._refused),
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -221,7 +231,7 @@ class SampleWriter:
             connection.execute(f"PRAGMA wal_autocheckpoint = {int(self.settings.wal_autocheckpoint_pages)}")
             ingest = SampleIngest(connection)
         except BaseException as exc:
-            self._start_error = exc
+            self._start_error = self.db.problem(exc) or exc
             self._ready.set()
             return
         self._publish(ingest)
@@ -230,6 +240,7 @@ class SampleWriter:
             self._loop(connection, ingest)
         finally:
             connection.close()
+            self._refusal_log.close()
 
     def _publish(self, ingest: SampleIngest) -> None:
         positions = ingest.positions()
@@ -307,33 +318,46 @@ class SampleWriter:
         try:
             if kind == "samples":
                 _, host, batch, dropped, epoch = item
-                ingest.add_rows(host, BatchRows(batch), epoch)
+                self._refuse(host, ingest.add_rows(host, BatchRows(batch), epoch))
                 if dropped:
-                    ingest.add_dropped(host, dropped)
-                    ingest.add_event(
-                        EventRecord("samples_dropped", self._clock(), host=host, data={"dropped": dropped})
-                    )
+                    problem = ingest.add_dropped(host, dropped)
+                    if problem is not None:
+                        self._refuse(host, Refused(0, problem))
+                    else:
+                        ingest.add_event(
+                            EventRecord("samples_dropped", self._clock(), host=host, data={"dropped": dropped})
+                        )
             elif kind == "rows":
-                ingest.add_rows(item[1], item[2])
+                self._refuse(item[1], ingest.add_rows(item[1], item[2]))
             elif kind == "event":
                 ingest.add_event(item[1])
         except Exception:  # a malformed batch must not take the writer down
             log.exception("the sample writer dropped a malformed %s batch", kind)
 
+    def _refuse(self, host: str, refused: Refused | None) -> None:
+        if refused is None:
+            return
+        if refused.rows:
+            with self._lock:
+                self._refused[host] = self._refused.get(host, 0) + refused.rows
+        self._refusal_log.refused(host, refused)
+
     def _commit(self, ingest: SampleIngest) -> bool:
         try:
             ack = ingest.commit()
         except Exception as exc:
+            problem = self.db.problem(exc)  # a full disk, a read-only or damaged file: said as such
+            error = str(problem) if problem is not None else f"{type(exc).__name__}: {exc}"
             with self._lock:
                 self._failures += 1
-                self._last_error = f"{type(exc).__name__}: {exc}"
+                self._last_error = error
             if ingest.pending_rows > self.settings.max_pending_rows:
                 lost = ingest.discard_pending()
                 with self._lock:
                     self._discarded += lost
-                log.error("history commit failed (%s); dropped %d staged rows to bound memory", exc, lost)
+                log.error("history commit failed (%s); dropped %d staged rows to bound memory", error, lost)
             else:
-                log.warning("history commit failed (%s); retrying in %.0f s", exc, self.settings.retry_s)
+                log.warning("history commit failed (%s); retrying in %.0f s", error, self.settings.retry_s)
             return False
         if ack is None:
             return True

@@ -276,7 +276,10 @@ class TimeChart(QWidget):
         _, spec, at, value = best
         raw = value / (-self.unit.scale if spec.mirrored else self.unit.scale)
         direction = " RX" if spec.mirrored else (" TX" if self.mirrored else "")
-        when = datetime.fromtimestamp(at).strftime("%H:%M:%S")
+        try:
+            when = datetime.fromtimestamp(at).strftime("%H:%M:%S")
+        except (OverflowError, OSError, ValueError):  # a stored time no calendar can show (history of old rows)
+            when = f"out of range (ts {at:g})"
         return f"{when}  {spec.label}{direction}: {self.unit.format(raw)}"
 
     def _on_mouse(self, event: tuple[QPointF]) -> None:

@@ -3,7 +3,7 @@
 The store picks the tier by span (raw samples, 1-minute or 1-hour rollups) so a chart never reads
 more than about a thousand points per series; the query runs as a job (a new one cancels the old)
 and the tier it used is said above the charts. CSV export writes every point of the range, at the
-tier chosen, through a temporary file renamed into place.
+tier chosen, as `-o` writes (services/files.py: a temporary file renamed into place for a regular file).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.services import history as history_service
-from meshdeck.services.files import atomic_output
+from meshdeck.services.files import open_output, output_target
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
 from meshdeck.ui.views.history_data import HistoryFrame, history_frame
@@ -202,7 +202,7 @@ class HistoryView(QWidget):
         assert db is not None
 
         def work(_progress: Any) -> int:
-            with atomic_output(target) as out:
+            with open_output(output_target(target, option="export")) as out:
                 return history_service.export_history(
                     db, out, host=host, since=since, until=until, fmt="csv", tier=tier
                 )
