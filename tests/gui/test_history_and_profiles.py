@@ -97,7 +97,7 @@ def test_history_with_a_far_future_row_still_lists_queries_exports_and_reads_out
     view.range.setCurrentIndex(view.range.findText("last hour"))
     with qtbot.waitSignal(view.loaded, timeout=30000) as loaded:
         view.query_button.click()
-    assert ("gpu0", "memory_used_bytes") in loaded.args[0].series
+    assert (GPU0, "memory_used_bytes") in loaded.args[0].series
     target = tmp_path / "everything.csv"
     view.export_to(str(target), "demo-a", 0.0, 1e13, "raw")
     qtbot.waitUntil(lambda: view.status.text().startswith(("exported", "export failed")), timeout=30000)

@@ -50,6 +50,7 @@ AGENT_VERSION_LIMIT = 64
 ERROR_TEXT_LIMIT = 1000
 ERROR_CODE_LIMIT = 40
 _END: Any = object()  # queued after the last event once the connection is closed
+_EVENT_PREFIX = b'{"event":'  # how the agent writes every event (protocol.encode): queued undecoded
 
 
 class RpcClient:
@@ -163,27 +164,42 @@ class RpcClient:
     # -- notifications ---------------------------------------------------------------------------
 
     def next_event(self, timeout: float | None = None) -> protocol.Event | None:
-        """The next notification, None if none came within `timeout`; ConnectionLost once closed and drained."""
+        """The next notification, None if none came within `timeout`; ConnectionLost once closed and drained.
+        A malformed event line is logged (rate-limited) and skipped."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
             try:
                 item = self._events.get(timeout=wait) if wait > 0 else self._events.get_nowait()
-                break
             except queue.Empty:
                 if self._closed.is_set() and self._events.empty():
                     raise (self._close_reason or ConnectionLost(f"{self.host}: closed")) from None
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
-        if item is _END:
-            with contextlib.suppress(queue.Full):
-                self._events.put_nowait(_END)  # for the next caller
-            raise self._close_reason or ConnectionLost(f"{self.host}: closed")
-        event, size = item
-        with self._room:
-            self._queued_bytes -= size
-            self._room.notify_all()
-        return event  # type: ignore[no-any-return]
+                continue
+            if item is _END:
+                with contextlib.suppress(queue.Full):
+                    self._events.put_nowait(_END)  # for the next caller
+                raise self._close_reason or ConnectionLost(f"{self.host}: closed")
+            line, size = item
+            with self._room:
+                self._queued_bytes -= size
+                self._room.notify_all()
+            event = self._event_of(line)
+            if event is not None:
+                return event
+
+    def _event_of(self, line: bytes) -> protocol.Event | None:
+        """A queued event line, decoded here (on the consumer's thread): queued lines stay compact bytes."""
+        try:
+            message = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            self._noise.report("skipping malformed line from the agent", exc.message)
+            return None
+        if not isinstance(message, protocol.Event):
+            self._noise.report("unexpected message from the agent ignored", type(message).__name__)
+            return None
+        return message
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -220,7 +236,24 @@ class RpcClient:
             if not future.done():
                 future.set_exception(self._close_reason)
 
-    def _handle(self, message: protocol.Message, size: int = 0) -> None:
+    def _queue_event(self, line: bytes) -> None:
+        """Queue an event's line for `next_event`: bounded in bytes and in count; wait for the consumer,
+        never drop (the agent's ring holds what waits behind)."""
+        size = len(line)
+        with self._room:
+            while (
+                not self._closed.is_set() and self._queued_bytes and self._queued_bytes + size > self._max_event_bytes
+            ):
+                self._room.wait(0.5)
+            self._queued_bytes += size
+        while not self._closed.is_set():
+            try:
+                self._events.put((line, size), timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _handle(self, message: protocol.Message, line: bytes = b"") -> None:
         if not self._hello.done():
             if isinstance(message, protocol.Hello):
                 message = replace(message, agent=printable(message.agent, AGENT_VERSION_LIMIT))
@@ -243,21 +276,8 @@ class RpcClient:
                 method = self._pending.get(message.id, ("?", None))[0]
             text = printable(message.message, ERROR_TEXT_LIMIT)
             self._resolve(message.id, error=RpcError(self.host, method, code, text))
-        elif isinstance(message, protocol.Event):
-            with self._room:  # bounded in bytes: wait for the consumer, never drop
-                while (
-                    not self._closed.is_set()
-                    and self._queued_bytes
-                    and self._queued_bytes + size > self._max_event_bytes
-                ):
-                    self._room.wait(0.5)
-                self._queued_bytes += size
-            while not self._closed.is_set():  # bounded in count too
-                try:
-                    self._events.put((message, size), timeout=0.5)
-                    return
-                except queue.Full:
-                    continue
+        elif isinstance(message, protocol.Event):  # an event line not in the agent's own key order
+            self._queue_event(line)
         else:
             self._noise.report(f"unexpected {type(message).__name__} from the agent ignored")
 
@@ -288,6 +308,9 @@ class RpcClient:
         self._fail_all(ConnectionLost(f"{self.host}: {reason}" + (f" (agent stderr: {tail})" if tail else "")))
 
     def _dispatch_line(self, line: bytes) -> None:
+        if line.startswith(_EVENT_PREFIX) and self._hello.done():
+            self._queue_event(line)  # decoded by next_event: a flood of events waits here as bytes
+            return
         try:
             message = protocol.decode(line)
         except protocol.ProtocolError as exc:
@@ -299,4 +322,4 @@ class RpcClient:
                 return
             self._noise.report("skipping malformed line from the agent", exc.message)
             return
-        self._handle(message, len(line))
+        self._handle(message, line)

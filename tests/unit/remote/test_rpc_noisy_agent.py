@@ -38,9 +38,26 @@ def test_a_garbage_flood_is_logged_a_few_times_then_summarised_with_its_count(ca
     client = RpcClient(SocketStream(sock), host="gpu-a")
     client.start(timeout=10)
     garbage = json.dumps({"event": "\x1b[2J" + "n" * 1000}).encode() + b"\n"  # decodes, then is refused
+    events: list[protocol.Event] = []
+    arrived = threading.Event()
+
+    def consume() -> None:  # as the host supervisor does: event lines are decoded by the consumer
+        with contextlib.suppress(ConnectionLost):
+            while True:
+                event = client.next_event(timeout=0.5)
+                if event is not None:
+                    events.append(event)
+                    arrived.set()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
     agent.send_raw(garbage * FLOOD_LINES)
-    assert client.call("agent.time", timeout=30)["time"] > 0  # read after the flood: every garbage line was handled
+    agent.send(protocol.event("alert", {"kind": "after the flood"}))
+    assert client.call("agent.time", timeout=30)["time"] > 0  # read after the flood
+    assert arrived.wait(30)  # the flood's lines were all handled before this one
     client.close()
+    consumer.join(10)
+    assert [e.data for e in events] == [{"kind": "after the flood"}]
     logged = _records(caplog, "meshdeck.remote.rpc")
     assert len(logged) <= 10, f"{len(logged)} log lines for {FLOOD_LINES} garbage lines"
     text = "\n".join(r.getMessage() for r in logged)
