@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -127,6 +127,15 @@ class SampleBatch:
         for i, (seq, ts) in enumerate(zip(self.seqs, self.times, strict=True)):
             for (device, metric), value in self.row(i):
                 yield seq, ts, device, metric, value
+
+    def select(self, keep: Callable[[SeriesKey], bool]) -> SampleBatch:
+        """The same samples with only the series `keep` accepts (a consumer that charts a few of them)."""
+        columns = [c for c, key in enumerate(self.series) if keep(key)]
+        if len(columns) == len(self.series):
+            return self
+        width, values = len(self.series), self.values
+        kept = array("d", [values[i * width + c] for i in range(len(self.seqs)) for c in columns])
+        return SampleBatch(self.seqs, self.times, tuple(self.series[c] for c in columns), kept, self.simulated)
 
     def slice(self, start: int, stop: int) -> SampleBatch:
         """Samples start..stop-1 of this batch (the same series)."""

@@ -43,6 +43,8 @@ from meshdeck.remote.sample_gate import SampleGate
 
 log = logging.getLogger(__name__)
 
+DECODE_CHUNK = 120  # samples decoded, flattened and delivered at once (a backlog event carries up to ~2 MiB)
+
 Sink = Callable[[FleetEvent], None]
 
 
@@ -312,7 +314,8 @@ class HostSupervisor:
                 except SampleError as exc:  # the whole event is refused, the connection kept
                     self._gate.refuse_message(str(exc))
                     continue
-                self._gate.accept(client, self._gate.decode(raw), backfill=False)
+                for start in range(0, len(raw), DECODE_CHUNK):  # a few typed samples at a time, whatever the event
+                    self._gate.accept(client, self._gate.decode(raw[start : start + DECODE_CHUNK]), backfill=False)
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))
         raise ConnectionLost(f"{self.name}: stopped")

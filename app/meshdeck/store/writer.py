@@ -52,8 +52,13 @@ class WriterSettings:
     max_commit_interval_s: float = 30.0
     wal_autocheckpoint_pages: int = 20_000  # checkpoint every ~80 MB of WAL: a page rewritten by several
     # commits reaches the database file once per checkpoint
-    max_batch_rows: int = 200_000
-    cache_kib: int = 128 * 1024  # page cache of the writer's connection: every series' last leaf page stays hot
+    max_batch_rows: int = 100_000  # staged rows that force a commit (bounds the commit's working set)
+    # The writer connection's page cache holds every series' last leaf pages (samples and rollups): it is
+    # sized to the series stored, `cache_kib_per_series` each, between the two bounds (a page cache that
+    # only grows would hold 128 MiB for a one-host console).
+    cache_kib: int = 128 * 1024
+    min_cache_kib: int = 8 * 1024
+    cache_kib_per_series: int = 12
     retention_every_s: float = 600.0
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
@@ -77,6 +82,11 @@ class WriterStats:
     inbox_waits: int = 0  # submits that waited for room: the writer was behind
     refused_rows: int = 0  # rows refused when staged (unstorable seq, time or value), never committed
     refused_by_host: Mapping[str, int] = field(default_factory=dict)
+
+
+def cache_kib_for(series: int, settings: WriterSettings) -> int:
+    """The writer's page cache for `series` series, within [min_cache_kib, cache_kib]."""
+    return max(settings.min_cache_kib, min(settings.cache_kib, series * settings.cache_kib_per_series))
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -128,6 +138,7 @@ class SampleWriter:
         self._cpu = 0.0
         self._last_error: str | None = None
         self._commit_interval = self.settings.commit_interval_s or self.settings.min_commit_interval_s
+        self._cache_kib = self.settings.min_cache_kib
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -227,9 +238,10 @@ class SampleWriter:
 
     def _run(self) -> None:
         try:
-            connection = self.db.raw_connection(cache_kib=self.settings.cache_kib)
+            connection = self.db.raw_connection(cache_kib=self.settings.min_cache_kib)
             connection.execute(f"PRAGMA wal_autocheckpoint = {int(self.settings.wal_autocheckpoint_pages)}")
             ingest = SampleIngest(connection)
+            self._size_cache(connection, ingest)
         except BaseException as exc:
             self._start_error = self.db.problem(exc) or exc
             self._ready.set()
@@ -286,6 +298,8 @@ class SampleWriter:
             if ingest.has_pending and (due or flushes or stopping or ingest.pending_rows >= settings.max_batch_rows):
                 ok = self._commit(ingest)
                 deadline = None if ok else now + settings.retry_s
+                if ok:
+                    self._size_cache(connection, ingest)
                 if ok or stopping:
                     for token in flushes:
                         token.ok = ok
@@ -301,6 +315,13 @@ class SampleWriter:
                 next_retention = time.monotonic() + settings.retention_every_s
             with self._lock:
                 self._cpu += time.thread_time() - cpu_start
+
+    def _size_cache(self, connection: Any, ingest: SampleIngest) -> None:
+        """Fit the page cache to the series stored (changed only when it is a quarter off)."""
+        wanted = cache_kib_for(ingest.series_count(), self.settings)
+        if abs(wanted - self._cache_kib) * 4 > self._cache_kib:
+            connection.execute(f"PRAGMA cache_size = -{wanted}")
+            self._cache_kib = wanted
 
     def _interval(self, ingest: SampleIngest) -> float:
         interval = commit_interval_for(ingest.series_count(), self.settings)

@@ -21,10 +21,12 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from meshdeck.core.samples import SeriesKey
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.remote.peer_log import PeerLog
 
@@ -69,14 +71,22 @@ class FleetBridge(QObject):
         self.shed_events = 0
         self._shed_log = PeerLog(log, "console")  # rate-limited: shedding happens in bursts
         self._budget_s = budget_s
+        self._keep: Callable[[SeriesKey], bool] | None = None
         self.delivered = 0
         self._timer = QTimer(self)
         self._timer.setInterval(DRAIN_INTERVAL_MS)
         self._timer.timeout.connect(self.drain)
         self._timer.start()
 
+    def keep_series(self, keep: Callable[[SeriesKey], bool]) -> None:
+        """Queue only the series `keep` accepts (what the window charts): a batch is cut down as it is
+        posted, on the poster's thread, so what waits for the GUI thread is what it will draw."""
+        self._keep = keep
+
     def post(self, event: FleetEvent) -> None:
         """Called from any thread (a fleet subscriber). Never blocks, never touches Qt objects."""
+        if isinstance(event, SamplesReceived) and self._keep is not None:
+            event = replace(event, batch=event.batch.select(self._keep))
         with self._lock:
             self._inbox.append(event)
             if isinstance(event, SamplesReceived):

@@ -110,6 +110,7 @@ class ConsoleContext:
     def __post_init__(self) -> None:
         if self.hosts is None:
             self.hosts = HostsModel(self.bridge)
+        self.bridge.keep_series(self.live.wants)  # only what the charts draw waits for the GUI thread
         self.bridge.samples_received.connect(self._ingest)
 
     def _ingest(self, event: SamplesReceived) -> None:

@@ -65,13 +65,12 @@ class LiveMetrics:
             self.version += 1
         return series
 
+    def wants(self, key: SeriesId) -> bool:
+        """Whether a series is kept (the bridge drops the others before they queue for the GUI thread)."""
+        return key[0].kind != "nvlink" and (self._keep is None or key[1] in self._keep)
+
     def _kept_columns(self, batch: SampleBatch) -> list[tuple[int, SeriesId]]:
-        keep = self._keep
-        return [
-            (column, key)
-            for column, key in enumerate(batch.series)
-            if key[0].kind != "nvlink" and (keep is None or key[1] in keep)
-        ]
+        return [(column, key) for column, key in enumerate(batch.series) if self.wants(key)]
 
     def ingest(self, host: str, batch: SampleBatch, *, gap_before: bool = False) -> int:
         """Add a batch of one host's samples (seq ascending). Returns how many were kept.
