@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -360,6 +361,12 @@ def validate_params(req: Request) -> Dict[str, Any]:
 # Worker specs: what `workers.start` takes. Both sides build and check them with these helpers.
 
 
+# A worker id names the worker's directory on its agent (`<state dir>/workers/<id>/`), so it is one plain
+# path component: ASCII letters, digits, '-', '_' and '.', not starting with '.' ('.', '..' and hidden
+# names are refused), at most 64 characters.
+WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     policy: str = "never"  # "never" | "on-failure"
@@ -455,10 +462,8 @@ class WorkerSpec:
             if value is not None and not isinstance(value, str):
                 raise bad(name, "must be a string")
         worker_id = spec.get("id")
-        if worker_id is not None and (
-            not worker_id or len(worker_id) > 64 or not all(c.isalnum() or c in "-_." for c in worker_id)
-        ):
-            raise bad("id", "must be 1-64 characters of letters, digits, '-', '_' or '.'")
+        if worker_id is not None and WORKER_ID_PATTERN.fullmatch(worker_id) is None:
+            raise bad("id", "must be 1-64 ASCII letters, digits, '-', '_' or '.', not starting with '.'")
         gpus = spec.get("gpus") or []
         if not isinstance(gpus, list) or not all(_is_int(g) and g >= 0 for g in gpus):
             raise bad("gpus", "must be a list of non-negative integers")

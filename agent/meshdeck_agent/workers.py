@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import protocol
 from .keeper import RUN_FILE, process_start_time, write_json
-from .paths import ensure_private_dir, self_command, self_env
+from .paths import UnsafePath, child_path, ensure_private_dir, self_command, self_env
 from .scrape import ScrapeLoop
 from .simspec import SimVllmTracker, metrics_url, validate_simulate
 from .worker_logs import read_log
@@ -76,7 +76,10 @@ class Supervisor:
 
     def recover(self) -> None:
         for name in sorted(os.listdir(self.dir)):
-            directory = os.path.join(self.dir, name)
+            try:
+                directory = child_path(self.dir, name)
+            except UnsafePath:
+                continue  # not a worker dir (the atomic writer's temporary files start with '.')
             wire = read_json(os.path.join(directory, "spec.json"))
             if wire is None:
                 continue
@@ -84,6 +87,10 @@ class Supervisor:
                 spec = protocol.WorkerSpec.from_wire(wire)
             except protocol.ProtocolError:
                 log.warning("ignoring worker dir %s with an unreadable spec", directory)
+                continue
+            if spec.id != name:
+                # the record's id picks the dir a later start of that id replaces: it must be this one
+                log.warning("ignoring worker dir %s: its spec.json is for worker %r", directory, spec.id)
                 continue
             record = WorkerRecord(directory, spec, wire)
             record.load_agent_state()
@@ -142,7 +149,7 @@ class Supervisor:
                 )
             if existing is not None:
                 self._stop_scrape(existing)
-            directory = os.path.join(self.dir, worker_id)
+            directory = child_path(self.dir, worker_id)  # the spec's id pattern already keeps it one component
             shutil.rmtree(directory, ignore_errors=True)
             ensure_private_dir(directory)
             wire = dict(spec.to_wire(), id=worker_id)
