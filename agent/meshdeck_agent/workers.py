@@ -135,10 +135,12 @@ class Supervisor:
                 )
             simulate = validate_simulate(spec.simulate, self.simulated_gpus)
         if spec.log is not None and not os.path.isabs(spec.log):
-            raise protocol.ProtocolError(protocol.BAD_PARAMS, "spec.log: must be an absolute path, got %r" % spec.log)
+            raise protocol.ProtocolError(
+                protocol.BAD_PARAMS, "spec.log: must be an absolute path, got %s" % protocol.excerpt(spec.log)
+            )
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise protocol.ProtocolError(
-                protocol.BAD_PARAMS, "spec.cwd: no such directory %r on this server" % spec.cwd
+                protocol.BAD_PARAMS, "spec.cwd: no such directory %s on this server" % protocol.excerpt(spec.cwd)
             )
         worker_id = spec.id or "w-" + uuid.uuid4().hex[:8]
         with self._cond:
