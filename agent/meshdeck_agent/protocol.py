@@ -530,6 +530,9 @@ class WorkerSpec:
                 raise bad(name, "must be a string")
             if value is not None and "\x00" in value:
                 raise bad(name, "must not contain NUL bytes")
+        metrics_url = spec.get("metrics_url")
+        if metrics_url is not None and not metrics_url.startswith(("http://", "https://")):
+            raise bad("metrics_url", "must be an http:// or https:// URL, got %s" % excerpt(metrics_url))
         worker_id = spec.get("id")
         if worker_id is not None and WORKER_ID_PATTERN.fullmatch(worker_id) is None:
             raise bad("id", "must be 1-64 ASCII letters, digits, '-', '_' or '.', not starting with '.'")

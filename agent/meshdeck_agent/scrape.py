@@ -25,10 +25,13 @@ engines are weighted equally (the DP engines of one vLLM server share one cache 
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+log = logging.getLogger(__name__)
 
 GAUGES = {
     "vllm:kv_cache_usage_perc": ("kv_cache_usage_perc", 0),
@@ -284,12 +287,46 @@ class VllmMetrics:
         return metrics
 
 
+# A vLLM server's /metrics is ~100 KB per engine; a body past this is refused, never read whole.
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+_READ_CHUNK = 256 * 1024
+# What a failed scrape repeats of the server's answer (it rides in every sample until the next scrape).
+MAX_ERROR_CHARS = 300
+
+
 def fetch(url: str, timeout_s: float) -> str:
+    """The body at `url`, read within 2 x timeout_s. Raises OSError when the server cannot be read (network,
+    a broken HTTP answer, too slow) and ValueError when the body exceeds MAX_METRICS_BYTES."""
+    import http.client
     import urllib.request
 
+    deadline = time.monotonic() + 2 * timeout_s
     request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-        return reply.read(16 * 1024 * 1024).decode("utf-8", errors="replace")
+    chunks: List[bytes] = []
+    size = 0
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            while True:
+                chunk = reply.read(min(_READ_CHUNK, MAX_METRICS_BYTES + 1 - size))
+                if not chunk:
+                    if getattr(reply, "length", None):  # http.client does not raise IncompleteRead here
+                        raise OSError("the body ended %d bytes short of its Content-Length" % reply.length)
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_METRICS_BYTES:
+                    raise ValueError("the body is larger than %d MiB; not a vLLM /metrics" % (MAX_METRICS_BYTES >> 20))
+                if time.monotonic() > deadline:
+                    raise OSError("the body took longer than %.1f s to read" % (2 * timeout_s))
+    except http.client.HTTPException as exc:  # a broken status line, headers or body: not an OSError
+        raise OSError("broken HTTP answer: %s: %s" % (type(exc).__name__, exc)) from None
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _error_text(url: str, exc: Exception) -> str:
+    """`url: problem`, cut to MAX_ERROR_CHARS (a parser error quotes the whole bad line)."""
+    text = "%s: %s" % (url, exc)
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "... (%d characters)" % len(text)
 
 
 class ScrapeLoop:
@@ -320,7 +357,7 @@ class ScrapeLoop:
             entries = self.metrics.update(now, parse_vllm_metrics(text))
             self.error = None
         except (OSError, ValueError) as exc:  # urllib's URLError is an OSError
-            self.error = "%s: %s" % (self.url, exc)
+            self.error = _error_text(self.url, exc)
             entries = [{"id": self.worker_id, "engine": "", "metrics": {"up": 0}, "error": self.error}]
         with self._lock:
             self._latest = entries
@@ -334,9 +371,15 @@ class ScrapeLoop:
             return list(self._latest)
 
     def _run(self) -> None:
+        failed = False
         while not self._stop.is_set():
             started = time.monotonic()
-            self.scrape_once()
+            try:
+                self.scrape_once()
+            except Exception:  # a bug must not stop this worker's metrics for good
+                if not failed:
+                    log.exception("scraping %s failed; later failures are not logged", self.url)
+                failed = True
             self._stop.wait(max(0.05, self.interval_s - (time.monotonic() - started)))
 
     def stop(self) -> None:

@@ -184,3 +184,9 @@ def test_a_huge_value_from_a_peer_is_never_echoed_whole(line):
         assert len(str(exc)) <= 600
     else:
         pytest.fail(f"{type(message).__name__} with a 100 KB value was accepted")
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://host/metrics", "127.0.0.1:8000/metrics"])
+def test_a_worker_metrics_url_is_http_or_https(url):
+    with pytest.raises(protocol.ProtocolError, match=r"spec\.metrics_url: must be an http"):
+        protocol.WorkerSpec.from_wire({"argv": ["vllm"], "metrics_url": url})
