@@ -134,8 +134,26 @@ class EngineSnapshot:
         return current[1] if current[0] == priority else None
 
 
+# Each engine label becomes an entry of every sample: a server with more engines, or longer labels, than
+# any vLLM has (one per data-parallel rank) would make samples too large for the wire.
+MAX_ENGINES = 256
+MAX_ENGINE_LABEL_CHARS = 64
+
+
+def _snapshot(engines: Dict[str, EngineSnapshot], engine: str) -> EngineSnapshot:
+    snapshot = engines.get(engine)
+    if snapshot is None:
+        if len(engine) > MAX_ENGINE_LABEL_CHARS:
+            raise ValueError("an engine label of %d characters (at most %d)" % (len(engine), MAX_ENGINE_LABEL_CHARS))
+        if len(engines) >= MAX_ENGINES:
+            raise ValueError("more than %d engine labels" % MAX_ENGINES)
+        snapshot = engines[engine] = EngineSnapshot()
+    return snapshot
+
+
 def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
-    """{engine label ("" when none): snapshot}. Raises ValueError on text the parser rejects."""
+    """{engine label ("" when none): snapshot}. Raises ValueError on text the parser rejects and on more
+    engines, or longer engine labels, than MAX_ENGINES / MAX_ENGINE_LABEL_CHARS."""
     # imported here: prometheus_client costs ~10 MB of RSS, paid only once a worker has metrics to scrape
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -161,13 +179,13 @@ def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
                     break
             if name in GAUGES:
                 key, priority = GAUGES[name]
-                engines.setdefault(engine, EngineSnapshot()).put(key, priority, value)
+                _snapshot(engines, engine).put(key, priority, value)
             elif name in COUNTERS:
                 key, priority = COUNTERS[name]
-                engines.setdefault(engine, EngineSnapshot()).put(key, priority, value, add=True)
+                _snapshot(engines, engine).put(key, priority, value, add=True)
             elif base is not None:
                 key, priority = HISTOGRAMS[base]
-                histogram = engines.setdefault(engine, EngineSnapshot()).histogram(key, priority)
+                histogram = _snapshot(engines, engine).histogram(key, priority)
                 if histogram is None:
                     continue
                 if name.endswith("_bucket"):

@@ -102,6 +102,8 @@ def test_mutated_recorded_dumps_parse_or_raise_value_error_and_become_entries(te
             continue
         entries = metrics.update(float(now), engines)
         assert all(entry["id"] == "w1" and isinstance(entry["metrics"], dict) for entry in entries)
+        assert len(entries) <= scrape.MAX_ENGINES + 1
+        assert all(len(entry["engine"]) <= scrape.MAX_ENGINE_LABEL_CHARS for entry in entries)
 
 
 @FUZZ
@@ -228,3 +230,18 @@ def test_a_scrape_that_raises_unexpectedly_is_logged_and_the_loop_goes_on(caplog
     finally:
         loop.stop()
     assert any("scraping http://127.0.0.1:9/metrics failed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "".join(f'vllm:num_requests_running{{engine="{n}"}} 1\n' for n in range(scrape.MAX_ENGINES + 1)),
+        'vllm:num_requests_running{engine="' + "e" * 100_000 + '"} 1\n',
+    ],
+    ids=["too-many-engines", "huge-engine-label"],
+)
+def test_a_body_whose_engines_would_not_fit_a_sample_is_refused(text):
+    """Each engine label becomes a sample entry: 100,000 of them, or one 100 KB label, made samples
+    larger than a wire line may be."""
+    with pytest.raises(ValueError, match="engine"):
+        parse_vllm_metrics(text)
