@@ -400,7 +400,8 @@ class ScrapeLoop:
                 failed = True
             self._stop.wait(max(0.05, self.interval_s - (time.monotonic() - started)))
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """End the loop; with `wait`, also wait for a scrape in flight (up to its timeout)."""
         self._stop.set()
-        if self._thread.is_alive():
+        if wait and self._thread.is_alive():
             self._thread.join(timeout=10.0)
