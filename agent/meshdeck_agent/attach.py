@@ -33,7 +33,7 @@ from typing import List, Optional, Tuple
 from . import __version__
 from .keeper import process_is_zombie, process_start_time
 from .paths import check_socket_path, ensure_private_dir, self_command, self_env
-from .protocol import ATTACH_EXIT_VERSION_CONFLICT, PROTOCOL_VERSION
+from .protocol import ATTACH_EXIT_VERSION_CONFLICT, PROTOCOL_VERSION, Hello, ProtocolError, decode
 
 STDIN_EOF_GRACE_S = 5.0
 
@@ -114,11 +114,13 @@ def _read_line(sock: socket.socket, timeout_s: float = 15.0) -> bytes:
 
 
 def _hello_version(line: bytes) -> Optional[Tuple[int, str]]:
+    """(protocol, agent version) from the daemon's hello; None when the line is no hello. The protocol
+    decoder bounds the version string, which the messages below repeat."""
     try:
-        hello = json.loads(line)["hello"]
-        return int(hello["protocol"]), str(hello.get("agent", ""))
-    except (ValueError, KeyError, TypeError):
+        hello = decode(line.rstrip(b"\n"))
+    except ProtocolError:
         return None
+    return (hello.protocol, hello.agent) if isinstance(hello, Hello) else None
 
 
 def _describe(hello: Optional[Tuple[int, str]]) -> str:

@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List
 
 from . import ifaddrs
-from .protocol import BAD_PARAMS, ProtocolError
+from .protocol import BAD_PARAMS, ProtocolError, excerpt
 
 MAX_FILES = 20000
 MAX_PORTS = 256
@@ -92,27 +92,44 @@ def check_versions(python: str = "python3", timeout_s: float = 60.0) -> Dict[str
             stdin=subprocess.DEVNULL,
         )
     except FileNotFoundError:
-        return dict(empty, error="interpreter %r not found on this server's PATH" % python)
+        return dict(empty, error="interpreter %s not found on this server's PATH" % excerpt(python))
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return dict(empty, error="could not run %r: %s" % (python, exc))
+        return dict(empty, error="could not run %s: %s" % (excerpt(python), exc))
     if completed.returncode != 0:
-        return dict(empty, error="%r exited %d: %s" % (python, completed.returncode, completed.stderr.strip()[-500:]))
+        return dict(
+            empty,
+            error="%s exited %d: %s" % (excerpt(python), completed.returncode, completed.stderr.strip()[-500:]),
+        )
     try:
         found = json.loads(completed.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return dict(empty, error="%r printed no version report" % python)
+        return dict(empty, error="%s printed no version report" % excerpt(python))
     return dict(empty, **{k: found.get(k) for k in empty}, error=None)
 
 
 def _port(value: Any, method: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise ProtocolError(BAD_PARAMS, "%s: every port must be an integer 1-65535, got %r" % (method, value))
+        raise ProtocolError(BAD_PARAMS, "%s: every port must be an integer 1-65535, got %s" % (method, excerpt(value)))
+    return value
+
+
+def _host(value: str, method: str) -> str:
+    """A host name or address as the resolver takes it (no NUL, no space, not an option, IDNA-encodable)."""
+    problem = not value or len(value) > 253 or any(c.isspace() or c == "\x00" for c in value) or value.startswith("-")
+    if not problem:
+        try:
+            value.encode("idna")
+        except UnicodeError:  # an empty or over-long label: the socket calls would raise it
+            problem = True
+    if problem:
+        raise ProtocolError(BAD_PARAMS, "%s: param 'host' must be a host name or address" % method)
     return value
 
 
 def check_ports_free(ports: List[Any], host: str = "0.0.0.0") -> Dict[str, Any]:
     if len(ports) > MAX_PORTS:
         raise ProtocolError(BAD_PARAMS, "checks.ports_free: at most %d ports per call" % MAX_PORTS)
+    host = _host(host, "checks.ports_free")
     result: Dict[str, bool] = {}
     for raw in ports:
         port = _port(raw, "checks.ports_free")
@@ -131,8 +148,7 @@ def check_ports_free(ports: List[Any], host: str = "0.0.0.0") -> Dict[str, Any]:
 
 
 def check_tcp_connect(host: str, port: Any, timeout_s: float = 3.0) -> Dict[str, Any]:
-    if not host or len(host) > 253:
-        raise ProtocolError(BAD_PARAMS, "checks.tcp_connect: param 'host' must be a host name or address")
+    host = _host(host, "checks.tcp_connect")
     port = _port(port, "checks.tcp_connect")
     timeout_s = min(max(float(timeout_s), 0.1), 30.0)
     started = time.monotonic()
@@ -146,6 +162,4 @@ def check_tcp_connect(host: str, port: Any, timeout_s: float = 3.0) -> Dict[str,
 
 
 def check_route(host: str) -> Dict[str, Any]:
-    if not host or len(host) > 253 or any(c.isspace() or c == "\x00" for c in host) or host.startswith("-"):
-        raise ProtocolError(BAD_PARAMS, "checks.route: param 'host' must be a host name or address")
-    return ifaddrs.route_to(host)
+    return ifaddrs.route_to(_host(host, "checks.route"))

@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import __version__, checks, protocol
 from .keeper import process_start_time
@@ -43,15 +43,6 @@ from .workers import Supervisor
 log = logging.getLogger(__name__)
 
 SEQ_RESERVE = 600
-SLOW_METHODS = {
-    "checks.versions",
-    "checks.tcp_connect",
-    "checks.route",  # resolving a host name may wait on DNS
-    "checks.files",
-    "workers.start",
-    "workers.stop",
-    "inventory",
-}
 READ_DEFAULT_LIMIT = 600
 READ_MAX_LIMIT = 7200
 
@@ -297,30 +288,32 @@ class Daemon:
         try:
             params = protocol.validate_params(request)
         except protocol.ProtocolError as exc:
-            session.reply(protocol.encode(protocol.error_reply(request.id, exc.code, exc.message)))
+            session.refuse(request.id, exc.code, exc.message)
             return
-        if request.method in SLOW_METHODS:
+        method = METHOD_TABLE[request.method]  # validate_params knows only the methods the table has
+        if method.slow:
             session.begin_request()
-            self._pool.submit(self._answer_async, session, request, params)
+            self._pool.submit(self._answer_async, session, request, method, params)
         else:
-            self._answer(session, request, params)
+            self._answer(session, request, method, params)
 
-    def _answer_async(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> None:
+    def _answer_async(
+        self, session: Session, request: protocol.Request, method: "Method", params: Dict[str, Any]
+    ) -> None:
         try:
-            self._answer(session, request, params)
+            self._answer(session, request, method, params)
         finally:
             session.end_request()
 
-    def _answer(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> None:
+    def _answer(self, session: Session, request: protocol.Request, method: "Method", params: Dict[str, Any]) -> None:
         try:
-            result = self._handle(session, request, params)
+            result = method.handler(self, session, request, params)
         except protocol.ProtocolError as exc:
             line = protocol.encode(protocol.error_reply(request.id, exc.code, exc.message))
         except Exception as exc:  # a bug must not end the session or the daemon
-            log.exception("%s failed", request.method)
-            line = protocol.encode(
-                protocol.error_reply(request.id, protocol.INTERNAL, "%s: %s" % (type(exc).__name__, exc))
-            )
+            session.problems.log(logging.ERROR, "%s failed", request.method, exc_info=True)
+            message = "%s: %s" % (type(exc).__name__, exc)
+            line = protocol.encode(protocol.error_reply(request.id, protocol.INTERNAL, message))
         else:
             if result is None:
                 return  # the handler queued its own reply
@@ -333,63 +326,121 @@ class Daemon:
                     line = protocol.encode(protocol.error_reply(request.id, exc.code, exc.message))
         session.reply(line)
 
-    def _handle(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> Any:
-        method = request.method
-        if method == "inventory":
-            return self.machine.inventory()
-        if method == "samples.subscribe":
-            last = self.ring.last_seq
-            since = params.get("since_seq")
-            # a since_seq beyond the newest sample (the client remembers a wiped state dir) starts live
-            cursor = last if since is None or since > last else since
-            result = {
-                "subscribed": True,
-                "first_seq": self.ring.first_seq,
-                "last_seq": last,
-                "cursor": cursor,
-                "interval_s": self.config.interval_s,
-                "epoch": self.seqs.epoch,
-            }
-            response = protocol.encode(protocol.response(request.id, result))
-            session.subscribe(cursor, float(params.get("interval_s", 0.0)), response)
-            return None
-        if method == "samples.unsubscribe":
-            session.unsubscribe()
-            return {"subscribed": False}
-        if method == "samples.read":
-            limit = min(READ_MAX_LIMIT, max(1, params.get("limit", READ_DEFAULT_LIMIT)))
-            read = self.ring.read(params["since_seq"], limit=limit)
-            more = read.next_since < read.last_seq
-            body = b'{"samples":%s,"dropped":%d,"first_seq":%d,"last_seq":%d,"more":%s,"epoch":%s}' % (
-                read.samples_json(),
-                read.dropped,
-                read.first_seq,
-                read.last_seq,
-                b"true" if more else b"false",
-                json.dumps(self.seqs.epoch).encode(),
-            )
-            return RawResult(body)
-        if method == "workers.start":
-            return self.supervisor.start_worker(params["spec"])
-        if method == "workers.stop":
-            return self.supervisor.stop_worker(params["id"], float(params.get("grace_s", 10.0)))
-        if method == "workers.list":
-            return {"workers": self.supervisor.list_workers()}
-        if method == "workers.logs":
-            return self.supervisor.logs(params["id"], params.get("offset"), params.get("limit"))
-        if method == "checks.files":
-            return checks.check_files(params["path"])
-        if method == "checks.versions":
-            return checks.check_versions(params.get("python", "python3"))
-        if method == "checks.ports_free":
-            return checks.check_ports_free(params["ports"], params.get("host", "0.0.0.0"))
-        if method == "checks.tcp_connect":
-            return checks.check_tcp_connect(params["host"], params["port"], params.get("timeout_s", 3.0))
-        if method == "checks.route":
-            return checks.check_route(params["host"])
-        if method == "agent.time":
-            return {"time": time.time()}
-        if method == "agent.shutdown":
-            threading.Timer(0.3, self.request_shutdown).start()
-            return {"shutting_down": True, "workers_keep_running": True}
-        raise protocol.ProtocolError(protocol.UNKNOWN_METHOD, "unknown method %r" % method, request.id)
+    # -- one handler per method (METHOD_TABLE below) ---------------------------------------------
+    # Each takes (session, request, params) with params checked against protocol.METHOD_PARAMS and
+    # returns the result, a RawResult, or None when it queued its own reply.
+
+    def _inventory(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
+        return self.machine.inventory()
+
+    def _subscribe(self, session: Session, request: protocol.Request, params: Dict[str, Any]) -> None:
+        last = self.ring.last_seq
+        since = params.get("since_seq")
+        # a since_seq beyond the newest sample (the client remembers a wiped state dir) starts live
+        cursor = last if since is None or since > last else since
+        result = {
+            "subscribed": True,
+            "first_seq": self.ring.first_seq,
+            "last_seq": last,
+            "cursor": cursor,
+            "interval_s": self.config.interval_s,
+            "epoch": self.seqs.epoch,
+        }
+        response = protocol.encode(protocol.response(request.id, result))
+        session.subscribe(cursor, float(params.get("interval_s", 0.0)), response)
+
+    def _unsubscribe(self, session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
+        session.unsubscribe()
+        return {"subscribed": False}
+
+    def _read_samples(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> RawResult:
+        limit = min(READ_MAX_LIMIT, max(1, params.get("limit", READ_DEFAULT_LIMIT)))
+        read = self.ring.read(params["since_seq"], limit=limit)
+        more = read.next_since < read.last_seq
+        body = b'{"samples":%s,"dropped":%d,"first_seq":%d,"last_seq":%d,"more":%s,"epoch":%s}' % (
+            read.samples_json(),
+            read.dropped,
+            read.first_seq,
+            read.last_seq,
+            b"true" if more else b"false",
+            json.dumps(self.seqs.epoch).encode(),
+        )
+        return RawResult(body)
+
+    def _start_worker(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return self.supervisor.start_worker(params["spec"])
+
+    def _stop_worker(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return self.supervisor.stop_worker(params["id"], float(params.get("grace_s", 10.0)))
+
+    def _list_workers(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
+        return {"workers": self.supervisor.list_workers()}
+
+    def _worker_logs(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return self.supervisor.logs(params["id"], params.get("offset"), params.get("limit"))
+
+    def _check_files(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return checks.check_files(params["path"])
+
+    def _check_versions(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return checks.check_versions(params.get("python", "python3"))
+
+    def _check_ports_free(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return checks.check_ports_free(params["ports"], params.get("host", "0.0.0.0"))
+
+    def _check_tcp_connect(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return checks.check_tcp_connect(params["host"], params["port"], params.get("timeout_s", 3.0))
+
+    def _check_route(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return checks.check_route(params["host"])
+
+    def _time(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
+        return {"time": time.time()}
+
+    def _shutdown(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
+        threading.Timer(0.3, self.request_shutdown).start()
+        return {"shutting_down": True, "workers_keep_running": True}
+
+
+Handler = Callable[[Daemon, Session, protocol.Request, Dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One request the daemon answers: its params (the wire spec, protocol.METHOD_PARAMS), whether it is
+    slow, and its handler. A slow method is answered on the daemon's pool so the session keeps reading
+    meanwhile: it may wait on DNS, a subprocess, a worker's exit, the disk or the GPUs."""
+
+    params: Dict[str, protocol.Param]
+    slow: bool
+    handler: Handler
+
+
+def _method(name: str, handler: Handler, slow: bool = False) -> Tuple[str, Method]:
+    return name, Method(protocol.METHOD_PARAMS[name], slow, handler)
+
+
+METHOD_TABLE: Dict[str, Method] = dict(
+    [
+        _method("inventory", Daemon._inventory, slow=True),
+        _method("samples.subscribe", Daemon._subscribe),
+        _method("samples.unsubscribe", Daemon._unsubscribe),
+        _method("samples.read", Daemon._read_samples),
+        _method("workers.start", Daemon._start_worker, slow=True),
+        _method("workers.stop", Daemon._stop_worker, slow=True),
+        _method("workers.list", Daemon._list_workers),
+        _method("workers.logs", Daemon._worker_logs),
+        _method("checks.files", Daemon._check_files, slow=True),
+        _method("checks.versions", Daemon._check_versions, slow=True),
+        _method("checks.ports_free", Daemon._check_ports_free),
+        _method("checks.tcp_connect", Daemon._check_tcp_connect, slow=True),
+        _method("checks.route", Daemon._check_route, slow=True),  # resolving a host name may wait on DNS
+        _method("agent.time", Daemon._time),
+        _method("agent.shutdown", Daemon._shutdown),
+    ]
+)
+if set(METHOD_TABLE) != set(protocol.METHOD_PARAMS):
+    raise ImportError(
+        "meshdeck_agent.daemon: methods without a handler: %s"
+        % ", ".join(sorted(set(protocol.METHOD_PARAMS) - set(METHOD_TABLE)))
+    )

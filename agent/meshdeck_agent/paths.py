@@ -61,6 +61,20 @@ def ensure_private_dir(path: str) -> str:
     return path
 
 
+def child_path(directory: str, name: str) -> str:
+    """`<directory>/<name>` for a `name` that is one plain path component; UnsafePath otherwise.
+
+    Names that come from a peer (worker ids) become directories the agent later replaces with rmtree:
+    empty, `.`, `..`, a hidden name, a separator or a NUL would name the directory itself, its parent
+    or somewhere else. The result is checked to sit directly inside `directory`."""
+    if not name or name.startswith(".") or os.sep in name or "\x00" in name:
+        raise UnsafePath("%r is not a plain name for an entry of %s" % (name[:80], directory))
+    path = os.path.join(directory, name)
+    if os.path.dirname(path) != os.path.normpath(directory):
+        raise UnsafePath("%r would not stay inside %s" % (name[:80], directory))
+    return path
+
+
 def check_socket_path(socket_path: str) -> str:
     """Validate a socket path before binding or connecting; returns it absolute.
 

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -66,62 +68,73 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 # same attach cannot help, so the app reports it instead of reconnecting in a loop.
 ATTACH_EXIT_VERSION_CONFLICT = 4
 
-# Requests the agent answers. Params are documented in `METHOD_PARAMS`.
-METHODS = (
-    "inventory",
-    "samples.subscribe",
-    "samples.unsubscribe",
-    "samples.read",
-    "workers.start",
-    "workers.stop",
-    "workers.list",
-    "workers.logs",
-    "checks.files",
-    "checks.versions",
-    "checks.ports_free",
-    "checks.tcp_connect",
-    "checks.route",
-    "agent.time",
-    "agent.shutdown",
-)
+# Anything a peer sent that an error message or a log line repeats is cut to this many characters
+# (`excerpt`), and an error reply's message to MAX_ERROR_MESSAGE_CHARS: a 100 KB method name or version
+# string is never echoed whole.
+EXCERPT_CHARS = 120
+MAX_ERROR_MESSAGE_CHARS = 2000
+# hello.agent (a version) and hello.epoch (16 hex digits today) are short; a longer one is refused.
+MAX_HELLO_FIELD_CHARS = 64
+# Python's own default bound on the digits of an integer read from text (since 3.9.14 / 3.10.7 / 3.11).
+MAX_INT_DIGITS = 4300
 
-# method -> {param: (python type(s), required)}. Validated by `validate_params` on the agent side.
-METHOD_PARAMS: Dict[str, Dict[str, Tuple[Tuple[type, ...], bool]]] = {
+
+@dataclass(frozen=True)
+class Param:
+    """One request param: its JSON type(s), whether it must be present, and the most it may be (a
+    number's largest value, a string's or a list's longest length; None: unbounded). Numbers are
+    finite and >= 0."""
+
+    types: Tuple[type, ...]
+    required: bool = False
+    maximum: Optional[float] = None
+
+
+_SECONDS = (int, float)
+
+# method -> {param: Param}: the requests the agent answers and what each takes (`validate_params` checks
+# them on the agent's side). The daemon's method table (meshdeck_agent.daemon) pairs each with its handler.
+METHOD_PARAMS: Dict[str, Dict[str, Param]] = {
     # {} -> the inventory (shape in meshdeck_agent/inventory.py)
     "inventory": {},
     # {since_seq?, interval_s?} -> {"subscribed": true, "first_seq", "last_seq", "cursor", "interval_s", "epoch"};
     # then `samples` events for seq > cursor (the backlog first; no since_seq: live only), at most one per interval_s
-    "samples.subscribe": {"since_seq": ((int,), False), "interval_s": ((int, float), False)},
+    "samples.subscribe": {"since_seq": Param((int,)), "interval_s": Param(_SECONDS, maximum=3600)},
     "samples.unsubscribe": {},
     # -> {"samples", "dropped", "first_seq", "last_seq", "more": bool, "epoch"}  (limit default 600, at most 7200,
     #    ~3 MiB; "epoch" is the sequence epoch, absent from agents that predate it)
-    "samples.read": {"since_seq": ((int,), True), "limit": ((int,), False)},
+    "samples.read": {"since_seq": Param((int,), required=True), "limit": Param((int,))},
     # -> the worker record {"id", "name", "state", "pid", "exit_code", "signal", "reason", "error", "restarts",
     #    "started_at", "ended_at", "argv", "gpus", "metrics_url", "simulated", "adopted", "log"}
-    "workers.start": {"spec": ((dict,), True)},
+    "workers.start": {"spec": Param((dict,), required=True)},
     # -> the worker record once it ended (SIGTERM to its process group, SIGKILL after grace_s, default 10)
-    "workers.stop": {"id": ((str,), True), "grace_s": ((int, float), False)},
+    "workers.stop": {"id": Param((str,), required=True, maximum=64), "grace_s": Param(_SECONDS, maximum=3600)},
     # -> {"workers": [record, ...]}
     "workers.list": {},
     # -> {"data": str, "offset": next, "size": total, "start": offset of data[0]}; no offset: the last `limit` bytes
-    "workers.logs": {"id": ((str,), True), "offset": ((int,), False), "limit": ((int,), False)},
+    "workers.logs": {"id": Param((str,), required=True, maximum=64), "offset": Param((int,)), "limit": Param((int,))},
     # {"path": "/models/DeepSeek-V3.2"} -> {"exists": bool, "files": [[relpath, size], ...]}
-    "checks.files": {"path": ((str,), True)},
+    "checks.files": {"path": Param((str,), required=True, maximum=4096)},
     # {"python": "python3"} -> {"python": "3.11.7", "torch": "2.9.0" | null, "vllm": .. | null,
     #                           "nccl": "2.27.3" | null, "ray": .. | null}
-    "checks.versions": {"python": ((str,), False)},
+    "checks.versions": {"python": Param((str,), maximum=4096)},
     # {"ports": [8000, 29500]} -> {"ports": {"8000": true, "29500": false}}  (true = free)
-    "checks.ports_free": {"ports": ((list,), True), "host": ((str,), False)},
+    "checks.ports_free": {"ports": Param((list,), required=True, maximum=256), "host": Param((str,), maximum=253)},
     # {"host": "10.0.0.1", "port": 29500, "timeout_s": 3} -> {"ok": bool, "error": str | null, "rtt_ms": ..}
-    "checks.tcp_connect": {"host": ((str,), True), "port": ((int,), True), "timeout_s": ((int, float), False)},
+    "checks.tcp_connect": {
+        "host": Param((str,), required=True, maximum=253),
+        "port": Param((int,), required=True, maximum=65535),
+        "timeout_s": Param(_SECONDS, maximum=60),
+    },
     # {"host": "10.0.0.1"} (an address or a name this server resolves) -> which local interface and source
     # address this server's kernel would use to reach it (a UDP socket connected there, nothing sent):
     # {"host", "address": resolved, "source": "10.0.0.7", "interface": "eth0" | null, "error": str | null}
-    "checks.route": {"host": ((str,), True)},
+    "checks.route": {"host": Param((str,), required=True, maximum=253)},
     # {} -> {"time": unix seconds on the agent's clock}
     "agent.time": {},
     "agent.shutdown": {},
 }
+METHODS = tuple(METHOD_PARAMS)
 
 EVENTS = ("samples", "worker", "log", "alert")
 
@@ -150,14 +163,27 @@ class ProtocolError(Exception):
         self.request_id = request_id
 
 
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """`repr(value)` cut to about `limit` characters, saying how long it was: what an error message or a
+    log line may repeat of a peer's value."""
+    if isinstance(value, str) and len(value) > limit:
+        return "%r... (%d characters)" % (value[:limit], len(value))
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value.bit_length() < 1000
+        else "<a %d-bit integer>" % value.bit_length()
+    )
+    return text if len(text) <= limit else "%s... (%d characters)" % (text[:limit], len(text))
+
+
 class VersionMismatch(Exception):
     """The peer speaks another protocol major; the message names both versions."""
 
     def __init__(self, ours: int, theirs: Any, peer_agent: Optional[str] = None) -> None:
-        who = " (agent %s)" % peer_agent if peer_agent else ""
+        who = " (agent %s)" % peer_agent[:MAX_HELLO_FIELD_CHARS] if peer_agent else ""
         super().__init__(
-            "protocol mismatch: this side speaks meshdeck protocol %d, the peer%s speaks %r; "
-            "re-upload the matching agent" % (ours, who, theirs)
+            "protocol mismatch: this side speaks meshdeck protocol %d, the peer%s speaks %s; "
+            "re-upload the matching agent" % (ours, who, excerpt(theirs))
         )
         self.ours = ours
         self.theirs = theirs
@@ -241,6 +267,8 @@ def response(request_id: int, result: Any) -> Dict[str, Any]:
 
 
 def error_reply(request_id: Optional[int], code: str, message: str) -> Dict[str, Any]:
+    if len(message) > MAX_ERROR_MESSAGE_CHARS:
+        message = message[:MAX_ERROR_MESSAGE_CHARS] + "... (%d characters)" % len(message)
     return {"id": request_id, "error": {"code": code, "message": message}}
 
 
@@ -250,6 +278,27 @@ def event(name: str, data: Dict[str, Any]) -> Dict[str, Any]:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError("%s is not JSON (send null for a missing number)" % name)
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError("an integer of %d digits (at most %d)" % (len(text), MAX_INT_DIGITS))
+    return int(text)
+
+
+def _json_options() -> Dict[str, Any]:
+    """NaN and Infinity are refused (JSON has neither; Python's json reads them). Integers are bounded as
+    Python >= 3.9.14 does by itself (4300 digits): an older Python converts a 4 MB integer in
+    quadratic time, holding the GIL; the hook costs a call per integer, so it runs only there."""
+    options: Dict[str, Any] = {"parse_constant": _refuse_constant}
+    limit = getattr(sys, "get_int_max_str_digits", None)
+    if limit is None or limit() == 0:
+        options["parse_int"] = _bounded_int
+    return options
 
 
 def decode(line: Union[bytes, str]) -> Message:
@@ -266,7 +315,7 @@ def decode(line: Union[bytes, str]) -> Message:
     elif len(line) > MAX_LINE_BYTES:
         raise ProtocolError(LINE_TOO_LONG, "line exceeds the %d-byte limit" % MAX_LINE_BYTES)
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, **_json_options())
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(PARSE_ERROR, "line is not JSON: %s" % str(exc)[:200]) from None
     if not isinstance(obj, dict):
@@ -282,22 +331,26 @@ def _classify(obj: Dict[str, Any]) -> Message:
         if not isinstance(body, dict) or not _is_int(body.get("protocol")):
             raise ProtocolError(BAD_REQUEST, "hello.protocol must be an integer")
         agent = body.get("agent", "")
-        if not isinstance(agent, str):
-            raise ProtocolError(BAD_REQUEST, "hello.agent must be a string")
+        if not isinstance(agent, str) or len(agent) > MAX_HELLO_FIELD_CHARS:
+            raise ProtocolError(
+                BAD_REQUEST, "hello.agent must be a string of at most %d characters" % MAX_HELLO_FIELD_CHARS
+            )
         epoch = body.get("epoch")
-        if epoch is not None and not isinstance(epoch, str):
-            raise ProtocolError(BAD_REQUEST, "hello.epoch must be a string")
+        if epoch is not None and (not isinstance(epoch, str) or len(epoch) > MAX_HELLO_FIELD_CHARS):
+            raise ProtocolError(
+                BAD_REQUEST, "hello.epoch must be a string of at most %d characters" % MAX_HELLO_FIELD_CHARS
+            )
         return Hello(protocol=body["protocol"], agent=agent, epoch=epoch)
     if "event" in obj:
         name, data = obj["event"], obj.get("data", {})
         if not isinstance(name, str) or name not in EVENTS:
-            raise ProtocolError(BAD_REQUEST, "event must be one of %s, got %r" % (", ".join(EVENTS), name))
+            raise ProtocolError(BAD_REQUEST, "event must be one of %s, got %s" % (", ".join(EVENTS), excerpt(name)))
         if not isinstance(data, dict):
             raise ProtocolError(BAD_REQUEST, "event %s: data must be an object" % name)
         return Event(event=name, data=data)
     if "method" in obj:
         if not _is_int(raw_id) or raw_id < 0:
-            raise ProtocolError(BAD_REQUEST, "request id must be a non-negative integer, got %r" % (raw_id,))
+            raise ProtocolError(BAD_REQUEST, "request id must be a non-negative integer, got %s" % excerpt(raw_id))
         method = obj["method"]
         if not isinstance(method, str):
             raise ProtocolError(BAD_REQUEST, "method must be a string", raw_id)
@@ -331,35 +384,56 @@ def check_hello(msg: Message) -> Hello:
 def validate_params(req: Request) -> Dict[str, Any]:
     """Check a request's method and params against METHOD_PARAMS; unknown params are refused by name."""
     if req.method not in METHOD_PARAMS:
-        raise ProtocolError(UNKNOWN_METHOD, "unknown method %r; known: %s" % (req.method, ", ".join(METHODS)), req.id)
+        raise ProtocolError(
+            UNKNOWN_METHOD, "unknown method %s; known: %s" % (excerpt(req.method), ", ".join(METHODS)), req.id
+        )
     schema = METHOD_PARAMS[req.method]
     for name in req.params:
         if name not in schema:
             raise ProtocolError(
                 BAD_PARAMS,
-                "%s: unknown param %r (allowed: %s)" % (req.method, name, ", ".join(schema) or "none"),
+                "%s: unknown param %s (allowed: %s)" % (req.method, excerpt(name), ", ".join(schema) or "none"),
                 req.id,
             )
-    for name, (types, required) in schema.items():
+    for name, param in schema.items():
         if name not in req.params:
-            if required:
+            if param.required:
                 raise ProtocolError(BAD_PARAMS, "%s: missing required param %r" % (req.method, name), req.id)
             continue
-        value = req.params[name]
-        if isinstance(value, bool) or not isinstance(value, types):
-            allowed = " or ".join(t.__name__ for t in types)
-            raise ProtocolError(
-                BAD_PARAMS,
-                "%s: param %r must be %s, got %s" % (req.method, name, allowed, type(value).__name__),
-                req.id,
-            )
-        if types in ((int,), (int, float)) and value < 0:
-            raise ProtocolError(BAD_PARAMS, "%s: param %r must be >= 0, got %r" % (req.method, name, value), req.id)
+        problem = _param_problem(req.params[name], param)
+        if problem:
+            raise ProtocolError(BAD_PARAMS, "%s: param %r %s" % (req.method, name, problem), req.id)
     return req.params
+
+
+def _param_problem(value: Any, param: Param) -> Optional[str]:
+    """What is wrong with one param's value, or None."""
+    if isinstance(value, bool) or not isinstance(value, param.types):
+        return "must be %s, got %s" % (" or ".join(t.__name__ for t in param.types), type(value).__name__)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"  # 1e999 reads as infinity
+    if isinstance(value, (int, float)):
+        if value < 0:
+            return "must be >= 0, got %s" % excerpt(value)
+        if param.maximum is not None and value > param.maximum:
+            return "must be at most %g, got %s" % (param.maximum, excerpt(value))
+    elif param.maximum is not None and isinstance(value, (str, list)) and len(value) > param.maximum:
+        return "must have at most %d %s, got %d" % (
+            param.maximum,
+            "characters" if isinstance(value, str) else "items",
+            len(value),
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
 # Worker specs: what `workers.start` takes. Both sides build and check them with these helpers.
+
+
+# A worker id names the worker's directory on its agent (`<state dir>/workers/<id>/`), so it is one plain
+# path component: ASCII letters, digits, '-', '_' and '.', not starting with '.' ('.', '..' and hidden
+# names are refused), at most 64 characters.
+WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -451,16 +525,19 @@ class WorkerSpec:
             raise bad("env", "must be an object of string to string")
         for key in env:
             if not key or "=" in key or "\x00" in key or "\x00" in env[key]:
-                raise bad("env", "invalid variable name %r" % key)
+                raise bad("env", "invalid variable name %s" % excerpt(key))
         for name in ("id", "cwd", "log", "metrics_url", "name"):
             value = spec.get(name)
             if value is not None and not isinstance(value, str):
                 raise bad(name, "must be a string")
+            if value is not None and "\x00" in value:
+                raise bad(name, "must not contain NUL bytes")
+        metrics_url = spec.get("metrics_url")
+        if metrics_url is not None and not metrics_url.startswith(("http://", "https://")):
+            raise bad("metrics_url", "must be an http:// or https:// URL, got %s" % excerpt(metrics_url))
         worker_id = spec.get("id")
-        if worker_id is not None and (
-            not worker_id or len(worker_id) > 64 or not all(c.isalnum() or c in "-_." for c in worker_id)
-        ):
-            raise bad("id", "must be 1-64 characters of letters, digits, '-', '_' or '.'")
+        if worker_id is not None and WORKER_ID_PATTERN.fullmatch(worker_id) is None:
+            raise bad("id", "must be 1-64 ASCII letters, digits, '-', '_' or '.', not starting with '.'")
         gpus = spec.get("gpus") or []
         if not isinstance(gpus, list) or not all(_is_int(g) and g >= 0 for g in gpus):
             raise bad("gpus", "must be a list of non-negative integers")
@@ -471,7 +548,7 @@ class WorkerSpec:
             raise bad("restart", "must be an object or one of %s" % ", ".join(RESTART_POLICIES))
         policy = restart.get("policy", "never")
         if policy not in RESTART_POLICIES:
-            raise bad("restart.policy", "must be one of %s, got %r" % (", ".join(RESTART_POLICIES), policy))
+            raise bad("restart.policy", "must be one of %s, got %s" % (", ".join(RESTART_POLICIES), excerpt(policy)))
         max_restarts = restart.get("max", 3 if policy == "on-failure" else 0)
         if not _is_int(max_restarts) or max_restarts < 0:
             raise bad("restart.max", "must be a non-negative integer")

@@ -25,10 +25,13 @@ engines are weighted equally (the DP engines of one vLLM server share one cache 
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+log = logging.getLogger(__name__)
 
 GAUGES = {
     "vllm:kv_cache_usage_perc": ("kv_cache_usage_perc", 0),
@@ -131,8 +134,26 @@ class EngineSnapshot:
         return current[1] if current[0] == priority else None
 
 
+# Each engine label becomes an entry of every sample: a server with more engines, or longer labels, than
+# any vLLM has (one per data-parallel rank) would make samples too large for the wire.
+MAX_ENGINES = 256
+MAX_ENGINE_LABEL_CHARS = 64
+
+
+def _snapshot(engines: Dict[str, EngineSnapshot], engine: str) -> EngineSnapshot:
+    snapshot = engines.get(engine)
+    if snapshot is None:
+        if len(engine) > MAX_ENGINE_LABEL_CHARS:
+            raise ValueError("an engine label of %d characters (at most %d)" % (len(engine), MAX_ENGINE_LABEL_CHARS))
+        if len(engines) >= MAX_ENGINES:
+            raise ValueError("more than %d engine labels" % MAX_ENGINES)
+        snapshot = engines[engine] = EngineSnapshot()
+    return snapshot
+
+
 def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
-    """{engine label ("" when none): snapshot}. Raises ValueError on text the parser rejects."""
+    """{engine label ("" when none): snapshot}. Raises ValueError on text the parser rejects and on more
+    engines, or longer engine labels, than MAX_ENGINES / MAX_ENGINE_LABEL_CHARS."""
     # imported here: prometheus_client costs ~10 MB of RSS, paid only once a worker has metrics to scrape
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -158,13 +179,13 @@ def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
                     break
             if name in GAUGES:
                 key, priority = GAUGES[name]
-                engines.setdefault(engine, EngineSnapshot()).put(key, priority, value)
+                _snapshot(engines, engine).put(key, priority, value)
             elif name in COUNTERS:
                 key, priority = COUNTERS[name]
-                engines.setdefault(engine, EngineSnapshot()).put(key, priority, value, add=True)
+                _snapshot(engines, engine).put(key, priority, value, add=True)
             elif base is not None:
                 key, priority = HISTOGRAMS[base]
-                histogram = engines.setdefault(engine, EngineSnapshot()).histogram(key, priority)
+                histogram = _snapshot(engines, engine).histogram(key, priority)
                 if histogram is None:
                     continue
                 if name.endswith("_bucket"):
@@ -284,12 +305,46 @@ class VllmMetrics:
         return metrics
 
 
+# A vLLM server's /metrics is ~100 KB per engine; a body past this is refused, never read whole.
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+_READ_CHUNK = 256 * 1024
+# What a failed scrape repeats of the server's answer (it rides in every sample until the next scrape).
+MAX_ERROR_CHARS = 300
+
+
 def fetch(url: str, timeout_s: float) -> str:
+    """The body at `url`, read within 2 x timeout_s. Raises OSError when the server cannot be read (network,
+    a broken HTTP answer, too slow) and ValueError when the body exceeds MAX_METRICS_BYTES."""
+    import http.client
     import urllib.request
 
+    deadline = time.monotonic() + 2 * timeout_s
     request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-        return reply.read(16 * 1024 * 1024).decode("utf-8", errors="replace")
+    chunks: List[bytes] = []
+    size = 0
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            while True:
+                chunk = reply.read(min(_READ_CHUNK, MAX_METRICS_BYTES + 1 - size))
+                if not chunk:
+                    if getattr(reply, "length", None):  # http.client does not raise IncompleteRead here
+                        raise OSError("the body ended %d bytes short of its Content-Length" % reply.length)
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_METRICS_BYTES:
+                    raise ValueError("the body is larger than %d MiB; not a vLLM /metrics" % (MAX_METRICS_BYTES >> 20))
+                if time.monotonic() > deadline:
+                    raise OSError("the body took longer than %.1f s to read" % (2 * timeout_s))
+    except http.client.HTTPException as exc:  # a broken status line, headers or body: not an OSError
+        raise OSError("broken HTTP answer: %s: %s" % (type(exc).__name__, exc)) from None
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _error_text(url: str, exc: Exception) -> str:
+    """`url: problem`, cut to MAX_ERROR_CHARS (a parser error quotes the whole bad line)."""
+    text = "%s: %s" % (url, exc)
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "... (%d characters)" % len(text)
 
 
 class ScrapeLoop:
@@ -320,7 +375,7 @@ class ScrapeLoop:
             entries = self.metrics.update(now, parse_vllm_metrics(text))
             self.error = None
         except (OSError, ValueError) as exc:  # urllib's URLError is an OSError
-            self.error = "%s: %s" % (self.url, exc)
+            self.error = _error_text(self.url, exc)
             entries = [{"id": self.worker_id, "engine": "", "metrics": {"up": 0}, "error": self.error}]
         with self._lock:
             self._latest = entries
@@ -334,12 +389,19 @@ class ScrapeLoop:
             return list(self._latest)
 
     def _run(self) -> None:
+        failed = False
         while not self._stop.is_set():
             started = time.monotonic()
-            self.scrape_once()
+            try:
+                self.scrape_once()
+            except Exception:  # a bug must not stop this worker's metrics for good
+                if not failed:
+                    log.exception("scraping %s failed; later failures are not logged", self.url)
+                failed = True
             self._stop.wait(max(0.05, self.interval_s - (time.monotonic() - started)))
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """End the loop; with `wait`, also wait for a scrape in flight (up to its timeout)."""
         self._stop.set()
-        if self._thread.is_alive():
+        if wait and self._thread.is_alive():
             self._thread.join(timeout=10.0)

@@ -20,6 +20,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Iterator, Optional, Tuple
 
 from . import __version__, protocol
+from .lograte import LogBudget
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class Session:
         self.interval_s = 0.0
         self._next_delivery = 0.0
         self.bad_lines = 0
+        self.problems = LogBudget(log, name)  # what this client does wrong, logged a few times, then counted
         self.in_flight = 0  # requests being answered on the daemon's pool
         self._writer = threading.Thread(target=self._write_loop, name="session-writer", daemon=True)
 
@@ -137,11 +139,11 @@ class Session:
                 if self._closed:
                     break
                 if kind == "too_long":
-                    self._error(
+                    self.refuse(
                         None, protocol.LINE_TOO_LONG, "line exceeds the %d-byte limit" % protocol.MAX_LINE_BYTES
                     )
                 elif kind == "truncated":
-                    self._error(None, protocol.PARSE_ERROR, "truncated line at end of stream (no newline)")
+                    self.refuse(None, protocol.PARSE_ERROR, "truncated line at end of stream (no newline)")
                 else:
                     self._handle_line(line)
         except OSError as exc:
@@ -177,20 +179,23 @@ class Session:
         except OSError:
             return b""
 
-    def _error(self, request_id: Optional[int], code: str, message: str) -> None:
+    def refuse(self, request_id: Optional[int], code: str, message: str) -> None:
+        """Answer a bad line or request with an error reply (and log it, within this client's budget)."""
         self.bad_lines += 1
-        self.reply(protocol.encode(protocol.error_reply(request_id, code, message)))
+        reply = protocol.error_reply(request_id, code, message)
+        self.problems.log(logging.WARNING, "bad line (%s): %s", code, protocol.excerpt(reply["error"]["message"], 300))
+        self.reply(protocol.encode(reply))
 
     def _handle_line(self, line: bytes) -> None:
         try:
             message = protocol.decode(line)
         except protocol.ProtocolError as exc:
-            self._error(exc.request_id, exc.code, exc.message)
+            self.refuse(exc.request_id, exc.code, exc.message)
             return
         if not self.hello_done:
             if not isinstance(message, protocol.Hello):
                 request_id = message.id if isinstance(message, protocol.Request) else None
-                self._error(
+                self.refuse(
                     request_id,
                     protocol.BAD_REQUEST,
                     "send a hello first: " + protocol.encode(protocol.hello("x")).decode().strip(),
@@ -199,7 +204,7 @@ class Session:
             try:
                 protocol.check_hello(message)
             except protocol.VersionMismatch as exc:
-                self._error(None, protocol.BAD_REQUEST, str(exc))
+                self.refuse(None, protocol.BAD_REQUEST, str(exc))
                 self.close_after_flush()
                 self._closed_reading()
                 return
@@ -209,10 +214,10 @@ class Session:
         if isinstance(message, protocol.Request):
             self.daemon.dispatch(self, message)
         elif isinstance(message, protocol.Hello):
-            self._error(None, protocol.BAD_REQUEST, "hello already received on this connection")
+            self.refuse(None, protocol.BAD_REQUEST, "hello already received on this connection")
         else:
             request_id = getattr(message, "id", None)
-            self._error(
+            self.refuse(
                 request_id, protocol.BAD_REQUEST, "the agent accepts only requests, got %s" % type(message).__name__
             )
 
@@ -279,4 +284,5 @@ class Session:
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             self.sock.close()
+        self.problems.flush()
         self.daemon.session_ended(self)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .protocol import BAD_PARAMS, ProtocolError
+from .protocol import BAD_PARAMS, ProtocolError, excerpt
 from .simtraffic import SimWorkerActivity
 
 CONTEXT_BYTES = 600 * 1024 * 1024  # a CUDA context plus NCCL buffers before the weights arrive
@@ -74,7 +74,7 @@ def validate_simulate(simulate: Dict[str, Any], gpu_count: int) -> Dict[str, Any
         if key not in _KNOWN:
             raise _bad(str(key), "unknown field (allowed: %s)" % ", ".join(sorted(_KNOWN)))
     if simulate.get("kind") != "vllm":
-        raise _bad("kind", 'must be "vllm", got %r' % (simulate.get("kind"),))
+        raise _bad("kind", 'must be "vllm", got %s' % excerpt(simulate.get("kind")))
     out: Dict[str, Any] = {"kind": "vllm"}
     gpus = simulate.get("gpus")
     if not isinstance(gpus, list) or not gpus or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -94,7 +94,7 @@ def validate_simulate(simulate: Dict[str, Any], gpu_count: int) -> Dict[str, Any
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             raise _bad(field, "must be a number")
         if value < minimum:
-            raise _bad(field, "must be >= %d, got %r" % (minimum, value))
+            raise _bad(field, "must be >= %d, got %s" % (minimum, excerpt(value)))
         out[field] = int(value)
     if out["weights_bytes"] + out["kv_cache_bytes"] > out["gpu_memory_bytes"]:
         raise _bad("gpu_memory_bytes", "is smaller than weights_bytes + kv_cache_bytes")

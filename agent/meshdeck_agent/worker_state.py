@@ -16,10 +16,13 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .keeper import EXIT_FILE, KEEPER_FILE, LOGSTATE_FILE, process_is_zombie, process_start_time, write_json
+from .paths import self_command, self_env
 from .protocol import WorkerSpec
 
 ACTIVE_STATES = ("starting", "running", "restarting")
@@ -84,7 +87,8 @@ def exit_reason(exit_code: Optional[int], signal_number: Optional[int], stopped:
 
 
 class WorkerRecord:
-    """Mutable state of one worker; the supervisor guards it with its lock."""
+    """Mutable state of one worker; the supervisor guards it with its lock (the log cursor is its monitor
+    thread's own)."""
 
     def __init__(self, directory: str, spec: WorkerSpec, wire: Dict[str, Any]) -> None:
         self.dir = directory
@@ -114,6 +118,8 @@ class WorkerRecord:
         self.scrape: Any = None
         self.scrape_url: Optional[str] = None
         self.tracker: Any = None
+        self.launching = False  # its keeper is being started: the monitor leaves it alone until then
+        self.files_lock = threading.Lock()  # one writer at a time for the files this agent writes here
 
     @property
     def log_path(self) -> str:
@@ -127,17 +133,20 @@ class WorkerRecord:
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
 
-    def save_agent_state(self) -> None:
-        write_json(
-            os.path.join(self.dir, "agent.json"),
-            {
-                "restarts": self.restarts,
-                "stop_requested": self.stop_requested,
-                "keeper_pid": self.keeper_pid,
-                "keeper_start_time": self.keeper_start_time,
-                "simulate": self.simulate,
-            },
-        )
+    def agent_state(self) -> Dict[str, Any]:
+        """What agent.json holds (read under the supervisor's lock, written outside it)."""
+        return {
+            "restarts": self.restarts,
+            "stop_requested": self.stop_requested,
+            "keeper_pid": self.keeper_pid,
+            "keeper_start_time": self.keeper_start_time,
+            "simulate": self.simulate,
+        }
+
+    def write_agent_state(self, state: Dict[str, Any]) -> None:
+        """Write agent.json; the caller holds `files_lock` (two writers would share the atomic writer's
+        temporary file)."""
+        write_json(os.path.join(self.dir, "agent.json"), state)
 
     def load_agent_state(self) -> None:
         state = read_json(os.path.join(self.dir, "agent.json")) or {}
@@ -185,3 +194,59 @@ class WorkerRecord:
         event = {key: wire[key] for key in ("id", "name", "state", "pid", "exit_code", "signal", "restarts", "reason")}
         event["ts"] = time.time()
         return event
+
+
+def run_file(record: WorkerRecord, free_gpu_bytes: Optional[Callable[[List[int], str], int]]) -> Dict[str, Any]:
+    """What run.json tells the keeper to execute. A simulated vLLM worker runs the agent's stand-in with
+    the same argv; `free_gpu_bytes` says how much of its simulated GPUs is free."""
+    spec = record.spec
+    env = dict(spec.env)
+    if spec.gpus and "CUDA_VISIBLE_DEVICES" not in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+    argv = list(spec.argv)
+    if record.simulate is not None:
+        simulate_path = os.path.join(record.dir, "simulate.json")
+        write_json(simulate_path, {"simulate": record.simulate})
+        argv = [*self_command(), "simvllm", "--simulate-json", simulate_path, "--", *argv]
+        env.update({k: v for k, v in self_env().items() if k == "PYTHONPATH"})
+        env["PYTHONUNBUFFERED"] = "1"
+        env["MESHDECK_SIMULATED"] = "1"
+        if free_gpu_bytes is not None:
+            env["MESHDECK_SIM_GPU_FREE_BYTES"] = str(free_gpu_bytes(record.simulate["gpus"], record.id))
+    return {
+        "argv": argv,
+        "env": env,
+        "cwd": spec.cwd,
+        "log": record.log_path,
+        "log_max_bytes": 32 << 20,
+        "log_keep": 3,
+    }
+
+
+NO_KEEPER = "the keeper died before starting the worker"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at a starting or running worker: its exit (None while it runs), the pid its keeper started
+    (when it just did), and the kernel's OOM-kill count at its exit."""
+
+    exit_info: Optional[Dict[str, Any]]
+    started: Optional[Tuple[int, Optional[int]]]
+    oom_after: Optional[int]
+
+
+def observe(record: WorkerRecord, state: str) -> Seen:
+    """What the keeper's files and /proc say about a worker in `state` (starting or running). Reads files
+    and /proc only: the supervisor calls it without its lock."""
+    exit_info = record.exit_info()
+    keeper = record.keeper_info() if state == "starting" else None
+    started = (keeper["pid"], keeper.get("start_time")) if keeper and keeper.get("pid") else None
+    keeper_alive = process_alive(record.keeper_pid, record.keeper_start_time)
+    if exit_info is None and state == "starting" and started is None and not keeper_alive:
+        exit_info = record.exit_info() or {"exit_code": None, "signal": None, "error": NO_KEEPER}
+    elif exit_info is None and (started or state == "running") and not keeper_alive:
+        pid, start_time = started or (record.pid, record.start_time)
+        if not process_alive(pid, start_time):
+            exit_info = record.exit_info() or {"exit_code": None, "signal": None}  # the keeper was killed too
+    return Seen(exit_info, started, oom_kill_count() if exit_info is not None else None)

@@ -8,6 +8,15 @@ the desktop app or restarting the agent never stops a deployment. A monitor thre
 and the simulated GPUs. `stop` sends SIGTERM to the worker's process group, waits `grace_s`, then
 SIGKILL. A new agent finds every worker in the state dir and re-adopts the ones still running (pid and
 start time must both match, so a recycled pid is never signalled).
+
+Locking: `_cond` guards `_records` and each record's state (state, pids, restarts, scrape, ...). It is
+held only to read or change that state, never across I/O: JSON files, /proc, the log tail, starting a
+keeper, fsyncs, joining a scrape thread and sending events all happen outside it. The monitor thread
+snapshots what to look at under the lock, looks outside it, and applies what it saw under it again. A
+record whose keeper is being started (`launching`) is left alone until the keeper runs. Events are
+queued under the lock and sent in order by `_send_events` once it is released. The sampler reads
+`_view`, a tuple republished under the lock at each change, and takes no lock at all, so a chatty
+worker log or a slow broadcast never delays a sample.
 """
 
 from __future__ import annotations
@@ -20,16 +29,16 @@ import subprocess
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import protocol
 from .keeper import RUN_FILE, process_start_time, write_json
-from .paths import ensure_private_dir, self_command, self_env
+from .paths import UnsafePath, child_path, ensure_private_dir, self_command, self_env
 from .scrape import ScrapeLoop
 from .simspec import SimVllmTracker, metrics_url, validate_simulate
 from .worker_logs import read_log
-from .worker_state import WorkerRecord, exit_reason, oom_kill_count, process_alive, read_json
-from .worker_tail import catch_up_log, replay_log, skip_log
+from .worker_state import WorkerRecord, exit_reason, observe, oom_kill_count, process_alive, read_json, run_file
+from .worker_tail import Event, catch_up_log, replay_log, skip_log
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,9 @@ class Supervisor:
         self.free_gpu_bytes = free_gpu_bytes
         self._records: Dict[str, WorkerRecord] = {}
         self._cond = threading.Condition()
+        self._events: List[Event] = []  # queued under _cond, sent by _send_events outside it
+        self._sending = threading.Lock()  # keeps events in order when two threads send
+        self._view: Tuple[Tuple[str, Any, Any], ...] = ()  # (state, scrape, tracker) per record, for the sampler
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._monitor, name="workers", daemon=True)
 
@@ -68,15 +80,22 @@ class Supervisor:
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
         with self._cond:
-            for record in self._records.values():
-                self._stop_scrape(record)
-                if record.keeper_process is not None and record.keeper_process.poll() is None:
-                    # the keeper outlives this agent on purpose; tell Popen not to warn about it
-                    record.keeper_process.returncode = 0
+            scrapes = [self._detach_scrape(record) for record in self._records.values()]
+            keepers = [r.keeper_process for r in self._records.values() if r.keeper_process is not None]
+            self._publish()
+        for keeper in keepers:
+            if keeper.poll() is None:
+                keeper.returncode = 0  # the keeper outlives this agent on purpose; tell Popen not to warn
+        self._stop_scrapes(scrapes)
+        self._send_events()
 
     def recover(self) -> None:
+        """Re-adopt the workers in the state dir (before the monitor starts: nothing else runs yet)."""
         for name in sorted(os.listdir(self.dir)):
-            directory = os.path.join(self.dir, name)
+            try:
+                directory = child_path(self.dir, name)
+            except UnsafePath:
+                continue  # not a worker dir (the atomic writer's temporary files start with '.')
             wire = read_json(os.path.join(directory, "spec.json"))
             if wire is None:
                 continue
@@ -84,6 +103,10 @@ class Supervisor:
                 spec = protocol.WorkerSpec.from_wire(wire)
             except protocol.ProtocolError:
                 log.warning("ignoring worker dir %s with an unreadable spec", directory)
+                continue
+            if spec.id != name:
+                # the record's id picks the dir a later start of that id replaces: it must be this one
+                log.warning("ignoring worker dir %s: its spec.json is for worker %r", directory, spec.id)
                 continue
             record = WorkerRecord(directory, spec, wire)
             record.load_agent_state()
@@ -95,7 +118,7 @@ class Supervisor:
                 record.pid, record.start_time = keeper.get("pid"), keeper.get("start_time")
                 record.started_at = keeper.get("started_at")
             if exit_info is not None:
-                self._finish(record, exit_info, announce=False)
+                self._finish(record, exit_info, oom_kill_count(), announce=False)
             elif keeper and process_alive(record.pid, record.start_time):
                 record.state = "running"
                 if record.tracker is not None:
@@ -111,7 +134,9 @@ class Supervisor:
             else:
                 record.state = "failed"
                 record.reason = "lost: neither the worker nor its keeper is running and no exit status was written"
-            self._records[record.id] = record
+            with self._cond:
+                self._records[record.id] = record
+                self._publish()
             log.info("re-adopted worker %s (%s)", record.id, record.state)
 
     # -- API -------------------------------------------------------------------------------------
@@ -128,31 +153,38 @@ class Supervisor:
                 )
             simulate = validate_simulate(spec.simulate, self.simulated_gpus)
         if spec.log is not None and not os.path.isabs(spec.log):
-            raise protocol.ProtocolError(protocol.BAD_PARAMS, "spec.log: must be an absolute path, got %r" % spec.log)
+            raise protocol.ProtocolError(
+                protocol.BAD_PARAMS, "spec.log: must be an absolute path, got %s" % protocol.excerpt(spec.log)
+            )
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise protocol.ProtocolError(
-                protocol.BAD_PARAMS, "spec.cwd: no such directory %r on this server" % spec.cwd
+                protocol.BAD_PARAMS, "spec.cwd: no such directory %s on this server" % protocol.excerpt(spec.cwd)
             )
         worker_id = spec.id or "w-" + uuid.uuid4().hex[:8]
+        directory = child_path(self.dir, worker_id)  # the spec's id pattern already keeps it one component
+        wire = dict(spec.to_wire(), id=worker_id)
+        record = WorkerRecord(directory, protocol.WorkerSpec.from_wire(wire), wire)
+        record.simulate = simulate
+        record.launching = True  # the id is taken from here on; the monitor waits for the keeper
+        self._attach_helpers(record)
         with self._cond:
             existing = self._records.get(worker_id)
             if existing is not None and existing.active:
                 raise protocol.ProtocolError(
                     protocol.CONFLICT, "worker %r is %s; stop it first or pick another id" % (worker_id, existing.state)
                 )
-            if existing is not None:
-                self._stop_scrape(existing)
-            directory = os.path.join(self.dir, worker_id)
+            old_scrape = self._detach_scrape(existing) if existing is not None else None
+            self._records[worker_id] = record
+            self._publish()
+        self._stop_scrapes([old_scrape])
+        try:
             shutil.rmtree(directory, ignore_errors=True)
             ensure_private_dir(directory)
-            wire = dict(spec.to_wire(), id=worker_id)
-            spec = protocol.WorkerSpec.from_wire(wire)
             write_json(os.path.join(directory, "spec.json"), wire)
-            record = WorkerRecord(directory, spec, wire)
-            record.simulate = simulate
-            self._attach_helpers(record)
-            self._records[worker_id] = record
-            self._launch(record)
+        except OSError as exc:
+            self._launch_failed(record, exc)
+            raise
+        self._launch(record)
         self._wait_for(record, lambda r: r.state != "starting", 10.0)
         with self._cond:
             return record.to_wire()
@@ -163,18 +195,20 @@ class Supervisor:
             if not record.active:
                 return record.to_wire()
             record.stop_requested = True
-            record.save_agent_state()
-            if record.state == "restarting":
+            ended = record.state == "restarting"  # between runs: nothing to signal
+            if ended:
                 record.state = "stopped"
                 record.reason = "stopped by request"
                 record.ended_at = time.time()
                 self._announce(record)
-                return record.to_wire()
-        self._wait_for(record, lambda r: r.pid is not None or not r.active, 10.0)
-        self._signal_group(record, signal.SIGTERM)
-        if not self._wait_for(record, lambda r: not r.active, max(0.0, grace_s)):
-            self._signal_group(record, signal.SIGKILL)
-            self._wait_for(record, lambda r: not r.active, 10.0)
+        self._save_agent_state(record)
+        self._send_events()
+        if not ended:
+            self._wait_for(record, lambda r: r.pid is not None or not r.active, 10.0)
+            self._signal_group(record, signal.SIGTERM)
+            if not self._wait_for(record, lambda r: not r.active, max(0.0, grace_s)):
+                self._signal_group(record, signal.SIGKILL)
+                self._wait_for(record, lambda r: not r.active, 10.0)
         with self._cond:
             return record.to_wire()
 
@@ -189,19 +223,19 @@ class Supervisor:
         return read_log(path, state_path, offset, limit)
 
     def sample_entries(self) -> List[Dict[str, Any]]:
-        with self._cond:
-            loops = [r.scrape for r in self._records.values() if r.scrape is not None and r.state == "running"]
+        """Each running worker's latest scraped metrics. Takes no lock: the sampler never waits here."""
         entries: List[Dict[str, Any]] = []
-        for loop in loops:
-            entries.extend(loop.latest(max_age_s=max(5.0, 3 * self.interval_s)))
+        for state, scrape, _tracker in self._view:
+            if scrape is not None and state == "running":
+                entries.extend(scrape.latest(max_age_s=max(5.0, 3 * self.interval_s)))
         return entries
 
     def sim_activity(self) -> List[Any]:
-        with self._cond:
-            pairs = [(r.tracker, r.scrape) for r in self._records.values() if r.tracker is not None]
+        """What each simulated vLLM worker does to its GPUs. Takes no lock (it runs in the sampler's tick)."""
         return [
             tracker.activity(scrape.latest(max_age_s=max(5.0, 3 * self.interval_s)) if scrape else [])
-            for tracker, scrape in pairs
+            for _state, scrape, tracker in self._view
+            if tracker is not None
         ]
 
     # -- internals -------------------------------------------------------------------------------
@@ -211,6 +245,24 @@ class Supervisor:
         if record is None:
             raise protocol.ProtocolError(protocol.NOT_FOUND, "no worker %r on this agent" % worker_id)
         return record
+
+    def _publish(self) -> None:
+        """Republish the sampler's view of the records (lock held)."""
+        self._view = tuple((r.state, r.scrape, r.tracker) for r in self._records.values())
+
+    def _announce(self, record: WorkerRecord) -> None:
+        """Queue the record's `worker` event and wake its waiters (lock held)."""
+        self._events.append(("worker", record.event()))
+        self._publish()
+        self._cond.notify_all()
+
+    def _send_events(self) -> None:
+        """Send the queued events, in order, with the lock released."""
+        with self._sending:
+            with self._cond:
+                events, self._events = self._events, []
+            for name, data in events:
+                self.emit(name, data)
 
     def _attach_helpers(self, record: WorkerRecord) -> None:
         record.scrape_url = record.spec.metrics_url
@@ -223,62 +275,67 @@ class Supervisor:
             record.scrape = ScrapeLoop(record.id, record.scrape_url, self.interval_s)
             record.scrape.start()
 
-    def _stop_scrape(self, record: WorkerRecord) -> None:
-        if record.scrape is not None:
-            record.scrape.stop()
-            record.scrape = None
+    @staticmethod
+    def _detach_scrape(record: WorkerRecord) -> Optional[ScrapeLoop]:
+        """Take the record's scrape loop away (lock held); stop it with `_stop_scrapes` once released."""
+        scrape, record.scrape = record.scrape, None
+        return scrape
 
-    def _run_file(self, record: WorkerRecord) -> Dict[str, Any]:
-        spec = record.spec
-        env = dict(spec.env)
-        if spec.gpus and "CUDA_VISIBLE_DEVICES" not in env:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
-        argv = list(spec.argv)
-        if record.simulate is not None:
-            simulate_path = os.path.join(record.dir, "simulate.json")
-            write_json(simulate_path, {"simulate": record.simulate})
-            argv = [*self_command(), "simvllm", "--simulate-json", simulate_path, "--", *argv]
-            env.update({k: v for k, v in self_env().items() if k == "PYTHONPATH"})
-            env["PYTHONUNBUFFERED"] = "1"
-            env["MESHDECK_SIMULATED"] = "1"
-            if self.free_gpu_bytes is not None:
-                env["MESHDECK_SIM_GPU_FREE_BYTES"] = str(self.free_gpu_bytes(record.simulate["gpus"], record.id))
-        return {
-            "argv": argv,
-            "env": env,
-            "cwd": spec.cwd,
-            "log": record.log_path,
-            "log_max_bytes": 32 << 20,
-            "log_keep": 3,
-        }
+    @staticmethod
+    def _stop_scrapes(scrapes: List[Optional[ScrapeLoop]]) -> None:
+        """End detached scrape loops, outside the lock and without waiting: a scrape in flight may take its
+        whole timeout, and what it finds is no longer read."""
+        for scrape in scrapes:
+            if scrape is not None:
+                scrape.stop(wait=False)
+
+    def _save_agent_state(self, record: WorkerRecord) -> None:
+        """Write agent.json outside the lock; `files_lock` orders the writers (taken before _cond, never after)."""
+        with record.files_lock:
+            with self._cond:
+                state = record.agent_state()
+            record.write_agent_state(state)
 
     def _launch(self, record: WorkerRecord) -> None:
-        """Start the keeper for `record` (lock held)."""
-        record.clear_run_files()
-        write_json(os.path.join(record.dir, RUN_FILE), self._run_file(record))
-        record.state, record.pid, record.start_time = "starting", None, None
-        record.exit_code = record.signal = None
-        record.reason, record.error, record.ended_at = "", None, None
-        record.started_at = time.time()
-        record.oom_before = oom_kill_count()
-        with open(os.path.join(record.dir, "keeper.err"), "ab") as errors:
-            record.keeper_process = subprocess.Popen(
-                [*self_command(), "keeper", record.dir],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=errors,
-                start_new_session=True,
-                close_fds=True,
-                env=self_env(),
-            )
-        record.keeper_pid = record.keeper_process.pid
-        record.keeper_start_time = process_start_time(record.keeper_pid)
-        record.save_agent_state()
-        self._announce(record)
+        """Start the keeper for a `launching` record (no lock held: the monitor leaves it alone meanwhile)."""
+        try:
+            record.clear_run_files()
+            write_json(os.path.join(record.dir, RUN_FILE), run_file(record, self.free_gpu_bytes))
+            oom_before = oom_kill_count()
+            with open(os.path.join(record.dir, "keeper.err"), "ab") as errors:
+                keeper = subprocess.Popen(
+                    [*self_command(), "keeper", record.dir],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    start_new_session=True,
+                    close_fds=True,
+                    env=self_env(),
+                )
+        except OSError as exc:
+            self._launch_failed(record, exc)
+            raise
+        keeper_start_time = process_start_time(keeper.pid)
+        with self._cond:
+            record.state, record.pid, record.start_time = "starting", None, None
+            record.exit_code = record.signal = None
+            record.reason, record.error, record.ended_at = "", None, None
+            record.started_at = time.time()
+            record.oom_before = oom_before
+            record.keeper_process, record.keeper_pid = keeper, keeper.pid
+            record.keeper_start_time = keeper_start_time
+            record.launching = False
+            self._announce(record)
+        self._save_agent_state(record)
+        self._send_events()
 
-    def _announce(self, record: WorkerRecord) -> None:
-        self.emit("worker", record.event())
-        self._cond.notify_all()
+    def _launch_failed(self, record: WorkerRecord, exc: Exception) -> None:
+        with self._cond:
+            record.launching = False
+            record.state, record.ended_at = "failed", time.time()
+            record.reason = record.error = "could not start its keeper: %s" % exc
+            self._announce(record)
+        self._send_events()
 
     def _wait_for(self, record: WorkerRecord, condition: Callable[[WorkerRecord], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -299,12 +356,15 @@ class Supervisor:
             except (ProcessLookupError, PermissionError) as exc:
                 log.info("signal %s to worker group %s: %s", signum, pid, exc)
 
-    def _finish(self, record: WorkerRecord, exit_info: Dict[str, Any], announce: bool = True) -> None:
+    def _finish(
+        self, record: WorkerRecord, exit_info: Dict[str, Any], oom_after: Optional[int], announce: bool = True
+    ) -> Optional[ScrapeLoop]:
+        """Record an exit and apply the restart policy (lock held, or no monitor yet). Returns the scrape
+        loop to stop once the lock is released."""
         record.exit_code = exit_info.get("exit_code")
         record.signal = exit_info.get("signal")
         record.error = exit_info.get("error")
         record.ended_at = exit_info.get("ended_at") or time.time()
-        oom_after = oom_kill_count()
         oom = record.oom_before is not None and oom_after is not None and oom_after > record.oom_before
         record.reason = record.error or exit_reason(record.exit_code, record.signal, record.stop_requested, oom)
         if record.stop_requested:
@@ -315,10 +375,7 @@ class Supervisor:
             record.state = "failed"
         if record.tracker is not None:
             record.tracker.process_ended()
-        self._stop_scrape(record)
-        if record.keeper_process is not None:
-            record.keeper_process.poll()
-        catch_up_log(record, self.emit)
+        scrape = self._detach_scrape(record)
         if announce:
             self._announce(record)
         policy = record.spec.restart
@@ -328,47 +385,50 @@ class Supervisor:
             record.restart_at = time.monotonic() + backoff
             if announce:
                 self._announce(record)
+        return scrape
+
+    # -- the monitor thread ----------------------------------------------------------------------
 
     def _monitor(self) -> None:
         while not self._stop.wait(POLL_S):
             try:
                 with self._cond:
-                    for record in list(self._records.values()):
-                        self._poll(record)
+                    records = [r for r in self._records.values() if not r.launching]
+                for record in records:
+                    self._poll(record)
             except Exception:
                 log.exception("worker monitor failed; continuing")
+            finally:
+                self._send_events()
 
     def _poll(self, record: WorkerRecord) -> None:
+        """Look at one record's files and processes without the lock, then apply what was seen under it.
+        Only this thread moves a record on from starting or running, so what it saw stays true meanwhile."""
         if record.keeper_process is not None and record.keeper_process.returncode is None:
-            record.keeper_process.poll()
-        if record.state == "restarting":
-            if time.monotonic() >= record.restart_at and not record.stop_requested:
+            record.keeper_process.poll()  # reaps the keeper; Popen guards its own waitpid
+        with self._cond:
+            state = record.state
+            relaunch = state == "restarting" and time.monotonic() >= record.restart_at and not record.stop_requested
+            if relaunch:
                 record.restarts += 1
-                self._launch(record)
+                record.state = "starting"  # a stop from here on waits for the new run and ends it
+                record.launching = True
+        if relaunch:
+            self._launch(record)
+        if state not in ("starting", "running"):
             return
-        if record.state not in ("starting", "running"):
-            return
-        exit_info = record.exit_info()
-        if record.state == "starting":
-            keeper = record.keeper_info()
-            if keeper and keeper.get("pid"):
-                record.pid, record.start_time = keeper["pid"], keeper.get("start_time")
+        seen = observe(record, state)
+        log_events = catch_up_log(record)  # after exit.json was read: the lines written before it
+        with self._cond:
+            self._events.extend(log_events)
+            if seen.started is not None:
+                record.pid, record.start_time = seen.started
                 record.state = "running"
                 if record.tracker is not None:
                     record.tracker.process_started(record.pid)
                 self._start_scrape(record)
-                if exit_info is None:
+                if seen.exit_info is None:
                     self._announce(record)
-            elif exit_info is None and not process_alive(record.keeper_pid, record.keeper_start_time):
-                self._finish(
-                    record, {"exit_code": None, "signal": None, "error": "the keeper died before starting the worker"}
-                )
-                return
-        if exit_info is not None:
-            self._finish(record, exit_info)
-            return
-        catch_up_log(record, self.emit)
-        worker_gone = record.state == "running" and not process_alive(record.pid, record.start_time)
-        keeper_gone = not process_alive(record.keeper_pid, record.keeper_start_time)
-        if worker_gone and keeper_gone and record.exit_info() is None:
-            self._finish(record, {"exit_code": None, "signal": None})  # the keeper was killed too
+            scrape = self._finish(record, seen.exit_info, seen.oom_after) if seen.exit_info is not None else None
+            self._publish()
+        self._stop_scrapes([scrape])

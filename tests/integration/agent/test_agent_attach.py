@@ -173,3 +173,14 @@ def test_a_daemon_of_another_protocol_that_cannot_be_stopped_is_a_version_confli
         assert "not this agent 0.1.0 (protocol 1)" in last and "its pid is unknown" in last
         assert old.poll() is None and result.stdout == b""  # left alone, nothing relayed
     (sock_dir / "agent.sock").unlink(missing_ok=True)
+
+
+def test_a_daemon_whose_hello_carries_a_huge_version_is_not_echoed_whole(sock_dir):
+    with old_agent(sock_dir / "agent.sock", sock_dir / "agent.state", "9" * 60_000, protocol=0) as old:
+        (sock_dir / "agent.state" / "agent.pid").unlink()
+        result = _attach(sock_dir, HELLO)
+        assert result.returncode == protocol.ATTACH_EXIT_VERSION_CONFLICT
+        assert len(result.stderr) < 2000, result.stderr[:300]
+        assert b"a daemon with an unreadable hello" in result.stderr
+        assert old.poll() is None
+    (sock_dir / "agent.sock").unlink(missing_ok=True)

@@ -272,3 +272,38 @@ def test_the_prometheus_exporter_serves_the_daemons_samples():
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as reply:
             text = reply.read().decode()
         assert 'meshdeck_gpu_memory_total_bytes{gpu="1"' in text and 'simulated="true"' in text
+
+
+def test_numbers_outside_json_or_past_a_params_bound_are_refused_and_the_session_keeps_answering(agent):
+    """An interval_s of 1e10 (or Infinity) once ended the session's writer thread (Condition.wait
+    overflowed) and a grace_s of Infinity waited forever; NaN and Infinity are not JSON."""
+    client = agent.client()
+    client.send_raw(b'{"id": 1, "method": "workers.stop", "params": {"id": "w", "grace_s": Infinity}}\n')
+    assert client.read()["error"]["code"] == "parse_error"
+    client.send_raw(b'{"id": 2, "method": "samples.subscribe", "params": {"interval_s": NaN}}\n')
+    assert client.read()["error"]["code"] == "parse_error"
+    too_long = client.request("samples.subscribe", {"interval_s": 1e10})
+    assert too_long["error"]["code"] == "bad_params" and "at most 3600" in too_long["error"]["message"]
+    client.send_raw(b'{"id": 3, "method": "workers.stop", "params": {"id": "w", "grace_s": 1e400}}\n')
+    overflow = client.read()  # 1e400 is JSON, and reads as infinity
+    assert (
+        overflow["id"] == 3 and overflow["error"]["code"] == "bad_params" and "finite" in overflow["error"]["message"]
+    )
+    client.call("samples.subscribe", {"interval_s": 3600})
+    last = agent.daemon.ring.last_seq
+    assert wait_for(lambda: agent.daemon.ring.last_seq >= last + 2)
+    assert "time" in client.call("agent.time")
+    client.close()
+
+
+def test_a_host_the_resolver_cannot_take_is_a_bad_param_not_an_internal_error(agent):
+    client = agent.client()
+    for method, params in (
+        ("checks.ports_free", {"ports": [8000], "host": "a\u0000b"}),
+        ("checks.ports_free", {"ports": [8000], "host": "\u00e9" * 70}),
+        ("checks.tcp_connect", {"host": "a\u0000b", "port": 80}),
+        ("checks.route", {"host": "a\u0000b"}),
+    ):
+        reply = client.request(method, params)
+        assert reply.get("error", {}).get("code") == "bad_params", (method, params, reply)
+    client.close()

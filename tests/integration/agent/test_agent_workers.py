@@ -276,3 +276,38 @@ def test_worker_state_files_are_private_and_json(agent):
     for name in ("spec.json", "agent.json", "keeper.json", "exit.json"):
         json.loads((directory / name).read_text())
     client.close()
+
+
+def test_a_worker_id_that_is_not_one_plain_path_component_is_refused_and_no_file_is_touched():
+    """`.` and `..` once made workers.start rmtree `workers/` or the whole state dir (a running worker lost
+    its spec and log); ids are single path components that cannot name a directory above their own."""
+    with in_process_agent(None, interval_s=0.5) as own:
+        state = Path(own.config.state_dir)
+        client = own.client()
+        kept = client.call("workers.start", {"spec": {"argv": [PY, "-c", "import time; time.sleep(60)"], "id": "kept"}})
+        files_before = {p for p in state.rglob("*") if p.is_file() and not p.name.startswith(".")}
+        for bad_id in (".", "..", ".hidden", "../kept", "kept/..", "a/b", "", "x" * 65, "gpu\u0663"):
+            reply = client.request("workers.start", {"spec": {"argv": [PY, "-c", "print(1)"], "id": bad_id}})
+            assert reply.get("error", {}).get("code") == "bad_params", (bad_id, reply)
+            assert "spec.id" in reply["error"]["message"]
+            assert files_before <= {p for p in state.rglob("*") if p.is_file()}, bad_id
+        assert (state / "seq.json").is_file() and (state / "workers" / "kept" / "spec.json").is_file()
+        assert _worker(client, "kept")["state"] == "running" and _alive(kept["pid"])
+        client.close()
+
+
+def test_a_worker_dir_whose_spec_names_another_id_is_not_adopted():
+    """A new agent adopts `workers/<id>/` only when its spec.json has that id: the dir a later start of
+    that id replaces must be the one the record lives in."""
+    directory = short_dir()
+    try:
+        worker_dir = directory / "agent.state" / "workers" / "a"
+        worker_dir.mkdir(parents=True, mode=0o700)
+        (worker_dir / "spec.json").write_text(json.dumps({"argv": ["true"], "id": "b"}))
+        agent = InProcessAgent(directory, simulate=None, interval_s=0.5)
+        try:
+            assert [w["id"] for w in agent.daemon.supervisor.list_workers()] == []
+        finally:
+            agent.stop()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

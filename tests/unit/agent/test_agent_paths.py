@@ -10,6 +10,7 @@ import pytest
 from meshdeck_agent.paths import (
     UnsafePath,
     check_socket_path,
+    child_path,
     default_socket_path,
     default_state_dir,
     ensure_private_dir,
@@ -79,3 +80,14 @@ def test_a_socket_path_longer_than_sun_path_is_refused_with_the_limit(tmp_path):
 
 def test_self_command_runs_the_package_from_a_checkout():
     assert self_command()[-2:] == ["-m", "meshdeck_agent"]
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", ".hidden", "a/b", "../up", "a\x00b", "/abs"])
+def test_child_path_refuses_names_that_are_not_one_plain_entry(tmp_path, name):
+    with pytest.raises(UnsafePath):
+        child_path(str(tmp_path), name)
+
+
+@pytest.mark.parametrize("name", ["w1", "dep-0101.head", "a..b", "-x", "_"])
+def test_child_path_joins_plain_names_directly_inside_the_directory(tmp_path, name):
+    assert child_path(str(tmp_path), name) == str(tmp_path / name)
