@@ -14,9 +14,10 @@ not tuning: they exist to keep garbage out, never to clip real readings. Stdlib 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z: no agent's clock is older
 MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z: far in the future, yet every date type the app uses holds it
@@ -372,3 +373,77 @@ def decode_samples_message(data: Any) -> Tuple[List[Any], int]:
     if dropped is None:
         dropped = 0
     return samples, _int(dropped, "dropped", 0, MAX_DROPPED)
+
+
+# A `samples` event with its name first, as the agent writes it (session.py): its samples are read one
+# at a time from the line by `iter_event_samples`, so a 2 MiB backlog event is never ~30 MB of dicts
+# decoded whole. The keys of its `data` may come in any order.
+SAMPLES_EVENT_PREFIX = b'{"event":"samples","data":{'
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_EVENT_END = re.compile(r"[ \t\n\r]*}[ \t\n\r]*$")
+
+
+class _Text:
+    """A cursor over one line of JSON text: the few steps a streaming read of an object needs."""
+
+    def __init__(self, text: str, position: int) -> None:
+        self.text = text
+        self.position = position
+
+    def skip(self) -> None:
+        self.position = _WHITESPACE.match(self.text, self.position).end()  # type: ignore[union-attr]
+
+    def take(self, char: str) -> bool:
+        self.skip()
+        if self.text.startswith(char, self.position):
+            self.position += 1
+            return True
+        return False
+
+    def expect(self, chars: str) -> str:
+        self.skip()
+        char = self.text[self.position : self.position + 1]
+        if not char or char not in chars:
+            raise SampleError("samples", "expected one of %r at character %d" % (chars, self.position))
+        self.position += 1
+        return char
+
+    def value(self) -> Any:
+        self.skip()
+        try:
+            value, self.position = _DECODER.raw_decode(self.text, self.position)
+        except (ValueError, RecursionError) as exc:
+            raise SampleError("samples", "not JSON at character %d: %s" % (self.position, str(exc)[:100])) from None
+        return value
+
+
+def iter_event_samples(line: bytes) -> Iterator[Any]:
+    """The raw samples of a line that starts with SAMPLES_EVENT_PREFIX, decoded one by one.
+
+    Raises SampleError where the line stops being a samples event (samples already yielded stay whole
+    JSON values; each still goes through `Sample.from_wire`). The event's other data keys (`dropped`)
+    are read past: the sample gate counts losses from the seqs themselves."""
+    try:
+        text = _Text(line.decode("utf-8"), len(SAMPLES_EVENT_PREFIX))
+    except UnicodeDecodeError as exc:
+        raise SampleError("samples", "the line is not UTF-8 (%s)" % exc.reason) from None
+    if not text.take("}"):
+        while True:
+            key = text.value()
+            if not isinstance(key, str):
+                raise SampleError("samples", "a key of the event's data is not a string (character %d)" % text.position)
+            text.expect(":")
+            if key == "samples":
+                text.expect("[")
+                if not text.take("]"):
+                    while True:
+                        yield text.value()
+                        if text.expect(",]") == "]":
+                            break
+            else:
+                text.value()
+            if text.expect(",}") == "}":
+                break
+    if not _EVENT_END.match(text.text, text.position):
+        raise SampleError("samples", "the event does not end after its data (character %d)" % text.position)

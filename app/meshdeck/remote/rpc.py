@@ -28,10 +28,11 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from meshdeck_agent import protocol
+from meshdeck_agent.wire_sample import SAMPLES_EVENT_PREFIX
 
 from meshdeck import __version__
 from meshdeck.core.text import printable
@@ -51,6 +52,14 @@ ERROR_TEXT_LIMIT = 1000
 ERROR_CODE_LIMIT = 40
 _END: Any = object()  # queued after the last event once the connection is closed
 _EVENT_PREFIX = b'{"event":'  # how the agent writes every event (protocol.encode): queued undecoded
+
+
+@dataclass(frozen=True)
+class SamplesLine:
+    """A `samples` event line as the agent writes it (`wire_sample.SAMPLES_EVENT_PREFIX`), still bytes: its
+    consumer reads the samples one at a time (`wire_sample.iter_event_samples`)."""
+
+    line: bytes
 
 
 class RpcClient:
@@ -163,7 +172,7 @@ class RpcClient:
 
     # -- notifications ---------------------------------------------------------------------------
 
-    def next_event(self, timeout: float | None = None) -> protocol.Event | None:
+    def next_event(self, timeout: float | None = None) -> protocol.Event | SamplesLine | None:
         """The next notification, None if none came within `timeout`; ConnectionLost once closed and drained.
         A malformed event line is logged (rate-limited) and skipped."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -189,8 +198,11 @@ class RpcClient:
             if event is not None:
                 return event
 
-    def _event_of(self, line: bytes) -> protocol.Event | None:
-        """A queued event line, decoded here (on the consumer's thread): queued lines stay compact bytes."""
+    def _event_of(self, line: bytes) -> protocol.Event | SamplesLine | None:
+        """A queued event line, decoded here (on the consumer's thread): queued lines stay compact bytes.
+        A samples event as the agent writes it is left to its consumer to read sample by sample."""
+        if line.startswith(SAMPLES_EVENT_PREFIX):
+            return SamplesLine(line)
         try:
             message = protocol.decode(line)
         except protocol.ProtocolError as exc:

@@ -26,19 +26,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck_agent.protocol import Event
 from meshdeck_agent.wire_inventory import Inventory
-from meshdeck_agent.wire_sample import SampleError, decode_samples_message
+from meshdeck_agent.wire_sample import SampleError, decode_samples_message, iter_event_samples
 
 from meshdeck.remote.connectors import AgentLink, Connector, say_hello
 from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
 from meshdeck.remote.inventory import decode_inventory
-from meshdeck.remote.rpc import RpcClient
+from meshdeck.remote.rpc import RpcClient, SamplesLine
 from meshdeck.remote.sample_gate import SampleGate
 
 log = logging.getLogger(__name__)
@@ -305,20 +306,28 @@ class HostSupervisor:
                         self._ping(client)
                         last_ping = time.monotonic()
                 continue
-            if event.event == "samples":
+            if isinstance(event, SamplesLine) or event.event == "samples":
                 self._last_sample_at = time.monotonic()
                 if self._state == "degraded":
                     self._set_state("connected")
-                try:
-                    raw, _ = decode_samples_message(event.data)  # the gate counts losses from seq gaps
-                except SampleError as exc:  # the whole event is refused, the connection kept
-                    self._gate.refuse_message(str(exc))
-                    continue
-                for start in range(0, len(raw), DECODE_CHUNK):  # a few typed samples at a time, whatever the event
-                    self._gate.accept(client, self._gate.decode(raw[start : start + DECODE_CHUNK]), backfill=False)
+                self._take_samples(client, event)
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))
         raise ConnectionLost(f"{self.name}: stopped")
+
+    def _take_samples(self, client: RpcClient, event: Event | SamplesLine) -> None:
+        """Pass a samples event's samples through the gate, DECODE_CHUNK at a time, read from the line one
+        by one when the agent wrote it in its own form; the gate counts losses from seq gaps, so the
+        event's own `dropped` is not needed. A broken event is refused (counted, logged), the connection kept."""
+        try:
+            if isinstance(event, SamplesLine):
+                raw: Iterable[Any] = iter_event_samples(event.line)
+            else:
+                raw, _ = decode_samples_message(event.data)
+            for chunk in _chunks(raw, DECODE_CHUNK):
+                self._gate.accept(client, self._gate.decode(chunk), backfill=False)
+        except SampleError as exc:
+            self._gate.refuse_message(str(exc))
 
     def _ping(self, client: RpcClient) -> None:
         """While samples stall, ask the agent something cheap: a silent link is dropped and reconnected
@@ -329,3 +338,14 @@ class HostSupervisor:
             raise ConnectionLost(
                 f"{self.name}: no samples and no answer from the agent for {self._stall_after_s:g} s; reconnecting"
             ) from None
+
+
+def _chunks(values: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

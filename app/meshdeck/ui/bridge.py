@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 DRAIN_INTERVAL_MS = 100
 DRAIN_BUDGET_S = 0.030  # GUI-thread time per tick spent delivering events
 SAMPLES_PER_CHUNK = 120
-MAX_CELLS = 1_000_000  # sample values waiting for the GUI (8 MB): 10 min of a 32-host fleet at 1 Hz
+MAX_CELLS = 500_000  # charted values waiting for the GUI (4 MB): 10 min of a 10-host fleet at 1 Hz
 MAX_EVENTS = 20_000  # other events waiting (a chatty worker's log lines)
 
 

@@ -92,13 +92,13 @@ def test_peer_log_summarises_once_per_interval_and_logs_a_new_burst_after_it():
     assert all(len(line) < 600 for line in lines)  # the 5000-character detail is cut
 
 
-def test_a_huge_agent_version_is_cut_and_escaped():
+def test_a_huge_agent_version_refuses_the_hello_in_a_short_escaped_line():
     sock, agent = fake_agent_pair(agent_version="9.9.9\x1b[2J" + "v" * 100_000)
-    with RpcClient(SocketStream(sock), host="gpu-a") as client:
-        hello = client.start(timeout=10)
-        assert hello.agent == client.agent_version
-        assert len(client.agent_version) < 200 and "\x1b" not in client.agent_version
-        assert client.agent_version.startswith("9.9.9\\x1b[2J") and "(100009 characters)" in client.agent_version
+    with RpcClient(SocketStream(sock), host="gpu-a") as client, pytest.raises(ConnectionLost) as refused:
+        client.start(timeout=10)
+    message = str(refused.value)
+    assert "hello.agent must be a string of at most 64 characters" in message
+    assert len(message) < 300 and "\x1b" not in message and "vvvv" not in message
     agent.close()
 
 

@@ -14,15 +14,18 @@ from hypothesis import strategies as st
 from meshdeck.core.samples import Device
 from meshdeck.remote.sample_batch import batch_from_samples
 from meshdeck.services.synthetic_samples import wire_sample
+from meshdeck_agent import protocol
 from meshdeck_agent.wire_sample import (
     GPU_METRICS,
     HOST_METRICS,
     MAX_SEQ,
     MAX_TS,
     MIN_TS,
+    SAMPLES_EVENT_PREFIX,
     Sample,
     SampleError,
     decode_samples_message,
+    iter_event_samples,
 )
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -203,3 +206,32 @@ def test_any_samples_message_envelope_is_read_or_refused_with_a_field_error(raw:
     except SampleError:
         return
     assert isinstance(samples, list) and 0 <= dropped <= MAX_SEQ
+
+
+@FUZZ
+@given(st.lists(json_values, max_size=6), st.integers(0, 2**40))
+def test_a_samples_event_read_sample_by_sample_gives_what_decoding_it_whole_gives(
+    samples: list[Any], dropped: int
+) -> None:
+    line = protocol.encode(protocol.event("samples", {"samples": samples, "dropped": dropped}))
+    assert line.startswith(SAMPLES_EVENT_PREFIX)  # how the agent writes it
+    assert list(iter_event_samples(line.rstrip(b"\n"))) == json.loads(line)["data"]["samples"]
+
+
+@FUZZ
+@given(st.lists(json_values, min_size=1, max_size=4), st.data())
+def test_a_broken_samples_event_yields_whole_values_then_a_field_error(
+    samples: list[Any], data: st.DataObject
+) -> None:
+    line = protocol.encode(protocol.event("samples", {"samples": samples, "dropped": 0})).rstrip(b"\n")
+    cut = data.draw(st.integers(len(SAMPLES_EVENT_PREFIX), len(line) - 1))
+    broken = line[:cut] + data.draw(st.sampled_from([b"", b"}", b",", b"]", b"\xff", b'"x"']))
+    got: list[Any] = []
+    try:
+        for value in iter_event_samples(broken):
+            got.append(value)
+    except SampleError as exc:
+        assert exc.field == "samples"
+    # every value yielded before the break is a whole sample of the original; the last one may be a value
+    # the break made (a cut object closed early), which Sample.from_wire then judges like any other
+    assert got[:-1] == samples[: max(0, len(got) - 1)]

@@ -58,8 +58,8 @@ class LiveMetrics:
         series = self._hosts.get(host)
         if series is None:
             series = _HostSeries(
-                SeriesRing(self._fine_capacity, initial_rows=64),
-                BucketRing(self._coarse_bucket_s, self._coarse_capacity, initial_rows=64),
+                SeriesRing(self._fine_capacity, initial_rows=16),
+                BucketRing(self._coarse_bucket_s, self._coarse_capacity, initial_rows=16),
             )
             self._hosts[host] = series
             self.version += 1

@@ -60,7 +60,9 @@ class SeriesRing:
         if row is None:
             row = len(self._rows)
             if row >= self._values.shape[0]:
-                self._values = _grow_rows(self._values, 2 * self._values.shape[0])
+                # grow by a quarter (at least 16 rows): a host's series appear in a burst at its first
+                # sample, and doubling would leave up to half of a host's chart memory unused
+                self._values = _grow_rows(self._values, self._values.shape[0] + max(16, self._values.shape[0] // 4))
             self._rows[key] = row
         return row
 
