@@ -63,9 +63,10 @@ class WriterSettings:
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
     max_pending_rows: int = 5_000_000  # beyond this, a failing database makes the writer drop (and log) data
-    # Values (batch cells, rows) the inbox holds before submitters wait: ~4 MB of batches, drained in about
-    # 2 s, so a stop is quick however far behind the writer is (the rest is read from the agents again).
-    inbox_cells: int = 500_000
+    # Values (batch cells, rows) the inbox holds before submitters wait: ~2 MB of batches, a few seconds of
+    # a 64-host fleet, drained in about a second, so a stop is quick however far behind the writer is
+    # (the rest is read from the agents again).
+    inbox_cells: int = 250_000
 
 
 @dataclass(frozen=True)
@@ -157,18 +158,36 @@ class SampleWriter:
         so the fleet can stop without waiting on the writer. `stop()` then commits what was taken."""
         self._inbox.close()
 
-    def stop(self, timeout: float = 60.0, *, roll_up_open_buckets: bool = True) -> None:
+    def stop(self, timeout: float = 60.0, *, roll_up_open_buckets: bool = True, commit_queued: bool = True) -> None:
         """Take nothing more (a submitter waiting for room gets InboxClosed at once), commit what was
         submitted, roll up the open minute/hour of every host (unless told not to: the next run then
-        continues them), close the connection."""
+        continues them), close the connection.
+
+        `commit_queued=False` commits only what the thread has already staged and drops what still waits in
+        the inbox, for a quick stop: nothing dropped was acknowledged, so each host's resume point is
+        before it and its agent's ring delivers it again at the next start. A flush waiting behind the
+        dropped items returns False."""
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
         self._inbox.close()
+        if not commit_queued:
+            dropped = self._inbox.discard(keep=self._unless_data)
+            if dropped:
+                log.info("the sample writer stops without %d queued values; the agents send them again", dropped)
         self._inbox.put_control(_STOP if roll_up_open_buckets else _STOP_OPEN)
         thread.join(timeout)
         if thread.is_alive():
             log.error("the sample writer did not stop within %.0f s", timeout)
+
+    @staticmethod
+    def _unless_data(item: Any) -> bool:
+        """Keep control tokens when the inbox is emptied at a stop; a flush token fails (its data is gone)."""
+        if isinstance(item, _Flush):
+            item.ok = False
+            item.done.set()
+            return False
+        return item is _STOP or item is _STOP_OPEN
 
     def __enter__(self) -> SampleWriter:
         return self.start()

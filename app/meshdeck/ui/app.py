@@ -137,8 +137,11 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
     writer = SampleWriter(context.db, settings=writer_settings).start()
     # Shutdown runs these last-in first-out: the writer stops taking samples (a supervisor waiting for
     # room is released at once), the fleet stops (closing it again later is a no-op), then the writer
-    # commits what it took; what it had not taken is read from the agents' rings next time.
-    context.on_shutdown.append(writer.stop)
+    # commits what it had staged; what still waited in its inbox was never acknowledged, so the agents'
+    # rings deliver it again at the next start. The open minute of each host is left open (rolled up at
+    # the next start, read from the raw samples meanwhile): rolling it up costs as much as the rows it
+    # holds, which a flooding agent makes many. So closing the window takes about a second, whatever comes in.
+    context.on_shutdown.append(lambda: writer.stop(roll_up_open_buckets=False, commit_queued=False))
     context.on_shutdown.append(context.fleet.close)
     context.on_shutdown.append(writer.close_inbox)
     context.on_shutdown.append(context.fleet.subscribe(HistoryRecorder(writer).handle))

@@ -6,7 +6,8 @@ One process, as the console is: the fleet with three hosts — `healthy` (a real
 --simulate 8xH200` sampling every second), `flooding` and `poisoned` (tests/fakes/hostile_agent.py) —
 the store writer recording every host (HistoryRecorder), and offscreen the Qt bridge, the live metrics
 and the dashboard drawing them. After SECONDS it stops the way the console does and writes JSON: its
-peak RSS, how long the stop took, and the healthy host's seqs as delivered and as the agent has them.
+peak RSS, how long the stop took, and the healthy host's seqs as handed to the writer and as the agent
+has them when the stop begins.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def main() -> int:
         ("unsubscribe history", unsubscribe_history),
         ("writer inbox", writer.close_inbox),
         ("fleet", fleet.close),
-        ("writer", writer.stop),
+        ("writer", lambda: writer.stop(roll_up_open_buckets=False, commit_queued=False)),
     ):
         step_start = time.monotonic()
         step()

@@ -101,3 +101,35 @@ def test_a_writer_far_behind_makes_submitters_wait_and_a_stop_releases_them(db: 
     stopper.join(30)
     assert not writer.running
     assert writer.stats().inbox_waits == 1
+
+
+def test_a_quick_stop_commits_what_was_staged_and_leaves_the_queue_to_the_agents(db: Database) -> None:
+    first = sample_batch([wire_sample(seq, T0 + seq, gpus=1) for seq in range(1, 4)])
+    queued = sample_batch([wire_sample(seq, T0 + seq, gpus=1) for seq in range(4, 7)])
+    writer = SampleWriter(db, settings=WriterSettings(commit_interval_s=30.0)).start()
+    staged = threading.Event()
+    release = threading.Event()
+    original = writer._stage
+
+    def stage_then_hold(ingest, item):  # type: ignore[no-untyped-def]
+        original(ingest, item)
+        staged.set()
+        release.wait(30)
+
+    writer._stage = stage_then_hold  # type: ignore[method-assign]
+    writer.submit_samples("gpu-a", first)
+    assert staged.wait(10)  # the thread holds `first` staged
+    writer.submit_samples("gpu-a", queued)  # waits in the inbox
+    flushed: list[bool] = []
+    flusher = threading.Thread(target=lambda: flushed.append(writer.flush(30)))
+    flusher.start()
+    deadline = time.monotonic() + 10
+    while len(writer._inbox) < 2 and time.monotonic() < deadline:  # the batch and the flush token wait
+        time.sleep(0.01)
+    stopper = threading.Thread(target=lambda: writer.stop(roll_up_open_buckets=False, commit_queued=False))
+    stopper.start()
+    flusher.join(10)
+    assert flushed == [False]  # what it waited for was dropped: never acknowledged
+    release.set()
+    stopper.join(30)
+    assert writer.committed_seq("gpu-a") == 3  # the resume point: seqs 4..6 come again from the agent
