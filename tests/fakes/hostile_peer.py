@@ -4,8 +4,10 @@ input gets past the first checks, and lines of raw bytes."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -41,3 +43,36 @@ def line(value: object) -> bytes:
 
 
 garbage_lines = st.binary(max_size=200).map(lambda data: data.replace(b"\n", b" "))
+
+
+def json_locations(value: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON value (keys and list indices), the root included."""
+    found = [here]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += json_locations(item, (*here, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += json_locations(item, (*here, index))
+    return found
+
+
+def mutated(wire: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:
+    """A copy of `wire` with the value at `path` replaced or removed, or a value added next to it
+    (`action`: "replace", "remove" or "add")."""
+    if not path:
+        return new
+    root = copy.deepcopy(wire)
+    parent = root
+    for step in path[:-1]:
+        parent = parent[step]
+    last = path[-1]
+    if action == "replace":
+        parent[last] = new
+    elif action == "remove":
+        del parent[last]
+    elif isinstance(parent, dict):
+        parent[f"new_{len(parent)}"] = new
+    else:
+        parent.insert(last, new)
+    return root

@@ -4,7 +4,6 @@ added — decodes to an Inventory or raises InventoryError naming the field, nev
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 from agent_sysfs_tree import della_tree, direct_capture, nv6_tree, nvswitch_capture, pcie_only_tree
 from fake_pynvml import build
+from hostile_peer import json_locations, mutated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from meshdeck_agent import protocol
@@ -220,38 +220,6 @@ def test_arbitrary_values_under_the_real_keys_are_an_inventory_or_an_inventory_e
     _check(value)
 
 
-def _locations(value: Any, here: tuple = ()) -> list[tuple]:
-    """Every path into a JSON value (keys and list indices), the root included."""
-    found = [here]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _locations(item, (*here, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _locations(item, (*here, index))
-    return found
-
-
-def _mutate(wire: Any, path: tuple, action: str, new: Any) -> Any:
-    """A copy of `wire` with the value at `path` replaced or removed, or a key added next to it."""
-    if not path:
-        return new
-    root = copy.deepcopy(wire)
-    parent = root
-    for step in path[:-1]:
-        parent = parent[step]
-    last = path[-1]
-    if action == "replace":
-        parent[last] = new
-    elif action == "remove":
-        del parent[last]
-    elif isinstance(parent, dict):
-        parent[f"new_{len(parent)}"] = new
-    else:
-        parent.insert(last, new)
-    return root
-
-
 # Values that broke decoders before: past float and int64, negative, NaN, bool-as-number, escapes, wrong types.
 EXTREMES = st.sampled_from(
     [10**400, -1, 2**63, math.nan, math.inf, -math.inf, True, 1.5, "", "\x1b[2J", "\ud800", "x" * 300, [], {}, None]
@@ -262,7 +230,7 @@ def _by_field(wire: Any) -> dict[str, list[tuple]]:
     """Every location of `wire`, grouped by the name of the field it is ("[]" for a list item), so that a
     rare field (power_limit_w) is drawn as often as a common one (an NVLink's link id)."""
     groups: dict[str, list[tuple]] = {}
-    for path in _locations(wire):
+    for path in json_locations(wire):
         name = "" if not path else ("[]" if isinstance(path[-1], int) else str(path[-1]))
         groups.setdefault(name, []).append(path)
     return groups
@@ -276,8 +244,8 @@ def test_a_real_inventory_with_one_value_broken_is_an_inventory_or_an_inventory_
     groups = _by_field(wire)
     path = data.draw(st.sampled_from(groups[data.draw(st.sampled_from(sorted(groups)))]))
     action = data.draw(st.sampled_from(["replace", "replace", "remove", "add"]))
-    mutated = _mutate(wire, path, action, data.draw(EXTREMES | JSON))
-    _check(mutated)
+    broken = mutated(wire, path, action, data.draw(EXTREMES | JSON))
+    _check(broken)
 
 
 # valid records, generated: what to_wire gives, from_wire takes back unchanged

@@ -14,22 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from meshdeck.core.errors import InputError
 from meshdeck.remote.errors import HostKeyUnknown, NotConnected, RpcError
 from meshdeck.remote.events import HostStateChanged, SamplesReceived
-from meshdeck.remote.supervisor import Backoff, SupervisorSettings
 from meshdeck.services.fleet import FleetService, FleetSettings, ssh_connector
 from remote_fake_agent import FakeConnector
-
-
-@pytest.fixture
-def fleet(tmp_path: Path):
-    settings = FleetSettings(
-        known_hosts=str(tmp_path / "known_hosts"),
-        user_known_hosts=(),
-        ssh_config=None,
-        supervisor=SupervisorSettings(call_timeout_s=10, backoff=Backoff(initial_s=0.05, max_s=0.2)),
-    )
-    service = FleetService(settings)
-    yield service
-    service.close()
 
 
 class Waiter:

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from meshdeck.remote.events import HostStateChanged
-from meshdeck.remote.supervisor import Backoff, SupervisorSettings
-from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.services.fleet import FleetService
 from meshdeck.services.history import HistoryRecorder
 from meshdeck.store.database import Database, open_database
 from meshdeck.store.writer import SampleWriter, WriterSettings
@@ -27,19 +26,6 @@ def db(tmp_path: Path):
     database = open_database(tmp_path / "meshdeck.db")
     yield database
     database.close()
-
-
-@pytest.fixture
-def fleet(tmp_path: Path):
-    settings = FleetSettings(
-        known_hosts=str(tmp_path / "known_hosts"),
-        user_known_hosts=(),
-        ssh_config=None,
-        supervisor=SupervisorSettings(call_timeout_s=10, backoff=Backoff(initial_s=0.05, max_s=0.2)),
-    )
-    service = FleetService(settings)
-    yield service
-    service.close()
 
 
 def _stored(db: Database, host: str) -> list[int]:

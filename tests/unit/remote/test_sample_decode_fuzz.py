@@ -4,11 +4,11 @@ keeps every reported value under the right series."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from typing import Any
 
+from hostile_peer import json_locations, mutated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from meshdeck.core.samples import Device
@@ -69,25 +69,6 @@ def test_any_json_value_decodes_to_a_checked_sample_or_a_field_error(raw: Any) -
     _decode(raw)
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _paths(item, (*prefix, index))
-    return found
-
-
-def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
-    if not path:
-        return new
-    copied = copy.copy(value)
-    copied[path[0]] = _replace(value[path[0]], path[1:], new)
-    return copied
-
-
 BASE = {
     **wire_sample(7, 1_764_480_000.0, gpus=2),
     "host": {"cpu_pct": 12.5, "ram_used_bytes": 2**36, "ram_total_bytes": 2**40},
@@ -101,10 +82,10 @@ BASE["gpus"][0]["xid_events"] = [{"xid": 79, "ts": 1_764_480_000.0}]
 @FUZZ
 @given(st.data(), json_values)
 def test_a_real_sample_with_any_one_field_replaced_decodes_or_names_that_field(data: st.DataObject, new: Any) -> None:
-    path = data.draw(st.sampled_from(_paths(BASE)))
-    mutated = _replace(BASE, path, new)
+    path = data.draw(st.sampled_from(json_locations(BASE)))
+    mutated_sample = mutated(BASE, path, "replace", new)
     try:
-        sample = Sample.from_wire(mutated)
+        sample = Sample.from_wire(mutated_sample)
     except SampleError as exc:
         if path and isinstance(path[-1], str) and path[-1] not in ("gpus", "host"):
             assert str(path[-1]) in exc.field or exc.field in ("sample", "gpus")  # the error points at it
