@@ -56,14 +56,14 @@ def _vllm_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-parallel-size-local", "-dpl", type=int)
     parser.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0)
     parser.add_argument("--data-parallel-address", "-dpa")
-    parser.add_argument("--data-parallel-rpc-port", "-dpp", type=int)
+    parser.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=29550)
     parser.add_argument("--data-parallel-backend", "-dpb", default="mp")
     parser.add_argument("--distributed-executor-backend")
     parser.add_argument("--enable-expert-parallel", "-ep", action="store_true")
     parser.add_argument("--nnodes", "-n", type=int, default=1)
     parser.add_argument("--node-rank", "-r", type=int, default=0)
     parser.add_argument("--master-addr")
-    parser.add_argument("--master-port", type=int)
+    parser.add_argument("--master-port", type=int, default=29501)
     parser.add_argument("--headless", action="store_true")
     return parser
 
@@ -177,9 +177,9 @@ def parse_vllm_serve(argv: Sequence[str]) -> VllmServe:
         raise ValueError("--data-parallel-size-local %d exceeds --data-parallel-size %d" % (dp_local, dp_size))
     nnodes = parsed.nnodes if parsed.nnodes > 1 else -(-dp_size // dp_local)
     early: List[Tuple[str, int]] = []
-    if parsed.nnodes > 1 and parsed.node_rank == 0 and parsed.master_port:
+    if parsed.nnodes > 1 and parsed.node_rank == 0:
         early.append((parsed.master_addr or "127.0.0.1", parsed.master_port))  # torch.distributed's TCPStore
-    if dp_local < dp_size and not parsed.headless and parsed.data_parallel_rpc_port:
+    if dp_local < dp_size and not parsed.headless:
         early.append((parsed.data_parallel_address or "127.0.0.1", parsed.data_parallel_rpc_port))
     names = parsed.served_model_name
     return VllmServe(

@@ -44,6 +44,10 @@ from meshdeck.services.inventory import fetch_inventory
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
 ROUTE_TIMEOUT_S = 30.0  # resolving a head given by name may wait on the node's DNS
+SIMULATED_VLLM_NOTE = (
+    "these hosts simulate their GPUs (agents started with --simulate): each runs its vLLM stand-in for this "
+    "argv, and the startup numbers it prints are the agent's estimate of what vLLM would measure, not vLLM's"
+)
 _V3 = re.compile(r"deepseek-(v3(-0324)?|r1(-0528)?)$", re.IGNORECASE)
 
 

@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from meshdeck.launch.profile import profile_from_mapping
@@ -51,20 +52,29 @@ def fleet() -> Iterator[FleetService]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_v32_dp16_expert_parallel_on_two_simulated_nodes(fleet: FleetService, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("layout", "layout_class"),
+    [
+        ({"tensor_parallel": 1, "data_parallel": 16, "expert_parallel": True}, "dp-multi-node"),
+        ({"tensor_parallel": 8, "pipeline_parallel": 2}, "multi-node-mp"),  # the head's master port is waited on
+    ],
+)
+def test_v32_on_two_simulated_nodes(
+    fleet: FleetService, tmp_path: Path, layout: dict[str, Any], layout_class: str
+) -> None:
     profile = profile_from_mapping(
         {
             "name": "ds32-demo",
             "model": "deepseek-ai/DeepSeek-V3.2",
             "hosts": list(HOSTS),
             "gpus_per_node": 8,
-            "layout": {"tensor_parallel": 1, "data_parallel": 16, "expert_parallel": True},
+            "layout": layout,
             "vllm": {"max_model_len": 16384, "gpu_memory_utilization": 0.85, "port": free_port(),
-                     "data_parallel_rpc_port": free_port()},
+                     "data_parallel_rpc_port": free_port(), "master_port": free_port()},
         }
     )  # fmt: skip
     prepared = prepare_launch(profile, fleet, addresses=dict.fromkeys(HOSTS, "127.0.0.1"), run_id="demo")
-    assert prepared.simulated and prepared.plan.layout_class == "dp-multi-node"
+    assert prepared.simulated and prepared.plan.layout_class == layout_class
     planned = prepared.plan.planned
     assert planned is not None and planned.kv_tokens > 0
     report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)

@@ -122,6 +122,10 @@ def test_a_replica_across_nodes_holds_its_share_of_gpus_and_only_its_head_opens_
     worker = parse_vllm_serve(serve(*common, "--node-rank=1", "--headless"))
     assert head.gpus_needed == worker.gpus_needed == 8
     assert head.early_ports == (("10.0.0.1", 29500),) and worker.early_ports == ()
+    defaults = parse_vllm_serve(serve("-tp", "8", "-pp", "2", "--nnodes", "2", "--master-addr", "10.0.0.1"))
+    assert defaults.early_ports == (("10.0.0.1", 29501),)  # vLLM's default master port
+    dp_defaults = parse_vllm_serve(serve("-dp", "16", "-dpl", "8", "-dpa", "10.0.0.1"))
+    assert dp_defaults.early_ports == (("10.0.0.1", 29550),)  # and data-parallel RPC port
     plan = H200.plan_for(serve(*common, "--node-rank", "1", "--headless"), {}, ())
     assert plan["nnodes"] == 2 and plan["seed"] == 1 and plan["gpus"] == list(range(8))
 

@@ -5,14 +5,17 @@ prediction, which stays the app's (planned vs measured)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from launch_builders import make_node, make_profile
 from launch_fake_fleet import InventoryFleet
+from meshdeck.cli import main
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck.services.deploy_targets import SIMULATED_VLLM_NOTE, prepare_launch
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.protocol import ProtocolError
 from meshdeck_agent.simengine import StandInChooser, parse_vllm_serve
@@ -22,10 +25,11 @@ HOSTS = ["gpu-a", "gpu-b"]
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}
 H200 = StandInChooser(parse_simulate("8xH200"))
 VLLM = {"max_model_len": 16384, "gpu_memory_utilization": 0.85}
+DP16 = {"tensor_parallel": 1, "data_parallel": 16, "expert_parallel": True}
 LAYOUTS = [
     pytest.param(["gpu-a"], {"tensor_parallel": 8}, id="single-node-tp8"),
     pytest.param(["gpu-a"], {"tensor_parallel": 4, "data_parallel": 2, "expert_parallel": True}, id="single-node-dp"),
-    pytest.param(HOSTS, {"tensor_parallel": 1, "data_parallel": 16, "expert_parallel": True}, id="dp-multi-node"),
+    pytest.param(HOSTS, DP16, id="dp-multi-node"),
     pytest.param(HOSTS, {"tensor_parallel": 8, "pipeline_parallel": 2}, id="multi-node-mp-pp"),
     pytest.param(HOSTS, {"tensor_parallel": 16}, id="multi-node-mp-tp16"),
 ]
@@ -103,3 +107,25 @@ def test_a_ray_plan_is_built_as_for_real_agents_and_every_simulated_agent_refuse
     for command in plan.commands:
         with pytest.raises(ProtocolError, match="Ray would find no GPUs on this simulated server"):
             H200.plan_for(list(command.argv), dict(command.env), command.gpus)
+
+
+@pytest.mark.parametrize("simulated", [True, False])
+def test_the_launch_command_prints_the_same_plan_and_says_when_the_hosts_are_simulated(
+    capsys, monkeypatch, tmp_path: Path, simulated: bool
+) -> None:
+    fleet = InventoryFleet({h: _inventory(h, simulated) for h in HOSTS})
+    monkeypatch.setattr("meshdeck.commands.launch.FleetService", lambda: fleet)
+    monkeypatch.setattr("meshdeck.commands.launch.deploy_hosts.connect", lambda *args: None)
+    monkeypatch.setattr("meshdeck.commands.launch.deploy_hosts.addresses_for", lambda hosts, db: ADDRESSES)
+    launched: list[LaunchPlan] = []
+    monkeypatch.setattr("meshdeck.commands.launch._launch", lambda fleet, plan, *rest: launched.append(plan) or 0)
+    path = tmp_path / "ds32.yaml"
+    path.write_text(yaml.safe_dump({"name": "ds32", "model": "deepseek-ai/DeepSeek-V3.2", "hosts": HOSTS,
+                                    "gpus_per_node": 8, "layout": DP16,
+                                    "vllm": VLLM}))  # fmt: skip
+    assert main(["--db", str(tmp_path / "m.db"), "launch", str(path), "--skip-preflight"]) == 0
+    err = capsys.readouterr().err
+    assert ("note: " + SIMULATED_VLLM_NOTE in err) is simulated
+    assert "vllm serve deepseek-ai/DeepSeek-V3.2" in err and _sent(launched[0]) == _sent(
+        _prepare(HOSTS, DP16, simulated=not simulated).plan
+    )
