@@ -30,6 +30,7 @@ from .simmemory import GpuFacts, model_config_for, startup_memory
 
 DEFAULT_STARTUP_S = 8.0  # how long the stand-in takes from start to serving (weights, then KV cache)
 DEFAULT_REQUEST_RATE = 4.0  # mean requests/s per engine of the stand-in's synthetic load
+NO_RAY = "Ray would find no GPUs on this simulated server; launch vLLM with the mp backend"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -245,7 +246,7 @@ class StandInChooser:
         Raises ProtocolError(bad_params) for what this server cannot stand in for, naming why."""
         program = os.path.basename(argv[0]) if argv else ""
         if program == "ray":
-            raise _refused("Ray would find no GPUs on this simulated server; launch vLLM with the mp backend")
+            raise _refused(NO_RAY)
         if not is_vllm_serve(argv):
             return None
         try:
@@ -254,7 +255,7 @@ class StandInChooser:
             raise _refused(str(exc)) from None
         visible = _visible_gpus(env, gpus, self.machine.count)
         if serve.ray:
-            raise _refused("Ray would find no GPUs on this simulated server; launch vLLM with the mp backend")
+            raise _refused(NO_RAY)
         config = model_config_for(serve.model)
         if config is None:
             raise _refused(
