@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import __version__, checks, protocol
+from .gpu.simulated import IDLE_USED_BYTES
 from .keeper import process_start_time
 from .machine import build_machine
 from .paths import atomic_write, check_socket_path, ensure_private_dir
 from .ring import DEFAULT_CAPACITY, SampleRing
 from .sampler import Sampler
 from .session import RawResult, Session
+from .simengine import DEFAULT_STARTUP_S, StandInChooser
 from .workers import Supervisor
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class DaemonConfig:
     interval_s: float = 1.0
     prometheus: Optional[str] = None
     ring_capacity: Optional[int] = None
+    sim_vllm_startup_s: float = DEFAULT_STARTUP_S  # how long a simulated vLLM takes to start (--simulate only)
 
 
 def new_epoch() -> str:
@@ -121,9 +124,13 @@ class Daemon:
             self.machine = build_machine(
                 config.simulate, config.seed, activity=self._sim_activity, on_alert=self._alert
             )
-        simulated_gpus = self.machine.spec.count if getattr(self.machine, "simulated", False) else None
+        stand_ins = (
+            StandInChooser(self.machine.spec, startup_s=config.sim_vllm_startup_s)
+            if getattr(self.machine, "simulated", False)
+            else None
+        )
         self.supervisor = Supervisor(
-            self.state_dir, self.broadcast, simulated_gpus, config.interval_s, free_gpu_bytes=self._free_gpu_bytes
+            self.state_dir, self.broadcast, stand_ins, config.interval_s, free_gpu_bytes=self._free_gpu_bytes
         )
         self.sampler = Sampler(
             self.machine, self.ring, config.interval_s, workers=self.supervisor.sample_entries, on_sample=self._sampled
@@ -268,19 +275,22 @@ class Daemon:
     def _sim_activity(self) -> List[Any]:
         return self.supervisor.sim_activity() if hasattr(self, "supervisor") else []
 
-    def _free_gpu_bytes(self, gpus: List[int], _worker_id: str) -> int:
-        latest = self.ring.latest() or {}
-        free = None
-        for gpu in latest.get("gpus") or []:
-            if gpu.get("index") in gpus:
-                room = gpu["memory_total_bytes"] - gpu["memory_reserved_bytes"] - gpu["memory_used_bytes"]
-                free = room if free is None else min(free, room)
-        if free is None:
-            inventory = self.machine.inventory()
-            free = min(
-                g["memory_total_bytes"] - g["memory_reserved_bytes"] for g in inventory["gpus"] if g["index"] in gpus
-            )
-        return max(0, int(free))
+    def _free_gpu_bytes(self, gpus: List[int], worker_id: str) -> int:
+        """The least free memory among these simulated GPUs for a stand-in about to start: what the other
+        stand-ins hold now (not the last sample, which can be an interval old and still count a stand-in
+        that has just stopped)."""
+        held = {gpu: 0 for gpu in gpus}
+        for activity in self._sim_activity():
+            if activity.worker_id != worker_id:
+                for gpu in activity.gpus:
+                    if gpu in held:
+                        held[gpu] += activity.held_bytes_per_gpu
+        rooms = [
+            g["memory_total_bytes"] - g["memory_reserved_bytes"] - IDLE_USED_BYTES - held[g["index"]]
+            for g in self.machine.inventory()["gpus"]
+            if g["index"] in held
+        ]
+        return max(0, int(min(rooms))) if rooms else 0
 
     # -- requests --------------------------------------------------------------------------------
 

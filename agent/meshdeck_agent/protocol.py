@@ -447,30 +447,9 @@ class RestartPolicy:
 class WorkerSpec:
     """One process the agent starts in its own process group and supervises.
 
-    `simulate` (optional) asks a `--simulate` agent to run its vLLM stand-in (meshdeck_agent.simvllm)
-    for this worker instead of `argv[0]`; the stand-in takes the same vLLM argv. A real agent refuses
-    it (bad_params): real vLLM is never replaced silently. Shape (validated by the agent, which names
-    the bad field; meshdeck_agent.simspec has the details):
-
-        {"kind": "vllm",
-         "gpus": [0, 1, ...],              # simulated GPU indices held on this node
-         "gpu_memory_bytes": int,          # per GPU, held once the server is up (the plan's total)
-         "weights_bytes": int,             # per GPU, held from "Model loading took ..." on
-         "kv_cache_bytes": int,            # per GPU, "Available KV cache memory"
-         "kv_tokens": int,                 # KV capacity per engine (per DP rank), tokens
-         "max_model_len": int,
-         "max_concurrency": float,         # optional, per engine; default kv_tokens / max_model_len
-         "tensor_parallel": int, "pipeline_parallel": int,
-         "data_parallel_local": int,       # engines on this node
-         "data_parallel_size": int,        # optional, all DP ranks (default data_parallel_local)
-         "data_parallel_start_rank": int,  # first DP rank here; `engine` labels start at it
-         "expert_parallel": bool,
-         "nnodes": int,                    # optional, nodes spanned (network traffic when > 1)
-         "port": int,                      # /metrics, /health, /v1/models of the stand-in
-         "model": str, "seed": int,
-         "startup_s": float, "request_rate": float, "block_size": int}   # optional tuning
-
-    A simulated worker's scraped metrics default to http://127.0.0.1:<port>/metrics.
+    The spec says what runs, on any agent: an agent started with `--simulate` stands in for the engine
+    itself when `argv` is `vllm serve ...` (meshdeck_agent.simengine), from that same argv; nothing here
+    asks for it. A simulated worker's scraped metrics default to http://127.0.0.1:<port>/metrics.
     """
 
     argv: Tuple[str, ...]
@@ -482,7 +461,6 @@ class WorkerSpec:
     log: Optional[str] = None
     restart: RestartPolicy = RestartPolicy()
     metrics_url: Optional[str] = None
-    simulate: Optional[Dict[str, Any]] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {
@@ -499,7 +477,6 @@ class WorkerSpec:
                 "backoff_s": self.restart.backoff_s,
             },
             "metrics_url": self.metrics_url,
-            "simulate": self.simulate,
         }
 
     @classmethod
@@ -511,7 +488,13 @@ class WorkerSpec:
 
         if not isinstance(spec, dict):
             raise bad("", "must be an object")
-        known = {"argv", "id", "name", "env", "cwd", "gpus", "log", "restart", "metrics_url", "simulate"}
+        known = {"argv", "id", "name", "env", "cwd", "gpus", "log", "restart", "metrics_url"}
+        if "simulate" in spec:
+            raise bad(
+                "simulate",
+                "is not part of the protocol any more: an agent started with --simulate stands in for "
+                "`vllm serve` by itself, from the argv; send the argv a real vLLM gets (upgrade meshdeck)",
+            )
         for key in spec:
             if key not in known:
                 raise bad(str(key), "unknown field (allowed: %s)" % ", ".join(sorted(known)))
@@ -555,9 +538,6 @@ class WorkerSpec:
         backoff = restart.get("backoff_s", 1.0)
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0:
             raise bad("restart.backoff_s", "must be a non-negative number")
-        simulate = spec.get("simulate")
-        if simulate is not None and not isinstance(simulate, dict):
-            raise bad("simulate", "must be an object")
         return cls(
             argv=tuple(argv),
             id=worker_id,
@@ -568,7 +548,6 @@ class WorkerSpec:
             log=spec.get("log"),
             restart=RestartPolicy(policy, max_restarts, float(backoff)),
             metrics_url=spec.get("metrics_url"),
-            simulate=simulate,
         )
 
 

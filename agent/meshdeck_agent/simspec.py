@@ -1,13 +1,18 @@
-"""The `simulate` object of a WorkerSpec (what the launcher asks a `--simulate` agent to fake), and how
-a running simulated vLLM worker loads the simulated GPUs.
+"""A simulated vLLM worker's stand-in plan, and how the running stand-in loads the simulated GPUs.
 
-    "simulate": {
+The plan is the agent's own (simengine.py derives it from the worker's `vllm serve` argv and this
+server's simulated GPUs; nothing on the wire carries it). It is kept in the worker's agent.json, so a
+restarted agent re-adopts the stand-in with the numbers it runs with, and handed to the stand-in
+process in simulate.json:
+
+    {
       "kind": "vllm",                      # the only kind
       "gpus": [0, 1, 2, 3, 4, 5, 6, 7],    # simulated GPU indices this worker holds (this node)
-      "gpu_memory_bytes": 120e9,           # per GPU, held once the server is up (weights+KV+activations)
+      "gpu_memory_bytes": 120e9,           # per GPU, held once the server is up (budget + CUDA graphs)
       "weights_bytes": 86.7e9,             # per GPU, held from "Model loading took" on
-      "kv_cache_bytes": 30.5e9,            # per GPU, the KV pool ("Available KV cache memory")
+      "kv_cache_bytes": 30.5e9,            # per GPU, "Available KV cache memory"
       "kv_tokens": 418304,                 # KV cache capacity per engine (per DP rank), tokens
+      "kv_bytes_per_token": 78324,         # optional: per GPU, for vLLM's "max seq len" error
       "max_model_len": 16384,
       "max_concurrency": 25.53,            # per engine, at max_model_len (default kv_tokens / max_model_len)
       "tensor_parallel": 8, "pipeline_parallel": 1,
@@ -19,12 +24,14 @@ a running simulated vLLM worker loads the simulated GPUs.
       "port": 8000,                        # where the stand-in serves /metrics, /health, /v1/models
       "model": "deepseek-ai/DeepSeek-V3.2",
       "seed": 0,
-      "startup_s": 8.0,                    # optional: how long the fake start takes (weights, then KV)
-      "request_rate": 4.0,                 # optional: mean requests/s per engine of the synthetic load
-      "block_size": 64                     # optional: KV block size reported in cache_config_info
+      "startup_s": 8.0,                    # how long the fake start takes (weights, then KV)
+      "request_rate": 4.0,                 # mean requests/s per engine of the synthetic load
+      "block_size": 64                     # KV block size reported in cache_config_info
     }
 
-Byte counts are integers or floats (rounded down). `validate_simulate` names the bad field.
+Agents before this one received the same object from the launcher as `WorkerSpec.simulate`; their
+agent.json files still load. `validate_simulate` checks a plan read back from a file and names the
+bad field.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .protocol import BAD_PARAMS, ProtocolError, excerpt
+from .protocol import excerpt
 from .simtraffic import SimWorkerActivity
 
 CONTEXT_BYTES = 600 * 1024 * 1024  # a CUDA context plus NCCL buffers before the weights arrive
@@ -42,6 +49,7 @@ _INT_FIELDS = {
     "weights_bytes": (0, True),
     "kv_cache_bytes": (0, True),
     "kv_tokens": (0, True),
+    "kv_bytes_per_token": (0, False),
     "max_model_len": (1, True),
     "tensor_parallel": (1, False),
     "pipeline_parallel": (1, False),
@@ -64,12 +72,18 @@ _KNOWN = set(_INT_FIELDS) | {
 }
 
 
-def _bad(field: str, problem: str) -> ProtocolError:
-    return ProtocolError(BAD_PARAMS, "spec.simulate.%s: %s" % (field, problem))
+class BadStandInPlan(ValueError):
+    """A stand-in plan read back from a worker's files is not one this agent can run; names the field."""
+
+
+def _bad(field: str, problem: str) -> BadStandInPlan:
+    return BadStandInPlan("stand-in plan: %s: %s" % (field, problem))
 
 
 def validate_simulate(simulate: Dict[str, Any], gpu_count: int) -> Dict[str, Any]:
-    """A normalized copy (defaults filled, byte counts as ints) or ProtocolError naming the field."""
+    """A normalized copy (defaults filled, byte counts as ints) or BadStandInPlan naming the field."""
+    if not isinstance(simulate, dict):
+        raise BadStandInPlan("stand-in plan: must be an object, got %s" % excerpt(simulate))
     for key in simulate:
         if key not in _KNOWN:
             raise _bad(str(key), "unknown field (allowed: %s)" % ", ".join(sorted(_KNOWN)))

@@ -1,25 +1,28 @@
 """The simulated vLLM stand-in a `--simulate` agent runs in place of `vllm serve` (never silently: only
-for a WorkerSpec that carries `simulate`, only on a simulated agent, and its first log line says so).
+on a simulated agent, which says so in every inventory and sample, and its first log line says so).
 
-    meshdeck-agent simvllm --simulate-json <agent.json> -- vllm serve MODEL --port 8000 -tp 8 ...
+    meshdeck-agent simvllm --simulate-json <simulate.json> -- vllm serve MODEL --port 8000 -tp 8 ...
 
-It reads vLLM's own argv (model, --port, --host, --served-model-name, -tp/-pp/-dp, --headless,
---max-num-seqs ...; anything else is accepted and ignored) and the plan's numbers from `simulate`, then
-1. prints vLLM's startup lines in vLLM's format with the plan's numbers (weights, KV memory, KV tokens,
+The agent chose it from the worker's own argv (simengine.py) and wrote the numbers vLLM would measure
+into simulate.json (simmemory.py). The stand-in reads the same argv a real vLLM gets, then
+1. opens what a real head opens before loading (the torch.distributed master port of a multi-node
+   replica, the data-parallel RPC port of a DP head), so the launcher's ready checks are the real ones;
+2. prints vLLM's startup lines in vLLM's format with those numbers (weights, KV memory, KV tokens,
    max concurrency per engine), pausing as a real start would;
-2. fails like vLLM when the plan does not fit the simulated GPUs' free memory (the agent passes
-   MESHDECK_SIM_GPU_FREE_BYTES): torch's CUDA OOM while loading, or "No available memory for the
-   cache blocks" when the KV cache does not fit;
-3. serves /metrics (vLLM's metric names, one `engine` per DP rank, synthetic load from simload.py),
+3. fails like vLLM when they do not fit: torch's CUDA OOM while loading weights that exceed the
+   simulated GPUs' free memory (the agent passes MESHDECK_SIM_GPU_FREE_BYTES), "No available memory
+   for the cache blocks" when nothing is left for the KV cache, or the max-seq-len error when one
+   request of max_model_len does not fit;
+4. serves /metrics (vLLM's metric names, one `engine` per DP rank, synthetic load from simload.py),
    /health and /v1/models on --port until SIGTERM. Every HTTP reply carries `X-Meshdeck-Simulated: 1`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -28,36 +31,11 @@ from typing import Any, Dict, List, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .simengine import parse_vllm_serve
 from .simload import EngineLoad, ExportedMetrics
 from .simspec import CONTEXT_BYTES, startup_phases
 
 GIB = float(1 << 30)
-
-
-def vllm_arguments(argv: List[str]) -> argparse.Namespace:
-    """The vLLM options the stand-in cares about; everything else vLLM accepts is ignored."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--model")
-    parser.add_argument("--port", type=int)
-    parser.add_argument("--host")
-    parser.add_argument("--served-model-name", nargs="+")
-    parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int)
-    parser.add_argument("--pipeline-parallel-size", "-pp", type=int)
-    parser.add_argument("--data-parallel-size", "-dp", type=int)
-    parser.add_argument("--data-parallel-size-local", "-dpl", type=int)
-    parser.add_argument("--data-parallel-start-rank", type=int)
-    parser.add_argument("--max-num-seqs", type=int)
-    parser.add_argument("--headless", action="store_true")
-    known, rest = parser.parse_known_args(argv)
-    positional = [a for a in rest if not a.startswith("-")]
-    if known.model is None and "serve" in argv:
-        after = argv[argv.index("serve") + 1 :]
-        if after and not after[0].startswith("-"):
-            known.model = after[0]
-    if known.model is None and positional:
-        known.model = positional[-1]
-    return known
 
 
 def _stamp() -> str:
@@ -72,51 +50,38 @@ def _say(process: str, source: str, message: str, level: str = "INFO") -> None:
 class StandIn:
     def __init__(self, simulate: Dict[str, Any], argv: List[str]) -> None:
         self.simulate = simulate
-        self.args = vllm_arguments(argv)
-        self.model = self.args.model or simulate["model"]
-        names = self.args.served_model_name
-        self.served_name = names[0] if names else self.model
-        self.port: Optional[int] = simulate.get("port") or self.args.port or (None if self.args.headless else 8000)
+        self.args = parse_vllm_serve(argv)
+        self.model = self.args.model
+        self.served_name = self.args.served_model_name
+        self.port: Optional[int] = self.args.port
         self.host = self.args.host or "127.0.0.1"
         local = simulate["data_parallel_local"]
         start = simulate["data_parallel_start_rank"]
         self.engines = [str(start + e) for e in range(local)]
         self._stop = threading.Event()
         self.server: Optional[ThreadingHTTPServer] = None
+        self._early: List[socket.socket] = []
 
     def startup(self) -> int:
-        """Print the startup lines; 1 when the plan does not fit (after printing vLLM's error)."""
+        """Print the startup lines; 1 when the numbers do not fit (after printing vLLM's error)."""
         s = self.simulate
         sys.stdout.write(
             "meshdeck: SIMULATED vLLM stand-in for %r on simulated GPUs %s: no model is loaded and no GPU is "
-            "used; the numbers below come from the deployment plan\n" % (self.model, s["gpus"])
+            "used; the numbers below are the agent's estimate of what vLLM would measure here\n"
+            % (self.model, s["gpus"])
         )
         sys.stdout.flush()
-        for flag, given, planned in (
-            ("--tensor-parallel-size", self.args.tensor_parallel_size, s["tensor_parallel"]),
-            ("--pipeline-parallel-size", self.args.pipeline_parallel_size, s["pipeline_parallel"]),
-            ("--data-parallel-size-local", self.args.data_parallel_size_local, s["data_parallel_local"]),
-            ("--port", self.args.port, s.get("port")),
-        ):
-            if given is not None and planned is not None and given != planned:
-                _say(
-                    "APIServer",
-                    "simvllm",
-                    "argv says %s %s but the plan says %s; using the plan (simulated)" % (flag, given, planned),
-                    "WARNING",
-                )
+        self._open_early_ports()
         weights_at, kv_at = startup_phases(s)
         free = int(os.environ.get("MESHDECK_SIM_GPU_FREE_BYTES", "0") or 0) or None
         if self._sleep(weights_at):
             return 0
         if free is not None and CONTEXT_BYTES + s["weights_bytes"] > free:
-            sys.stdout.write(
+            return _fail(
                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity "
-                "of %.2f GiB of which %.2f GiB is free. (simulated)\n"
+                "of %.2f GiB of which %.2f GiB is free. (simulated)"
                 % (min(s["weights_bytes"], 1.75 * GIB) / GIB, s["gpus"][0], (free + 0.5 * GIB) / GIB, free / GIB)
             )
-            sys.stdout.flush()
-            return 1
         _say(
             "Worker_TP0",
             "gpu_model_runner.py:2653",
@@ -124,14 +89,21 @@ class StandIn:
         )
         if self._sleep(kv_at - weights_at):
             return 0
-        if free is not None and s["gpu_memory_bytes"] > free:
-            sys.stdout.write(
+        if s["kv_tokens"] <= 0 or (free is not None and s["gpu_memory_bytes"] > free):
+            return _fail(
                 "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                "when initializing the engine. (simulated)\n"
+                "when initializing the engine. (simulated)"
             )
-            sys.stdout.flush()
-            return 1
         _say("Worker_TP0", "gpu_worker.py:349", "Available KV cache memory: %.2f GiB" % (s["kv_cache_bytes"] / GIB))
+        if s["kv_tokens"] < s["max_model_len"]:
+            per_token = s.get("kv_bytes_per_token") or 0
+            return _fail(
+                "ValueError: To serve at least one request with the models's max seq len (%d), (%.2f GiB KV cache "
+                "is needed, which is larger than the available KV cache memory (%.2f GiB). Based on the available "
+                "memory, the estimated maximum model length is %d. Try increasing `gpu_memory_utilization` or "
+                "decreasing `max_model_len` when initializing the engine. (simulated)"
+                % (s["max_model_len"], s["max_model_len"] * per_token / GIB, s["kv_cache_bytes"] / GIB, s["kv_tokens"])
+            )
         for engine in self.engines:
             process = "EngineCore_DP%s" % engine
             _say(process, "kv_cache_utils.py:1229", "GPU KV cache size: {:,} tokens".format(s["kv_tokens"]))
@@ -146,6 +118,24 @@ class StandIn:
             return 0
         return 0
 
+    def _open_early_ports(self) -> None:
+        """Listen where a real head listens before it loads (peers connect there; the launcher probes it).
+        An address this machine does not have (a simulated head named by another host's address) falls
+        back to 127.0.0.1, and says so."""
+        for address, port in self.args.early_ports:
+            for host in (address, "127.0.0.1"):
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                try:
+                    listener = socket.create_server((host, port), family=family)
+                except OSError as exc:
+                    if host == "127.0.0.1":
+                        exc.filename = "127.0.0.1:%d" % port
+                        raise
+                    _say("APIServer", "simvllm", "cannot listen on %s:%d (%s); using 127.0.0.1" % (host, port, exc))
+                    continue
+                self._early.append(listener)
+                break
+
     def _sleep(self, seconds: float) -> bool:
         """Sleep unless stopped; True when SIGTERM arrived."""
         return self._stop.wait(max(0.0, seconds))
@@ -154,9 +144,9 @@ class StandIn:
         s = self.simulate
         cache_info = {
             "block_size": str(s["block_size"]),
-            "cache_dtype": "auto",
+            "cache_dtype": self.args.kv_cache_dtype,
             "enable_prefix_caching": "True",
-            "gpu_memory_utilization": "0.9",
+            "gpu_memory_utilization": "%g" % self.args.gpu_memory_utilization,
             "num_gpu_blocks": str(s["kv_tokens"] // s["block_size"]),
         }
         metrics = ExportedMetrics(self.served_name, self.engines, cache_info)
@@ -191,6 +181,10 @@ class StandIn:
         if self.server is not None:
             self.server.shutdown()
         return 0
+
+    def close(self) -> None:
+        for listener in self._early:
+            listener.close()
 
     def stop(self, *_: Any) -> None:
         self._stop.set()
@@ -234,6 +228,12 @@ def _http_server(stand_in: StandIn, metrics: ExportedMetrics) -> ThreadingHTTPSe
     return server
 
 
+def _fail(line: str) -> int:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return 1
+
+
 def main(argv: List[str]) -> int:
     if "--" not in argv or "--simulate-json" not in argv:
         sys.stderr.write("usage: meshdeck-agent simvllm --simulate-json FILE -- <vllm argv>\n")
@@ -246,14 +246,15 @@ def main(argv: List[str]) -> int:
     stand_in = StandIn(simulate, vllm_argv)
     signal.signal(signal.SIGTERM, stand_in.stop)
     signal.signal(signal.SIGINT, stand_in.stop)
-    code = stand_in.startup()
-    if code or stand_in._stop.is_set():
-        return code
     try:
+        code = stand_in.startup()
+        if code or stand_in._stop.is_set():
+            return code
         return stand_in.serve()
     except OSError as exc:
-        sys.stdout.write(
-            "OSError: [Errno %s] could not bind %s:%s: %s (simulated vLLM stand-in)\n"
-            % (exc.errno, stand_in.host, stand_in.port, exc.strerror)
+        return _fail(
+            "OSError: [Errno %s] could not bind %s: %s (simulated vLLM stand-in)"
+            % (exc.errno, exc.filename or "%s:%s" % (stand_in.host, stand_in.port), exc.strerror)
         )
-        return 1
+    finally:
+        stand_in.close()

@@ -197,8 +197,8 @@ class WorkerRecord:
 
 
 def run_file(record: WorkerRecord, free_gpu_bytes: Optional[Callable[[List[int], str], int]]) -> Dict[str, Any]:
-    """What run.json tells the keeper to execute. A simulated vLLM worker runs the agent's stand-in with
-    the same argv; `free_gpu_bytes` says how much of its simulated GPUs is free."""
+    """What run.json tells the keeper to execute. A simulated vLLM worker (one with a stand-in plan) runs
+    the agent's stand-in with the same argv; `free_gpu_bytes` says how much of its simulated GPUs is free."""
     spec = record.spec
     env = dict(spec.env)
     if spec.gpus and "CUDA_VISIBLE_DEVICES" not in env:

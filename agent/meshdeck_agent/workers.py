@@ -35,7 +35,8 @@ from . import protocol
 from .keeper import RUN_FILE, process_start_time, write_json
 from .paths import UnsafePath, child_path, ensure_private_dir, self_command, self_env
 from .scrape import ScrapeLoop
-from .simspec import SimVllmTracker, metrics_url, validate_simulate
+from .simengine import StandInChooser
+from .simspec import BadStandInPlan, SimVllmTracker, metrics_url, validate_simulate
 from .worker_logs import read_log
 from .worker_state import WorkerRecord, exit_reason, observe, oom_kill_count, process_alive, read_json, run_file
 from .worker_tail import Event, catch_up_log, replay_log, skip_log
@@ -51,13 +52,13 @@ class Supervisor:
         self,
         state_dir: str,
         emit: Callable[[str, Dict[str, Any]], None],
-        simulated_gpus: Optional[int] = None,
+        stand_ins: Optional[StandInChooser] = None,
         interval_s: float = 1.0,
         free_gpu_bytes: Optional[Callable[[List[int], str], int]] = None,
     ) -> None:
         self.dir = ensure_private_dir(os.path.join(state_dir, "workers"))
         self.emit = emit
-        self.simulated_gpus = simulated_gpus
+        self.stand_ins = stand_ins  # a simulated server's engine stand-ins; None on real GPUs
         self.interval_s = interval_s
         self.free_gpu_bytes = free_gpu_bytes
         self._records: Dict[str, WorkerRecord] = {}
@@ -99,6 +100,8 @@ class Supervisor:
             wire = read_json(os.path.join(directory, "spec.json"))
             if wire is None:
                 continue
+            if isinstance(wire, dict):
+                wire.pop("simulate", None)  # written by an agent from before the stand-in was chosen here
             try:
                 spec = protocol.WorkerSpec.from_wire(wire)
             except protocol.ProtocolError:
@@ -111,6 +114,14 @@ class Supervisor:
             record = WorkerRecord(directory, spec, wire)
             record.load_agent_state()
             record.adopted = True
+            if record.simulate is not None:
+                try:
+                    record.simulate = validate_simulate(
+                        record.simulate, self.stand_ins.machine.count if self.stand_ins else 0
+                    )
+                except BadStandInPlan as exc:
+                    log.warning("worker %s: its simulated GPUs are not followed (%s)", record.id, exc)
+                    record.simulate = None
             self._attach_helpers(record)
             keeper = record.keeper_info()
             exit_info = record.exit_info()
@@ -143,15 +154,7 @@ class Supervisor:
 
     def start_worker(self, wire: Any) -> Dict[str, Any]:
         spec = protocol.WorkerSpec.from_wire(wire)
-        simulate = None
-        if spec.simulate is not None:
-            if self.simulated_gpus is None:
-                raise protocol.ProtocolError(
-                    protocol.BAD_PARAMS,
-                    "spec.simulate: this agent watches real GPUs; a simulated vLLM worker needs an agent "
-                    "started with --simulate (real vLLM is never replaced silently)",
-                )
-            simulate = validate_simulate(spec.simulate, self.simulated_gpus)
+        simulate = self.stand_ins.plan_for(spec.argv, dict(spec.env), spec.gpus) if self.stand_ins else None
         if spec.log is not None and not os.path.isabs(spec.log):
             raise protocol.ProtocolError(
                 protocol.BAD_PARAMS, "spec.log: must be an absolute path, got %s" % protocol.excerpt(spec.log)

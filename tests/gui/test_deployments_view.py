@@ -138,6 +138,15 @@ def test_planned_vs_measured_uses_the_tightest_worker(qtbot) -> None:
     assert rows["weights per GPU (GiB)"] == ["58.70", "58.90", "+0.3 %"]
     assert rows["KV tokens per DP engine"][1] == "720,000"
     assert rows["max concurrency at max_model_len"][1:] == ["—", "—"]
+    assert panel.table.horizontalHeaderItem(2).text() == "measured" and "vLLM printed" in panel.note.text()
+
+
+def test_planned_vs_measured_on_simulated_hosts_labels_the_measured_numbers_simulated(qtbot) -> None:
+    panel = PlannedPanel()
+    qtbot.addWidget(panel)
+    panel.set_numbers({"kv_cache_tokens": 737_088}, {"w0": {"kv_cache_tokens": 740_000}}, simulated=True)
+    assert panel.table.horizontalHeaderItem(2).text() == "measured (simulated)"
+    assert "simulated vLLM" in panel.note.text() and "estimate" in panel.note.text()
 
 
 @pytest.mark.slow

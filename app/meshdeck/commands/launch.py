@@ -29,7 +29,7 @@ from meshdeck.services import deploy_hosts
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_model import LaunchProgress, new_deployment_id
 from meshdeck.services.deploy_records import StoreRecorder
-from meshdeck.services.deploy_targets import node_for_dry_run, prepare_launch
+from meshdeck.services.deploy_targets import SIMULATED_VLLM_NOTE, node_for_dry_run, prepare_launch
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.preflight import run_preflight
 from meshdeck.services.profiles import read_profile_file
@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
             print(render_plan(prepared.plan), file=sys.stderr)
             if prepared.planned_note:
                 print(f"note: {printable(prepared.planned_note)}", file=sys.stderr)
+            if prepared.simulated and profile.engine == "vllm":
+                print(f"note: {SIMULATED_VLLM_NOTE}", file=sys.stderr)
         if not args.skip_preflight:
             report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
             for result in report.results:

@@ -25,11 +25,11 @@ def build_launch_plan(
     *,
     run_id: str,
     planned: PlannedStartup | None = None,
-    simulate: bool = False,
 ) -> LaunchPlan:
-    """Every command of the launch, in start order. Pure: nothing is contacted or started."""
+    """Every command of the launch, in start order. Pure: nothing is contacted or started, and nothing
+    depends on whether the agents simulate their GPUs."""
     if profile.engine == "vllm":
-        return build_vllm_plan(profile, nodes, planned=planned, simulate=simulate)
+        return build_vllm_plan(profile, nodes, planned=planned)
     return build_torch_plan(profile, nodes, run_id=run_id)
 
 

@@ -52,7 +52,7 @@ class ReadyCheck:
 
 @dataclass(frozen=True)
 class PlannedStartup:
-    """The planner's prediction per GPU / per DP engine, handed to a simulated vLLM and kept for comparison."""
+    """The planner's prediction per GPU / per DP engine, kept beside what the engine reports (planned vs measured)."""
 
     gpu_memory_bytes: int
     weights_bytes: int
@@ -77,7 +77,6 @@ class NodeCommand:
     gpus: tuple[int, ...] = ()
     ready: tuple[ReadyCheck, ...] = ()
     metrics_url: str | None = None
-    simulate: Mapping[str, Any] | None = None
 
     @property
     def env_dict(self) -> dict[str, str]:

@@ -119,60 +119,20 @@ def layout_class(profile: Profile) -> str:
     return "multi-node-mp"
 
 
-def _simulate(
-    profile: Profile,
-    planned: PlannedStartup | None,
-    gpus: tuple[int, ...],
-    *,
-    dp_local: int,
-    dp_start: int,
-    nnodes: int,
-    port: int | None,
-    seed: int,
-) -> dict[str, Any]:
-    """The `simulate` object a --simulate agent needs to stand in for this vLLM process (see agent simspec)."""
-    if planned is None:
-        raise InputError("plan", "a simulated launch needs the planner's memory prediction (none was given)")
-    layout = profile.layout
-    return {
-        "kind": "vllm",
-        "gpus": list(gpus),
-        "gpu_memory_bytes": planned.gpu_memory_bytes,
-        "weights_bytes": planned.weights_bytes,
-        "kv_cache_bytes": planned.kv_cache_bytes,
-        "kv_tokens": planned.kv_tokens,
-        "max_model_len": planned.max_model_len,
-        "max_concurrency": planned.max_concurrency,
-        "tensor_parallel": layout.tensor_parallel,
-        "pipeline_parallel": layout.pipeline_parallel,
-        "data_parallel_local": dp_local,
-        "data_parallel_size": layout.data_parallel,
-        "data_parallel_start_rank": dp_start,
-        "expert_parallel": layout.expert_parallel,
-        "nnodes": nnodes,
-        "port": port,
-        "model": profile.model,
-        "seed": seed,
-    }
-
-
 def build_vllm_plan(
     profile: Profile,
     nodes: Sequence[NodeNetwork],
     *,
     planned: PlannedStartup | None = None,
-    simulate: bool = False,
 ) -> LaunchPlan:
     """The commands that start `profile` on `nodes` (same order as profile.hosts; nodes[0] is the head).
 
-    `simulate`: the agents run meshdeck's simulated vLLM (`--simulate`), which needs the planner's
-    numbers (`planned`) and does not wait for its peers, so every node is ready once it runs.
+    The same whatever the agents run on: an agent started with `--simulate` stands in for `vllm serve`
+    by itself, from this argv. `planned` is kept in the plan for planned-vs-measured.
     """
     if [n.host for n in nodes] != list(profile.hosts):
         raise InputError("hosts", f"network facts for {[n.host for n in nodes]} do not match {profile.hosts}")
     cls = layout_class(profile)
-    if simulate and cls == "ray":
-        raise InputError("vllm.distributed_backend", "simulated agents cannot run Ray; use mp for a simulated launch")
     layout = profile.layout
     settings = profile.vllm
     head = nodes[0]
@@ -186,7 +146,7 @@ def build_vllm_plan(
         ReadyCheck("tcp", port=settings.port, timeout_s=3600.0),
         ReadyCheck("log", pattern=API_READY_LINE, timeout_s=3600.0),
     )
-    running = (ReadyCheck("running", settle_s=5.0 if not simulate else 1.0),)
+    running = (ReadyCheck("running", settle_s=5.0),)
     ports = [PortUse(head.host, settings.port, "vLLM API")]
     metrics_url = f"http://127.0.0.1:{settings.port}/metrics"
     commands: list[NodeCommand] = []
@@ -210,16 +170,9 @@ def build_vllm_plan(
             )
         )
 
-    def simulated(dp_local: int, dp_start: int, rank: int) -> dict[str, Any] | None:
-        if not simulate:
-            return None
-        port = settings.port if rank == 0 else None
-        return _simulate(profile, planned, gpus, dp_local=dp_local, dp_start=dp_start, nnodes=len(nodes),
-                         port=port, seed=rank)  # fmt: skip
-
     if cls == "single-node":
         add(head, 0, "vllm-node0", 0, [*serve, *common, *api, *settings.extra_args], ready=api_ready,
-            metrics_url=metrics_url, simulate=simulated(layout.data_parallel, 0, 0))  # fmt: skip
+            metrics_url=metrics_url)  # fmt: skip
     elif cls == "multi-node-mp":
         ports.append(PortUse(head.host, settings.master_port, "torch.distributed master (vLLM mp)"))
         master_ready = (ReadyCheck("tcp", port=settings.master_port, timeout_s=900.0),)
@@ -228,8 +181,7 @@ def build_vllm_plan(
             argv += ["--master-addr", head.address, "--master-port", str(settings.master_port)]
             argv += ["--headless"] if rank else api
             add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
-                ready=running if rank or simulate else master_ready, metrics_url=None if rank else metrics_url,
-                simulate=simulated(1, 0, rank))  # fmt: skip
+                ready=running if rank else master_ready, metrics_url=None if rank else metrics_url)  # fmt: skip
     elif cls == "dp-multi-node":
         ports.append(PortUse(head.host, settings.data_parallel_rpc_port, "vLLM data-parallel RPC"))
         rpc_ready = (ReadyCheck("tcp", port=settings.data_parallel_rpc_port, timeout_s=900.0),)
@@ -240,8 +192,7 @@ def build_vllm_plan(
             argv += ["--data-parallel-rpc-port", str(settings.data_parallel_rpc_port)]
             argv += ["--data-parallel-start-rank", str(rank * dp_local), "--headless"] if rank else api
             add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
-                ready=running if rank or simulate else rpc_ready, metrics_url=None if rank else metrics_url,
-                simulate=simulated(dp_local, rank * dp_local, rank))  # fmt: skip
+                ready=running if rank else rpc_ready, metrics_url=None if rank else metrics_url)  # fmt: skip
     else:  # ray
         ray = ray_executable(settings.executable)
         ports.append(PortUse(head.host, settings.ray_port, "Ray GCS"))

@@ -201,7 +201,6 @@ class DeployService:
             "gpus": list(command.gpus),
             "restart": {"policy": policy, "max": 3 if policy == "on-failure" else 0, "backoff_s": 5.0},
             "metrics_url": command.metrics_url,
-            "simulate": dict(command.simulate) if command.simulate is not None else None,
         }
         try:
             reply = self._call(command.host, "workers.start", {"spec": spec})

@@ -1,14 +1,15 @@
-"""From a profile and the connected agents to a LaunchPlan: node addresses and NICs, simulated or real,
-and the planner's prediction for the chosen layout (what a simulated vLLM fakes, and what the measured
-startup numbers are compared against).
+"""From a profile and the connected agents to a LaunchPlan: node addresses and NICs, and the planner's
+prediction for the chosen layout (what the measured startup numbers are compared against).
 
     prepared = prepare_launch(profile, fleet, addresses={"gpu-a": "10.0.0.1", ...}, run_id=...)
     prepared.plan, prepared.inventories, prepared.simulated
 
 Addresses: the address other nodes reach a host at — the host part of its SSH target, or 127.0.0.1
-for agents on this machine. A mix of simulated and real agents is refused (a simulated node cannot
-join a real NCCL group). For a multi-node launch every node's agent is asked which interface it
-reaches the head by (`checks.route`), which becomes its NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
+for agents on this machine. The plan is the same for simulated agents (`--simulate`, the demo): they
+stand in for vLLM by themselves, from its real argv; `simulated` only labels the launch. A mix of
+simulated and real agents is refused (a simulated node cannot join a real NCCL group). For a
+multi-node launch every node's agent is asked which interface it reaches the head by (`checks.route`),
+which becomes its NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ from meshdeck.services.inventory import fetch_inventory
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
 ROUTE_TIMEOUT_S = 30.0  # resolving a head given by name may wait on the node's DNS
+SIMULATED_VLLM_NOTE = (
+    "these hosts simulate their GPUs (agents started with --simulate): each runs its vLLM stand-in for this "
+    "argv, and the startup numbers it prints are the agent's estimate of what vLLM would measure, not vLLM's"
+)
 _V3 = re.compile(r"deepseek-(v3(-0324)?|r1(-0528)?)$", re.IGNORECASE)
 
 
@@ -152,9 +157,7 @@ def prepare_launch(
         for host in profile.hosts
     ]
     planned, note = planned_startup(profile, found)
-    if is_simulated and profile.engine == "vllm" and planned is None:
-        raise InputError("profile", f"a simulated vLLM needs the planner's prediction: {note}")
-    plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned, simulate=is_simulated)
+    plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned)
     return PreparedLaunch(plan, found, is_simulated, note)
 
 

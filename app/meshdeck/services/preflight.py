@@ -32,6 +32,11 @@ from meshdeck.services.inventory import AgentCaller, fetch_inventory
 CALL_TIMEOUT_S = 60.0
 T = TypeVar("T")
 PROBE_SECONDS = 60
+SIMULATED_VLLM = "simulated node: its agent stands in for vLLM, not checked"
+SIMULATED_NO_RAY = (
+    "simulated node: its agent stands in for vLLM with the mp backend only (Ray would find no GPUs); "
+    "use vllm.distributed_backend: mp"
+)
 # Runs on the head under python3 (3.6+): listen on every port given, say so, accept and drop connections.
 PORT_PROBE = """\
 import select, socket, sys, time
@@ -171,8 +176,9 @@ def run_preflight(
 ) -> PreflightReport:
     """Every check on every host of `plan`; never raises for a failing host (that is a failed check).
 
-    On simulated agents (`--simulate`, the demo) a vLLM deployment runs meshdeck's stand-in: there is no
-    model or vLLM to look for, and those two checks say so instead of failing; the others are real.
+    On simulated agents (`--simulate`, the demo) a vLLM deployment runs the agents' own stand-in: there is
+    no model or vLLM to look for, and those two checks say so instead of failing (Ray, which they do not
+    stand in for, fails the versions check); the others are real.
     """
     hosts = list(plan.hosts)
     results: list[CheckResult] = []
@@ -184,10 +190,11 @@ def run_preflight(
     simulated = profile.engine == "vllm" and any(i.simulated for i in decoded)
     path = model_path(profile)
     if simulated:
-        for check in ("model files", "versions"):
-            results += [
-                CheckResult(check, h, True, "simulated node: vLLM is meshdeck's stand-in, not checked") for h in hosts
-            ]
+        results += [CheckResult("model files", h, True, SIMULATED_VLLM) for h in hosts]
+        if plan.layout_class == "ray":
+            results += [CheckResult("versions", h, False, SIMULATED_NO_RAY) for h in hosts]
+        else:
+            results += [CheckResult("versions", h, True, SIMULATED_VLLM) for h in hosts]
     elif path is not None:
         results += rules.model_files(path, _per_host(hosts, lambda h: _ask(caller, h, "checks.files", {"path": path})))
     python = versions_python(profile)

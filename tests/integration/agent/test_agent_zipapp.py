@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from agent_harness import Client, short_dir, wait_for
+from meshdeck_agent.gpu.catalog import parse_simulate
+from meshdeck_agent.simengine import StandInChooser
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -132,26 +134,15 @@ def test_the_zipapp_daemon_runs_keepers_and_the_simulated_vllm_from_the_archive(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
         probe.close()
-        plan = {
-            "kind": "vllm",
-            "gpus": [0, 1],
-            "gpu_memory_bytes": 100 << 30,
-            "weights_bytes": 60 << 30,
-            "kv_cache_bytes": 30 << 30,
-            "kv_tokens": 100000,
-            "max_model_len": 8192,
-            "tensor_parallel": 2,
-            "port": port,
-            "startup_s": 0.5,
-        }
-        worker = client.call(
-            "workers.start", {"spec": {"argv": ["vllm", "serve", "m", "-tp", "2"], "id": "z", "simulate": plan}}
-        )
+        argv = ["vllm", "serve", "deepseek-ai/DeepSeek-V3.2", "-tp", "8", "--max-model-len", "16384"]
+        argv += ["--port", str(port)]
+        expected = StandInChooser(parse_simulate("8xH200")).plan_for(argv, {}, ())
+        worker = client.call("workers.start", {"spec": {"argv": argv, "id": "z"}})
         assert worker["state"] == "running"
         event = client.wait_event(
             lambda e: e["event"] == "log" and "kv_cache_tokens" in e["data"]["fields"], timeout=60
         )
-        assert event["data"]["fields"]["kv_cache_tokens"] == 100000
+        assert event["data"]["fields"]["kv_cache_tokens"] == expected["kv_tokens"]
         cmdline = Path(f"/proc/{worker['pid']}/cmdline").read_bytes().split(b"\0")
         assert cmdline[:3] == [python.encode(), b"-I", str(pyz).encode()] and b"simvllm" in cmdline
         client.call("workers.stop", {"id": "z", "grace_s": 5})

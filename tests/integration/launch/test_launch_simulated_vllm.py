@@ -1,6 +1,7 @@
 """A DeepSeek V3.2 vLLM launch on two simulated 8xH200 agents (the `--demo` path): pre-flight, the DP-across-
-nodes plan with the planner's prediction, the agents' simulated vLLM stand-ins, their startup lines measured
-and recorded beside the prediction, and a stop in reverse order."""
+nodes plan with the planner's prediction (the plan a real launch sends), the stand-ins the agents choose for
+`vllm serve` by themselves, their startup lines measured and recorded beside the prediction, and a stop in
+reverse order."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from meshdeck.launch.profile import profile_from_mapping
@@ -20,6 +22,8 @@ from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.preflight import run_preflight
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import compare_deployments, get_deployment
+from meshdeck_agent.gpu.catalog import parse_simulate
+from meshdeck_agent.simengine import StandInChooser
 
 # real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -48,20 +52,29 @@ def fleet() -> Iterator[FleetService]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_v32_dp16_expert_parallel_on_two_simulated_nodes(fleet: FleetService, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("layout", "layout_class"),
+    [
+        ({"tensor_parallel": 1, "data_parallel": 16, "expert_parallel": True}, "dp-multi-node"),
+        ({"tensor_parallel": 8, "pipeline_parallel": 2}, "multi-node-mp"),  # the head's master port is waited on
+    ],
+)
+def test_v32_on_two_simulated_nodes(
+    fleet: FleetService, tmp_path: Path, layout: dict[str, Any], layout_class: str
+) -> None:
     profile = profile_from_mapping(
         {
             "name": "ds32-demo",
             "model": "deepseek-ai/DeepSeek-V3.2",
             "hosts": list(HOSTS),
             "gpus_per_node": 8,
-            "layout": {"tensor_parallel": 1, "data_parallel": 16, "expert_parallel": True},
+            "layout": layout,
             "vllm": {"max_model_len": 16384, "gpu_memory_utilization": 0.85, "port": free_port(),
-                     "data_parallel_rpc_port": free_port()},
+                     "data_parallel_rpc_port": free_port(), "master_port": free_port()},
         }
     )  # fmt: skip
     prepared = prepare_launch(profile, fleet, addresses=dict.fromkeys(HOSTS, "127.0.0.1"), run_id="demo")
-    assert prepared.simulated and prepared.plan.layout_class == "dp-multi-node"
+    assert prepared.simulated and prepared.plan.layout_class == layout_class
     planned = prepared.plan.planned
     assert planned is not None and planned.kv_tokens > 0
     report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
@@ -85,5 +98,9 @@ def test_v32_dp16_expert_parallel_on_two_simulated_nodes(fleet: FleetService, tm
         assert {w.state for w in stopped.workers} == {"stopped"}
         rows = {row.metric: row for row in compare_deployments(db, [snapshot.id])}
         assert rows["kv_cache_tokens"].planned[snapshot.id] == planned.kv_tokens
-        assert rows["kv_cache_tokens"].measured[snapshot.id] == planned.kv_tokens  # the stand-in plays the plan
+        # measured: what the agents' stand-in derived from the real argv it got, close to the app's prediction
+        head = prepared.plan.commands[0]
+        stand_in = StandInChooser(parse_simulate("8xH200")).plan_for(list(head.argv), dict(head.env), head.gpus)
+        assert rows["kv_cache_tokens"].measured[snapshot.id] == stand_in["kv_tokens"]
+        assert stand_in["kv_tokens"] == pytest.approx(planned.kv_tokens, rel=0.05)
         assert get_deployment(db, snapshot.id).state == "stopped"

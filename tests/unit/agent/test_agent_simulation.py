@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from meshdeck_agent.gpu.catalog import GPU_TYPES, SimulateSpecError, parse_simulate
 from meshdeck_agent.gpu.simulated import GpuLoad, SimulatedGpus
-from meshdeck_agent.protocol import ProtocolError
 from meshdeck_agent.simload import EngineLoad, ExportedMetrics
 from meshdeck_agent.simmachine import SimulatedMachine
-from meshdeck_agent.simspec import SimVllmTracker, validate_simulate
+from meshdeck_agent.simspec import BadStandInPlan, SimVllmTracker, validate_simulate
 from meshdeck_agent.simtraffic import SimWorkerActivity, machine_load, worker_traffic
 
 GIB = 1 << 30
@@ -143,7 +142,7 @@ def _plan(**overrides) -> dict:
     return plan
 
 
-def test_simulate_spec_defaults_and_field_errors():
+def test_a_stand_in_plan_read_back_gets_its_defaults_and_names_a_bad_field():
     normal = validate_simulate(_plan(), gpu_count=8)
     assert normal["tensor_parallel"] == 1 and normal["max_concurrency"] == pytest.approx(200000 / 8192)
     for overrides, field in (
@@ -156,7 +155,7 @@ def test_simulate_spec_defaults_and_field_errors():
         ({"expert_parallel": "yes"}, "expert_parallel"),
         ({"startup_s": -1}, "startup_s"),
     ):
-        with pytest.raises(ProtocolError, match=f"spec.simulate.{field}"):
+        with pytest.raises(BadStandInPlan, match=f"stand-in plan: {field}"):
             validate_simulate(_plan(**overrides), gpu_count=8)
 
 

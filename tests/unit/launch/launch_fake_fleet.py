@@ -1,5 +1,6 @@
-"""A scripted fleet for DeployService tests: answers workers.* and checks.* like an agent, records calls,
-and delivers `worker` / `log` events the way the fleet's dispatcher does (from another thread)."""
+"""Scripted fleets for launch tests: `FakeFleet` answers workers.* and checks.* like an agent, records calls,
+and delivers `worker` / `log` events the way the fleet's dispatcher does (from another thread);
+`InventoryFleet` answers only what preparing a launch asks (inventory, checks.route)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,25 @@ class Recorder:
 
     def startup_measured(self, deployment_id: str, worker: str, measured: Any) -> None:
         self.measured.append((deployment_id, worker, dict(measured)))
+
+
+class InventoryFleet:
+    """Answers `inventory` per host and `checks.route`; anything else (starting a worker) fails the test."""
+
+    def __init__(self, inventories: dict[str, Any]) -> None:
+        self.inventories = inventories
+        self.calls: list[tuple[str, str]] = []
+
+    def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        self.calls.append((host, method))
+        if method == "inventory":
+            return self.inventories[host]
+        if method == "checks.route":
+            return {"host": "10.0.0.1", "address": "10.0.0.1", "source": "10.0.0.2", "interface": "eth0", "error": None}
+        raise AssertionError(f"unexpected call {method} to {host}")
+
+    def __enter__(self) -> InventoryFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None

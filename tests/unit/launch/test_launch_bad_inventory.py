@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from launch_builders import make_profile
+from launch_fake_fleet import InventoryFleet
 from meshdeck.cli import main
 from meshdeck.core.errors import InputError
 from meshdeck.services.deploy_targets import prepare_launch
@@ -27,28 +28,6 @@ WRONG_SHAPES = [
     ({**GOOD, "nics": [{**ETH, "addresses": "10.0.0.1/24"}]}, "inventory.nics[0].addresses"),
     ({**GOOD, "simulated": "no"}, "inventory.simulated"),
 ]
-
-
-class InventoryFleet:
-    """Answers `inventory` per host and `checks.route`; anything else (starting a worker) fails the test."""
-
-    def __init__(self, inventories: dict[str, Any]) -> None:
-        self.inventories = inventories
-        self.calls: list[tuple[str, str]] = []
-
-    def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        self.calls.append((host, method))
-        if method == "inventory":
-            return self.inventories[host]
-        if method == "checks.route":
-            return {"host": "10.0.0.1", "address": "10.0.0.1", "source": "10.0.0.2", "interface": "eth0", "error": None}
-        raise AssertionError(f"unexpected call {method} to {host}")
-
-    def __enter__(self) -> InventoryFleet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _profile() -> Any:

@@ -7,7 +7,14 @@ from typing import Any
 from launch_builders import make_node, make_profile
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.build import build_launch_plan
-from meshdeck.services.preflight import PORT_PROBE, model_path, run_preflight, versions_python
+from meshdeck.services.preflight import (
+    PORT_PROBE,
+    SIMULATED_NO_RAY,
+    SIMULATED_VLLM,
+    model_path,
+    run_preflight,
+    versions_python,
+)
 
 GIB = 1024**3
 FILES = {"exists": True, "files": [["config.json", 1639], ["model-00001-of-000163.safetensors", 5234139343]],
@@ -172,3 +179,26 @@ def test_where_the_model_and_interpreter_are_looked_for() -> None:
     torch_profile = make_profile(engine="torch", torch={"script": "tiny-deepseek", "python": "/opt/py/bin/python"})
     assert model_path(torch_profile) is None and versions_python(torch_profile) == "/opt/py/bin/python"
     assert versions_python(make_profile(vllm={"executable": "/opt/venv/bin/vllm"})) == "/opt/venv/bin/python3"
+
+
+def _simulated_inventory() -> dict[str, Any]:
+    return {"simulated": True, "gpus": [{"index": i, "memory_total_bytes": 150 * 10**9} for i in range(8)], "nics": []}
+
+
+def test_on_simulated_agents_the_vllm_checks_say_the_agent_stands_in_and_ray_fails_them() -> None:
+    profile, plan = two_node_plan()
+    agents = ScriptedAgents(inventories=dict.fromkeys(plan.hosts, _simulated_inventory()))
+    report = run_preflight(agents, plan, profile)
+    assert report.passed, report.failures
+    assert {r.reason for r in report.results if r.check in ("versions", "model files")} == {SIMULATED_VLLM}
+    assert not [m for _h, m, _p in agents.calls if m in ("checks.versions", "checks.files")]
+    ray_profile = make_profile(hosts=["gpu-a", "gpu-b"], layout={"tensor_parallel": 8, "pipeline_parallel": 2},
+                               vllm={"distributed_backend": "ray"})  # fmt: skip
+    ray_plan = build_launch_plan(ray_profile, [make_node("gpu-a", "10.0.0.1"), make_node("gpu-b", "10.0.0.2")],
+                                 run_id="r")  # fmt: skip
+    agents = ScriptedAgents(inventories=dict.fromkeys(ray_plan.hosts, _simulated_inventory()))
+    failures = run_preflight(agents, ray_plan, ray_profile).failures
+    assert [(r.check, r.host, r.reason) for r in failures] == [
+        ("versions", "gpu-a", SIMULATED_NO_RAY),
+        ("versions", "gpu-b", SIMULATED_NO_RAY),
+    ]

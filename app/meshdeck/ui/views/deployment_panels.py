@@ -245,14 +245,25 @@ class PlannedPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(self.table, 1)
 
-    def set_numbers(self, planned: Mapping[str, Any] | None, measured: Mapping[str, Mapping[str, Any]]) -> None:
+    def set_numbers(
+        self, planned: Mapping[str, Any] | None, measured: Mapping[str, Mapping[str, Any]], *, simulated: bool = False
+    ) -> None:
+        """`simulated`: the hosts' agents stood in for vLLM, so the measured column is their estimate."""
+        source = (
+            "the startup lines the agents' simulated vLLM printed: their own estimate of what vLLM would measure "
+            "on these simulated GPUs"
+            if simulated
+            else "the startup lines vLLM printed"
+        )
         if planned is None:
             self.note.setText("No prediction for this deployment (a torch job, or a model meshdeck has no card for).")
         else:
             self.note.setText(
-                "Planned: meshdeck's planner for this layout. Measured: the startup lines vLLM printed "
-                f"({len(measured)} worker(s) so far)."
+                f"Planned: meshdeck's planner for this layout. Measured: {source} ({len(measured)} worker(s) so far)."
             )
+        header = self.table.horizontalHeaderItem(2)
+        if header is not None:
+            header.setText("measured (simulated)" if simulated else "measured")
         rows: list[tuple[str, str, str, str]] = []
         for key, label, decimals in COMPARED:
             want = planned.get(key) if planned else None

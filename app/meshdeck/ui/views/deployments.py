@@ -325,7 +325,9 @@ class DeploymentsView(QWidget):
         if snapshot is not None:
             self.logs.set_workers([w.command for w in snapshot.workers])
             plan = self.plans.get(snapshot.id)
-            self.planned.set_numbers(planned_as_measured(plan) if plan else None, snapshot.measured)
+            self.planned.set_numbers(
+                planned_as_measured(plan) if plan else None, snapshot.measured, simulated=simulated
+            )
         self._buttons(snapshot)
         self.planned_memory.emit(self._planned_memory(snapshots))
 
