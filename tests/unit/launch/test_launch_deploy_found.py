@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launch_fake_fleet import FakeFleet
+from deploy_fleet import FakeFleet
 from meshdeck.services.deploy_found import STOPPED_REASON, find_deployments, stop_found, survey_deployments
 from meshdeck.services.deploy_model import worker_name
 from meshdeck.store.database import Database, open_database

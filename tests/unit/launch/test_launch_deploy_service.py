@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from deploy_fleet import FakeFleet, Recorder, wait_until
 from launch_builders import make_node, make_profile
-from launch_fake_fleet import FakeFleet, Recorder, wait_until
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed

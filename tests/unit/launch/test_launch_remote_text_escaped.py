@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from launch_fake_fleet import FakeFleet
+from deploy_fleet import FakeFleet
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed

@@ -1,5 +1,8 @@
 """A scripted fleet for DeployService tests: answers workers.* and checks.* like an agent, records calls,
-and delivers `worker` / `log` events the way the fleet's dispatcher does (from another thread)."""
+and delivers `worker` / `log` events the way the fleet's dispatcher does (from another thread).
+
+`workers.logs` answers as the agent's `worker_logs.read_log` does: at most `limit` characters (256 Ki by
+default, 512 Ki at most) from `offset`, or the last `limit` when no offset is given (the tail)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from meshdeck.remote.events import AgentEvent
+
+LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.worker_logs
+LOG_MAX_LIMIT = 512 * 1024
 
 
 class FakeFleet:
@@ -53,8 +59,10 @@ class FakeFleet:
             return {k: v for k, v in worker.items() if k != "spec"}
         if method == "workers.logs":
             text = self.logs.get(params["id"], "")
-            offset = params.get("offset") or 0
-            return {"data": text[offset:], "offset": len(text), "size": len(text), "start": offset}
+            limit = max(1, min(LOG_MAX_LIMIT, params.get("limit") or LOG_DEFAULT_LIMIT))
+            start = max(0, len(text) - limit) if params.get("offset") is None else min(params["offset"], len(text))
+            data = text[start : start + limit]
+            return {"data": data, "offset": start + len(data), "size": len(text), "start": start}
         if method == "workers.list":
             return {
                 "workers": [
