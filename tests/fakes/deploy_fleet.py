@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from meshdeck.remote.events import AgentEvent
+from meshdeck.services.deploy_model import RecordedDeployment
 
 LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.worker_logs
 LOG_MAX_LIMIT = 512 * 1024
@@ -47,6 +48,7 @@ class FakeFleet:
                       "signal": None, "restarts": 0, "reason": "", "spec": spec}  # fmt: skip
             self.workers[(host, spec["id"])] = worker
             self.logs.setdefault(spec["id"], "")
+            self.emit_worker(host, worker)  # the agent announces every worker that starts running
             behaviour = self.on_start.get(command)
             if behaviour:
                 threading.Thread(target=behaviour, args=(host, worker), daemon=True).start()
@@ -135,3 +137,11 @@ class Recorder:
 
     def startup_measured(self, deployment_id: str, worker: str, measured: Any) -> None:
         self.measured.append((deployment_id, worker, dict(measured)))
+
+    def recorded(self, deployment_id: str) -> RecordedDeployment | None:
+        """What a store would say: a record for every launch it heard of, open until it finished."""
+        started = [snapshot for snapshot, _plan in self.started if snapshot.id == deployment_id]
+        if not started:
+            return None
+        finished = any(snapshot.id == deployment_id for snapshot in self.finished)
+        return RecordedDeployment(started[0].name, started[0].engine, started[0].started_at, open=not finished)

@@ -246,7 +246,7 @@ def test_stop_goes_in_reverse_start_order(fleet: FakeFleet) -> None:
     service = make_service(fleet)
     snapshot = service.launch(torch_plan())
     stopped = service.stop(snapshot.id, grace_s=1)
-    assert stopped.state == "stopped"
+    assert stopped.snapshot.state == "stopped" and not stopped.failures
     assert fleet.stopped() == [("gpu-b", "torchrun-node1"), ("gpu-a", "torchrun-node0")]
 
 
