@@ -15,6 +15,7 @@ from meshdeck.services.catalog import load_gpu_catalog, load_model
 from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.demo import DEMO_HOSTS, DemoCluster, choose_demo_layout, demo_vllm_profile
 from meshdeck.services.deploy import DeployService
+from meshdeck.services.deploy_events import DeploymentChanged
 from meshdeck.services.deploy_model import DeploymentSnapshot, WorkerSnapshot
 from meshdeck.services.inventory import fetch_inventory
 from meshdeck.services.plan_profiles import profile_mappings
@@ -28,9 +29,8 @@ from meshdeck_agent.wire_inventory import Inventory
 def demo_context(console_context, caplog):
     demo = DemoCluster.start(interval_s=0.5)
     console_context.fleet, console_context.db, console_context.simulated = demo.fleet, demo.db, True
-    console_context.deploy = DeployService(demo.fleet)
     console_context.on_shutdown.append(demo.shutdown)
-    console_context.on_shutdown.append(console_context.deploy.close)
+    console_context.use_deploy(DeployService(demo.fleet))
     console_context.on_shutdown.append(demo.fleet.subscribe(console_context.bridge.post))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and any(demo.fleet.status(h).state != "connected" for h in DEMO_HOSTS):
@@ -100,7 +100,7 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
     assert view.prepared is not None and view.prepared.simulated
 
     planned = []
-    view.planned_memory.connect(planned.append)
+    demo_context.deployments.planned_memory.connect(planned.append)
     with qtbot.waitSignal(view.launched, timeout=240000) as launched:
         view.launch_button.click()
     snapshot = launched.args[0]
@@ -165,8 +165,8 @@ def test_a_deployment_launched_elsewhere_is_found_on_the_agents_and_can_be_stopp
         elsewhere.close()
     view = DeploymentsView(demo_context)
     qtbot.addWidget(view)
-    view.found.refresh()
-    qtbot.waitUntil(lambda: launched.id in view.found.snapshots, timeout=60000)
+    view.show()
+    # adopted from its workers' events as they started (a console started later surveys each host it connects)
     qtbot.waitUntil(lambda: view.list.rowCount() == 1, timeout=30000)
     assert view.list.item(0, 0).text() == launched.id
     assert "found on the agents" in view.list.item(0, 3).text()
@@ -197,6 +197,8 @@ def test_nccl_transports_per_rank_from_recorded_nccl_debug_lines(qtbot, console_
 
     view = DeploymentsView(console_context)
     qtbot.addWidget(view)
+    view.show()
+    view.tabs.setCurrentWidget(view.nccl)
     view.select("dep-1")
     for fixture, worker in (
         ("nccl_info_vllm-ray-2node_deepseek-r1_aibrix758_head-p2p-ipc_excerpt.txt", "dep-1.vllm-node0"),
@@ -215,21 +217,24 @@ def test_nccl_transports_per_rank_from_recorded_nccl_debug_lines(qtbot, console_
 
 
 class _Deployments:
-    """Stands in for DeployService in views that only read it: snapshots the test changes at will."""
+    """Stands in for the registry's events: snapshots the test changes at will, each change delivered to the
+    console as the registry delivers it (a DeploymentChanged through the bridge)."""
 
-    def __init__(self, *snapshots: DeploymentSnapshot) -> None:
-        self.snapshots = {s.id: s for s in snapshots}
+    def __init__(self, context, *snapshots: DeploymentSnapshot) -> None:
+        self.context = context
+        self.snapshots: dict[str, DeploymentSnapshot] = {}
+        for snapshot in snapshots:
+            self.publish(snapshot)
 
-    def list(self) -> list[DeploymentSnapshot]:
-        return list(self.snapshots.values())
-
-    def get(self, deployment_id: str) -> DeploymentSnapshot:
-        return self.snapshots[deployment_id]
+    def publish(self, snapshot: DeploymentSnapshot) -> None:
+        self.snapshots[snapshot.id] = snapshot
+        self.context.bridge.post(DeploymentChanged(snapshot))
+        self.context.bridge.drain()  # what the bridge's next tick does
 
     def set_state(self, deployment_id: str, state: str, reason: str = "", worker_state: str | None = None) -> None:
         old = self.snapshots[deployment_id]
         workers = tuple(replace(w, state=worker_state or w.state) for w in old.workers)
-        self.snapshots[deployment_id] = replace(old, state=state, reason=reason, workers=workers)
+        self.publish(replace(old, state=state, reason=reason, workers=workers))
 
 
 def _snapshot(deployment_id: str, started_at: float, engine: str = "torch") -> DeploymentSnapshot:
@@ -248,33 +253,33 @@ def _shown(view: DeploymentsView) -> tuple[str, str, str]:
 
 def test_the_state_line_follows_the_selected_deployment_after_its_launch_message(qtbot, console_context) -> None:
     tiny = _snapshot("demo-tiny-deepseek-1130073111-8da8", 200.0)
-    console_context.deploy = _Deployments(tiny)
+    deployments = _Deployments(console_context, tiny)
     view = DeploymentsView(console_context)
     qtbot.addWidget(view)
+    view.show()
     assert view.status.text() == NOTHING_SELECTED
 
-    view._launched((tiny, None))  # what a finished launch job delivers
+    view._launched(tiny)  # what a finished launch job delivers
     assert _shown(view) == (tiny.id, "running", f"{tiny.id}: running; 1 of 1 part(s) running")
     assert "came up" in view.message.text()
 
-    console_context.deploy.set_state(tiny.id, "completed", "every part exited 0", worker_state="exited")
-    qtbot.waitUntil(lambda: _shown(view)[1] == "completed", timeout=10000)  # the 1 s refresh
+    deployments.set_state(tiny.id, "completed", "every part exited 0", worker_state="exited")
     assert _shown(view) == (tiny.id, "completed", f"{tiny.id}: completed — every part exited 0")
     assert not view.stop_button.isEnabled()
 
 
 def test_the_highlighted_row_stays_on_the_selected_deployment_when_a_newer_one_arrives(qtbot, console_context) -> None:
     vllm = _snapshot("demo-deepseek-v3-2-1130073102-c8b0", 100.0, engine="vllm")
-    console_context.deploy = _Deployments(vllm)
+    deployments = _Deployments(console_context, vllm)
     view = DeploymentsView(console_context)
     qtbot.addWidget(view)
+    view.show()
     view.select(vllm.id)
     assert _shown(view)[0] == vllm.id
 
     tiny = _snapshot("demo-tiny-deepseek-1130073111-8da8", 200.0)  # newer: listed first, above the selected row
-    console_context.deploy.snapshots[tiny.id] = tiny
-    console_context.deploy.set_state(vllm.id, "degraded", "vllm-node0 on demo-a exited with status 1", "failed")
-    view.refresh()
+    deployments.publish(tiny)
+    deployments.set_state(vllm.id, "degraded", "vllm-node0 on demo-a exited with status 1", "failed")
 
     assert [view.list.item(r, 0).text() for r in range(2)] == [tiny.id, vllm.id]
     selected, state, line = _shown(view)
@@ -311,3 +316,97 @@ def test_a_stored_profile_launches_with_its_secret_from_the_keyring(
     qtbot.addWidget(view)
     profile, prepared = view._prepare("p", "p-1")
     assert profile.env == prepared.env == {"HF_TOKEN": "hf_secret", "HF_HOME": "/data"}
+
+
+def _torch_job_registry(console_context):
+    """A registry on a scripted fleet, wired to the console as the app wires it, with one running torch job
+    of two parts (their logs say so)."""
+    from deploy_fleet import FakeFleet
+    from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
+
+    fleet = FakeFleet()
+    registry = DeployService(fleet, poll_s=0.01, log_poll_s=0.01)
+    console_context.use_deploy(registry)
+    ready = (ReadyCheck("running"),)
+    commands = tuple(
+        NodeCommand(host, rank, f"torchrun-node{rank}", "worker", rank, ("torchrun",), (), ready=ready)
+        for rank, host in enumerate(("demo-a", "demo-b"))
+    )
+    snapshot = registry.launch(LaunchPlan("job", "torch", "m", "demo-a", "127.0.0.1", commands, (), "torchrun"))
+    for command in commands:
+        fleet.logs[f"{snapshot.id}.{command.name}"] = f"{command.name}: rank running\n"
+    console_context.bridge.drain()
+    return fleet, registry, snapshot
+
+
+def _row_state(view: DeploymentsView, deployment_id: str) -> str:
+    (row,) = [r for r in range(view.list.rowCount()) if view.list.item(r, 0).text() == deployment_id]
+    return view.list.item(row, 2).text()
+
+
+def test_a_visible_view_shows_a_change_as_soon_as_the_bridge_delivers_it_and_runs_no_timer(
+    qtbot, console_context
+) -> None:
+    from PySide6.QtCore import QTimer
+
+    fleet, _registry, snapshot = _torch_job_registry(console_context)
+    view = DeploymentsView(console_context)
+    qtbot.addWidget(view)
+    view.show()
+    view.select(snapshot.id)
+    assert _row_state(view, snapshot.id) == "running"
+    assert not [timer for timer in view.findChildren(QTimer) if timer.isActive()]  # nothing polls
+
+    fleet.finish("demo-b", f"{snapshot.id}.torchrun-node1")
+    fleet.finish("demo-a", f"{snapshot.id}.torchrun-node0")  # the registry publishes as the events come
+    with qtbot.waitSignal(console_context.deployments.changed, timeout=5000):
+        console_context.bridge.drain()  # the bridge's next tick; nothing of the view's waits for one
+
+    assert _row_state(view, snapshot.id) == "completed"
+    assert view.status.text() == f"{snapshot.id}: completed — every part exited 0"
+    assert {view.workers.table.item(r, 3).text() for r in range(2)} == {"exited"}
+    assert not view.stop_button.isEnabled()
+
+
+def test_a_hidden_view_makes_no_call_and_draws_nothing_then_catches_up_when_shown(qtbot, console_context) -> None:
+    fleet, registry, snapshot = _torch_job_registry(console_context)
+    view = DeploymentsView(console_context)
+    qtbot.addWidget(view)
+    view.show()
+    view.select(snapshot.id)
+    view.tabs.setCurrentWidget(view.logs)  # the log tab shown with Follow on: its log is watched
+    qtbot.waitUntil(lambda: "torchrun-node0: rank running" in view.logs.text.toPlainText(), timeout=10000)
+    assert registry.watched_logs() == [(snapshot.id, "torchrun-node0")]
+
+    view.hide()
+    assert registry.watched_logs() == []  # nothing is read for a hidden view
+    calls, redraws = len(fleet.calls), view.redraws
+    drawn: list[str] = []
+    for name in ("_draw_list", "_draw_row", "_draw_selected"):
+        original = getattr(view, name)
+        setattr(view, name, lambda *args, _name=name, _original=original: drawn.append(_name) or _original(*args))
+    fleet.logs[f"{snapshot.id}.torchrun-node0"] += "more output\n"
+    fleet.finish("demo-b", f"{snapshot.id}.torchrun-node1")
+    fleet.finish("demo-a", f"{snapshot.id}.torchrun-node0")
+    console_context.bridge.drain()
+
+    assert console_context.deployments.get(snapshot.id).state == "completed"  # the console's model follows...
+    assert _row_state(view, snapshot.id) == "running" and drawn == [] and view.redraws == redraws  # ...not the view
+    assert fleet.calls[calls:] == [] and console_context.jobs.running(f"stop {snapshot.id}") is None
+
+    view.show()  # catches up at once from the model, and watches the log again
+    assert _row_state(view, snapshot.id) == "completed" and view.redraws == redraws + 1
+    qtbot.waitUntil(lambda: "more output" in view.logs.text.toPlainText(), timeout=10000)
+
+
+def test_the_dashboards_planned_memory_follows_the_deployments_whichever_view_is_shown(console_context) -> None:
+    from meshdeck.services.deploy_model import PlannedNumbers
+
+    planned = PlannedNumbers({"kv_cache_tokens": 1000.0}, 100.0, (("demo-a", 0), ("demo-a", 1)))
+    running = replace(_snapshot("d-1130073102-c8b0", 1.0, engine="vllm"), planned=planned)
+    lines: list[dict] = []
+    console_context.deployments.planned_memory.connect(lines.append)
+    deployments = _Deployments(console_context, running)
+    assert lines == [{("demo-a", 0): 100.0, ("demo-a", 1): 100.0}]
+    deployments.set_state(running.id, "stopped")
+    assert lines[-1] == {}

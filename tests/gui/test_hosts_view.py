@@ -165,3 +165,36 @@ def test_test_connection_shows_the_bootstrap_steps_and_asks_about_an_unknown_key
     qtbot.waitUntil(lambda: view.message.text().startswith("lab: reached"), timeout=120000)
     assert "connecting" in steps and any(step.startswith("uploading the agent") for step in steps)
     assert sshd.host_fingerprint() in view.message.text()
+
+
+def test_a_host_row_follows_its_events_and_the_timer_only_ages_the_last_sample(qtbot, console_context) -> None:
+    from meshdeck.remote.events import HostStateChanged
+    from meshdeck.ui.views.hosts import AGE_COLUMN
+
+    bridge = console_context.bridge
+    view = HostsView(console_context)
+    qtbot.addWidget(view)
+    view.show()
+    for host in ("gpu-a", "gpu-b"):
+        bridge.post(HostStateChanged(host, "connecting"))
+    bridge.drain()  # the bridge's tick: the rows are drawn from the signal, no timer of the view waits
+    assert [_row_text(view, h, 2) for h in ("gpu-a", "gpu-b")] == ["connecting…", "connecting…"]
+    redraws = view.redraws
+
+    bridge.post(HostStateChanged("gpu-b", "failed", reason="no route to host"))
+    bridge.drain()
+    assert (_row_text(view, "gpu-b", 2), _row_text(view, "gpu-b", 3)) == ("failed", "no route to host")
+    assert view.redraws == redraws  # its row only
+
+    console_context.hosts.get("gpu-a").last_sample_ts = 1000.0
+    view._age_rows(now=1003.0)  # what the timer does each second, and all it does
+    assert _row_text(view, "gpu-a", AGE_COLUMN) == "3 s ago" and _row_text(view, "gpu-b", AGE_COLUMN) == "—"
+    assert view._ages.isActive()
+
+    view.hide()
+    assert not view._ages.isActive()
+    bridge.post(HostStateChanged("gpu-a", "connected"))
+    bridge.drain()
+    assert _row_text(view, "gpu-a", 2) == "connecting…" and view.redraws == redraws  # hidden: no work
+    view.show()
+    assert _row_text(view, "gpu-a", 2) == "connected" and view.redraws == redraws + 1

@@ -6,15 +6,18 @@
 
 DEPLOYMENT is an id from `list`, or a profile name when exactly one of its deployments is active.
 The hosts asked are every stored host plus this machine's agent when it runs (or --hosts), all at once
-with a short connect timeout (`deploy_hosts.reach`). Finding and stopping are `services.deploy_found`,
-which the console uses too: a stop closes the deployment's stored record.
+with a short connect timeout (`deploy_hosts.reach`). Listing, stopping and reading logs go through the
+deployment registry (`services.deploy.DeployService`), as the console's do: the deployments the agents
+run are adopted with what the store kept of them (the planner's numbers beside the measured ones, in
+`list --json`), and a stop closes the deployment's stored record.
 
 A host that cannot be asked (unreachable, no answer, a malformed answer) is named on stderr
 (`meshdeck: HOST could not be asked: WHY`) and in `list --json` (`"unreachable": [{"host", "reason"}]`
 beside `"deployments"`); the others are shown, and stopped. Exit status: 0 when every host answered;
-1 when a part could not be stopped or its log read (named on stderr); 3 (EXIT_HOSTS_UNREACHABLE) when some hosts could not be asked, so
-what is shown may be incomplete — `stop` then leaves the deployment's stored record open, since parts
-on those hosts may still run; 2 for bad input. Everything an agent said is printed escaped (no raw
+1 when a part could not be stopped or its log read (named on stderr); 3 (EXIT_HOSTS_UNREACHABLE) when
+some hosts could not be asked, so what is shown may be incomplete — `stop` then leaves the deployment's
+stored record open when parts may still run there (a host its stored plan names; any such host when its
+plan is not stored); 2 for bad input. Everything an agent said is printed escaped (no raw
 control characters reach the terminal); logs keep their newlines and tabs.
 """
 
@@ -23,17 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from meshdeck_agent.protocol import ProtocolError
-
 from meshdeck.core.errors import InputError
-from meshdeck.core.text import printable, printable_lines
-from meshdeck.remote.errors import RemoteError
+from meshdeck.core.text import printable
 from meshdeck.services import deploy_hosts
-from meshdeck.services.deploy_found import DeploymentSurvey, PartStopped, stop_found, survey_deployments
-from meshdeck.services.deploy_model import find
-from meshdeck.services.deploy_waits import read_log
+from meshdeck.services.deploy import DeployService
+from meshdeck.services.deploy_found import DeploymentSurvey
+from meshdeck.services.deploy_model import PartStopped
+from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.services.fleet import FleetService
 from meshdeck.store.database import Database, open_database
 
@@ -67,13 +70,13 @@ def register(subparsers: Any) -> None:
     logs.set_defaults(func=_logs)
 
 
-def _gather(args: argparse.Namespace, fleet: FleetService, db: Database) -> DeploymentSurvey:
+def _gather(args: argparse.Namespace, fleet: FleetService, db: Database, deploy: DeployService) -> DeploymentSurvey:
     """Every host asked at once; each that could not be asked is named on stderr (and in the result)."""
     hosts = [h for h in (args.hosts or "").split(",") if h] or deploy_hosts.known_hosts(db)
     if not hosts:
         raise InputError("--hosts", "no hosts are stored and no local agent runs; add one with `meshdeck hosts add`")
     unreached = deploy_hosts.reach(fleet, hosts, db)
-    found = survey_deployments(fleet, [h for h in hosts if h not in unreached])
+    found = deploy.survey([h for h in hosts if h not in unreached], unreachable=unreached)
     problems = {**found.unanswered, **unreached}
     unanswered = {h: problems[h] for h in dict.fromkeys(hosts) if h in problems}
     for host, why in unanswered.items():
@@ -85,9 +88,19 @@ def _fleet() -> FleetService:
     return FleetService(deploy_hosts.query_settings())
 
 
-def _list(args: argparse.Namespace) -> int:
+@contextmanager
+def _registry(args: argparse.Namespace) -> Iterator[tuple[FleetService, Database, DeployService]]:
     with _fleet() as fleet, open_database(args.db) as db:
-        found = _gather(args, fleet, db)
+        deploy = DeployService(fleet, recorder=StoreRecorder(db))
+        try:
+            yield fleet, db, deploy
+        finally:
+            deploy.close()
+
+
+def _list(args: argparse.Namespace) -> int:
+    with _registry(args) as (fleet, db, deploy):
+        found = _gather(args, fleet, db, deploy)
     status = EXIT_HOSTS_UNREACHABLE if found.unanswered else 0
     if args.json:
         unreachable = [{"host": host, "reason": why} for host, why in found.unanswered.items()]
@@ -111,16 +124,15 @@ def _stop(args: argparse.Namespace) -> int:
     def say(part: PartStopped) -> None:
         print(printable(f"{part.worker.command} on {part.worker.host}: {part.state or 'not stopped: ' + part.error}"))
 
-    with _fleet() as fleet, open_database(args.db) as db:
-        found = _gather(args, fleet, db)
-        deployment = find(found.deployments, args.deployment)
-        # parts on a host that could not be asked may still run: its record is closed only when all answered
-        outcome = stop_found(fleet, deployment, db=None if found.unanswered else db, grace_s=args.grace, on_part=say)
+    with _registry(args) as (fleet, db, deploy):
+        found = _gather(args, fleet, db, deploy)
+        deployment = deploy.find(args.deployment)
+        outcome = deploy.stop(deployment.id, grace_s=args.grace, on_part=say)
     for part in outcome.failures:
         line = f"meshdeck: {part.worker.command} on {part.worker.host} was not stopped: {part.error}"
         print(printable(line), file=sys.stderr)
-    if found.unanswered:
-        hosts = ", ".join(found.unanswered)
+    if outcome.unsure_hosts:
+        hosts = ", ".join(outcome.unsure_hosts)
         print(f"meshdeck: {deployment.id} may have parts on {hosts}; its record stays open", file=sys.stderr)
     if outcome.failures:
         return EXIT_PART_FAILED
@@ -128,23 +140,21 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    with _fleet() as fleet, open_database(args.db) as db:
-        found = _gather(args, fleet, db)
-        deployment = find(found.deployments, args.deployment)
-        workers = [w for w in deployment.workers if not args.command or w.command == args.command]
-        if not workers:
-            names = ", ".join(w.command for w in deployment.workers)
-            raise InputError("--command", f"{args.command!r} is not a part of {deployment.id} ({names})")
-        unread = []
-        for worker in workers:
-            try:
-                text = read_log(lambda *a: fleet.call(*a, timeout=60), worker.host, worker.worker_id)
-            except (ProtocolError, RemoteError) as exc:  # this part's agent is gone or talks nonsense: say so
-                why = exc.message if isinstance(exc, ProtocolError) else str(exc)
-                unread.append(printable(f"meshdeck: {worker.command} on {worker.host}: cannot read its log: {why}"))
-                continue
-            print(printable(f"==> {worker.command} on {worker.host} ({worker.state}) <=="))
-            print(printable_lines("\n".join(text.splitlines()[-max(1, args.lines) :])))
+    with _registry(args) as (fleet, db, deploy):
+        found = _gather(args, fleet, db, deploy)
+        deployment = deploy.find(args.deployment)
+        try:
+            parts = deploy.logs(deployment.id, args.command, lines=max(1, args.lines))
+        except InputError as exc:
+            raise InputError("--command", exc.problem) from None
+    unread = []
+    for part in parts:
+        worker = part.worker
+        if part.error:  # this part's agent is gone or talks nonsense: say so
+            unread.append(printable(f"meshdeck: {worker.command} on {worker.host}: cannot read its log: {part.error}"))
+            continue
+        print(printable(f"==> {worker.command} on {worker.host} ({worker.state}) <=="))
+        print(part.text)
     for line in unread:
         print(line, file=sys.stderr)
     if unread:

@@ -1,8 +1,14 @@
-"""Launch, watch and stop deployments through the agents (no Qt; the GUI calls it from a worker thread).
+"""The deployment registry: every deployment this process knows, launched here or found on the agents, with
+its plan's numbers — and the one way to launch, list, stop and read the logs of them (no Qt; the console
+calls it from jobs, `meshdeck launch` and `meshdeck deployments` from the command line).
 
-    deploy = DeployService(fleet, recorder=store_recorder)
+    deploy = DeployService(fleet, recorder=StoreRecorder(db))
+    unsubscribe = deploy.subscribe(bridge.post)             # DeploymentChanged / DeploymentLogLines events
     snapshot = deploy.launch(plan, progress=on_progress, cancel=cancel_event)   # blocks until up
-    deploy.stop(snapshot.id)                                                    # reverse order
+    survey = deploy.survey(["gpu-a", "gpu-b"])              # adopts what the agents run
+    outcome = deploy.stop(snapshot.id)                      # every part, in reverse start order
+    parts = deploy.logs(snapshot.id, lines=50)              # each part's last lines, escaped
+    unwatch = deploy.watch_log(snapshot.id, "vllm-node0")   # its new lines as events while watched
 
 Launch order: stage by stage (the head first); every command of a stage must pass one of its ready
 checks (port open / log line / running) before the next stage starts, then the plan's serving check
@@ -15,6 +21,23 @@ a multi-node deployment restarts as a whole (every part stopped in reverse, then
 to `whole_restarts` times — NCCL groups cannot take a single rank back; a torch job that crashes is
 reported failed and its other ranks are stopped. `log` events of kind vllm_startup are the measured
 side of planned vs measured.
+
+Adopting: a worker meshdeck started is named after its deployment, so a `worker` event or a `survey`
+(`workers.list` of each host, asked at once) of a part this registry does not know adopts its deployment,
+as the agent re-adopts its workers: it is watched (its state follows its parts') and can be stopped; its
+name, engine, serving URL and the planner's numbers come from its stored record when there is one. The
+restart policy stays with whoever launched it (re-launching needs the plan's unmasked env, which is never
+stored). `survey_on_connect` surveys each host again when it (re)connects (the console).
+
+Stopping, for any deployment: each part in reverse start order; a part that cannot be stopped is named,
+the others are still stopped, and the deployment stays open (not "stopped", Stop still offered). When every
+part stopped, its stored record is closed — unless a host its plan names (every host, when its plan is not
+known) could not be asked in the last survey: parts may still run there.
+
+Events: each change of a deployment is published to the subscribers as DeploymentChanged(snapshot), under
+the registry's lock, so in order; a subscriber must be quick and must not call back in (the console's
+bridge only queues). New text of a watched log is published as DeploymentLogLines from the registry's one
+background thread (deploy_watch.py), which runs only while something is watched or a survey is pending.
 """
 
 from __future__ import annotations
@@ -22,16 +45,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from meshdeck_agent.protocol import BAD_REQUEST, ProtocolError, WorkerRecord
+from meshdeck_agent.protocol import ProtocolError, WorkerRecord
 
+from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
-from meshdeck.launch.plan import LaunchPlan, NodeCommand
-from meshdeck.remote.events import AgentEvent
+from meshdeck.launch.plan import LaunchPlan
+from meshdeck.remote.events import AgentEvent, HostStateChanged
 from meshdeck.remote.peer_log import PeerLog
+from meshdeck.services.deploy_events import DeploymentChanged, DeploymentEvent
+from meshdeck.services.deploy_found import LIST_TIMEOUT_S, DeploymentSurvey, ask_hosts
+from meshdeck.services.deploy_launch import STOP_GRACE_S, LaunchSteps
 from meshdeck.services.deploy_model import (
     FINAL_STATES,
     DeploymentRecorder,
@@ -39,52 +66,31 @@ from meshdeck.services.deploy_model import (
     Fleet,
     LaunchFailed,
     LaunchProgress,
+    PartLog,
+    PartStopped,
+    RecordedDeployment,
+    StopOutcome,
     WorkerSnapshot,
-    describe_exit,
+    find,
+    found_worker,
     new_deployment_id,
     shown_reason,
-    worker_id,
-    worker_name,
+    summarize,
 )
-from meshdeck.services.deploy_waits import LogFollower, ReadyProbe
+from meshdeck.services.deploy_state import TrackedDeployment
+from meshdeck.services.deploy_waits import LogFollower, ReadyProbe, read_tail
+from meshdeck.services.deploy_watch import CALL_TIMEOUT_S, BackgroundAsks, LogWatch
+from meshdeck.services.subscribers import Subscribers
+
+__all__ = ["STOPPED_REASON", "STOP_GRACE_S", "DeployService", "LaunchFailed"]  # what callers import from here
 
 log = logging.getLogger(__name__)
 POLL_S = 0.3
-STOP_GRACE_S = 10.0
+STOPPED_REASON = "stopped by request"
+LOG_LINES = 400  # a watched log's first read
 
 
-@dataclass
-class _Deployment:
-    plan: LaunchPlan
-    id: str
-    state: str = "starting"
-    reason: str = ""
-    started_at: float = field(default_factory=time.time)
-    whole_restarts_left: int = 0
-    whole_restarts: int = 0
-    workers: dict[str, WorkerSnapshot] = field(default_factory=dict)  # worker id -> latest
-    running_since: dict[str, float] = field(default_factory=dict)
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
-    agent_restarts: dict[str, int] = field(default_factory=dict)  # worker id -> restarts its agent will make
-    stopping: bool = False
-
-    def snapshot(self) -> DeploymentSnapshot:
-        order = {worker_id(self.id, c.name): i for i, c in enumerate(self.plan.commands)}
-        return DeploymentSnapshot(
-            id=self.id,
-            name=self.plan.name,
-            engine=self.plan.engine,
-            state=self.state,
-            reason=self.reason,
-            workers=tuple(sorted(self.workers.values(), key=lambda w: order.get(w.worker_id, 0))),
-            started_at=self.started_at,
-            serving_url=self.plan.serving_url,
-            whole_restarts=self.whole_restarts,
-            measured={k: dict(v) for k, v in self.measured.items()},
-        )
-
-
-class DeployService:
+class DeployService(LaunchSteps):
     def __init__(
         self,
         fleet: Fleet,
@@ -92,18 +98,43 @@ class DeployService:
         recorder: DeploymentRecorder | None = None,
         poll_s: float = POLL_S,
         call_timeout_s: float = 60.0,
+        survey_on_connect: bool = False,
+        log_poll_s: float | None = None,
     ) -> None:
         self._fleet = fleet
         self._recorder = recorder
         self._poll_s = poll_s
         self._timeout = call_timeout_s
+        self._survey_on_connect = survey_on_connect
         self._lock = threading.RLock()
-        self._deployments: dict[str, _Deployment] = {}
+        self._deployments: dict[str, TrackedDeployment] = {}
         self._by_worker: dict[tuple[str, str], str] = {}  # (host, worker id) -> deployment id
+        self._unanswered: dict[str, str] = {}  # host -> why the last survey could not ask it
+        self._subscribers = Subscribers[DeploymentEvent]("deployment")
         self._logs = LogFollower(self._call)
         self._probe = ReadyProbe(self._call, self._logs)
         self._noise: dict[str, PeerLog] = {}  # host -> its malformed worker events, rate-limited
+        background: dict[str, Any] = {} if log_poll_s is None else {"interval_s": log_poll_s}
+        self._background = BackgroundAsks(
+            survey=lambda hosts: self.survey(hosts, CALL_TIMEOUT_S),
+            call=lambda host, method, params, timeout: self._fleet.call(host, method, params, timeout=timeout),
+            publish=self._publish,
+            **background,
+        )
         self._unsubscribe = fleet.subscribe(self._on_event)
+
+    # -- subscribers -------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[DeploymentEvent], None]) -> Callable[[], None]:
+        """Call `callback(event)` for every DeploymentChanged / DeploymentLogLines from now on; returns unsubscribe."""
+        return self._subscribers.add(callback)
+
+    def _publish(self, event: DeploymentEvent) -> None:
+        self._subscribers.publish(event)
+
+    def _changed(self, deployment: TrackedDeployment) -> None:
+        """Under the lock: tell the subscribers, in the order the changes were made."""
+        self._publish(DeploymentChanged(deployment.snapshot()))
 
     # -- queries -----------------------------------------------------------------------------------
 
@@ -112,15 +143,69 @@ class DeployService:
             return self._deployments[deployment_id].snapshot()
 
     def list(self) -> list[DeploymentSnapshot]:
+        """Every deployment known, launched here or adopted, oldest first."""
         with self._lock:
-            return [d.snapshot() for d in self._deployments.values()]
+            snapshots = [d.snapshot() for d in self._deployments.values()]
+        return sorted(snapshots, key=lambda s: s.started_at)
 
-    def logs(self, deployment_id: str, command: str, lines: int = 50) -> str:
-        return self._logs.tail(worker_id(deployment_id, command), lines)
+    def find(self, key: str) -> DeploymentSnapshot:
+        """By id, or by profile name (its one active deployment, else its latest); InputError if none."""
+        return find(self.list(), key)
 
     def close(self) -> None:
         """Stop watching (the deployments keep running on the agents)."""
         self._unsubscribe()
+        self._background.close()
+
+    # -- found on the agents -----------------------------------------------------------------------
+
+    def survey(
+        self, hosts: Iterable[str], timeout_s: float = LIST_TIMEOUT_S, *, unreachable: Mapping[str, str] | None = None
+    ) -> DeploymentSurvey:
+        """Ask every host at once which meshdeck workers it runs and adopt the deployments not known yet
+        (their parts' states are brought up to date). Returns every deployment known, and each host that
+        could not be asked with why. `unreachable`: hosts known not to answer (host -> why), not asked,
+        counted as unanswered."""
+        listings, unanswered = ask_hosts(self._fleet, hosts, timeout_s)
+        unanswered = {**(unreachable or {}), **unanswered}
+        for host, records in listings.items():
+            for record in records:
+                self._found(host, record)
+        with self._lock:
+            for host in listings:
+                self._unanswered.pop(host, None)
+            self._unanswered.update(unanswered)
+        return DeploymentSurvey(self.list(), unanswered)
+
+    def survey_soon(self, hosts: Iterable[str]) -> None:
+        """`survey` on the registry's background thread (the console: the hosts connected at start)."""
+        self._background.survey_soon(hosts)
+
+    def _found(self, host: str, record: WorkerRecord) -> None:
+        """A worker as its agent reports it: update the part, or adopt the deployment it belongs to."""
+        with self._lock:
+            known = (host, record.id) in self._by_worker
+        if known:
+            self._update_worker(host, record)
+            return
+        found = found_worker(host, record)
+        if found is None:
+            return  # not started by meshdeck
+        deployment_id, worker = found
+        with self._lock:
+            tracked = deployment_id in self._deployments
+        recorded = None if tracked else self._recorded(deployment_id)  # a store read: outside the lock
+        with self._lock:
+            deployment = self._deployments.get(deployment_id)
+            if deployment is None:
+                deployment = TrackedDeployment.adopted(deployment_id, recorded, record.started_at)
+                self._deployments[deployment_id] = deployment
+                log.info("%s: found on %s, adopted", deployment_id, host)
+            elif not deployment.adopted_from_agents or (host, record.id) in self._by_worker:
+                return  # a part a launch here does not know, or one that arrived meanwhile
+            self._by_worker[(host, record.id)] = deployment_id
+            deployment.add_found(worker, record.started_at)
+            self._changed(deployment)
 
     # -- launch ------------------------------------------------------------------------------------
 
@@ -134,170 +219,144 @@ class DeployService:
         cancel: threading.Event | None = None,
     ) -> DeploymentSnapshot:
         """Start every stage in order and wait until the deployment is up; raises LaunchFailed otherwise."""
-        deployment = _Deployment(plan=plan, id=deployment_id or new_deployment_id(plan.name))
+        deployment_id = deployment_id or new_deployment_id(plan.name)
+        deployment = TrackedDeployment.launched(plan, deployment_id, recorded=self._recorder is not None)
         if whole_restarts is None:
             whole_restarts = 2 if plan.restart_as_whole and plan.engine == "vllm" else 0
         deployment.whole_restarts_left = whole_restarts
         with self._lock:
             self._deployments[deployment.id] = deployment
-            for command in plan.commands:
-                wid = worker_id(deployment.id, command.name)
-                self._by_worker[(command.host, wid)] = deployment.id
-                deployment.workers[wid] = WorkerSnapshot(command.name, command.host, wid, command.stage, "pending")
-                self._logs.follow(command.host, wid)
+            for command, worker in zip(plan.commands, deployment.workers.values(), strict=True):
+                self._by_worker[(command.host, worker.worker_id)] = deployment.id
+                self._logs.follow(command.host, worker.worker_id)
+            self._changed(deployment)
         self._record("deployment_started", deployment.snapshot(), plan)
         self._bring_up(deployment, progress or (lambda _: None), cancel or threading.Event())
         return deployment.snapshot()
 
-    def _bring_up(
-        self, deployment: _Deployment, progress: Callable[[LaunchProgress], None], cancel: threading.Event
-    ) -> None:
-        plan = deployment.plan
-        started: list[NodeCommand] = []
-        total = len(plan.commands)
-
-        def say(message: str) -> None:
-            progress(LaunchProgress(deployment.id, message, len(started), total))
-
-        try:
-            for stage in plan.stages:
-                for command in stage:
-                    say(f"starting {command.name} on {command.host}")
-                    try:
-                        self._start(deployment, command)
-                    except _Abort as abort:
-                        if abort.maybe_started:
-                            started.append(command)
-                        raise
-                    started.append(command)
-                for command in stage:
-                    if command.ready:
-                        say(f"waiting for {command.name}: {' or '.join(c.describe() for c in command.ready)}")
-                        self._wait(deployment, command.ready, [command], cancel)
-                    say(f"{command.name} on {command.host} is ready")
-            if plan.serving_ready:
-                target = [c for c in plan.commands if c.name == plan.serving_command] or list(plan.commands)
-                say(f"waiting for the deployment: {' or '.join(c.describe() for c in plan.serving_ready)}")
-                self._wait(deployment, plan.serving_ready, target, cancel)
-        except _Abort as abort:
-            self._abort(deployment, started, abort.state, abort.reason)
-            raise LaunchFailed(deployment.snapshot()) from None
-        with self._lock:
-            if deployment.state == "starting":
-                deployment.state, deployment.reason = "running", ""
-        say("up" + (f": {plan.serving_url}" if plan.serving_url else ""))
-        self._record_event(deployment, "running", f"{plan.name} is up", {})
-
-    def _start(self, deployment: _Deployment, command: NodeCommand) -> None:
-        wid = worker_id(deployment.id, command.name)
-        policy = "on-failure" if deployment.plan.engine == "vllm" and not deployment.plan.restart_as_whole else "never"
-        with self._lock:
-            deployment.agent_restarts[wid] = 3 if policy == "on-failure" else 0
-        spec = {
-            "id": wid,
-            "name": worker_name(deployment.id, command.stage, command.name),
-            "argv": list(command.argv),
-            "env": dict(command.env),
-            "gpus": list(command.gpus),
-            "restart": {"policy": policy, "max": 3 if policy == "on-failure" else 0, "backoff_s": 5.0},
-            "metrics_url": command.metrics_url,
-        }
-        try:
-            reply = self._call(command.host, "workers.start", {"spec": spec})
-        except Exception as exc:
-            raise _Abort("failed", f"{command.name} on {command.host} did not start: {printable(str(exc))}") from None
-        try:
-            record = WorkerRecord.from_wire(reply, "workers.start")
-            if record.id != wid:
-                raise ProtocolError(BAD_REQUEST, f"workers.start.id: answered for worker {record.id!r}, not {wid!r}")
-        except ProtocolError as exc:  # the agent may have started it: stopped with the rest
-            raise _Abort("failed", f"{command.name} on {command.host}: {_malformed(exc)}", maybe_started=True) from None
-        self._update_worker(command.host, record)
-
-    def _wait(
-        self, deployment: _Deployment, checks: tuple, commands: list[NodeCommand], cancel: threading.Event
-    ) -> None:
-        """Until one of `checks` passes for `commands[0]` (log checks count over all `commands`)."""
-        plan = deployment.plan
-        deadline = time.monotonic() + max(check.timeout_s for check in checks)
-        ids = [worker_id(deployment.id, c.name) for c in commands]
-        host = commands[0].host
-        address = plan.head_address if host == plan.head_host else "127.0.0.1"
-        while True:
-            if cancel.is_set():
-                raise _Abort("cancelled", "the launch was cancelled")
-            with self._lock:
-                if deployment.state in ("stopping", "stopped"):
-                    raise _Abort("stopped", "stopped by request while starting")
-                ended = [w for w in deployment.workers.values() if w.state in ("failed", "exited", "stopped")]
-                since = [deployment.running_since.get(wid) for wid in ids]
-            finished = {w.worker_id for w in ended if w.state == "exited" and w.exit_code == 0}
-            if finished >= set(ids):
-                return  # a job that already finished cleanly: no ready check can pass any more, none needs to
-            crashed = [w for w in ended if w.worker_id not in finished]
-            if crashed:
-                worker = crashed[0]
-                reason = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)
-                tail = printable_lines(self._logs.tail(worker.worker_id))
-                raise _Abort("failed", f"{worker.command} on {worker.host} {reason} while starting\n{tail}".rstrip())
-            running_since = max(since) if since and all(s is not None for s in since) else None  # type: ignore[type-var]
-            for check in checks:
-                try:
-                    ok = self._probe.passed(
-                        check, host=host, address=address, worker_ids=ids, running_since=running_since
-                    )
-                except ProtocolError as exc:  # a malformed answer is: the same agent answers the same way again
-                    raise _Abort("failed", f"{commands[0].name} on {host}: {_malformed(exc)}") from None
-                except Exception as exc:  # an agent hiccup is not a verdict; ask again until the deadline
-                    log.debug("ready check %s on %s: %s", check.describe(), host, exc)
-                    ok = False
-                if ok:
-                    return
-            if time.monotonic() > deadline:
-                waited = max(c.timeout_s for c in checks)
-                raise _Abort("failed", f"not ready after {waited:g} s: {' or '.join(c.describe() for c in checks)}")
-            cancel.wait(self._poll_s)
-
-    def _abort(self, deployment: _Deployment, started: list[NodeCommand], state: str, reason: str) -> None:
-        with self._lock:
-            deployment.stopping = True
-            deployment.state, deployment.reason = state, reason
-        self._stop_commands(deployment, list(reversed(started)), grace_s=5.0)
-        with self._lock:
-            deployment.state, deployment.reason = state, reason
-        self._record_event(deployment, state, reason, {})
-        self._record("deployment_finished", deployment.snapshot())
-
     # -- stop --------------------------------------------------------------------------------------
 
-    def stop(self, deployment_id: str, grace_s: float = STOP_GRACE_S) -> DeploymentSnapshot:
-        """Stop every part in reverse start order (workers first, the head last). Also ends a launch in progress."""
+    def stop(
+        self,
+        deployment_id: str,
+        grace_s: float = STOP_GRACE_S,
+        *,
+        on_part: Callable[[PartStopped], None] | None = None,
+    ) -> StopOutcome:
+        """Stop every part in reverse start order (workers first, the head last), whoever launched it; also
+        ends a launch in progress. `on_part` hears each part as it is done. See the module doc for the record."""
         with self._lock:
             deployment = self._deployments[deployment_id]
             deployment.stopping = True
-            deployment.state, deployment.reason = "stopping", "stopped by request"
-        self._stop_commands(deployment, list(reversed(deployment.plan.commands)), grace_s)
+            deployment.state, deployment.reason = "stopping", STOPPED_REASON
+            self._changed(deployment)
+            parts = list(reversed(deployment.start_order()))
+        results = self._stop_parts(deployment, parts, grace_s, on_part)
+        failures = [part for part in results if part.error]
         with self._lock:
-            deployment.state = "stopped"
-        self._record_event(deployment, "stopped", "stopped by request", {})
-        self._record("deployment_finished", deployment.snapshot())
-        return deployment.snapshot()
+            if failures:
+                named = "; ".join(f"{p.worker.command} on {p.worker.host} ({p.error})" for p in failures)
+                deployment.state, deployment.reason = "degraded", f"not stopped: {named}"
+            elif any(part.state == "stopped" for part in results) or not results:
+                deployment.state, deployment.reason = "stopped", STOPPED_REASON
+            else:
+                deployment.state = summarize(deployment.workers.values())
+                deployment.reason = "every part had ended before the stop"
+            self._changed(deployment)
+            unsure = tuple(h for h in (deployment.plan_hosts or self._unanswered) if h in self._unanswered)
+        closed = False
+        if not failures and not unsure:
+            closed = self._close_record(deployment)
+        return StopOutcome(deployment.snapshot(), tuple(results), closed, unsure)
 
-    def _stop_commands(self, deployment: _Deployment, commands: list[NodeCommand], grace_s: float) -> None:
-        for command in commands:
-            wid = worker_id(deployment.id, command.name)
+    def _stop_parts(
+        self,
+        deployment: TrackedDeployment,
+        parts: list[WorkerSnapshot],
+        grace_s: float,
+        on_part: Callable[[PartStopped], None] | None = None,
+    ) -> list[PartStopped]:
+        """Ask each part's agent to stop it, in the order given; one that cannot be reached is named (and
+        recorded as stop_failed), and the others are still stopped."""
+        results = []
+        for worker in parts:
+            params = {"id": worker.worker_id, "grace_s": grace_s}
             try:
-                reply = self._call(command.host, "workers.stop", {"id": wid, "grace_s": grace_s})
-                self._update_worker(command.host, WorkerRecord.from_wire(reply, "workers.stop"))
-            except Exception as exc:  # an unreachable node, a malformed answer: say so, keep stopping the others
-                why = printable(exc.message if isinstance(exc, ProtocolError) else str(exc))
-                log.warning("stopping %s on %s: %s", wid, command.host, why)
-                self._record_event(deployment, "stop_failed", f"{command.name} on {command.host}: {why}", {})
+                reply = self._fleet.call(worker.host, "workers.stop", params, timeout=self._timeout + grace_s)
+                record = WorkerRecord.from_wire(reply, "workers.stop")
+                self._update_worker(worker.host, record)
+                part = PartStopped(worker, record.state)
+            except ProtocolError as exc:  # it may well be stopped, but its agent does not say so
+                part = PartStopped(worker, None, f"malformed answer to workers.stop: {printable(exc.message, 300)}")
+            except Exception as exc:  # an unreachable node: say so, keep stopping the others
+                part = PartStopped(worker, None, printable(f"{type(exc).__name__}: {exc}", 300))
+            if part.error:
+                log.warning("stopping %s on %s: %s", worker.worker_id, worker.host, part.error)
+                self._record_event(deployment, "stop_failed", f"{worker.command} on {worker.host}: {part.error}", {})
+            results.append(part)
+            if on_part is not None:
+                on_part(part)
+        return results
+
+    def _close_record(self, deployment: TrackedDeployment) -> bool:
+        """Close the stored record of a deployment whose parts were all stopped (or had ended); False when
+        there is none open (launched without a store, by another machine's meshdeck, or closed already)."""
+        recorded = self._recorded(deployment.id)
+        if recorded is None or not recorded.open:
+            return False
+        with self._lock:
+            state, reason = deployment.state, deployment.reason
+        data = {"found_on_agents": True} if deployment.adopted_from_agents else {}
+        return self._record("deployment_event", deployment.id, state, reason, data, state, reason) and self._record(
+            "deployment_finished", deployment.snapshot()
+        )
+
+    # -- logs --------------------------------------------------------------------------------------
+
+    def logs(self, deployment_id: str, command: str | None = None, lines: int = 50) -> list[PartLog]:
+        """The last `lines` lines of each part's log (or of the part `command`), escaped with newlines and
+        tabs kept; a part whose log cannot be read says why and never hides the others."""
+        snapshot = self.get(deployment_id)
+        workers = [w for w in snapshot.workers if command is None or w.command == command]
+        if not workers:
+            names = ", ".join(w.command for w in snapshot.workers)
+            raise InputError("command", f"{command!r} is not a part of {snapshot.id} ({names})")
+        parts = []
+        for worker in workers:
+            try:
+                parts.append(PartLog(worker, printable_lines(self._tail(worker.host, worker.worker_id, lines))))
+            except Exception as exc:  # this part's agent is gone or talks nonsense: say so
+                why = exc.message if isinstance(exc, ProtocolError) else str(exc) or type(exc).__name__
+                parts.append(PartLog(worker, "", printable(why, 300)))
+        return parts
+
+    def watch_log(
+        self, deployment_id: str, command: str, lines: int = LOG_LINES, *, follow: bool = True
+    ) -> Callable[[], None]:
+        """Publish the last `lines` lines of a part's log as a DeploymentLogLines (reset), then (follow) its
+        new text as it comes, until the returned function is called. Reads happen on the background thread."""
+        snapshot = self.get(deployment_id)
+        worker = next((w for w in snapshot.workers if w.command == command), None)
+        if worker is None:
+            raise InputError("command", f"{command!r} is not a part of {snapshot.id}")
+        watch = LogWatch(snapshot.id, command, worker.host, worker.worker_id, lines, follow=follow)
+        return self._background.watch(watch)
+
+    def watched_logs(self) -> list[tuple[str, str]]:
+        """(deployment, command) of every log watched now: none, no log is read."""
+        return self._background.watched()
+
+    def _tail(self, host: str, worker_id: str, lines: int) -> str:
+        return read_tail(self._call, host, worker_id, lines).text
 
     # -- events ------------------------------------------------------------------------------------
 
     def _on_event(self, event: Any) -> None:
         """Fleet dispatcher thread: update state quickly; slow reactions get their own thread."""
+        if isinstance(event, HostStateChanged):
+            if self._survey_on_connect and event.state == "connected":
+                self._background.survey_soon([event.host])  # what runs there now (events were missed meanwhile)
+            return
         if not isinstance(event, AgentEvent):
             return
         if event.event == "worker":
@@ -306,7 +365,7 @@ class DeployService:
             except ProtocolError as exc:
                 self._peer_log(event.host).report("malformed worker event ignored", exc.message)
                 return
-            self._update_worker(event.host, record)
+            self._found(event.host, record)
         elif event.event == "log" and event.data.get("kind") == "vllm_startup":
             if not isinstance(event.data.get("fields"), dict):
                 self._peer_log(event.host).report("malformed vllm_startup log event ignored", "fields: not an object")
@@ -319,7 +378,9 @@ class DeployService:
                 measured = deployment.measured.setdefault(key[1], {})
                 measured.update(event.data["fields"])
                 snapshot = dict(measured)
-            self._record("startup_measured", deployment.id, key[1], snapshot)
+                self._changed(deployment)
+            if deployment.recorded:
+                self._record("startup_measured", deployment.id, key[1], snapshot)
 
     def _update_worker(self, host: str, record: WorkerRecord) -> None:
         wid = record.id
@@ -337,6 +398,10 @@ class DeployService:
                 reason=shown_reason(record),
             )
             deployment.workers[wid] = new
+            if deployment.adopted_from_agents:
+                deployment.follow_parts()
+                self._changed(deployment)
+                return
             if new.state == "running" and old.state != "running":
                 deployment.running_since[wid] = time.monotonic()
                 if new.restarts > old.restarts:
@@ -344,77 +409,14 @@ class DeployService:
             elif new.state != "running":
                 deployment.running_since.pop(wid, None)
             if old.state == new.state or deployment.stopping or deployment.state in FINAL_STATES:
+                self._changed(deployment)
                 return
             reaction = self._react(deployment, new)
+            self._changed(deployment)
         if reaction is not None:
             threading.Thread(target=reaction, name=f"deploy-{deployment.id}", daemon=True).start()
 
-    def _react(self, deployment: _Deployment, worker: WorkerSnapshot) -> Callable[[], None] | None:
-        """Under the lock: the deployment's new state after a worker changed, and what to do about it."""
-        states = [w.state for w in deployment.workers.values()]
-        if worker.state == "exited" and worker.exit_code == 0:
-            if all(s == "exited" for s in states):
-                deployment.state, deployment.reason = "completed", "every part exited 0"
-                return lambda: self._finished(deployment, "completed", deployment.reason)
-            return None
-        if worker.state in ("failed", "exited", "restarting"):
-            how = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)
-            message = f"{worker.command} on {worker.host} {how}"
-            if deployment.state == "starting":
-                return None  # the launch loop sees it and fails the launch with the log tail
-            deployment.state, deployment.reason = "degraded", message
-            if worker.state == "restarting":
-                return lambda: self._record_event(deployment, "worker_restarting", message, worker.as_dict())
-            if worker.state == "failed" and worker.restarts < deployment.agent_restarts.get(worker.worker_id, 0):
-                # its agent restarts it (`on-failure`); the `restarting` and `running` events follow
-                return lambda: self._record_event(deployment, "worker_failed", message, worker.as_dict())
-            if deployment.plan.restart_as_whole and deployment.whole_restarts_left > 0:
-                deployment.whole_restarts_left -= 1
-                return lambda: self._restart_whole(deployment, message)
-            deployment.stopping = True  # the others are stopped next; then it is "failed"
-            return lambda: self._fail(deployment, message, worker)
-        if worker.state == "stopped":  # stopped from elsewhere (another meshdeck, `deployments stop`)
-            if all(s in ("stopped", "exited", "failed") for s in states):
-                deployment.state, deployment.reason = "stopped", "stopped outside this app"
-                return lambda: self._finished(deployment, "stopped", deployment.reason)
-            deployment.state, deployment.reason = "degraded", f"{worker.command} on {worker.host} was stopped"
-            return lambda: self._record_event(deployment, "worker_stopped", deployment.reason, worker.as_dict())
-        if worker.state == "running" and deployment.state == "degraded" and all(s == "running" for s in states):
-            deployment.state, deployment.reason = "running", ""
-            return lambda: self._record_event(deployment, "recovered", f"{worker.command} is running again", {})
-        return None
-
-    def _fail(self, deployment: _Deployment, message: str, worker: WorkerSnapshot) -> None:
-        self._record_event(deployment, "worker_failed", message, worker.as_dict())
-        others = [c for c in reversed(deployment.plan.commands) if worker_id(deployment.id, c.name) != worker.worker_id]
-        self._stop_commands(deployment, others, grace_s=5.0)  # ranks whose peer died would hang in a collective
-        with self._lock:
-            deployment.state, deployment.reason = "failed", message
-        self._record("deployment_finished", deployment.snapshot())
-
-    def _finished(self, deployment: _Deployment, state: str, reason: str) -> None:
-        self._record_event(deployment, state, reason, {})
-        self._record("deployment_finished", deployment.snapshot())
-
-    def _restart_whole(self, deployment: _Deployment, message: str) -> None:
-        self._record_event(deployment, "worker_failed", message, {})
-        with self._lock:
-            deployment.stopping = True
-            deployment.state, deployment.reason = "restarting", f"restarting as a whole: {message}"
-            deployment.whole_restarts += 1
-        self._record_event(deployment, "restarting", deployment.reason, {"restart": deployment.whole_restarts})
-        self._stop_commands(deployment, list(reversed(deployment.plan.commands)), grace_s=STOP_GRACE_S)
-        with self._lock:
-            deployment.stopping = False
-            deployment.state = "starting"
-            for wid, worker in deployment.workers.items():
-                deployment.workers[wid] = replace(worker, state="pending", exit_code=None, signal=None, reason="")
-                deployment.running_since.pop(wid, None)
-                self._logs.reset(wid)
-        try:
-            self._bring_up(deployment, lambda _: None, threading.Event())
-        except LaunchFailed:
-            log.warning("%s: restart as a whole failed: %s", deployment.id, deployment.reason)
+    # -- plumbing ----------------------------------------------------------------------------------
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -427,33 +429,31 @@ class DeployService:
     def _call(self, host: str, method: str, params: dict[str, Any] | None = None) -> Any:
         return self._fleet.call(host, method, params or {}, timeout=self._timeout)
 
-    def _record_event(self, deployment: _Deployment, kind: str, message: str, data: Mapping[str, Any]) -> None:
+    def _recorded(self, deployment_id: str) -> RecordedDeployment | None:
+        """What the store kept of it (None: no recorder, never recorded, or the store could not be read)."""
+        if self._recorder is None:
+            return None
+        try:
+            return self._recorder.recorded(deployment_id)
+        except Exception:
+            log.exception("reading the record of %s failed", deployment_id)
+            return None
+
+    def _record_event(self, deployment: TrackedDeployment, kind: str, message: str, data: Mapping[str, Any]) -> None:
         log.info("%s: %s: %s", deployment.id, kind, message.splitlines()[0] if message else "")
+        if not deployment.recorded:
+            return
         with self._lock:
             state, reason = deployment.state, deployment.reason
         self._record("deployment_event", deployment.id, kind, message, data, state, reason)
 
-    def _record(self, method: str, *args: Any) -> None:
+    def _record(self, method: str, *args: Any) -> bool:
         """Tell the recorder; a recording failure is logged, never allowed to break a launch or a stop."""
         if self._recorder is None:
-            return
+            return False
         try:
             getattr(self._recorder, method)(*args)
         except Exception:
             log.exception("recording %s failed", method)
-
-
-def _malformed(error: ProtocolError) -> str:
-    """'malformed answer: <method>.<field>: <problem>', escaped and cut (the agent's text is in it)."""
-    return f"malformed answer: {printable(error.message, 300)}"
-
-
-class _Abort(Exception):
-    """The launch cannot go on; `maybe_started`: the part being started may run although its start
-    failed (its agent's answer was unusable), so it is stopped with the others."""
-
-    def __init__(self, state: str, reason: str, *, maybe_started: bool = False) -> None:
-        super().__init__(reason)
-        self.state = state
-        self.reason = reason
-        self.maybe_started = maybe_started
+            return False
+        return True

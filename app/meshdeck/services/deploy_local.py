@@ -214,7 +214,7 @@ def run_builtin_workload(
             time.sleep(0.2)
             snapshot = deploy.get(snapshot.id)
         if not snapshot.final:
-            snapshot = deploy.stop(snapshot.id, grace_s=5)
+            snapshot = deploy.stop(snapshot.id, grace_s=5).snapshot
         logs = {
             c.name: read_log(lambda *a: fleet.call(*a, timeout=60), c.host, worker_id(snapshot.id, c.name))
             for c in prepared.plan.commands

@@ -1,9 +1,12 @@
-"""What a deployment is while it runs: its state, its workers, and how they are named on the agents.
+"""What a deployment is while it runs: its state, its workers, its plan's numbers, and how its parts are
+named on the agents.
 
 Every worker meshdeck starts is named `meshdeck:<deployment>:<stage>:<command>` with the id
 `<deployment>.<command>`, so the agents alone say which deployments exist and in which order their
 parts started — `meshdeck deployments list|stop|logs` works from any machine, after the app that
-launched them is gone.
+launched them is gone. What the agents cannot say (the planner's prediction, where the plan placed
+each part) is in the store's deployment record (`RecordedDeployment`), read back for a deployment
+found on the agents.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,6 +82,40 @@ class WorkerSnapshot:
 
 
 @dataclass(frozen=True)
+class PlannedNumbers:
+    """The planner's prediction a deployment was launched with: `startup` under the names vLLM's startup
+    lines use (weights_gib, available_kv_gib, kv_cache_tokens, max_concurrency, max_concurrency_tokens),
+    so planned and measured compare key by key, and the GPU memory it expects in use on each GPU it placed
+    a part on (the dashboard's planned line)."""
+
+    startup: Mapping[str, float]
+    gpu_memory_bytes: float | None = None
+    gpus: tuple[tuple[str, int], ...] = ()  # (host, GPU index) of every part
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "startup": dict(self.startup),
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "gpus": [{"host": host, "gpu": gpu} for host, gpu in self.gpus],
+        }
+
+
+@dataclass(frozen=True)
+class RecordedDeployment:
+    """What the store kept of a launch (by this console, the CLI, an earlier session): read back for a
+    deployment found on the agents, and to know whether its record is still open."""
+
+    name: str
+    engine: str
+    started_at: float
+    open: bool  # not finished yet: a stop closes it
+    hosts: tuple[str, ...] = ()  # the hosts its plan placed parts on (empty: not known)
+    serving_url: str | None = None
+    planned: PlannedNumbers | None = None
+    measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DeploymentSnapshot:
     id: str
     name: str
@@ -90,6 +127,8 @@ class DeploymentSnapshot:
     serving_url: str | None = None
     whole_restarts: int = 0
     measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # worker -> vLLM startup numbers
+    planned: PlannedNumbers | None = None  # the planner's prediction it was launched with, when known
+    adopted: bool = False  # found on the agents (launched elsewhere): watched and stoppable, not restarted
 
     @property
     def final(self) -> bool:
@@ -105,9 +144,56 @@ class DeploymentSnapshot:
             "started_at": self.started_at,
             "serving_url": self.serving_url,
             "whole_restarts": self.whole_restarts,
+            "adopted": self.adopted,
             "workers": [w.as_dict() for w in self.workers],
             "measured": {k: dict(v) for k, v in self.measured.items()},
+            "planned": self.planned.as_dict() if self.planned is not None else None,
         }
+
+
+@dataclass(frozen=True)
+class PartStopped:
+    """One part of a stop: what its agent answered (stopped, or exited / failed when it had ended), or why
+    it could not be asked (`error`; `state` None)."""
+
+    worker: WorkerSnapshot
+    state: str | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """A stop, part by part (last stage first), and what became of the stored record."""
+
+    snapshot: DeploymentSnapshot  # after the stop
+    parts: tuple[PartStopped, ...]
+    record_closed: bool  # closed now (False: none stored, already closed, a part not stopped, or `unsure_hosts`)
+    unsure_hosts: tuple[str, ...] = ()  # hosts it may have parts on that could not be asked: its record stays open
+
+    @property
+    def failures(self) -> list[PartStopped]:
+        return [part for part in self.parts if part.error]
+
+
+@dataclass(frozen=True)
+class PartLog:
+    """The last lines of one part's log (escaped, newlines kept), or why it could not be read."""
+
+    worker: WorkerSnapshot
+    text: str
+    error: str = ""
+
+
+def planned_gpu_memory(snapshots: Iterable[DeploymentSnapshot]) -> dict[tuple[str, int], float]:
+    """(host, GPU) -> the memory the plans of the deployments still running expect in use there."""
+    lines: dict[tuple[str, int], float] = {}
+    for snapshot in snapshots:
+        planned = snapshot.planned
+        if planned is None or planned.gpu_memory_bytes is None or snapshot.final:
+            continue
+        for place in planned.gpus:
+            lines[place] = float(planned.gpu_memory_bytes)
+    return lines
 
 
 @dataclass(frozen=True)
@@ -134,46 +220,35 @@ def describe_exit(state: str, exit_code: int | None, signal: int | None, reason:
     return state
 
 
-def discover(listings: Mapping[str, Sequence[WorkerRecord]]) -> list[DeploymentSnapshot]:
-    """Deployments as the agents see them: `listings` is host -> its decoded `workers.list` records."""
-    found: dict[str, list[WorkerSnapshot]] = {}
-    started: dict[str, float] = {}
-    for host, records in listings.items():
-        for record in records:
-            parsed = parse_worker_name(record.name)
-            if parsed is None:
-                continue
-            deployment, stage, command = parsed
-            found.setdefault(deployment, []).append(
-                WorkerSnapshot(
-                    command=command,
-                    host=host,
-                    worker_id=record.id,
-                    stage=stage,
-                    state=record.state,
-                    restarts=record.restarts,
-                    exit_code=record.exit_code,
-                    signal=record.signal,
-                    reason=shown_reason(record),
-                )
-            )
-            if record.started_at is not None:
-                started[deployment] = min(started.get(deployment, record.started_at), record.started_at)
-    snapshots = []
-    for deployment, workers in found.items():
-        workers.sort(key=lambda w: (w.stage, w.command))
-        snapshots.append(
-            DeploymentSnapshot(
-                id=deployment,
-                name=deployment.rsplit("-", 2)[0],
-                engine="torch" if any(w.command.startswith("torchrun") for w in workers) else "vllm",
-                state=summarize(workers),
-                reason="",
-                workers=tuple(workers),
-                started_at=started.get(deployment, 0.0),
-            )
-        )
-    return sorted(snapshots, key=lambda s: s.started_at)
+def found_worker(host: str, record: WorkerRecord) -> tuple[str, WorkerSnapshot] | None:
+    """(its deployment, the part) for a worker meshdeck started, as its agent reports it; None for any other
+    worker (its name does not say `meshdeck:<deployment>:<stage>:<command>`)."""
+    parsed = parse_worker_name(record.name)
+    if parsed is None:
+        return None
+    deployment, stage, command = parsed
+    worker = WorkerSnapshot(
+        command=command,
+        host=host,
+        worker_id=record.id,
+        stage=stage,
+        state=record.state,
+        restarts=record.restarts,
+        exit_code=record.exit_code,
+        signal=record.signal,
+        reason=shown_reason(record),
+    )
+    return deployment, worker
+
+
+def name_of(deployment_id: str) -> str:
+    """The profile a deployment id was made from (`new_deployment_id` appends a time stamp and 4 hex digits)."""
+    return deployment_id.rsplit("-", 2)[0]
+
+
+def engine_of(commands: Iterable[str]) -> str:
+    """A found deployment's engine, from its parts' command names (the plan builders name them)."""
+    return "torch" if any(command.startswith("torchrun") for command in commands) else "vllm"
 
 
 def summarize(workers: Iterable[WorkerSnapshot]) -> str:
@@ -217,7 +292,8 @@ class Fleet(Protocol):
 
 
 class DeploymentRecorder(Protocol):
-    """Where launches, stops, events and planned-vs-measured go (the store implements it)."""
+    """Where launches, stops, events and planned-vs-measured go, and where they are read back from (the
+    store implements it: services.deploy_records.StoreRecorder)."""
 
     def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None: ...
     def deployment_event(
@@ -225,6 +301,7 @@ class DeploymentRecorder(Protocol):
     ) -> None: ...
     def deployment_finished(self, snapshot: DeploymentSnapshot) -> None: ...
     def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None: ...
+    def recorded(self, deployment_id: str) -> RecordedDeployment | None: ...
 
 
 class LaunchFailed(Exception):

@@ -1,5 +1,7 @@
 """The DeployService's recorder backed by the store: launches, state changes, events, outcomes and
-vLLM's measured startup numbers beside the planner's prediction (`meshdeck.store.deployments`).
+vLLM's measured startup numbers beside the planner's prediction (`meshdeck.store.deployments`) — and,
+read back (`recorded`), what a deployment found on the agents was launched with: its plan's hosts,
+serving URL and the planner's numbers, so the CLI and a restarted console show planned vs measured too.
 
 What is kept is what the dry run shows: secret env values masked (in the plan, every node's env and the
 profile's text) and, instead of the inline workload's ~10 KB of base64 per node, its files' names,
@@ -9,15 +11,19 @@ sizes and digests.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile_secrets import masked_profile_text
-from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.services.deploy_model import DeploymentSnapshot, PlannedNumbers, RecordedDeployment
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import (
     DeploymentNode,
+    DeploymentRecord,
+    get_deployment,
     record_deployment_event,
     record_deployment_finished,
     record_deployment_started,
@@ -42,6 +48,39 @@ def planned_as_measured(plan: LaunchPlan) -> dict[str, Any] | None:
         "max_concurrency": round(planned.max_concurrency, 2),
         "max_concurrency_tokens": planned.max_model_len,
     }
+
+
+def planned_numbers(plan: LaunchPlan) -> PlannedNumbers | None:
+    """The prediction `plan` carries, as a deployment keeps it (None: a torch job, a model without a card)."""
+    startup = planned_as_measured(plan)
+    if startup is None or plan.planned is None:
+        return None
+    gpus = tuple((command.host, gpu) for command in plan.commands for gpu in command.gpus)
+    return PlannedNumbers(startup, float(plan.planned.gpu_memory_bytes), gpus)
+
+
+def recorded_numbers(record: DeploymentRecord) -> PlannedNumbers | None:
+    """The same, read back from a stored record (its `planned` column and the dry run kept as its plan).
+    A record an older meshdeck or another tool wrote may lack parts: what is missing is left out."""
+    startup = {k: float(v) for k, v in (record.planned or {}).items() if _finite(v)}
+    if not startup:
+        return None
+    plan = record.plan
+    nodes = plan.get("nodes") if isinstance(plan.get("nodes"), list) else []
+    gpus = tuple(
+        (node["host"], gpu)
+        for node in nodes
+        if isinstance(node, dict) and isinstance(node.get("host"), str) and isinstance(node.get("gpus"), list)
+        for gpu in node["gpus"]
+        if isinstance(gpu, int) and not isinstance(gpu, bool)
+    )
+    prediction = plan.get("planned") if isinstance(plan.get("planned"), dict) else {}
+    memory = prediction.get("gpu_memory_bytes")
+    return PlannedNumbers(startup, float(memory) if _finite(memory) else None, gpus)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class StoreRecorder:
@@ -96,3 +135,22 @@ class StoreRecorder:
 
     def startup_measured(self, deployment_id: str, worker: str, measured: Mapping[str, Any]) -> None:
         record_measured(self.db, deployment_id, worker, measured)
+
+    def recorded(self, deployment_id: str) -> RecordedDeployment | None:
+        """What the store kept of `deployment_id`; None when it was never recorded here (launched without a
+        store, e.g. a benchmark, or by another machine's meshdeck)."""
+        try:
+            record = get_deployment(self.db, deployment_id)
+        except InputError:
+            return None
+        serving_url = record.plan.get("serving_url")
+        return RecordedDeployment(
+            name=record.name,
+            engine=record.engine,
+            started_at=record.started_at,
+            open=record.finished_at is None,
+            hosts=tuple(dict.fromkeys(node.host for node in record.nodes)),
+            serving_url=serving_url if isinstance(serving_url, str) else None,
+            planned=recorded_numbers(record),
+            measured=record.measured,
+        )

@@ -1,17 +1,20 @@
 """Waiting for a launched part to be ready: port open, log line seen, process running — via the agents.
 
-`LogFollower` keeps reading each worker's log from where it left off (`workers.logs {id, offset}`),
+`LogFollower` keeps reading each worker's log from where it left off (`workers.logs {id, offset}`) and
 counts pattern matches over whole lines (a line split across two reads counts once; two processes
-writing one pipe can run their lines together, so every match in a line counts) and keeps the tail
-for error messages. Memory stays bounded however the worker writes: a line longer than
-MAX_LINE_CHARS is matched in pieces of that size. Each answer is decoded (`protocol.LogChunk`); a
-malformed one raises ProtocolError naming the field. `ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its
-own deadline, cancellation and crash detection.
+writing one pipe can run their lines together, so every match in a line counts). Memory stays bounded
+however the worker writes: a line longer than MAX_LINE_CHARS is matched in pieces of that size. Each
+answer is decoded (`protocol.LogChunk`); a malformed one raises ProtocolError naming the field.
+`ReadyProbe` answers one `ReadyCheck` at a time; the caller loops with its own deadline, cancellation
+and crash detection.
+
+`read_tail` is the one way a log's last lines are read (a launch that failed, `meshdeck deployments
+logs`, the console's log tab): asked of the agent from the log's end, so a log of any length costs a
+read or two. `read_log` reads a whole (short) log from its start, for a benchmark's result line.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -22,8 +25,9 @@ from meshdeck_agent.protocol import BAD_REQUEST, LogChunk, ProtocolError
 
 from meshdeck.launch.plan import ReadyCheck
 
-TAIL_CHARS = 4000
 MAX_LINE_CHARS = 65536  # a longer line (a worker that never writes a newline) is matched in pieces
+TAIL_WINDOW_BYTES = 512 * 1024  # the most one `workers.logs` answer holds (the agent's MAX_LIMIT)
+MAX_TAIL_BYTES = 4 * 1024 * 1024  # how far back a tail reads for its lines (a log of very long lines)
 
 
 @dataclass
@@ -31,7 +35,6 @@ class _Followed:
     host: str
     offset: int = 0
     partial: str = ""
-    tail: str = ""
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -77,7 +80,6 @@ class LogFollower:
                     found = sum(1 for _ in pattern.finditer(line))
                     if found:
                         followed.counts[source] = followed.counts.get(source, 0) + found
-            followed.tail = (followed.tail + data)[-TAIL_CHARS:]
 
     def count(self, pattern: str, worker_ids: list[str]) -> int:
         self.watch(pattern)
@@ -89,15 +91,6 @@ class LogFollower:
             if followed.partial:  # a last line without its newline yet
                 total += sum(1 for _ in self._patterns[pattern].finditer(followed.partial))
         return total
-
-    def tail(self, worker_id: str, lines: int = 15) -> str:
-        followed = self._workers.get(worker_id)
-        if followed is None:
-            return ""
-        with contextlib.suppress(Exception):  # the agent may be gone; show what was read
-            self.poll(worker_id)
-        text = (followed.tail + followed.partial).rstrip("\n")
-        return "\n".join(text.splitlines()[-lines:])
 
 
 class ReadyProbe:
@@ -126,6 +119,34 @@ class ReadyProbe:
         if check.kind == "running":
             return running_since is not None and time.monotonic() - running_since >= check.settle_s
         raise ValueError(f"unknown ready check {check.kind!r}")
+
+
+@dataclass(frozen=True)
+class LogTail:
+    text: str  # the last lines, as the worker wrote them (raw: escape before showing), without the last line end
+    end: int  # the log offset right after them, where reading on continues
+    ends_line: bool = True  # the log ended with a line end there (else its last line is still being written)
+
+
+def read_tail(call: Callable[..., Any], host: str, worker_id: str, lines: int) -> LogTail:
+    """The last `lines` lines of a worker's log, read from its end: one `workers.logs` answer without an
+    offset (the agent's tail), then earlier windows while fewer lines came back, at most MAX_TAIL_BYTES in
+    all. Raises ProtocolError (a malformed answer) or the call's error."""
+    chunk = LogChunk.from_wire(call(host, "workers.logs", {"id": worker_id, "limit": TAIL_WINDOW_BYTES}))
+    text = chunk.data
+    start = chunk.start if chunk.start is not None else max(0, chunk.offset - len(text.encode("utf-8")))
+    while text.count("\n") <= lines and start > 0 and len(text) < MAX_TAIL_BYTES:
+        begin = max(0, start - TAIL_WINDOW_BYTES)
+        earlier = LogChunk.from_wire(
+            call(host, "workers.logs", {"id": worker_id, "offset": begin, "limit": start - begin})
+        )
+        if not earlier.data or earlier.offset > start:  # rotated away meanwhile: what was read is the tail
+            break
+        text = earlier.data + text
+        start = earlier.start if earlier.start is not None else begin
+    kept = text.splitlines()[-lines:] if lines > 0 else []
+    ends_line = not text or text.splitlines(keepends=True)[-1] != text.splitlines()[-1]
+    return LogTail("\n".join(kept), chunk.offset, ends_line)
 
 
 def read_log(call: Callable[..., Any], host: str, worker_id: str, *, offset: int = 0, max_bytes: int = 8 << 20) -> str:

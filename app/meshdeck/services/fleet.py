@@ -20,7 +20,6 @@ blocks (it keeps a bounded inbox of its own). No Qt here.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -39,9 +38,8 @@ from meshdeck.remote.hostkeys import HostKeyInfo, HostKeyPrompt, HostKeyStore
 from meshdeck.remote.ssh import SshOptions
 from meshdeck.remote.sshconfig import resolve_route
 from meshdeck.remote.supervisor import HostSupervisor, SupervisorSettings
+from meshdeck.services.subscribers import Subscribers
 from meshdeck.store.hosts import HostRecord
-
-log = logging.getLogger(__name__)
 
 Subscriber = Callable[[FleetEvent], None]
 
@@ -154,7 +152,7 @@ class FleetService:
         self.settings = settings or FleetSettings()
         self.host_keys = self.settings.host_key_store()
         self._supervisors: dict[str, HostSupervisor] = {}
-        self._subscribers: tuple[Subscriber, ...] = ()
+        self._subscribers = Subscribers[FleetEvent]("fleet")
         self._lock = threading.Lock()
         self._closed = False
 
@@ -162,21 +160,10 @@ class FleetService:
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call `callback(event)` for every event from now on (on the host's thread); returns unsubscribe."""
-        with self._lock:
-            self._subscribers = (*self._subscribers, callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._subscribers = tuple(s for s in self._subscribers if s is not callback)
-
-        return unsubscribe
+        return self._subscribers.add(callback)
 
     def _publish(self, event: FleetEvent) -> None:
-        for callback in self._subscribers:  # a tuple, replaced whole: no lock needed to read it
-            try:
-                callback(event)
-            except Exception:
-                log.exception("fleet subscriber %r failed on %s", callback, type(event).__name__)
+        self._subscribers.publish(event)
 
     # -- hosts -------------------------------------------------------------------------------------
 

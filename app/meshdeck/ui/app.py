@@ -94,7 +94,8 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
     planner.profiles_saved.connect(lambda names: profiles.reload(names[0] if names else None))
     planner.profiles_saved.connect(lambda names: deployments.reload_profiles(names[0] if names else None))
     profiles.launch_requested.connect(deployments.choose_profile)
-    deployments.planned_memory.connect(dashboard.set_planned_memory)
+    assert context.deployments is not None
+    context.deployments.planned_memory.connect(dashboard.set_planned_memory)  # whichever view is shown
     views = [
         ViewEntry("hosts", "Hosts", HostsView(context)),
         ViewEntry("topology", "Topology", TopologyView(context)),
@@ -128,8 +129,9 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
         context.on_shutdown.append(db.close)
         context.on_shutdown.append(fleet.close)
     assert context.fleet is not None and context.db is not None
-    context.deploy = DeployService(context.fleet, recorder=StoreDeploymentRecorder(context.db))
-    context.on_shutdown.append(context.deploy.close)  # deployments keep running on the agents
+    # The one deployment registry: launched here or found on the agents (surveyed as each host connects).
+    deploy = DeployService(context.fleet, recorder=StoreDeploymentRecorder(context.db), survey_on_connect=True)
+    context.use_deploy(deploy)  # its events reach the views through the bridge; deployments keep running on exit
     # Every sample and event goes to the store (history) as well as to the window.
     # The demo commits every 2 s so its history view fills while the tour runs; the real console lets
     # the writer adapt its interval to the number of series (store/writer.py: 2-30 s).
@@ -147,6 +149,7 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
     context.on_shutdown.append(context.fleet.subscribe(HistoryRecorder(writer).handle))
     unsubscribe: Callable[[], None] = context.fleet.subscribe(bridge.post)
     context.on_shutdown.append(unsubscribe)
+    deploy.survey_soon(context.fleet.hosts())  # those that connected before it listened (the demo's)
     if not args.demo:
         resume = resume_points(context.db)  # the last stored seq per host and the sequence epoch it belongs to
         for record in list_hosts(context.db):

@@ -1,8 +1,9 @@
-"""The Qt bridge: fleet events from any thread in, typed Qt signals on the GUI thread out.
+"""The Qt bridge: fleet and service events from any thread in, typed Qt signals on the GUI thread out.
 
 The fleet's host supervisors run in their own threads and must never touch a widget. They hand
 events (meshdeck.remote.events values) to `FleetBridge.post`, which only appends to a bounded inbox
-and never blocks a supervisor. A QTimer on the GUI thread drains that inbox in order and emits one
+and never blocks a supervisor. The deployment registry posts its change events
+(meshdeck.services.deploy_events) the same way. A QTimer on the GUI thread drains that inbox in order and emits one
 signal per event. Draining has a time budget per tick: a reconnect can backfill hours of samples at
 once, and the window must stay responsive while they are absorbed (big sample batches are split into
 chunks; what does not fit in one tick waits for the next, order kept).
@@ -13,6 +14,11 @@ window falls that far behind, the oldest sample batches are shed first, then the
 store writer gets every sample on its own path (history and exports are complete), and a chart shows
 the shed span as a gap (`SamplesReceived.skipped_before`), never a line drawn across it. Every shed is
 counted per host (`skipped`) and logged, rate-limited.
+
+Deployment events are never shed, and need not be: each has a `key` (one deployment's snapshot, one
+watched log), and while one is waiting a newer one with the same key is merged into it in place
+(`merged_after`: the newer snapshot wins, log text is appended up to a bound). So at most one per key
+waits, and a view gets the newest state in the order the first change arrived.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from meshdeck.core.samples import SeriesKey
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.remote.peer_log import PeerLog
+from meshdeck.services.deploy_events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +46,11 @@ MAX_CELLS = 500_000  # charted values waiting for the GUI (4 MB): 10 min of a 10
 MAX_EVENTS = 20_000  # other events waiting (a chatty worker's log lines)
 
 
-def _cells(event: FleetEvent) -> int:
-    return event.batch.cells if isinstance(event, SamplesReceived) else 0
+@dataclass(frozen=True)
+class _Latest:
+    """In the inbox: the place of the deployment event waiting under `key` (kept in `FleetBridge._latest`)."""
+
+    key: tuple[str, ...]
 
 
 class FleetBridge(QObject):
@@ -50,6 +60,8 @@ class FleetBridge(QObject):
     samples_received = Signal(object)  # SamplesReceived (at most SAMPLES_PER_CHUNK samples)
     agent_event = Signal(object)  # AgentEvent: worker / log / alert
     inventory_received = Signal(object)  # InventoryReceived
+    deployment_changed = Signal(object)  # DeploymentChanged: one deployment's newest snapshot
+    deployment_log = Signal(object)  # DeploymentLogLines: new text of a watched log
 
     def __init__(
         self,
@@ -60,7 +72,8 @@ class FleetBridge(QObject):
         max_events: int = MAX_EVENTS,
     ) -> None:
         super().__init__(parent)
-        self._inbox: deque[FleetEvent] = deque()
+        self._inbox: deque[FleetEvent | _Latest] = deque()
+        self._latest: dict[tuple[str, ...], DeploymentEvent] = {}  # key -> the deployment event waiting
         self._lock = threading.Lock()
         self._cells = 0
         self._others = 0
@@ -83,8 +96,17 @@ class FleetBridge(QObject):
         posted, on the poster's thread, so what waits for the GUI thread is what it will draw."""
         self._keep = keep
 
-    def post(self, event: FleetEvent) -> None:
-        """Called from any thread (a fleet subscriber). Never blocks, never touches Qt objects."""
+    def post(self, event: FleetEvent | DeploymentEvent) -> None:
+        """Called from any thread (a fleet or registry subscriber). Never blocks, never touches Qt objects."""
+        if isinstance(event, DeploymentChanged | DeploymentLogLines):
+            with self._lock:
+                older = self._latest.get(event.key)
+                if older is None:
+                    self._inbox.append(_Latest(event.key))
+                    self._latest[event.key] = event
+                else:
+                    self._latest[event.key] = event.merged_after(older)
+            return
         if isinstance(event, SamplesReceived) and self._keep is not None:
             event = replace(event, batch=event.batch.select(self._keep))
         with self._lock:
@@ -98,7 +120,7 @@ class FleetBridge(QObject):
                 if self._others > self._max_events:
                     self._shed_agent_events()
 
-    def __call__(self, event: FleetEvent) -> None:  # usable directly as a subscriber callback
+    def __call__(self, event: FleetEvent | DeploymentEvent) -> None:  # usable directly as a subscriber callback
         self.post(event)
 
     @property
@@ -114,7 +136,7 @@ class FleetBridge(QObject):
     def _shed_samples(self) -> None:
         """Drop the oldest sample batches until a quarter of the room is free again."""
         target = self._max_cells * 3 // 4
-        kept: deque[FleetEvent] = deque()
+        kept: deque[FleetEvent | _Latest] = deque()
         while self._inbox and self._cells > target:
             event = self._inbox.popleft()
             if isinstance(event, SamplesReceived) and event.batch.cells:
@@ -129,7 +151,7 @@ class FleetBridge(QObject):
     def _shed_agent_events(self) -> None:
         """Drop the oldest worker / log / alert events until a quarter of the room is free again."""
         target = self._max_events * 3 // 4
-        kept: deque[FleetEvent] = deque()
+        kept: deque[FleetEvent | _Latest] = deque()
         while self._inbox and self._others > target:
             event = self._inbox.popleft()
             if isinstance(event, AgentEvent):
@@ -151,11 +173,13 @@ class FleetBridge(QObject):
 
     # -- the GUI side ----------------------------------------------------------------------------------
 
-    def _next(self) -> FleetEvent | None:
+    def _next(self) -> FleetEvent | DeploymentEvent | None:
         with self._lock:
             if not self._inbox:
                 return None
             event = self._inbox.popleft()
+            if isinstance(event, _Latest):
+                return self._latest.pop(event.key)
             if isinstance(event, SamplesReceived):
                 if len(event.batch) > SAMPLES_PER_CHUNK:
                     rest = replace(event, batch=event.batch.slice(SAMPLES_PER_CHUNK, len(event.batch)), dropped=0)
@@ -182,7 +206,7 @@ class FleetBridge(QObject):
         self.delivered += emitted
         return emitted
 
-    def _emit(self, event: FleetEvent) -> None:
+    def _emit(self, event: FleetEvent | DeploymentEvent) -> None:
         if isinstance(event, SamplesReceived):
             self.samples_received.emit(event)
         elif isinstance(event, HostStateChanged):
@@ -191,5 +215,9 @@ class FleetBridge(QObject):
             self.agent_event.emit(event)
         elif isinstance(event, InventoryReceived):
             self.inventory_received.emit(event)
+        elif isinstance(event, DeploymentChanged):
+            self.deployment_changed.emit(event)
+        elif isinstance(event, DeploymentLogLines):
+            self.deployment_log.emit(event)
         else:
             log.debug("fleet bridge: no signal for %s", type(event).__name__)

@@ -15,11 +15,13 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.services.deploy import DeployService
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.inventory import Inventory
 from meshdeck.store.database import Database
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.live_metrics import LiveMetrics
+from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.views.dashboard_charts import dashboard_metrics
 
@@ -102,16 +104,26 @@ class ConsoleContext:
     settings: QSettings
     live: LiveMetrics = field(default_factory=lambda: LiveMetrics(keep_metrics=dashboard_metrics()))
     hosts: HostsModel | None = None
+    deployments: DeploymentsModel | None = None  # the registry's deployments, as its events said
     simulated: bool = False  # the demo: every host is a simulated agent
-    deploy: Any = None  # services.deploy.DeployService
+    deploy: DeployService | None = None  # the deployment registry (set with `use_deploy`)
     demo: Any = None  # services.demo.DemoCluster under --demo
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.hosts is None:
             self.hosts = HostsModel(self.bridge)
+        if self.deployments is None:
+            self.deployments = DeploymentsModel(self.bridge)
         self.bridge.keep_series(self.live.wants)  # only what the charts draw waits for the GUI thread
         self.bridge.samples_received.connect(self._ingest)
+
+    def use_deploy(self, deploy: DeployService) -> None:
+        """The deployment registry the views work through: its events reach them through the bridge; at
+        shutdown it stops watching (the deployments keep running on the agents)."""
+        self.deploy = deploy
+        self.on_shutdown.append(deploy.close)
+        self.on_shutdown.append(deploy.subscribe(self.bridge.post))
 
     def _ingest(self, event: SamplesReceived) -> None:
         # a span the agent lost or the console shed is drawn as a gap, not bridged by a line

@@ -92,7 +92,7 @@ def test_v32_on_two_simulated_nodes(
                 assert time.monotonic() < deadline, deploy.get(snapshot.id).measured
                 time.sleep(0.2)
         finally:
-            stopped = deploy.stop(snapshot.id, grace_s=2)
+            stopped = deploy.stop(snapshot.id, grace_s=2).snapshot
             deploy.close()
         assert stopped.state == "stopped"
         assert {w.state for w in stopped.workers} == {"stopped"}

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_fleet import InventoryFleet
 from launch_builders import make_profile
-from launch_fake_fleet import InventoryFleet
 from meshdeck.cli import main
 from meshdeck.core.errors import InputError
 from meshdeck.services.deploy_targets import prepare_launch

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from deploy_fleet import FakeFleet
 from meshdeck.core.errors import InputError
-from meshdeck.services.deploy_model import (
-    discover,
-    find,
-    new_deployment_id,
-    parse_worker_name,
-    worker_id,
-    worker_name,
-)
-from meshdeck_agent.protocol import worker_records_from_wire
+from meshdeck.services.deploy import DeployService
+from meshdeck.services.deploy_model import find, new_deployment_id, parse_worker_name, worker_id, worker_name
 
 
 def test_ids_fit_the_agents_limit_and_names_round_trip() -> None:
@@ -24,8 +20,21 @@ def test_ids_fit_the_agents_limit_and_names_round_trip() -> None:
 
 
 def discover_wire(listings: dict) -> list:
-    """`discover` on `workers.list` answers, decoded where they enter as services.deploy_found does."""
-    return discover({host: worker_records_from_wire(answer) for host, answer in listings.items()})
+    """The deployments a registry adopts from these `workers.list` answers (host -> answer)."""
+    fleet = FakeFleet()
+
+    def call(host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        assert method == "workers.list"
+        return listings[host]
+
+    fleet.call = call  # type: ignore[method-assign]
+    registry = DeployService(fleet)
+    try:
+        survey = registry.survey(list(listings))
+    finally:
+        registry.close()
+    assert survey.unanswered == {}
+    return survey.deployments
 
 
 def listing(deployment: str, *parts: tuple[int, str, str]) -> dict:

@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from deploy_fleet import FakeFleet, Recorder, wait_until
 from launch_builders import make_node, make_profile
-from launch_fake_fleet import FakeFleet, Recorder, wait_until
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed
@@ -246,7 +246,7 @@ def test_stop_goes_in_reverse_start_order(fleet: FakeFleet) -> None:
     service = make_service(fleet)
     snapshot = service.launch(torch_plan())
     stopped = service.stop(snapshot.id, grace_s=1)
-    assert stopped.state == "stopped"
+    assert stopped.snapshot.state == "stopped" and not stopped.failures
     assert fleet.stopped() == [("gpu-b", "torchrun-node1"), ("gpu-a", "torchrun-node0")]
 
 

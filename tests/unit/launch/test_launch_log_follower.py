@@ -9,7 +9,7 @@ import tracemalloc
 from typing import Any
 
 import pytest
-from launch_fake_fleet import FakeFleet
+from deploy_fleet import FakeFleet
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_waits import LogFollower, read_log

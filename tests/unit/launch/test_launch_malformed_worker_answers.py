@@ -9,9 +9,9 @@ import math
 from typing import Any
 
 import pytest
+from deploy_fleet import FakeFleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from launch_fake_fleet import FakeFleet
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.remote.events import AgentEvent
 from meshdeck.services.deploy import DeployService, LaunchFailed

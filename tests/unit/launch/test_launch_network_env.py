@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from deploy_fleet import FakeFleet
 from launch_builders import make_node, make_profile
-from launch_fake_fleet import FakeFleet
 from meshdeck.core.errors import InputError
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import (

@@ -7,12 +7,11 @@ import re
 from typing import Any
 
 import pytest
-from launch_fake_fleet import FakeFleet
+from deploy_fleet import FakeFleet
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import discover, worker_id, worker_name
-from meshdeck_agent.protocol import WorkerRecord
+from meshdeck.services.deploy_model import worker_id, worker_name
 
 ESCAPES = "\x1b[2J\x1b[H\r"
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # all but newline
@@ -57,12 +56,12 @@ def test_a_crash_while_starting_is_reported_escaped_with_its_log_lines_kept() ->
 
 def test_reasons_found_on_the_agents_are_escaped_and_cut() -> None:
     deployment = "ds32-0101010101-abcd"
-    record = WorkerRecord(
-        id=worker_id(deployment, "vllm-node0"),
-        state="failed",
-        name=worker_name(deployment, 0, "vllm-node0"),
-        reason=ESCAPES * 10_000,
-    )
-    (found,) = discover({"gpu-a": [record]})
+    fleet = FakeFleet()
+    wid = worker_id(deployment, "vllm-node0")
+    fleet.workers[("gpu-a", wid)] = {"id": wid, "state": "failed", "name": worker_name(deployment, 0, "vllm-node0"),
+                                     "reason": ESCAPES * 10_000}  # fmt: skip
+    registry = DeployService(fleet)
+    (found,) = registry.survey(["gpu-a"]).deployments
+    registry.close()
     reason = found.workers[0].reason
     assert not RAW_CONTROL.search(reason) and len(reason) < 3000 and reason.endswith("(80000 characters)")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_fleet import InventoryFleet
 from launch_builders import make_node, make_profile
-from launch_fake_fleet import InventoryFleet
 from meshdeck.cli import main
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from deploy_fleet import FakeFleet, wait_until
 from launch_builders import make_node, make_profile
-from launch_fake_fleet import FakeFleet, wait_until
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import PlannedStartup
 from meshdeck.services.deploy import DeployService

@@ -1,7 +1,8 @@
-"""The detail panels of a deployment: its workers, a log tail with search and follow, the NCCL transports
-each rank reported, and planned beside measured.
+"""The detail panels of a deployment: its workers, the NCCL transports each rank reported, and planned
+beside measured.
 
-Workers come from the deploy service's snapshot (kept current by the fleet's `worker` events).
+Workers come from the deployment registry's snapshot (kept current by the fleet's `worker` events).
+The log tab is deployment_log.py.
 NCCL transports come from the agents' `log` events of kind nccl_transport (NCCL_DEBUG=INFO channel
 lines): per rank, which transport reached which peer. Planned numbers are the planner's prediction
 the launch carried; measured ones are what vLLM's startup log printed (parsed by the agent).
@@ -13,16 +14,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QHBoxLayout,
     QLabel,
-    QLineEdit,
-    QPlainTextEdit,
     QTableWidgetItem,
-    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -82,87 +77,6 @@ class WorkersPanel(QWidget):
             self.table.item(row, 3).setForeground(QColor(theme.STATE_COLORS.get(worker.state, "#757575")))
 
 
-class LogPanel(QWidget):
-    """A worker's log tail. Search highlights every match; Follow keeps the view at the newest line."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.worker = QComboBox()
-        self.worker.setObjectName("logWorker")
-        self.search = QLineEdit()
-        self.search.setObjectName("logSearch")
-        self.search.setPlaceholderText("search the log (Return: next match)")
-        self.search.textChanged.connect(self.highlight)
-        self.search.returnPressed.connect(self.find_next)
-        self.follow = QCheckBox("Follow")
-        self.follow.setObjectName("logFollow")
-        self.follow.setChecked(True)
-        self.matches = QLabel()
-        self.text = QPlainTextEdit()
-        self.text.setObjectName("logText")
-        self.text.setReadOnly(True)
-        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.text.setMaximumBlockCount(5000)
-        bar = QHBoxLayout()
-        bar.addWidget(QLabel("Worker"))
-        bar.addWidget(self.worker)
-        bar.addWidget(self.search, 1)
-        bar.addWidget(self.matches)
-        bar.addWidget(self.follow)
-        layout = QVBoxLayout(self)
-        layout.addLayout(bar)
-        layout.addWidget(self.text, 1)
-
-    def set_workers(self, commands: list[str]) -> None:
-        current = self.worker.currentText()
-        if commands != [self.worker.itemText(i) for i in range(self.worker.count())]:
-            self.worker.clear()
-            self.worker.addItems(commands)
-            if current in commands:
-                self.worker.setCurrentText(current)
-
-    def set_text(self, text: str) -> None:
-        if text == self.text.toPlainText():
-            return
-        bar = self.text.verticalScrollBar()
-        position = bar.value()
-        self.text.setPlainText(text)
-        if self.follow.isChecked():
-            self.text.moveCursor(QTextCursor.MoveOperation.End)
-            bar.setValue(bar.maximum())
-        else:
-            bar.setValue(position)
-        self.highlight()
-
-    def highlight(self) -> int:
-        """Mark every occurrence of the search text; returns how many there are."""
-        needle = self.search.text()
-        selections = []
-        if needle:
-            fmt = QTextCharFormat()
-            fmt.setBackground(QColor("#F9E79F"))
-            fmt.setForeground(QColor("#000000"))
-            cursor = self.text.document().find(needle, 0)
-            while not cursor.isNull() and len(selections) < 10000:
-                selection = QTextEdit.ExtraSelection()
-                selection.cursor = cursor
-                selection.format = fmt
-                selections.append(selection)
-                cursor = self.text.document().find(needle, cursor)
-        self.text.setExtraSelections(selections)
-        self.matches.setText(f"{len(selections)} match(es)" if needle else "")
-        return len(selections)
-
-    def find_next(self) -> bool:
-        found = self.text.find(self.search.text())
-        if not found:  # wrap around
-            self.text.moveCursor(QTextCursor.MoveOperation.Start)
-            found = self.text.find(self.search.text(), QTextDocument.FindFlag(0))
-        if found:
-            self.follow.setChecked(False)
-        return found
-
-
 class NcclPanel(QWidget):
     """Per rank: the transports NCCL chose to each peer, from `nccl_transport` log events. Events of
     every deployment are kept (workers are `<deployment>.<command>`); the table shows one deployment."""
@@ -182,6 +96,7 @@ class NcclPanel(QWidget):
         self._networks: dict[str, str] = {}
         self._events: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}  # deployment -> (worker, fields)
         self.deployment: str | None = None  # the one shown
+        self._stale = False  # rows arrived while hidden: drawn when shown
 
     def agent_event(self, event: AgentEvent) -> None:
         """Keep an agent's nccl_transport log event; show it when it belongs to the deployment shown."""
@@ -217,9 +132,18 @@ class NcclPanel(QWidget):
             entry["gdrdma"] = entry["gdrdma"] or bool(fields.get("gdrdma"))
         else:
             return
-        self._render()
+        if self.isVisible():
+            self._render()
+        else:
+            self._stale = True
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self._render()
 
     def _render(self) -> None:
+        self._stale = False
         if self._networks:
             self.network.setText("network: " + ", ".join(f"{w}: {n}" for w, n in sorted(self._networks.items())))
         rows = sorted(self._links.items(), key=lambda item: (item[0][1], item[0][0], item[0][2]))

@@ -1,16 +1,20 @@
 """The deployments view: profile → pre-flight → launch / stop, and every deployment's live state.
 
-Pre-flight and launch run as jobs through the same services the CLI uses (`prepare_launch`,
-`run_preflight`, `DeployService.launch`): the launch reports each step and can be cancelled, which
-stops what was started in reverse. The deployments list and the worker table follow the deploy
-service (kept current by the agents' `worker` events), plus the deployments the agents run that were
-launched elsewhere (found by their workers' names); logs are read from the agents by a job while
-the log tab is open and Follow is on.
+Pre-flight, launch and stop run as jobs through the same services the CLI uses (`prepare_launch`,
+`run_preflight`, the deployment registry `DeployService`): the launch reports each step and can be
+cancelled, which stops what was started in reverse. Every deployment the registry knows is listed —
+launched here or found on the agents (launched elsewhere: marked so) — and each is stopped the same way.
 
-One source for each state: every refresh takes one list of snapshots, and the list's rows, the
-highlighted row, the state line above it, the worker table, the Stop button and the dashboard's plan
-lines are all drawn from it. The line under the buttons only reports actions, stamped with their time
-(deployment_status.py).
+The view subscribes, it does not poll: the registry's change events reach it through the bridge and the
+console's DeploymentsModel (`changed(id)`), and only what changed is redrawn (a row, and the panels when it
+is the selected deployment); a new deployment redraws the list. The log tab asks the registry to watch
+the selected part's log while it is shown with Follow on (its new text arrives as events); with Follow
+off the log is read once. A hidden view does nothing: no redraw, no watch, no call; it catches up from
+the model when shown. No timer runs here.
+
+One source for each state: the list's rows, the highlighted row, the state line above it, the worker
+table, the Stop button and planned vs measured are all drawn from the model's snapshots. The line
+under the buttons only reports actions, stamped with their time (deployment_status.py).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from meshdeck.launch.plan import LaunchPlan
@@ -27,37 +32,45 @@ from meshdeck.launch.profile import Profile
 from meshdeck.services import deploy_hosts
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.deploy import LaunchFailed
-from meshdeck.services.deploy_found import FoundStopped
-from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
-from meshdeck.services.deploy_records import planned_as_measured
+from meshdeck.services.deploy_model import (
+    DeploymentSnapshot,
+    LaunchProgress,
+    PartStopped,
+    StopOutcome,
+    new_deployment_id,
+    worker_id,
+)
 from meshdeck.services.deploy_targets import PreparedLaunch, prepare_launch
 from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
-from meshdeck.ui.views.deployment_panels import LogPanel, NcclPanel, PlannedPanel, WorkersPanel, set_row
+from meshdeck.ui.deployments_model import DeploymentsModel
+from meshdeck.ui.views.deployment_log import LogPanel, WatchedLog
+from meshdeck.ui.views.deployment_panels import NcclPanel, PlannedPanel, WorkersPanel, set_row
 from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, action_message, status_line
-from meshdeck.ui.views.deployments_found import FoundDeployments
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
 LIST_COLUMNS = ("deployment", "engine", "state", "reason", "serving at")
 PREFLIGHT_COLUMNS = ("check", "host", "result", "reason")
-LOG_LINES = 400
 
 
 class DeploymentsView(QWidget):
     launched = Signal(object)  # DeploymentSnapshot, once up
-    planned_memory = Signal(object)  # {(host, gpu): bytes} of the running deployments with a prediction
 
     def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("deploymentsView")
         self.context = context
-        self.plans: dict[str, LaunchPlan] = {}  # deployment id -> the plan it was launched from
+        assert context.deployments is not None
+        self.model: DeploymentsModel = context.deployments
         self.prepared: PreparedLaunch | None = None
         self.prepared_id: str | None = None  # the deployment id (and rendezvous id) the prepared plan was built with
         self.preflight: PreflightReport | None = None
         self.selected_id: str | None = None
-        self._launching_id: str | None = None  # selected as soon as the deploy service knows it
+        self._launching_id: str | None = None  # selected as soon as the registry knows it
+        self._order: list[str] = []  # the deployments as the list shows them, newest first
+        self._stale = True  # the model changed while the view was hidden: redraw all when shown
+        self.redraws = 0  # how many times the whole view was drawn (a hidden view draws nothing)
 
         self.profile = QComboBox()
         self.profile.setObjectName("deployProfile")
@@ -72,7 +85,7 @@ class DeploymentsView(QWidget):
         self.preflight_button.clicked.connect(self.run_preflight)
         self.launch_button.clicked.connect(self.launch)
         self.stop_button.clicked.connect(lambda: self.stop(self.selected_id))
-        self.status = QLabel(NOTHING_SELECTED)  # the selected deployment's state, redrawn at every refresh
+        self.status = QLabel(NOTHING_SELECTED)  # the selected deployment's state, redrawn when it changes
         self.status.setObjectName("deployStatus")
         self.status.setWordWrap(True)
         self.message = QLabel()  # the last action (pre-flight, launch, stop) and when
@@ -107,18 +120,10 @@ class DeploymentsView(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(splitter, 1)
 
-        self.found = FoundDeployments(context, self)
-        self.found.changed.connect(self.refresh)
+        self.watched_log = WatchedLog(context, self.logs, self._log_seen)
         context.bridge.agent_event.connect(self.nccl.agent_event)
-        self._timer = QTimer(self)
-        self._timer.setInterval(1000)
-        self._timer.timeout.connect(self.refresh)
-        self._timer.start()
-        self._log_timer = QTimer(self)
-        self._log_timer.setInterval(2000)
-        self._log_timer.timeout.connect(self._poll_log)
-        self._log_timer.start()
-        self.logs.worker.currentTextChanged.connect(lambda _text: self._poll_log(force=True))
+        self.model.changed.connect(self._deployment_changed)
+        self.tabs.currentChanged.connect(lambda _index: self.watched_log.update())
         self.reload_profiles()
         self._buttons()
 
@@ -155,13 +160,13 @@ class DeploymentsView(QWidget):
         self._buttons()
 
     def _buttons(self, snapshot: DeploymentSnapshot | None = None) -> None:
-        """Enable what can be done; Stop follows `snapshot` (the selected one, as refresh drew it)."""
+        """Enable what can be done; Stop follows `snapshot` (the selected one, as it was drawn)."""
         ready = self.context.fleet is not None and self.context.deploy is not None and bool(self.profile.currentText())
         busy = self.context.jobs.running("launch") is not None
         self.preflight_button.setEnabled(ready and not busy)
         self.launch_button.setEnabled(ready and not busy)
         if snapshot is None:
-            snapshot = self._snapshot(self.selected_id)
+            snapshot = self.model.get(self.selected_id)
         self.stop_button.setEnabled(snapshot is not None and not snapshot.final and snapshot.state != "stopping")
 
     def _say(self, text: str) -> None:
@@ -216,25 +221,25 @@ class DeploymentsView(QWidget):
 
     def launch(self) -> None:
         """Launch the chosen profile (the pre-flight's plan when there is one); its deployment is selected
-        as soon as the deploy service has it, so the state line follows it from "starting" on."""
+        as soon as the registry has it, so the state line follows it from "starting" on."""
         name = self.profile.currentText()
         deploy = self.context.deploy
+        assert deploy is not None
         prepared, deployment_id = self.prepared, self.prepared_id
         if prepared is None or deployment_id is None:
             deployment_id = new_deployment_id(name)
         self.prepared = self.prepared_id = None  # one launch per plan: its ids (deployment, rendezvous) are its own
 
-        def work(progress: Any) -> tuple[DeploymentSnapshot, LaunchPlan]:
-            plan = prepared.plan if prepared is not None else self._prepare(name, deployment_id)[1].plan
+        def work(progress: Any) -> DeploymentSnapshot:
+            plan: LaunchPlan = prepared.plan if prepared is not None else self._prepare(name, deployment_id)[1].plan
 
             def report(update: LaunchProgress) -> None:
                 progress.report(update.step / max(update.total, 1), update.message)
 
             try:
-                snapshot = deploy.launch(plan, deployment_id=deployment_id, progress=report, cancel=progress.cancelled)
+                return deploy.launch(plan, deployment_id=deployment_id, progress=report, cancel=progress.cancelled)
             except LaunchFailed as failed:
                 raise RuntimeError(f"{failed.snapshot.state}: {failed.snapshot.reason.splitlines()[0]}") from None
-            return snapshot, plan
 
         self._launching_id = deployment_id
         self._say(f"launch of {name}: preparing {deployment_id}…")
@@ -243,12 +248,10 @@ class DeploymentsView(QWidget):
         job.succeeded.connect(self._launched)
         job.failed.connect(lambda message: self._say(f"launch of {name} failed: {message}"))
         job.cancelled.connect(lambda: self._say(f"launch of {name} cancelled; what was started is stopped"))
-        job.ended.connect(self.refresh)
+        job.ended.connect(lambda: self._buttons())
         self._buttons()
 
-    def _launched(self, answer: tuple[DeploymentSnapshot, LaunchPlan]) -> None:
-        snapshot, plan = answer
-        self.plans[snapshot.id] = plan
+    def _launched(self, snapshot: DeploymentSnapshot) -> None:
         self._say(f"launch of {snapshot.name}: {snapshot.id} came up")
         self.select(snapshot.id)
         self.launched.emit(snapshot)
@@ -262,81 +265,118 @@ class DeploymentsView(QWidget):
         self.refresh()
 
     def stop(self, deployment_id: str | None) -> None:
+        """Stop every part of a deployment, the last stage first, whoever launched it (a job)."""
         deploy = self.context.deploy
         if not deployment_id or deploy is None:
             return
-        self._say(f"stopping {deployment_id}…")
-        if deployment_id in self.found.snapshots:  # not launched here: stop its parts through the agents
-            job = self.found.stop(deployment_id)
-            job.succeeded.connect(self._found_stopped)
-        else:
-            job = self.context.jobs.start(f"stop {deployment_id}", lambda _p: deploy.stop(deployment_id))
-            job.succeeded.connect(lambda snap: self._say(f"stop of {snap.id}: every part asked to stop"))
-        job.failed.connect(lambda message: self._say(f"stop of {deployment_id} failed: {message}"))
-        job.ended.connect(self.refresh)
 
-    def _found_stopped(self, outcome: FoundStopped) -> None:
+        def work(progress: Any) -> StopOutcome:
+            def said(part: PartStopped) -> None:
+                progress.report(None, f"{part.worker.command} on {part.worker.host}: {part.state or part.error}")
+
+            return deploy.stop(deployment_id, on_part=said)
+
+        self._say(f"stopping {deployment_id}…")
+        job = self.context.jobs.start(f"stop {deployment_id}", work)
+        job.succeeded.connect(self._stopped)
+        job.failed.connect(lambda message: self._say(f"stop of {deployment_id} failed: {message}"))
+
+    def _stopped(self, outcome: StopOutcome) -> None:
+        deployment_id = outcome.snapshot.id
         if outcome.failures:
             names = ", ".join(f"{p.worker.command} on {p.worker.host} ({p.error})" for p in outcome.failures)
-            self._say(f"stop of {outcome.deployment_id}: not stopped: {names}")
+            self._say(f"stop of {deployment_id}: not stopped: {names}")
             return
-        record = "its record is closed" if outcome.record_closed else "no open record of it in this database"
-        self._say(f"stop of {outcome.deployment_id}: {len(outcome.parts)} part(s) stopped; {record}")
+        if outcome.record_closed:
+            record = "its record is closed"
+        elif outcome.unsure_hosts:
+            record = f"its record stays open: {', '.join(outcome.unsure_hosts)} could not be asked"
+        else:
+            record = "no open record of it in this database"
+        self._say(f"stop of {deployment_id}: {len(outcome.parts)} part(s) stopped; {record}")
 
     # ------------------------------------------------------------------ live state
 
-    def _snapshot(self, deployment_id: str | None) -> DeploymentSnapshot | None:
-        deploy = self.context.deploy
-        if deploy is None or deployment_id is None:
-            return None
-        try:
-            return deploy.get(deployment_id)
-        except KeyError:
-            return self.found.snapshots.get(deployment_id)
-
     def deployments(self) -> list[DeploymentSnapshot]:
-        """Launched from this console, then those found on the agents; newest first."""
-        deploy = self.context.deploy
-        tracked = list(deploy.list()) if deploy is not None else []
-        known = {s.id for s in tracked}
-        found = [s for s in self.found.snapshots.values() if s.id not in known]
-        return sorted(tracked + found, key=lambda s: s.started_at, reverse=True)
+        """Every deployment the registry knows (launched here or found on the agents), newest first."""
+        return self.model.newest_first()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self.refresh()
+        self.watched_log.update()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self.watched_log.update()
+
+    def _deployment_changed(self, deployment_id: str) -> None:
+        """The model has a new snapshot of `deployment_id`: redraw its row (the list when it is new or moved)
+        and, when it is the one shown, the panels. Hidden: only remember to catch up."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        if deployment_id == self._launching_id:
+            self.select(deployment_id)
+            return
+        snapshots = self.model.newest_first()
+        if [s.id for s in snapshots] != self._order:
+            self._draw_list(snapshots)
+        else:
+            snapshot = self.model.get(deployment_id)
+            assert snapshot is not None
+            self._draw_row(self._order.index(deployment_id), snapshot)
+        if deployment_id == self.selected_id:
+            self._draw_selected()
 
     def refresh(self) -> None:
-        """Redraw everything that shows a deployment's state from one list of snapshots."""
-        snapshots = self.deployments()
-        by_id = {s.id: s for s in snapshots}
-        if self._launching_id is not None and self._launching_id in by_id:
+        """Redraw everything that shows a deployment's state from the model's snapshots (when visible)."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        self._stale = False
+        self.redraws += 1
+        if self._launching_id is not None and self.model.get(self._launching_id) is not None:
             self.selected_id, self._launching_id = self._launching_id, None
             self._selection_changed()
+        self._draw_list(self.model.newest_first())
+        self._draw_selected()
+
+    def _draw_list(self, snapshots: list[DeploymentSnapshot]) -> None:
+        self._order = [s.id for s in snapshots]
         self.list.setRowCount(len(snapshots))
-        for row, snap in enumerate(snapshots):
-            engine = snap.engine + (" (simulated)" if self._simulated(snap) else "")
-            reason = snap.reason.splitlines()[0] if snap.reason else ""
-            if snap.id in self.found.snapshots:
-                reason = reason or "found on the agents (launched elsewhere)"
-            set_row(self.list, row, (snap.id, engine, snap.state, reason, snap.serving_url or ""))
-        self._highlight([s.id for s in snapshots])
-        snapshot = by_id.get(self.selected_id or "")
-        found = snapshot is not None and snapshot.id in self.found.snapshots
+        for row, snapshot in enumerate(snapshots):
+            self._draw_row(row, snapshot)
+        self._highlight()
+
+    def _draw_row(self, row: int, snapshot: DeploymentSnapshot) -> None:
+        engine = snapshot.engine + (" (simulated)" if self._simulated(snapshot) else "")
+        reason = snapshot.reason.splitlines()[0] if snapshot.reason else ""
+        if snapshot.adopted:
+            reason = reason or "found on the agents (launched elsewhere)"
+        set_row(self.list, row, (snapshot.id, engine, snapshot.state, reason, snapshot.serving_url or ""))
+
+    def _draw_selected(self) -> None:
+        """The state line, the panels and the Stop button, from the selected deployment's snapshot."""
+        snapshot = self.model.get(self.selected_id)
         simulated = snapshot is not None and self._simulated(snapshot)
-        self.status.setText(status_line(snapshot, simulated=simulated, found=found))
+        adopted = snapshot is not None and snapshot.adopted
+        self.status.setText(status_line(snapshot, simulated=simulated, found=adopted))
         self.workers.show_snapshot(snapshot)
         if snapshot is not None:
             self.logs.set_workers([w.command for w in snapshot.workers])
-            plan = self.plans.get(snapshot.id)
             self.planned.set_numbers(
-                planned_as_measured(plan) if plan else None, snapshot.measured, simulated=simulated
+                snapshot.planned.startup if snapshot.planned else None, snapshot.measured, simulated=simulated
             )
         self._buttons(snapshot)
-        self.planned_memory.emit(self._planned_memory(snapshots))
 
-    def _highlight(self, ids: list[str]) -> None:
+    def _highlight(self) -> None:
         """Keep the highlighted row on the selected deployment (rows move when a newer one arrives)."""
         rows = self.list.selectionModel().selectedRows()
         current = rows[0].row() if rows else None
-        if self.selected_id in ids:
-            wanted = ids.index(self.selected_id)
+        if self.selected_id in self._order:
+            wanted = self._order.index(self.selected_id)
             if current != wanted:
                 self.list.selectRow(wanted)
         elif current is not None:
@@ -349,17 +389,6 @@ class DeploymentsView(QWidget):
         known = self.context.hosts.hosts
         return snapshot.engine == "vllm" and any(h in known and known[h].simulated for h in hosts)
 
-    def _planned_memory(self, snapshots: list[DeploymentSnapshot]) -> dict[tuple[str, int], float]:
-        lines: dict[tuple[str, int], float] = {}
-        for snap in snapshots:
-            plan = self.plans.get(snap.id)
-            if plan is None or plan.planned is None or snap.final:
-                continue
-            for command in plan.commands:
-                for gpu in command.gpus:
-                    lines[(command.host, gpu)] = float(plan.planned.gpu_memory_bytes)
-        return lines
-
     def _deployment_chosen(self) -> None:
         """The operator picked a row."""
         rows = self.list.selectionModel().selectedRows()
@@ -371,26 +400,14 @@ class DeploymentsView(QWidget):
     def _selection_changed(self) -> None:
         """Panels that keep per-deployment data start over for the newly selected deployment."""
         self.nccl.show_deployment(self.selected_id)
-        self.logs.set_text("")
-        self._poll_log(force=True)
+        self.watched_log.update()
 
-    def _poll_log(self, force: bool = False) -> None:
-        deploy = self.context.deploy
-        snapshot = self._snapshot(self.selected_id)
+    def _log_seen(self) -> tuple[str, str] | None:
+        """(deployment, command) whose log the tab shows now; None while it is not seen."""
         command = self.logs.worker.currentText()
-        if deploy is None or snapshot is None or not command:
-            return
-        if not force and not (
-            self.isVisible() and self.tabs.currentWidget() is self.logs and self.logs.follow.isChecked()
-        ):
-            return
-        if self.context.jobs.running("log tail") is not None:
-            return
-        if snapshot.id in self.found.snapshots:
-            job = self.found.tail(snapshot.id, command, LOG_LINES)
-        else:
-            job = self.context.jobs.start("log tail", lambda _p: deploy.logs(snapshot.id, command, LOG_LINES))
-        job.succeeded.connect(self.logs.set_text)
+        if not self.isVisible() or self.tabs.currentWidget() is not self.logs or not self.selected_id or not command:
+            return None
+        return self.selected_id, command
 
     def worker_id(self, command: str) -> str:
         assert self.selected_id is not None

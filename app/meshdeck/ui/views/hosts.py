@@ -2,7 +2,10 @@
 
 Rows come from the database (stored hosts) and the fleet (supervised ones, e.g. the demo's local
 agents). The state column follows the fleet's events — connecting, bootstrapping (the agent being
-uploaded), connected, degraded, failed — with the reason beside it. A host that failed on an
+uploaded), connected, degraded, failed — with the reason beside it: the HostsModel says which host
+changed and only its row is redrawn (all rows when a host comes or goes). A timer only ages the "last
+sample" column, once a second, while the view is shown; a hidden view does nothing and catches up when
+shown. A host that failed on an
 unknown or changed host key gets "Review host key…". Adding, connecting, disconnecting and removing
 run as jobs: they read ssh configs, write the database and wait for SSH threads.
 """
@@ -14,7 +17,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -40,6 +43,7 @@ from meshdeck.ui.widgets.tables import row_table
 log = logging.getLogger(__name__)
 
 COLUMNS = ("host", "reached through", "state", "reason", "GPUs", "last sample")
+AGE_COLUMN = COLUMNS.index("last sample")
 BUSY_STATES = ("connecting", "bootstrapping")
 
 
@@ -67,6 +71,9 @@ class HostsView(QWidget):
         self.context = context
         self.records: dict[str, HostRecord] = {}
         self.ssh_config_hosts: list[str] = []
+        self._names: list[str] = []  # the hosts as the rows show them
+        self._stale = True  # something changed while hidden: redraw every row when shown
+        self.redraws = 0  # how many times every row was drawn
 
         self.table = row_table("hostsTable", COLUMNS, stretch_last=False)
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
@@ -115,11 +122,10 @@ class HostsView(QWidget):
         layout.addWidget(self.message)
 
         assert context.hosts is not None
-        context.hosts.changed.connect(lambda _host: self.refresh())
-        self._ages = QTimer(self)
+        context.hosts.changed.connect(self._host_changed)
+        self._ages = QTimer(self)  # ages the "last sample" column only, while shown
         self._ages.setInterval(1000)
-        self._ages.timeout.connect(self.refresh)
-        self._ages.start()
+        self._ages.timeout.connect(self._age_rows)
         self.reload_records()
         self.refresh()
 
@@ -165,32 +171,80 @@ class HostsView(QWidget):
             return self.context.fleet.supervisor(name).connector.describe()
         return "—"
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self.refresh()
+        self._ages.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self._ages.stop()
+
     def refresh(self) -> None:
-        assert self.context.hosts is not None
+        """Draw every row (the hosts came or went); hidden: only remember to when shown."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        self._stale = False
+        self.redraws += 1
         selected = self.selected()
-        names = self.host_names()
-        self.table.setRowCount(len(names))
+        self._names = self.host_names()
+        self.table.setRowCount(len(self._names))
         supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
-        now = time.time()
-        for row, name in enumerate(names):
-            view = self.context.hosts.hosts.get(name) or HostView(name)
-            state = view.state if name in supervised or view.state != "disconnected" else "not connected"
-            if state in BUSY_STATES:
-                state += "…"
-            age = f"{now - view.last_sample_ts:.0f} s ago" if view.last_sample_ts else "—"
-            cells = (name, self._through(name), state, view.reason, gpu_summary(view.inventory), age)
-            for column, text in enumerate(cells):
-                item = self.table.item(row, column)
-                if item is None:
-                    item = QTableWidgetItem()
-                    self.table.setItem(row, column, item)
-                if item.text() != text:
-                    item.setText(text)
-                if column == 2:
-                    item.setForeground(QColor(theme.STATE_COLORS.get(view.state, "#757575")))
-        if selected in names:
-            self.table.selectRow(names.index(selected))
+        for row, name in enumerate(self._names):
+            self._draw_row(row, name, supervised)
+        if selected in self._names:
+            self.table.selectRow(self._names.index(selected))
         self._update_buttons()
+
+    def _host_changed(self, name: str) -> None:
+        """The model has news of `name`: redraw its row (every row when a host came or went)."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        if self.host_names() != self._names:
+            self.refresh()
+            return
+        supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
+        self._draw_row(self._names.index(name), name, supervised)
+        self._update_buttons()
+
+    def _draw_row(self, row: int, name: str, supervised: set[str]) -> None:
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name) or HostView(name)
+        state = view.state if name in supervised or view.state != "disconnected" else "not connected"
+        if state in BUSY_STATES:
+            state += "…"
+        cells = (name, self._through(name), state, view.reason, gpu_summary(view.inventory), self._age(view))
+        for column, text in enumerate(cells):
+            item = self._item(row, column)
+            if item.text() != text:
+                item.setText(text)
+            if column == 2:
+                item.setForeground(QColor(theme.STATE_COLORS.get(view.state, "#757575")))
+
+    def _age_rows(self, now: float | None = None) -> None:
+        """The timer's one job: how long ago each host's last sample came."""
+        assert self.context.hosts is not None
+        for row, name in enumerate(self._names):
+            text = self._age(self.context.hosts.hosts.get(name) or HostView(name), now)
+            item = self._item(row, AGE_COLUMN)
+            if item.text() != text:
+                item.setText(text)
+
+    @staticmethod
+    def _age(view: HostView, now: float | None = None) -> str:
+        if not view.last_sample_ts:
+            return "—"
+        return f"{(time.time() if now is None else now) - view.last_sample_ts:.0f} s ago"
+
+    def _item(self, row: int, column: int) -> QTableWidgetItem:
+        item = self.table.item(row, column)
+        if item is None:
+            item = QTableWidgetItem()
+            self.table.setItem(row, column, item)
+        return item
 
     def selected(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()

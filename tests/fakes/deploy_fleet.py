@@ -1,6 +1,9 @@
-"""Scripted fleets for launch tests: `FakeFleet` answers workers.* and checks.* like an agent, records calls,
-and delivers `worker` / `log` events the way the fleet's dispatcher does (from another thread);
-`InventoryFleet` answers only what preparing a launch asks (inventory, checks.route)."""
+"""Scripted fleets for launch and deployment tests: `FakeFleet` answers workers.* and checks.* like an
+agent, records calls, and delivers `worker` / `log` events the way the fleet does (from another thread);
+`InventoryFleet` answers only what preparing a launch asks (inventory, checks.route).
+
+`workers.logs` answers as the agent's `worker_logs.read_log` does: at most `limit` characters (256 Ki by
+default, 512 Ki at most) from `offset`, or the last `limit` when no offset is given (the tail)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from meshdeck.remote.events import AgentEvent
+from meshdeck.services.deploy_model import RecordedDeployment
+
+LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.worker_logs
+LOG_MAX_LIMIT = 512 * 1024
 
 
 class FakeFleet:
@@ -42,6 +49,7 @@ class FakeFleet:
                       "signal": None, "restarts": 0, "reason": "", "spec": spec}  # fmt: skip
             self.workers[(host, spec["id"])] = worker
             self.logs.setdefault(spec["id"], "")
+            self.emit_worker(host, worker)  # the agent announces every worker that starts running
             behaviour = self.on_start.get(command)
             if behaviour:
                 threading.Thread(target=behaviour, args=(host, worker), daemon=True).start()
@@ -54,8 +62,10 @@ class FakeFleet:
             return {k: v for k, v in worker.items() if k != "spec"}
         if method == "workers.logs":
             text = self.logs.get(params["id"], "")
-            offset = params.get("offset") or 0
-            return {"data": text[offset:], "offset": len(text), "size": len(text), "start": offset}
+            limit = max(1, min(LOG_MAX_LIMIT, params.get("limit") or LOG_DEFAULT_LIMIT))
+            start = max(0, len(text) - limit) if params.get("offset") is None else min(params["offset"], len(text))
+            data = text[start : start + limit]
+            return {"data": data, "offset": start + len(data), "size": len(text), "start": start}
         if method == "workers.list":
             return {
                 "workers": [
@@ -128,6 +138,14 @@ class Recorder:
 
     def startup_measured(self, deployment_id: str, worker: str, measured: Any) -> None:
         self.measured.append((deployment_id, worker, dict(measured)))
+
+    def recorded(self, deployment_id: str) -> RecordedDeployment | None:
+        """What a store would say: a record for every launch it heard of, open until it finished."""
+        started = [snapshot for snapshot, _plan in self.started if snapshot.id == deployment_id]
+        if not started:
+            return None
+        finished = any(snapshot.id == deployment_id for snapshot in self.finished)
+        return RecordedDeployment(started[0].name, started[0].engine, started[0].started_at, open=not finished)
 
 
 class InventoryFleet:
