@@ -269,11 +269,14 @@ class Daemon:
         return self.supervisor.sim_activity() if hasattr(self, "supervisor") else []
 
     def _free_gpu_bytes(self, gpus: List[int], _worker_id: str) -> int:
-        latest = self.ring.latest() or {}
+        latest = self.ring.latest()
         free = None
-        for gpu in latest.get("gpus") or []:
-            if gpu.get("index") in gpus:
-                room = gpu["memory_total_bytes"] - gpu["memory_reserved_bytes"] - gpu["memory_used_bytes"]
+        for gpu in latest.gpus if latest is not None else ():
+            total, reserved, used = (
+                gpu.value(name) for name in ("memory_total_bytes", "memory_reserved_bytes", "memory_used_bytes")
+            )
+            if gpu.index in gpus and total is not None and reserved is not None and used is not None:
+                room = total - reserved - used
                 free = room if free is None else min(free, room)
         if free is None:
             inventory = self.machine.inventory()
