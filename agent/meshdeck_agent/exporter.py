@@ -4,18 +4,31 @@ Grafana users can scrape meshdeck's view of a server: every GPU (`gpu`, `uuid` l
 link (`gpu`, `link`), every NIC (`nic`, `kind`), the host, and every vLLM worker metric the agent
 scraped (`worker`, `engine`). Values are the newest sample in the ring; a simulated agent says so in
 `meshdeck_agent_info{simulated="true"}`. It binds only where told (the default host is 127.0.0.1).
+Names, help text, units and types (counter or gauge) come from the metric registry
+(metric_registry.py); a worker metric the registry lacks is exported as an unitless gauge.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from . import __version__
-from .wire_sample import GPU_METRICS, HOST_METRICS, NIC_METRICS
+from .metric_registry import (
+    COUNTER,
+    GPU_METRICS,
+    HOST_METRICS,
+    NIC_METRICS,
+    NVLINK,
+    NVLINK_METRICS,
+    WORKER,
+    Metric,
+    describe,
+)
+from .wire_sample import Sample
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -33,73 +46,72 @@ def parse_listen(text: str) -> Tuple[str, int]:
     return host, number
 
 
+def exported_name(metric: Metric) -> str:
+    """The Prometheus name of a registered metric: `meshdeck_<scope>_<name>`, per NVLink link
+    `meshdeck_gpu_nvlink_link_<tx|rx>_bytes_per_s`, a worker metric sanitised to Prometheus' alphabet."""
+    if metric.scope == NVLINK:
+        return "meshdeck_gpu_nvlink_link_" + metric.name[len("nvlink_") :]
+    return "meshdeck_%s_%s" % (metric.scope, _UNSAFE.sub("_", metric.name))
+
+
+def _help(metric: Metric) -> str:
+    """The registry's help line and unit (`GPU power draw (W)`); a name it lacks says so."""
+    text = metric.help or "%s %s (not in this agent's metric registry)" % (metric.scope, metric.name)
+    return "%s (%s)" % (text, metric.unit) if metric.unit else text
+
+
+def _family(metric: Metric, labels: List[str]) -> Any:
+    """A counter family for a registered counter, else a gauge family; named, helped and typed by the registry."""
+    kind = CounterMetricFamily if metric.kind == COUNTER else GaugeMetricFamily
+    return kind(exported_name(metric), _help(metric), labels=labels)
+
+
 class _Collector:
     def __init__(self, ring: Any, machine: Any) -> None:
         self.ring = ring
         self.machine = machine
 
     def collect(self) -> Iterator[Any]:
-        sample: Optional[Dict[str, Any]] = self.ring.latest()
+        sample: Optional[Sample] = self.ring.latest()
         info = InfoMetricFamily("meshdeck_agent", "meshdeck-agent on this server")
         simulated = bool(getattr(self.machine, "simulated", False))
         info.add_metric([], {"version": __version__, "simulated": "true" if simulated else "false"})
         yield info
-        if not sample:
+        if sample is None:
             return
-        yield GaugeMetricFamily("meshdeck_sample_seq", "seq of the newest sample", value=sample.get("seq", 0))
-        gpu_families = {
-            metric: GaugeMetricFamily(
-                "meshdeck_gpu_" + metric, "GPU %s" % metric.replace("_", " "), labels=["gpu", "uuid"]
-            )
-            for metric in (m.name for m in GPU_METRICS)
-        }
-        link_tx = GaugeMetricFamily(
-            "meshdeck_gpu_nvlink_link_tx_bytes_per_s", "NVLink TX per link", labels=["gpu", "link"]
-        )
-        link_rx = GaugeMetricFamily(
-            "meshdeck_gpu_nvlink_link_rx_bytes_per_s", "NVLink RX per link", labels=["gpu", "link"]
-        )
-        for gpu in sample.get("gpus") or []:
-            labels = [str(gpu.get("index")), str(gpu.get("uuid") or "")]
-            for metric, family in gpu_families.items():
-                value = gpu.get(metric)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield GaugeMetricFamily("meshdeck_sample_seq", "seq of the newest sample", value=sample.seq)
+        gpu_families = [_family(metric, ["gpu", "uuid"]) for metric in GPU_METRICS]
+        link_families = [_family(metric, ["gpu", "link"]) for metric in NVLINK_METRICS]
+        for gpu in sample.gpus:
+            labels = [str(gpu.index), gpu.uuid or ""]
+            for family, value in zip(gpu_families, gpu.values):
+                if value is not None:
                     family.add_metric(labels, float(value))
-            for link, pair in enumerate(gpu.get("nvlink_links") or []):
-                if pair and pair[0] is not None:
-                    link_tx.add_metric([labels[0], str(link)], float(pair[0]))
-                if pair and pair[1] is not None:
-                    link_rx.add_metric([labels[0], str(link)], float(pair[1]))
-        yield from gpu_families.values()
-        yield link_tx
-        yield link_rx
-        host = sample.get("host") or {}
-        for metric in (m.name for m in HOST_METRICS):
-            value = host.get(metric)
-            if isinstance(value, (int, float)):
-                yield GaugeMetricFamily(
-                    "meshdeck_host_" + metric, "host %s" % metric.replace("_", " "), value=float(value)
-                )
-        for metric in (m.name for m in NIC_METRICS):
-            family = GaugeMetricFamily(
-                "meshdeck_nic_" + metric, "NIC %s" % metric.replace("_", " "), labels=["nic", "kind"]
-            )
-            for nic in sample.get("nics") or []:
-                value = nic.get(metric)
-                if isinstance(value, (int, float)):
-                    family.add_metric([str(nic.get("name")), str(nic.get("kind"))], float(value))
-            yield family
-        worker_families: Dict[str, GaugeMetricFamily] = {}
-        for worker in sample.get("workers") or []:
-            for metric, value in (worker.get("metrics") or {}).items():
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
-                    continue
-                name = "meshdeck_worker_" + _UNSAFE.sub("_", metric)
+            for link, pair in enumerate(gpu.nvlink_links):
+                for family, value in zip(link_families, pair):
+                    if value is not None:
+                        family.add_metric([labels[0], str(link)], float(value))
+        yield from gpu_families
+        yield from link_families
+        if sample.host is not None:
+            for metric, value in zip(HOST_METRICS, sample.host.values):
+                if value is not None:
+                    family = _family(metric, [])
+                    family.add_metric([], float(value))
+                    yield family
+        nic_families = [_family(metric, ["nic", "kind"]) for metric in NIC_METRICS]
+        for nic in sample.nics:
+            for family, value in zip(nic_families, (nic.tx_bytes_per_s, nic.rx_bytes_per_s)):
+                if value is not None:
+                    family.add_metric([nic.name, str(nic.kind)], float(value))
+        yield from nic_families
+        worker_families: Dict[str, Any] = {}
+        for worker in sample.workers:
+            for name, value in worker.metrics:
                 family = worker_families.get(name)
                 if family is None:
-                    family = GaugeMetricFamily(name, "vLLM worker %s" % metric, labels=["worker", "engine"])
-                    worker_families[name] = family
-                family.add_metric([str(worker.get("id")), str(worker.get("engine") or "")], float(value))
+                    family = worker_families[name] = _family(describe(WORKER, name), ["worker", "engine"])
+                family.add_metric([worker.id, worker.engine], float(value))
         yield from worker_families.values()
 
 

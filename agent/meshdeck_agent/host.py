@@ -11,6 +11,8 @@ import os
 import platform
 from typing import Any, Dict, List, Optional, Tuple
 
+from .wire_sample import HostSample
+
 
 def _read(path: str) -> Optional[str]:
     try:
@@ -77,7 +79,7 @@ class HostReader:
     def _path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
 
-    def read(self) -> Dict[str, Any]:
+    def read(self) -> HostSample:
         cpu_pct = None
         stat_text = _read(self._path("proc", "stat"))
         current = parse_proc_stat_cpu(stat_text) if stat_text else None
@@ -92,7 +94,7 @@ class HostReader:
         total_bytes = memory.get("MemTotal")
         available = memory.get("MemAvailable")
         used = total_bytes - available if total_bytes is not None and available is not None else None
-        return {"cpu_pct": cpu_pct, "ram_used_bytes": used, "ram_total_bytes": total_bytes}
+        return HostSample.of(cpu_pct=cpu_pct, ram_used_bytes=used, ram_total_bytes=total_bytes)
 
     def ram_total_bytes(self) -> Optional[int]:
         return parse_meminfo(_read(self._path("proc", "meminfo")) or "").get("MemTotal")

@@ -2,14 +2,15 @@
 
 `RealMachine` joins NVML (gpu/nvml.py), /proc (host.py) and sysfs (net.py, topology.py) under an
 injectable root. `SimulatedMachine` (simmachine.py) answers the same two calls for `--simulate`.
+`read` answers a `Reading`: the sample's records (wire_sample.py) of its GPUs, host and NICs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import inventory as inventory_shape
 from .gpu.nvml import Nvml, NvmlGpus
@@ -18,8 +19,18 @@ from .host import HostReader
 from .net import NetReader
 from .topology import NVML_LEVEL_LABELS, gpu_matrix, nic_affinity, numa_node_of, nvlink_pair_counts, sysfs_pci_path
 from .wire_inventory import Inventory
+from .wire_sample import GpuSample, HostSample, NicSample, XidEvent
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a machine measured at one instant; the sampler adds the time, the workers and the seq."""
+
+    gpus: Tuple[GpuSample, ...] = ()
+    host: Optional[HostSample] = None
+    nics: Tuple[NicSample, ...] = ()
 
 
 class RealMachine:
@@ -47,7 +58,7 @@ class RealMachine:
                 self._xid = None
 
     def _xid_event(self, index: int, event: Dict[str, Any]) -> None:
-        self.gpus.add_xid(index, event)
+        self.gpus.add_xid(index, XidEvent(int(event["xid"]), event.get("ts")))
         if self._on_alert is not None:
             self._on_alert({"kind": "xid", "gpu": index, "xid": event.get("xid"), "ts": event.get("ts")})
 
@@ -101,8 +112,8 @@ class RealMachine:
             ram_total_bytes=self.host.ram_total_bytes(),
         )
 
-    def read(self, now: float) -> Dict[str, Any]:
-        return {"gpus": self.gpus.read(), "host": self.host.read(), "nics": self.net.read()}
+    def read(self, now: float) -> Reading:
+        return Reading(tuple(self.gpus.read()), self.host.read(), tuple(self.net.read()))
 
     def close(self) -> None:
         if self._xid is not None:

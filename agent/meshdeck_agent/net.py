@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .ifaddrs import Addresses, interface_addresses
 from .topology import device_pci_chain
+from .wire_sample import NicSample
 
 ARPHRD_INFINIBAND = 32
 
@@ -198,8 +199,8 @@ class NetReader:
             )
         return rows
 
-    def read(self) -> List[Dict[str, Any]]:
-        """[{"name", "kind", "tx_bytes_per_s", "rx_bytes_per_s"}]; rates are null on the first read."""
+    def read(self) -> List[NicSample]:
+        """One record per port; its rates are None on the first read."""
         now = self._clock()
         result = []
         current: Dict[str, Tuple[float, int, int]] = {}
@@ -215,6 +216,6 @@ class NetReader:
                         rx_rate = round((rx - previous[2]) / elapsed, 1)
             if tx is not None and rx is not None:
                 current[name] = (now, tx, rx)
-            result.append({"name": name, "kind": kind, "tx_bytes_per_s": tx_rate, "rx_bytes_per_s": rx_rate})
+            result.append(NicSample(name, kind, tx_rate, rx_rate))
         self._previous = current
         return result

@@ -42,13 +42,15 @@ of the ring instead of after that seq. An agent without the key (older) has no e
 comparing seqs. Added compatibly within protocol 1: peers ignore keys they do not know.
 
 Per vLLM worker there is one entry per `engine` label (DP rank) and one with engine "" that sums them
-(KV usage capacity-weighted); metric names are listed in meshdeck_agent/scrape.py. Byte rates are kept
-to 4 significant digits, per-link NVLink rates to 3 (meshdeck_agent/quantize.py).
+(KV usage capacity-weighted); what they carry is meshdeck_agent/scrape.py's. Byte rates are kept to 4
+significant digits, per-link NVLink rates to 3 (meshdeck_agent/quantize.py).
 
 Any numeric value may be null when the hardware or driver does not report it. The sample's typed
-records, the range each number must fall in and the registry of GPU / host / NIC metrics are in
-wire_sample.py (re-exported here); the app decodes every sample with `Sample.from_wire` where it
-arrives and refuses a bad one whole, naming the field.
+records are in wire_sample.py (re-exported here): the agent builds every sample as them and the app
+decodes every sample with `Sample.from_wire` where it arrives, refusing a bad one whole, naming the
+field. Every metric name, with its unit, scope (gpu / nvlink / host / nic / worker), kind (gauge or
+counter) and physical range, is in the one metric registry, metric_registry.py; a worker metric an
+agent sends that the registry does not know still flows, unitless.
 """
 
 from __future__ import annotations
@@ -665,7 +667,7 @@ def _shown(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Samples: typed records, their ranges and the metric registry live in wire_sample.py, re-exported here.
+# Samples: typed records live in wire_sample.py, the metric registry in metric_registry.py; re-exported here.
 
 # ---------------------------------------------------------------------------------------------
 # The `inventory` result: its typed records live in wire_inventory.py, re-exported here.
@@ -680,6 +682,7 @@ from .wire_inventory import Topology as Topology  # noqa: E402
 from .wire_sample import GPU_METRICS as GPU_METRICS  # noqa: E402
 from .wire_sample import HOST_METRICS as HOST_METRICS  # noqa: E402
 from .wire_sample import NIC_METRICS as NIC_METRICS  # noqa: E402
+from .wire_sample import NVLINK_METRICS as NVLINK_METRICS  # noqa: E402
 from .wire_sample import GpuSample as GpuSample  # noqa: E402
 from .wire_sample import HostSample as HostSample  # noqa: E402
 from .wire_sample import Metric as Metric  # noqa: E402

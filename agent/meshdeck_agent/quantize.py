@@ -1,15 +1,23 @@
 """Rates kept to the precision a chart can show, so 2 h of 16-GPU samples fit the ring's memory bound.
 
 Traffic counters sampled once a second are noisy far above their 4th significant digit, yet the
-digits below it make compressed samples several times larger. Every `*_bytes_per_s` value is rounded
-to 4 significant digits and each GPU's NVLink links to 3 significant digits of its busiest link before the sample is stored; memory, power,
-clocks and counts are left exact.
+digits below it make compressed samples several times larger. Every metric the registry gives in
+bytes/s is rounded to 4 significant digits, and each GPU's NVLink links to 3 significant digits of its
+busiest link, before the sample is stored; memory, power, clocks and counts are left exact.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from dataclasses import replace
+from typing import Optional, Sequence, Tuple
+
+from .metric_registry import BYTES_PER_S, GPU_METRICS
+from .wire_sample import GpuSample, NicSample
+
+RATE_DIGITS = 4
+LINK_DIGITS = 3
+_GPU_RATES = frozenset(i for i, metric in enumerate(GPU_METRICS) if metric.unit == BYTES_PER_S)
 
 
 def round_significant(value: Optional[float], digits: int) -> Optional[float]:
@@ -22,12 +30,6 @@ def round_significant(value: Optional[float], digits: int) -> Optional[float]:
     return int(rounded) if magnitude >= digits - 1 else rounded
 
 
-def _rates(record: Dict[str, Any], digits: int) -> None:
-    for key, value in record.items():
-        if key.endswith("_bytes_per_s") and value is not None:
-            record[key] = round_significant(value, digits)
-
-
 def _step(largest: float, digits: int) -> int:
     """The rounding step that keeps `digits` significant digits of `largest` (at least 1)."""
     if largest < 10**digits:
@@ -35,19 +37,40 @@ def _step(largest: float, digits: int) -> int:
     return 10 ** (int(math.log10(largest)) + 1 - digits)
 
 
-def quantize(gpus: List[Dict[str, Any]], nics: List[Dict[str, Any]]) -> None:
-    """Round the rates of one sample's GPUs and NICs in place."""
-    for gpu in gpus:
-        _rates(gpu, 4)
-        links = gpu.get("nvlink_links")
-        if links:
-            values = [v for pair in links if pair for v in pair if isinstance(v, (int, float))]
-            if not values:
-                continue
-            step = _step(max(values), 3)
-            if step > 1:
-                gpu["nvlink_links"] = [
-                    [None if v is None else round(v / step) * step for v in pair] if pair else pair for pair in links
-                ]
-    for nic in nics:
-        _rates(nic, 4)
+def _links(
+    links: Tuple[Tuple[Optional[float], Optional[float]], ...],
+) -> Tuple[Tuple[Optional[float], Optional[float]], ...]:
+    values = [v for pair in links for v in pair if v is not None]
+    if not values:
+        return links
+    step = _step(max(values), LINK_DIGITS)
+    if step == 1:
+        return links
+    return tuple(
+        (None if tx is None else round(tx / step) * step, None if rx is None else round(rx / step) * step)
+        for tx, rx in links
+    )
+
+
+def quantize_gpu(gpu: GpuSample) -> GpuSample:
+    """The GPU's reading with its rates and links rounded."""
+    values = tuple(
+        round_significant(value, RATE_DIGITS) if i in _GPU_RATES else value for i, value in enumerate(gpu.values)
+    )
+    return replace(gpu, values=values, nvlink_links=_links(gpu.nvlink_links))
+
+
+def quantize_nic(nic: NicSample) -> NicSample:
+    """The port's reading with its rates rounded (every NIC metric is a rate)."""
+    return replace(
+        nic,
+        tx_bytes_per_s=round_significant(nic.tx_bytes_per_s, RATE_DIGITS),
+        rx_bytes_per_s=round_significant(nic.rx_bytes_per_s, RATE_DIGITS),
+    )
+
+
+def quantize(
+    gpus: Sequence[GpuSample], nics: Sequence[NicSample]
+) -> Tuple[Tuple[GpuSample, ...], Tuple[NicSample, ...]]:
+    """One sample's GPUs and NICs with their rates rounded."""
+    return tuple(quantize_gpu(gpu) for gpu in gpus), tuple(quantize_nic(nic) for nic in nics)

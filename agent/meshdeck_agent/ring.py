@@ -6,7 +6,8 @@ digits, so a 16-GPU sample of ~18 KB costs about 1.2 KB. The ring keeps at least
 (7200 = 2 h at 1 Hz by default) and never more than `max_bytes` (24 MiB) of blocks: 2 h of a simulated
 16-GPU server take about 9 MiB. The oldest block goes first. A reader whose `since_seq` fell off the front is told how many samples it lost (`dropped`).
 
-Replies are spliced from the stored bytes without decoding them again (`RingRead.chunks`).
+Replies are spliced from the stored bytes without decoding them again (`RingRead.chunks`). A sample is
+appended as its record (wire_sample.Sample) and serialised here, once, with `Sample.to_wire`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import json
 import threading
 import zlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Deque, Dict, List, Optional
+
+from .wire_sample import Sample
 
 DEFAULT_CAPACITY = 7200
 DEFAULT_BLOCK_SAMPLES = 60
@@ -76,18 +79,18 @@ class SampleRing:
         self._open_first = first_seq
         self._next_seq = first_seq
         self._evicted = 0
-        self._latest: Optional[Dict[str, Any]] = None
+        self._latest: Optional[Sample] = None
         self._cache_first = -1
         self._cache_lines: List[bytes] = []
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def append(self, sample: Dict[str, Any]) -> int:
-        """Store `sample` (its "seq" key is set here) and return the seq."""
+    def append(self, sample: Sample) -> int:
+        """Store `sample` under the next seq (its own `seq` is replaced) and return that seq."""
         with self._lock:
             seq = self._next_seq
-            sample["seq"] = seq
-            encoded = encode_sample(sample)
+            sample = replace(sample, seq=seq)
+            encoded = encode_sample(sample.to_wire())
             if not self._open:
                 self._open_first = seq
             self._open.append(encoded)
@@ -145,8 +148,8 @@ class SampleRing:
             return self._blocks[0].first_seq
         return self._open_first if self._open else 0
 
-    def latest(self) -> Optional[Dict[str, Any]]:
-        """The newest sample as a dict (shared, do not modify), or None before the first."""
+    def latest(self) -> Optional[Sample]:
+        """The newest sample, or None before the first."""
         with self._lock:
             return self._latest
 

@@ -1,7 +1,9 @@
 """The sampler: one thread that takes a sample every interval and stores it in the ring.
 
-Rates are rounded to the precision a chart shows (quantize.py) before storing. The schedule does not drift: tick k is due at start + k·interval; when a read overruns, the missed
-ticks are skipped (never bunched up). A failing source is logged once per kind of failure and the
+Each tick joins the machine's `Reading` (typed GPU / host / NIC records) and the workers' scraped
+records into one `Sample` (wire_sample.py), its rates rounded to the precision a chart shows
+(quantize.py); the ring numbers it and encodes it once. The schedule does not drift: tick k is due at
+start + k·interval; when a read overruns, the missed ticks are skipped (never bunched up). A failing source is logged once per kind of failure and the
 tick is skipped; the sampler itself never dies. After each sample `on_sample(seq)` wakes the
 subscribers and the Prometheus exporter.
 """
@@ -11,10 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from .quantize import quantize
 from .ring import SampleRing
+from .wire_sample import Sample, WorkerSample
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +28,7 @@ class Sampler:
         machine: Any,
         ring: SampleRing,
         interval_s: float = 1.0,
-        workers: Optional[Callable[[], List[Dict[str, Any]]]] = None,
+        workers: Optional[Callable[[], Sequence[WorkerSample]]] = None,
         on_sample: Optional[Callable[[int], None]] = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -34,7 +37,7 @@ class Sampler:
         self.machine = machine
         self.ring = ring
         self.interval_s = interval_s
-        self.workers = workers or (lambda: [])
+        self.workers: Callable[[], Sequence[WorkerSample]] = workers or (lambda: ())
         self.on_sample = on_sample
         self.clock = clock
         self._stop = threading.Event()
@@ -44,25 +47,25 @@ class Sampler:
     def sample_once(self) -> Optional[int]:
         now = self.clock()
         try:
-            parts = self.machine.read(now)
+            reading = self.machine.read(now)
         except Exception as exc:
             self._log_failure("machine", exc)
             return None
         try:
-            workers = self.workers()
+            workers = tuple(self.workers())
         except Exception as exc:
             self._log_failure("workers", exc)
-            workers = []
-        quantize(parts.get("gpus") or [], parts.get("nics") or [])
-        sample = {
-            "seq": 0,
-            "ts": round(now, 3),
-            "simulated": bool(getattr(self.machine, "simulated", False)),
-            "gpus": parts.get("gpus", []),
-            "host": parts.get("host", {}),
-            "nics": parts.get("nics", []),
-            "workers": workers,
-        }
+            workers = ()
+        gpus, nics = quantize(reading.gpus, reading.nics)
+        sample = Sample(
+            seq=0,  # the ring numbers it
+            ts=round(now, 3),
+            simulated=bool(getattr(self.machine, "simulated", False)),
+            gpus=gpus,
+            host=reading.host,
+            nics=nics,
+            workers=workers,
+        )
         seq = self.ring.append(sample)
         if self.on_sample is not None:
             try:

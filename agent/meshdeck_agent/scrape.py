@@ -21,6 +21,10 @@ engines. Rates, means and quantiles are over the interval since the previous scr
 bucket-wise across engines, quantiles interpolated as PromQL's histogram_quantile does). KV usage across
 engines is weighted by each engine's capacity in tokens; when a server does not say its capacity the
 engines are weighted equally (the DP engines of one vLLM server share one cache config).
+
+What it emits are `WorkerSample` records (wire_sample.py) whose metric names come from the registry
+(metric_registry.WORKER_METRICS: unit, gauge or counter, range); a value the scrape cannot tell (no
+previous scrape for a rate, no `_count` for a mean) is left out of the record.
 """
 
 from __future__ import annotations
@@ -29,26 +33,41 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from .metric_registry import WORKER, describe, latency_names, worker_metric
+from .wire_sample import WorkerSample
 
 log = logging.getLogger(__name__)
 
+# meshdeck's names for what is scraped: each is registered (metric_registry.WORKER_METRICS, with its unit
+# and range); `worker_metric` refuses, at import, a name the registry lacks.
+UP = worker_metric("up")
+ENGINES = worker_metric("engines")
+KV_USAGE = worker_metric("kv_cache_usage_perc")
+KV_CAPACITY = worker_metric("kv_cache_capacity_tokens")
+PREFIX_HITS = worker_metric("prefix_cache_hits_total")
+PREFIX_QUERIES = worker_metric("prefix_cache_queries_total")
+PREFIX_HIT_RATE = worker_metric("prefix_cache_hit_rate")
+
+# vLLM's name -> (meshdeck's name, priority): the lower priority wins when a server exports both.
 GAUGES = {
-    "vllm:kv_cache_usage_perc": ("kv_cache_usage_perc", 0),
-    "vllm:gpu_cache_usage_perc": ("kv_cache_usage_perc", 1),
-    "vllm:num_requests_running": ("num_requests_running", 0),
-    "vllm:num_requests_waiting": ("num_requests_waiting", 0),
+    "vllm:kv_cache_usage_perc": (KV_USAGE, 0),
+    "vllm:gpu_cache_usage_perc": (KV_USAGE, 1),
+    "vllm:num_requests_running": (worker_metric("num_requests_running"), 0),
+    "vllm:num_requests_waiting": (worker_metric("num_requests_waiting"), 0),
 }
 COUNTERS = {
-    "vllm:prompt_tokens_total": ("prompt_tokens_total", 0),
-    "vllm:generation_tokens_total": ("generation_tokens_total", 0),
-    "vllm:prefix_cache_hits_total": ("prefix_cache_hits_total", 0),
-    "vllm:gpu_prefix_cache_hits_total": ("prefix_cache_hits_total", 1),
-    "vllm:prefix_cache_queries_total": ("prefix_cache_queries_total", 0),
-    "vllm:gpu_prefix_cache_queries_total": ("prefix_cache_queries_total", 1),
-    "vllm:num_preemptions_total": ("num_preemptions_total", 0),
-    "vllm:request_success_total": ("request_success_total", 0),
+    "vllm:prompt_tokens_total": (worker_metric("prompt_tokens_total"), 0),
+    "vllm:generation_tokens_total": (worker_metric("generation_tokens_total"), 0),
+    "vllm:prefix_cache_hits_total": (PREFIX_HITS, 0),
+    "vllm:gpu_prefix_cache_hits_total": (PREFIX_HITS, 1),
+    "vllm:prefix_cache_queries_total": (PREFIX_QUERIES, 0),
+    "vllm:gpu_prefix_cache_queries_total": (PREFIX_QUERIES, 1),
+    "vllm:num_preemptions_total": (worker_metric("num_preemptions_total"), 0),
+    "vllm:request_success_total": (worker_metric("request_success_total"), 0),
 }
+# vLLM's histogram -> (the registry's LATENCY_HISTOGRAMS prefix of its statistics, priority)
 HISTOGRAMS = {
     "vllm:time_to_first_token_seconds": ("ttft", 0),
     "vllm:inter_token_latency_seconds": ("itl", 0),
@@ -58,10 +77,12 @@ HISTOGRAMS = {
     "vllm:request_prefill_time_seconds": ("prefill", 0),
     "vllm:request_decode_time_seconds": ("decode", 0),
 }
+LATENCY_NAMES = {prefix: tuple(worker_metric(n) for n in latency_names(prefix)) for prefix, _ in HISTOGRAMS.values()}
+# counter -> its rate over the interval between two scrapes
 RATES = {
-    "prompt_tokens_total": "prompt_tokens_per_s",
-    "generation_tokens_total": "generation_tokens_per_s",
-    "num_preemptions_total": "preemptions_per_s",
+    worker_metric("prompt_tokens_total"): worker_metric("prompt_tokens_per_s"),
+    worker_metric("generation_tokens_total"): worker_metric("generation_tokens_per_s"),
+    worker_metric("num_preemptions_total"): worker_metric("preemptions_per_s"),
 }
 
 
@@ -73,12 +94,19 @@ class Histogram:
 
     def minus(self, older: Optional["Histogram"]) -> "Histogram":
         delta = Histogram()
-        if older is None or self.count < older.count:
+        if older is None or self.went_down_since(older):
             older = Histogram()  # first scrape or the server restarted: use lifetime values
         delta.sum = self.sum - older.sum
         delta.count = self.count - older.count
         delta.buckets = {le: c - older.buckets.get(le, 0.0) for le, c in self.buckets.items()}
         return delta
+
+    def went_down_since(self, older: "Histogram") -> bool:
+        """Whether any cumulative part (count, sum, a bucket) is below `older`'s: the server restarted.
+        A restarted server that served more requests than before has a higher count, yet a lower sum."""
+        if self.count < older.count or self.sum < older.sum:
+            return True
+        return any(self.buckets.get(le, 0.0) < count for le, count in older.buckets.items())
 
     def add(self, other: "Histogram") -> None:
         self.sum += other.sum
@@ -206,32 +234,58 @@ def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
 
 def _histogram_metrics(prefix: str, delta: Optional[Histogram], metrics: Dict[str, Any]) -> None:
     """Mean (needs _sum and _count) and p50/p99 (from the buckets alone) over the interval."""
-    metrics[prefix + "_mean_s"] = delta.sum / delta.count if delta is not None and delta.count > 0 else None
-    metrics[prefix + "_p50_s"] = quantile(0.5, delta.buckets) if delta is not None else None
-    metrics[prefix + "_p99_s"] = quantile(0.99, delta.buckets) if delta is not None else None
+    mean, p50, p99 = LATENCY_NAMES[prefix]
+    metrics[mean] = delta.sum / delta.count if delta is not None and delta.count > 0 else None
+    metrics[p50] = quantile(0.5, delta.buckets) if delta is not None else None
+    metrics[p99] = quantile(0.99, delta.buckets) if delta is not None else None
 
 
 class VllmMetrics:
-    """Turns successive snapshots of one server into SAMPLE.workers entries (keeps the previous one)."""
+    """Turns successive snapshots of one server into SAMPLE.workers entries (keeps the previous one).
+
+    A value outside its metric's range in the registry (a KV-cache usage of 5, -3 running requests) is a
+    server's garbage: it is left out of the entry, and logged once per metric."""
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self._previous: Optional[Tuple[float, Dict[str, EngineSnapshot]]] = None
+        self._refused: Set[str] = set()
 
-    def update(self, now: float, engines: Dict[str, EngineSnapshot]) -> List[Dict[str, Any]]:
+    def _entry(self, engine: str, metrics: Dict[str, Any]) -> WorkerSample:
+        kept: Dict[str, Any] = {}
+        for name, value in metrics.items():
+            if value is None or not math.isfinite(value):
+                continue  # not told (NaN in a server's text reads as not told too)
+            metric = describe(WORKER, name)
+            if metric.holds(value):
+                kept[name] = value
+            elif name not in self._refused:
+                self._refused.add(name)
+                log.warning(
+                    "worker %s engine %r reported %s = %g, outside its range [%g, %g]; such values are left out",
+                    self.worker_id,
+                    engine,
+                    name,
+                    value,
+                    metric.low,
+                    metric.high,
+                )
+        return WorkerSample.of(self.worker_id, engine, kept)
+
+    def update(self, now: float, engines: Dict[str, EngineSnapshot]) -> List[WorkerSample]:
         previous_time, previous = self._previous if self._previous else (None, {})
         elapsed = now - previous_time if previous_time is not None else None
-        entries: List[Dict[str, Any]] = []
+        entries: List[WorkerSample] = []
         totals: Dict[str, float] = {}
         merged: Dict[str, Histogram] = {}
         kv_weighted: List[Tuple[float, Optional[float]]] = []
         for engine in sorted(engines, key=lambda e: (len(e), e)):
             snapshot = engines[engine]
             before = previous.get(engine)
-            metrics: Dict[str, Any] = {"up": 1}
+            metrics: Dict[str, Any] = {UP: 1}
             for key, (_, value) in snapshot.values.items():
                 metrics[key] = value
-                if key != "kv_cache_usage_perc":
+                if key != KV_USAGE:
                     totals[key] = totals.get(key, 0.0) + value
             for total_key, rate_key in RATES.items():
                 now_value = snapshot.value(total_key)
@@ -248,24 +302,18 @@ class VllmMetrics:
                 merged.setdefault(key, Histogram()).add(delta)
                 _histogram_metrics(key, delta, metrics)
             hits, queries = (
-                self._delta(snapshot, before, "prefix_cache_hits_total"),
-                self._delta(snapshot, before, "prefix_cache_queries_total"),
+                self._delta(snapshot, before, PREFIX_HITS),
+                self._delta(snapshot, before, PREFIX_QUERIES),
             )
-            metrics["prefix_cache_hit_rate"] = hits / queries if hits is not None and queries else None
-            metrics["kv_cache_capacity_tokens"] = snapshot.capacity_tokens
-            usage = snapshot.value("kv_cache_usage_perc")
+            metrics[PREFIX_HIT_RATE] = hits / queries if hits is not None and queries else None
+            metrics[KV_CAPACITY] = snapshot.capacity_tokens
+            usage = snapshot.value(KV_USAGE)
             if usage is not None:
                 kv_weighted.append((usage, snapshot.capacity_tokens))
-            entries.append({"id": self.worker_id, "engine": engine, "metrics": metrics})
+            entries.append(self._entry(engine, metrics))
         self._previous = (now, engines)
         if len(engines) > 1 or (engines and "" not in engines):
-            entries.append(
-                {
-                    "id": self.worker_id,
-                    "engine": "",
-                    "metrics": self._aggregate(totals, merged, kv_weighted, engines, previous),
-                }
-            )
+            entries.append(self._entry("", self._aggregate(totals, merged, kv_weighted, engines, previous)))
         return entries
 
     @staticmethod
@@ -286,22 +334,22 @@ class VllmMetrics:
         engines: Dict[str, EngineSnapshot],
         previous: Dict[str, EngineSnapshot],
     ) -> Dict[str, Any]:
-        metrics: Dict[str, Any] = {"up": 1, "engines": len(engines)}
+        metrics: Dict[str, Any] = {UP: 1, ENGINES: len(engines)}
         metrics.update(totals)
         if kv_weighted:
             capacities = [c for _, c in kv_weighted]
             if all(c is not None and c > 0 for c in capacities):
                 total_capacity = sum(c for c in capacities if c is not None)
-                metrics["kv_cache_usage_perc"] = sum(u * (c or 0) for u, c in kv_weighted) / total_capacity
-                metrics["kv_cache_capacity_tokens"] = total_capacity
+                metrics[KV_USAGE] = sum(u * (c or 0) for u, c in kv_weighted) / total_capacity
+                metrics[KV_CAPACITY] = total_capacity
             else:
-                metrics["kv_cache_usage_perc"] = sum(u for u, _ in kv_weighted) / len(kv_weighted)
-                metrics["kv_cache_capacity_tokens"] = None
+                metrics[KV_USAGE] = sum(u for u, _ in kv_weighted) / len(kv_weighted)
+                metrics[KV_CAPACITY] = None
         for key in sorted(merged):
             _histogram_metrics(key, merged.get(key), metrics)
-        hits = sum(self._delta(s, previous.get(e), "prefix_cache_hits_total") or 0.0 for e, s in engines.items())
-        queries = sum(self._delta(s, previous.get(e), "prefix_cache_queries_total") or 0.0 for e, s in engines.items())
-        metrics["prefix_cache_hit_rate"] = hits / queries if queries else None
+        hits = sum(self._delta(s, previous.get(e), PREFIX_HITS) or 0.0 for e, s in engines.items())
+        queries = sum(self._delta(s, previous.get(e), PREFIX_QUERIES) or 0.0 for e, s in engines.items())
+        metrics[PREFIX_HIT_RATE] = hits / queries if queries else None
         return metrics
 
 
@@ -359,7 +407,7 @@ class ScrapeLoop:
         self.fetcher = fetcher
         self.metrics = VllmMetrics(worker_id)
         self._lock = threading.Lock()
-        self._latest: List[Dict[str, Any]] = []
+        self._latest: List[WorkerSample] = []
         self._latest_at = 0.0
         self.error: Optional[str] = None
         self._stop = threading.Event()
@@ -368,7 +416,7 @@ class ScrapeLoop:
     def start(self) -> None:
         self._thread.start()
 
-    def scrape_once(self) -> List[Dict[str, Any]]:
+    def scrape_once(self) -> List[WorkerSample]:
         now = time.time()
         try:
             text = self.fetcher(self.url, max(0.5, min(5.0, self.interval_s)))
@@ -376,13 +424,13 @@ class ScrapeLoop:
             self.error = None
         except (OSError, ValueError) as exc:  # urllib's URLError is an OSError
             self.error = _error_text(self.url, exc)
-            entries = [{"id": self.worker_id, "engine": "", "metrics": {"up": 0}, "error": self.error}]
+            entries = [WorkerSample.of(self.worker_id, "", {UP: 0}, self.error)]
         with self._lock:
             self._latest = entries
             self._latest_at = now
         return entries
 
-    def latest(self, max_age_s: float) -> List[Dict[str, Any]]:
+    def latest(self, max_age_s: float) -> List[WorkerSample]:
         with self._lock:
             if time.time() - self._latest_at > max_age_s:
                 return []

@@ -16,7 +16,9 @@ from typing import Any, Callable, Dict, List, Optional
 from . import inventory as inventory_shape
 from .gpu.catalog import MIB, SimulateSpec
 from .gpu.simulated import SimulatedGpus, gpu_bus_id, numa_node
+from .machine import Reading
 from .simtraffic import SimWorkerActivity, machine_load
+from .wire_sample import HostSample, NicSample
 
 GIB = 1024 * MIB
 
@@ -132,7 +134,7 @@ class SimulatedMachine:
         )
         return record.to_wire()
 
-    def read(self, now: float) -> Dict[str, Any]:
+    def read(self, now: float) -> Reading:
         with self._lock:
             load = machine_load(self.activity(), self.spec.count)
             gpus = self.gpus.read(now, load.gpus)
@@ -140,11 +142,11 @@ class SimulatedMachine:
             held = sum(g.held_bytes for g in load.gpus.values())
             cpu_pct = 1.5 + 100.0 * load.busy_cpu_threads / self.threads + abs(rng.gauss(0, 0.4))
             ram_used = 38 * GIB + int(held * 0.04) + int(abs(rng.gauss(0, 1)) * 64 * MIB)
-            host = {
-                "cpu_pct": round(min(100.0, cpu_pct), 2),
-                "ram_used_bytes": min(self.ram_total, ram_used),
-                "ram_total_bytes": self.ram_total,
-            }
+            host = HostSample.of(
+                cpu_pct=round(min(100.0, cpu_pct), 2),
+                ram_used_bytes=min(self.ram_total, ram_used),
+                ram_total_bytes=self.ram_total,
+            )
             nics = []
             for nic in self.nics:
                 if nic["kind"] == "ethernet":
@@ -164,11 +166,6 @@ class SimulatedMachine:
                     rx = traffic * (1 + rng.gauss(0, 0.02)) + abs(rng.gauss(0, 1)) * 300
                 cap = (nic["rate_gbps"] or 0) * 1e9 / 8
                 nics.append(
-                    {
-                        "name": nic["name"],
-                        "kind": nic["kind"],
-                        "tx_bytes_per_s": round(min(cap, max(0.0, tx))),
-                        "rx_bytes_per_s": round(min(cap, max(0.0, rx))),
-                    }
+                    NicSample(nic["name"], nic["kind"], round(min(cap, max(0.0, tx))), round(min(cap, max(0.0, rx))))
                 )
-            return {"gpus": gpus, "host": host, "nics": nics}
+            return Reading(tuple(gpus), host, tuple(nics))

@@ -37,10 +37,11 @@ bad field.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .protocol import excerpt
 from .simtraffic import SimWorkerActivity
+from .wire_sample import WorkerSample
 
 CONTEXT_BYTES = 600 * 1024 * 1024  # a CUDA context plus NCCL buffers before the weights arrive
 
@@ -187,11 +188,11 @@ class SimVllmTracker:
         fraction = min(1.0, (time.monotonic() - self.started_at) / startup)
         return CONTEXT_BYTES + int(self.simulate["weights_bytes"] * fraction)
 
-    def activity(self, metrics: List[Dict[str, Any]]) -> SimWorkerActivity:
+    def activity(self, metrics: Sequence[WorkerSample]) -> SimWorkerActivity:
         totals: Dict[str, Any] = {}
         for entry in metrics:
-            if entry.get("engine") == "":
-                totals = entry.get("metrics") or {}
+            if entry.engine == "":
+                totals = dict(entry.metrics)
         loading = self.running and not self.weights_loaded
         simulate = self.simulate
         return SimWorkerActivity(

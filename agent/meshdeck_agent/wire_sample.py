@@ -8,16 +8,31 @@ or a seq of 2**70 cannot overflow SQLite's integers, a year-33658 time cannot cr
 utilization of 1e15 % cannot flatten a chart's axis. Unknown keys are ignored: a newer agent may add
 some within protocol 1 (protocol.py). Numbers may be null where the hardware does not report them.
 
-The ranges are physical bounds with room to spare (no GPU has a petabyte of memory or runs at 10 kW),
-not tuning: they exist to keep garbage out, never to clip real readings. Stdlib only, Python 3.9.
+The agent builds every sample as these records (its backends with `GpuSample.of` / `HostSample.of`,
+its scraper with `WorkerSample.of`) and serialises each once, with `Sample.to_wire`, where its ring
+stores it. Which metrics a GPU, host and NIC carry, in which unit and within which range, is the metric
+registry's (metric_registry.py, re-exported here). Worker metrics are checked here only against
+±MAX_WORKER_VALUE: the scraper already leaves out a value outside its registered range, and a name a
+newer agent adds still flows. The ranges are physical bounds with room to spare (no GPU has a petabyte
+of memory or runs at 10 kW), not tuning: they exist to keep garbage out, never to clip real readings.
+Stdlib only, Python 3.9.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from .metric_registry import GPU_METRICS as GPU_METRICS
+from .metric_registry import HOST_METRICS as HOST_METRICS
+from .metric_registry import MAX_WORKER_VALUE as MAX_WORKER_VALUE
+from .metric_registry import NIC_METRICS as NIC_METRICS
+from .metric_registry import NVLINK_METRICS as NVLINK_METRICS
+from .metric_registry import PETABYTE
+from .metric_registry import Metric as Metric
 
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z: no agent's clock is older
 MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z: far in the future, yet every date type the app uses holds it
@@ -31,10 +46,8 @@ MAX_WORKER_METRICS = 256
 MAX_XID_EVENTS = 64
 MAX_PROCESSES = 4096
 MAX_NAME_CHARS = 256
-MAX_WORKER_VALUE = 1e18  # vLLM counters (tokens served) stay far below; beyond this a value is garbage
 
-_PB = 2.0**50
-_BYTE_RATE = 1e14  # 100 TB/s: above any link a GPU, NIC or host has
+_PB = PETABYTE
 _METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]{0,127}$")
 
 
@@ -99,46 +112,6 @@ def _object(value: Any, field: str) -> Dict[str, Any]:
     return value
 
 
-@dataclass(frozen=True)
-class Metric:
-    """One scalar a sample carries: its wire name, unit and the range a real reading stays in."""
-
-    name: str
-    unit: str  # "bytes", "bytes/s", "%", "W", "°C", "MHz"
-    high: float
-
-    @property
-    def low(self) -> float:
-        return 0.0
-
-
-# Per GPU, in wire order. `nvlink_*` are the sums over the GPU's links (per-link values are in
-# GpuSample.nvlink_links).
-GPU_METRICS: Tuple[Metric, ...] = (
-    Metric("memory_used_bytes", "bytes", _PB),
-    Metric("memory_total_bytes", "bytes", _PB),
-    Metric("memory_reserved_bytes", "bytes", _PB),
-    Metric("utilization_pct", "%", 100.0),
-    Metric("memory_utilization_pct", "%", 100.0),
-    Metric("power_w", "W", 10_000.0),
-    Metric("power_limit_w", "W", 10_000.0),
-    Metric("temperature_c", "°C", 250.0),
-    Metric("sm_clock_mhz", "MHz", 100_000.0),
-    Metric("mem_clock_mhz", "MHz", 100_000.0),
-    Metric("nvlink_tx_bytes_per_s", "bytes/s", _BYTE_RATE),
-    Metric("nvlink_rx_bytes_per_s", "bytes/s", _BYTE_RATE),
-    Metric("pcie_tx_bytes_per_s", "bytes/s", _BYTE_RATE),
-    Metric("pcie_rx_bytes_per_s", "bytes/s", _BYTE_RATE),
-)
-HOST_METRICS: Tuple[Metric, ...] = (
-    Metric("cpu_pct", "%", 100.0),
-    Metric("ram_used_bytes", "bytes", 2.0**60),
-    Metric("ram_total_bytes", "bytes", 2.0**60),
-)
-NIC_METRICS: Tuple[Metric, ...] = (
-    Metric("tx_bytes_per_s", "bytes/s", _BYTE_RATE),
-    Metric("rx_bytes_per_s", "bytes/s", _BYTE_RATE),
-)
 NIC_KINDS = ("infiniband", "roce", "ethernet")
 
 
@@ -156,7 +129,9 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One GPU at one instant. `values` holds GPU_METRICS in order (None: not reported)."""
+    """One GPU at one instant. `values` holds GPU_METRICS in order (None: not reported); a backend builds
+    one with `GpuSample.of`, naming its values. The `remapped_rows_*` counts and failure flag are NVML's
+    (sent only when read)."""
 
     index: int
     uuid: Optional[str]
@@ -166,6 +141,40 @@ class GpuSample:
     ecc_uncorrected_volatile: Optional[float] = None
     remapped_rows_pending: Optional[bool] = None
     processes: Tuple[GpuProcess, ...] = ()
+    remapped_rows_correctable: Optional[float] = None
+    remapped_rows_uncorrectable: Optional[float] = None
+    remapped_rows_failure: Optional[bool] = None
+
+    @classmethod
+    def of(
+        cls,
+        index: int,
+        uuid: Optional[str],
+        nvlink_links: Iterable[Sequence[Optional[float]]] = (),
+        xid_events: Iterable[XidEvent] = (),
+        processes: Iterable[GpuProcess] = (),
+        ecc_uncorrected_volatile: Optional[float] = None,
+        remapped_rows_pending: Optional[bool] = None,
+        remapped_rows_correctable: Optional[float] = None,
+        remapped_rows_uncorrectable: Optional[float] = None,
+        remapped_rows_failure: Optional[bool] = None,
+        **metrics: Optional[float],
+    ) -> "GpuSample":
+        """The record of one reading, its GPU_METRICS named (`power_w=301.2`; one left out: not reported).
+        A name outside GPU_METRICS is a TypeError: a backend cannot send what the registry lacks."""
+        return cls(
+            index,
+            uuid,
+            _metric_values(metrics, _GPU_INDEX, "GpuSample"),
+            tuple((pair[0], pair[1]) for pair in nvlink_links),
+            tuple(xid_events),
+            ecc_uncorrected_volatile,
+            remapped_rows_pending,
+            tuple(processes),
+            remapped_rows_correctable,
+            remapped_rows_uncorrectable,
+            remapped_rows_failure,
+        )
 
     def value(self, metric: str) -> Optional[float]:
         return self.values[_GPU_INDEX[metric]]
@@ -174,6 +183,11 @@ class GpuSample:
 @dataclass(frozen=True)
 class HostSample:
     values: Tuple[Optional[float], ...]  # HOST_METRICS in order
+
+    @classmethod
+    def of(cls, **metrics: Optional[float]) -> "HostSample":
+        """The record of one reading, its HOST_METRICS named (`cpu_pct=12.5`)."""
+        return cls(_metric_values(metrics, _HOST_INDEX, "HostSample"))
 
     def value(self, metric: str) -> Optional[float]:
         return self.values[_HOST_INDEX[metric]]
@@ -193,8 +207,23 @@ class WorkerSample:
 
     id: str
     engine: str
-    metrics: Tuple[Tuple[str, float], ...]  # (name, value), names as meshdeck_agent.scrape emits them
+    metrics: Tuple[Tuple[str, float], ...]  # (name, value); names from metric_registry.WORKER_METRICS
     error: Optional[str] = None
+
+    @classmethod
+    def of(
+        cls, worker_id: str, engine: str, metrics: Mapping[str, Optional[float]], error: Optional[str] = None
+    ) -> "WorkerSample":
+        """The record of one scrape: values the scrape could not tell (None, or NaN / inf from a server's
+        text) are left out, as the wire leaves out what is not known."""
+        known = tuple((name, value) for name, value in metrics.items() if value is not None and math.isfinite(value))
+        return cls(worker_id, engine, known, error)
+
+    def value(self, metric: str) -> Optional[float]:
+        for name, value in self.metrics:
+            if name == metric:
+                return value
+        return None
 
 
 @dataclass(frozen=True)
@@ -256,6 +285,15 @@ _GPU_INDEX = {m.name: i for i, m in enumerate(GPU_METRICS)}
 _HOST_INDEX = {m.name: i for i, m in enumerate(HOST_METRICS)}
 
 
+def _metric_values(
+    metrics: Mapping[str, Optional[float]], index: Mapping[str, int], record: str
+) -> Tuple[Optional[float], ...]:
+    unknown = sorted(set(metrics).difference(index))
+    if unknown:
+        raise TypeError("%s.of: %s not in the metric registry" % (record, ", ".join(unknown)))
+    return tuple(metrics.get(name) for name in index)
+
+
 def _gpu(raw: Any, field: str) -> GpuSample:
     data = _object(raw, field)
     index = _int(data.get("index"), field + ".index", 0, MAX_GPUS - 1)
@@ -265,9 +303,10 @@ def _gpu(raw: Any, field: str) -> GpuSample:
         where = "%s.nvlink_links[%d]" % (field, link)
         if not isinstance(pair, list) or len(pair) != 2:
             raise SampleError(where, "must be a [tx, rx] pair")
-        links.append(
-            (_number(pair[0], where + "[0]", 0.0, _BYTE_RATE), _number(pair[1], where + "[1]", 0.0, _BYTE_RATE))
+        tx, rx = (
+            _number(v, "%s[%d]" % (where, i), m.low, m.high) for i, (v, m) in enumerate(zip(pair, NVLINK_METRICS))
         )
+        links.append((tx, rx))
     xids = []
     for i, event in enumerate(_list(data.get("xid_events"), field + ".xid_events", MAX_XID_EVENTS)):
         where = "%s.xid_events[%d]" % (field, i)
@@ -288,9 +327,6 @@ def _gpu(raw: Any, field: str) -> GpuSample:
                 _number(process.get("used_memory_bytes"), where + ".used_memory_bytes", 0.0, _PB),
             )
         )
-    pending = data.get("remapped_rows_pending")
-    if pending is not None and not isinstance(pending, bool):
-        raise SampleError(field + ".remapped_rows_pending", "must be true, false or null")
     return GpuSample(
         index=index,
         uuid=_text(data.get("uuid"), field + ".uuid", optional=True),
@@ -300,9 +336,22 @@ def _gpu(raw: Any, field: str) -> GpuSample:
         ecc_uncorrected_volatile=_number(
             data.get("ecc_uncorrected_volatile"), field + ".ecc_uncorrected_volatile", 0.0, 2.0**63
         ),
-        remapped_rows_pending=pending,
+        remapped_rows_pending=_flag(data.get("remapped_rows_pending"), field + ".remapped_rows_pending"),
         processes=tuple(processes),
+        remapped_rows_correctable=_number(
+            data.get("remapped_rows_correctable"), field + ".remapped_rows_correctable", 0.0, 2.0**63
+        ),
+        remapped_rows_uncorrectable=_number(
+            data.get("remapped_rows_uncorrectable"), field + ".remapped_rows_uncorrectable", 0.0, 2.0**63
+        ),
+        remapped_rows_failure=_flag(data.get("remapped_rows_failure"), field + ".remapped_rows_failure"),
     )
+
+
+def _flag(value: Any, field: str) -> Optional[bool]:
+    if value is not None and not isinstance(value, bool):
+        raise SampleError(field, "must be true, false or null")
+    return value
 
 
 def _gpu_to_wire(gpu: GpuSample) -> Dict[str, Any]:
@@ -313,7 +362,14 @@ def _gpu_to_wire(gpu: GpuSample) -> Dict[str, Any]:
     out["ecc_uncorrected_volatile"] = gpu.ecc_uncorrected_volatile
     out["remapped_rows_pending"] = gpu.remapped_rows_pending
     out["processes"] = [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes} for p in gpu.processes]
+    for name in _NVML_EXTRAS:
+        value = getattr(gpu, name)
+        if value is not None:
+            out[name] = value
     return out
+
+
+_NVML_EXTRAS = ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_failure")
 
 
 def _nic(raw: Any, field: str) -> NicSample:

@@ -37,6 +37,7 @@ from .paths import UnsafePath, child_path, ensure_private_dir, self_command, sel
 from .scrape import ScrapeLoop
 from .simengine import StandInChooser
 from .simspec import BadStandInPlan, SimVllmTracker, metrics_url, validate_simulate
+from .wire_sample import WorkerSample
 from .worker_logs import read_log
 from .worker_state import WorkerRecord, exit_reason, observe, oom_kill_count, process_alive, read_json, run_file
 from .worker_tail import Event, catch_up_log, replay_log, skip_log
@@ -225,9 +226,9 @@ class Supervisor:
             path, state_path = record.log_path, record.logstate_path
         return read_log(path, state_path, offset, limit)
 
-    def sample_entries(self) -> List[Dict[str, Any]]:
+    def sample_entries(self) -> List[WorkerSample]:
         """Each running worker's latest scraped metrics. Takes no lock: the sampler never waits here."""
-        entries: List[Dict[str, Any]] = []
+        entries: List[WorkerSample] = []
         for state, scrape, _tracker in self._view:
             if scrape is not None and state == "running":
                 entries.extend(scrape.latest(max_age_s=max(5.0, 3 * self.interval_s)))

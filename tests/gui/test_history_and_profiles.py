@@ -76,7 +76,8 @@ def test_history_range_query_draws_stored_samples_with_the_same_charts(qtbot, db
     qtbot.waitUntil(lambda: view.status.text().startswith("exported"), timeout=30000)
     with target.open() as stream:
         rows = list(csv.DictReader(stream))
-    assert rows and set(rows[0]) == {"time", "ts", "host", "device", "metric", "value"}
+    assert rows and set(rows[0]) == {"time", "ts", "host", "device", "metric", "unit", "value"}
+    assert {r["unit"] for r in rows if r["metric"] == "memory_used_bytes"} == {"bytes"}
     assert {r["device"] for r in rows} >= {"gpu0", "gpu1"}
     assert sum(1 for r in rows if r["device"] == "gpu0" and r["metric"] == "memory_used_bytes") == 600
 

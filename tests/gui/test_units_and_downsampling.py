@@ -1,10 +1,21 @@
-"""Units say what a value is; peak downsampling never hides an extreme."""
+"""Units say what a value is, as the metric registry gives it; peak downsampling never hides an extreme."""
 
 from __future__ import annotations
 
 import numpy as np
+from meshdeck.services import metrics
 from meshdeck.ui.charts.multi_curve import CurveBatch, peak_reduce, y_bounds
-from meshdeck.ui.charts.units import BYTES_PER_S, CELSIUS, FRACTION_AS_PERCENT, GIB, nice_ceiling
+from meshdeck.ui.charts.units import (
+    BYTES_PER_S,
+    CELSIUS,
+    CHART_UNITS,
+    COUNT,
+    FRACTION_AS_PERCENT,
+    GIB,
+    chart_unit,
+    nice_ceiling,
+)
+from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS
 
 
 def test_memory_is_binary_and_link_rates_are_decimal() -> None:
@@ -44,3 +55,21 @@ def test_y_bounds_cover_only_the_visible_range() -> None:
     batch = CurveBatch(np.arange(10.0), np.arange(10.0, dtype=np.float32)[None, :], (0,))
     assert y_bounds([batch], 2.0, 5.0) == (2.0, 5.0)
     assert y_bounds([batch], 20.0, 30.0) is None
+
+
+def test_every_dashboard_chart_draws_its_metrics_in_their_registry_unit() -> None:
+    for definition in DASHBOARD_CHARTS:
+        registry_units = {metrics.unit_of(definition.device_kind, pick.metric) for pick in definition.picks}
+        assert len(registry_units) == 1, definition.name  # one axis, one unit
+        assert all(metrics.is_registered(definition.device_kind, pick.metric) for pick in definition.picks)
+        assert definition.unit == CHART_UNITS[registry_units.pop()], definition.name
+    by_name = {definition.name: definition.unit for definition in DASHBOARD_CHARTS}
+    assert by_name["vram"] == GIB and by_name["nvlink"] == BYTES_PER_S and by_name["kv_cache"] == FRACTION_AS_PERCENT
+    assert by_name["temperature"] == CELSIUS
+
+
+def test_every_registry_unit_has_a_chart_unit_and_an_unknown_metric_is_a_plain_count() -> None:
+    assert set(CHART_UNITS) == set(metrics.UNITS)
+    assert chart_unit("worker", "ttft_p99_s").format(0.25) == "250.0 ms"
+    assert chart_unit("gpu", "sm_clock_mhz").format(1980) == "1980 MHz"
+    assert chart_unit("worker", "vllm_next_thing") == COUNT

@@ -23,6 +23,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..wire_inventory import Gpu, NvLink
+from ..wire_sample import MAX_XID_EVENTS, GpuProcess, GpuSample, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class NvmlGpus:
         self._handles: Optional[List[Any]] = None
         self._link_ids: Dict[int, List[int]] = {}
         self._previous_fields: Dict[Tuple[int, int, int], Tuple[float, int]] = {}
-        self._xid_pending: Dict[int, List[Dict[str, Any]]] = {}
+        self._xid_pending: Dict[int, List[XidEvent]] = {}
         self._xid_lock = threading.Lock()
         self._uuids: Dict[int, Optional[str]] = {}
 
@@ -264,7 +265,7 @@ class NvmlGpus:
             return None
         return (value - previous[0]) * 1024.0 / ((timestamp - previous[1]) / 1e6)
 
-    def _nvlink(self, index: int, handle: Any) -> Tuple[Optional[float], Optional[float], List[List[Any]]]:
+    def _nvlink(self, index: int, handle: Any) -> Tuple[Optional[float], Optional[float], List[Tuple[Any, Any]]]:
         if index not in self._link_ids:
             self.nvlinks(index, handle)
         links = self._link_ids.get(index) or []
@@ -279,12 +280,12 @@ class NvmlGpus:
             return None, None, []
         rates = [self._rate((index, field_id, scope), field) for (field_id, scope), field in zip(requests, fields)]
         count = len(links)
-        per_link: List[List[Any]] = []
+        per_link: List[Tuple[Any, Any]] = []
         max_link = max(links)
         by_link = {link: (rates[i], rates[count + i]) for i, link in enumerate(links)}
         for link in range(max_link + 1):
             tx, rx = by_link.get(link, (None, None))
-            per_link.append([round(tx) if tx is not None else None, round(rx) if rx is not None else None])
+            per_link.append((round(tx) if tx is not None else None, round(rx) if rx is not None else None))
         total_tx, total_rx = rates[-2], rates[-1]
         if total_tx is None and all(r is not None for r in rates[:count]):
             total_tx = sum(r for r in rates[:count] if r is not None)
@@ -292,7 +293,7 @@ class NvmlGpus:
             total_rx = sum(r for r in rates[count : 2 * count] if r is not None)
         return total_tx, total_rx, per_link
 
-    def read(self) -> List[Dict[str, Any]]:
+    def read(self) -> List[GpuSample]:
         call = self.nvml.call
         memory_v2 = self.nvml.constant("nvmlMemory_v2")
         temperature_sensor = self.nvml.constant("NVML_TEMPERATURE_GPU", 0)
@@ -312,39 +313,37 @@ class NvmlGpus:
             with self._xid_lock:
                 xids = self._xid_pending.pop(index, [])
             samples.append(
-                {
-                    "index": index,
-                    "uuid": self._uuid(index, handle),
-                    "memory_used_bytes": getattr(memory, "used", None),
-                    "memory_total_bytes": getattr(memory, "total", None),
-                    "memory_reserved_bytes": getattr(memory, "reserved", None),
-                    "utilization_pct": getattr(utilization, "gpu", None),
-                    "memory_utilization_pct": getattr(utilization, "memory", None),
-                    "power_w": power / 1000.0 if isinstance(power, (int, float)) else None,
-                    "power_limit_w": limit / 1000.0 if isinstance(limit, (int, float)) else None,
-                    "temperature_c": call("nvmlDeviceGetTemperature", handle, temperature_sensor),
-                    "sm_clock_mhz": call("nvmlDeviceGetClockInfo", handle, self.nvml.constant("NVML_CLOCK_SM", 1)),
-                    "mem_clock_mhz": call("nvmlDeviceGetClockInfo", handle, self.nvml.constant("NVML_CLOCK_MEM", 2)),
-                    "nvlink_tx_bytes_per_s": round(nvlink_tx) if nvlink_tx is not None else None,
-                    "nvlink_rx_bytes_per_s": round(nvlink_rx) if nvlink_rx is not None else None,
-                    "nvlink_links": per_link,
-                    "pcie_tx_bytes_per_s": pcie_tx * 1024 if isinstance(pcie_tx, int) else None,
-                    "pcie_rx_bytes_per_s": pcie_rx * 1024 if isinstance(pcie_rx, int) else None,
-                    "xid_events": xids,
-                    "ecc_uncorrected_volatile": call(
+                GpuSample.of(
+                    index,
+                    self._uuid(index, handle),
+                    nvlink_links=per_link,
+                    xid_events=xids,
+                    processes=(GpuProcess(p.pid, getattr(p, "usedGpuMemory", None)) for p in processes),
+                    ecc_uncorrected_volatile=call(
                         "nvmlDeviceGetTotalEccErrors",
                         handle,
                         self.nvml.constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
                         self.nvml.constant("NVML_VOLATILE_ECC", 0),
                     ),
-                    "remapped_rows_correctable": remapped[0] if remapped else None,
-                    "remapped_rows_uncorrectable": remapped[1] if remapped else None,
-                    "remapped_rows_pending": bool(remapped[2]) if remapped else None,
-                    "remapped_rows_failure": bool(remapped[3]) if remapped else None,
-                    "processes": [
-                        {"pid": p.pid, "used_memory_bytes": getattr(p, "usedGpuMemory", None)} for p in processes
-                    ],
-                }
+                    remapped_rows_correctable=remapped[0] if remapped else None,
+                    remapped_rows_uncorrectable=remapped[1] if remapped else None,
+                    remapped_rows_pending=bool(remapped[2]) if remapped else None,
+                    remapped_rows_failure=bool(remapped[3]) if remapped else None,
+                    memory_used_bytes=getattr(memory, "used", None),
+                    memory_total_bytes=getattr(memory, "total", None),
+                    memory_reserved_bytes=getattr(memory, "reserved", None),
+                    utilization_pct=getattr(utilization, "gpu", None),
+                    memory_utilization_pct=getattr(utilization, "memory", None),
+                    power_w=power / 1000.0 if isinstance(power, (int, float)) else None,
+                    power_limit_w=limit / 1000.0 if isinstance(limit, (int, float)) else None,
+                    temperature_c=call("nvmlDeviceGetTemperature", handle, temperature_sensor),
+                    sm_clock_mhz=call("nvmlDeviceGetClockInfo", handle, self.nvml.constant("NVML_CLOCK_SM", 1)),
+                    mem_clock_mhz=call("nvmlDeviceGetClockInfo", handle, self.nvml.constant("NVML_CLOCK_MEM", 2)),
+                    nvlink_tx_bytes_per_s=round(nvlink_tx) if nvlink_tx is not None else None,
+                    nvlink_rx_bytes_per_s=round(nvlink_rx) if nvlink_rx is not None else None,
+                    pcie_tx_bytes_per_s=pcie_tx * 1024 if isinstance(pcie_tx, int) else None,
+                    pcie_rx_bytes_per_s=pcie_rx * 1024 if isinstance(pcie_rx, int) else None,
+                )
             )
         return samples
 
@@ -353,8 +352,8 @@ class NvmlGpus:
             self._uuids[index] = _text(self.nvml.call("nvmlDeviceGetUUID", handle))
         return self._uuids[index]
 
-    def add_xid(self, index: int, event: Dict[str, Any]) -> None:
+    def add_xid(self, index: int, event: XidEvent) -> None:
         with self._xid_lock:
             pending = self._xid_pending.setdefault(index, [])
-            if len(pending) < 64:
+            if len(pending) < MAX_XID_EVENTS:
                 pending.append(event)

@@ -17,9 +17,10 @@ import math
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from ..wire_inventory import Gpu, NvLink
+from ..wire_sample import GpuProcess, GpuSample
 from .catalog import MIB, SimulateSpec
 
 BOARD_SIZE = 8
@@ -123,7 +124,7 @@ class SimulatedGpus:
 
     # -- samples ---------------------------------------------------------------------------------
 
-    def read(self, now: float, loads: Optional[Mapping[int, GpuLoad]] = None) -> List[Dict[str, Any]]:
+    def read(self, now: float, loads: Optional[Mapping[int, GpuLoad]] = None) -> List[GpuSample]:
         loads = loads or {}
         dt = 1.0 if self._last_now is None else max(0.05, min(60.0, now - self._last_now))
         self._last_now = now
@@ -159,43 +160,42 @@ class SimulatedGpus:
             rx_total = sum(pair[1] for pair in links)
             pcie_noise = abs(rng.gauss(0, 1)) * 1024 * (40 if busy else 6)
             samples.append(
-                {
-                    "index": index,
-                    "uuid": self.uuids[index],
-                    "memory_used_bytes": used,
-                    "memory_total_bytes": total,
-                    "memory_reserved_bytes": reserved,
-                    "utilization_pct": utilization,
-                    "memory_utilization_pct": memory_utilization,
-                    "power_w": round(power, 2),
-                    "power_limit_w": gpu.power_limit_w,
-                    "temperature_c": round(self._temperature[index]),
-                    "sm_clock_mhz": sm_clock,
-                    "mem_clock_mhz": gpu.mem_clock_mhz,
-                    "nvlink_tx_bytes_per_s": tx_total if gpu.nvlink_links else None,
-                    "nvlink_rx_bytes_per_s": rx_total if gpu.nvlink_links else None,
-                    "nvlink_links": links,
-                    "pcie_tx_bytes_per_s": int(load.pcie_tx_bytes_per_s + pcie_noise),
-                    "pcie_rx_bytes_per_s": int(load.pcie_rx_bytes_per_s + pcie_noise * 1.3),
-                    "xid_events": [],
-                    "ecc_uncorrected_volatile": 0,
-                    "remapped_rows_pending": False,
-                    "processes": [{"pid": pid, "used_memory_bytes": held} for pid, held in load.processes],
-                }
+                GpuSample.of(
+                    index,
+                    self.uuids[index],
+                    nvlink_links=links,
+                    processes=(GpuProcess(pid, held) for pid, held in load.processes),
+                    ecc_uncorrected_volatile=0,
+                    remapped_rows_pending=False,
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
+                    memory_reserved_bytes=reserved,
+                    utilization_pct=utilization,
+                    memory_utilization_pct=memory_utilization,
+                    power_w=round(power, 2),
+                    power_limit_w=gpu.power_limit_w,
+                    temperature_c=round(self._temperature[index]),
+                    sm_clock_mhz=sm_clock,
+                    mem_clock_mhz=gpu.mem_clock_mhz,
+                    nvlink_tx_bytes_per_s=tx_total if gpu.nvlink_links else None,
+                    nvlink_rx_bytes_per_s=rx_total if gpu.nvlink_links else None,
+                    pcie_tx_bytes_per_s=int(load.pcie_tx_bytes_per_s + pcie_noise),
+                    pcie_rx_bytes_per_s=int(load.pcie_rx_bytes_per_s + pcie_noise * 1.3),
+                )
             )
         return samples
 
-    def _links(self, total_per_direction: float, rng: random.Random) -> List[List[int]]:
+    def _links(self, total_per_direction: float, rng: random.Random) -> List[Tuple[int, int]]:
         count = self.gpu.nvlink_links
         if not count:
             return []
         uniform = rng.random
         if total_per_direction <= 0:
             # idle links still carry a trickle of flow-control and keep-alive traffic
-            return [[int(uniform() * 400), int(uniform() * 400)] for _ in range(count)]
+            return [(int(uniform() * 400), int(uniform() * 400)) for _ in range(count)]
         cap = self.gpu.nvlink_link_bytes_per_s
         share = total_per_direction / count
         return [
-            [int(min(cap, share * (0.97 + 0.06 * uniform()))), int(min(cap, share * (0.97 + 0.06 * uniform())))]
+            (int(min(cap, share * (0.97 + 0.06 * uniform()))), int(min(cap, share * (0.97 + 0.06 * uniform()))))
             for _ in range(count)
         ]

@@ -12,11 +12,14 @@ from array import array
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
-from meshdeck_agent.wire_sample import GPU_METRICS, HOST_METRICS, Sample
+from meshdeck_agent.metric_registry import GPU_METRICS, HOST_METRICS, NIC_METRICS, NVLINK_METRICS
+from meshdeck_agent.wire_sample import Sample
 
 from meshdeck.core.samples import HOST, Device, SampleBatch, SeriesKey
 
 _GPU_NAMES = tuple(m.name for m in GPU_METRICS)
+_LINK_TX, _LINK_RX = (m.name for m in NVLINK_METRICS)  # the (tx, rx) pair of each link
+_NIC_TX, _NIC_RX = (m.name for m in NIC_METRICS)
 _HOST_KEYS = tuple((HOST, m.name) for m in HOST_METRICS)
 _NAN = array("d", [math.nan])
 
@@ -30,13 +33,13 @@ def _gpu_keys(index: int) -> tuple[SeriesKey, ...]:
 @lru_cache(maxsize=65536)
 def _link_keys(index: int, link: int) -> tuple[SeriesKey, SeriesKey]:
     device = Device.nvlink(index, link)
-    return (device, "nvlink_tx_bytes_per_s"), (device, "nvlink_rx_bytes_per_s")
+    return (device, _LINK_TX), (device, _LINK_RX)
 
 
 @lru_cache(maxsize=4096)
 def _nic_keys(name: str) -> tuple[SeriesKey, SeriesKey]:
     device = Device.nic(name)
-    return (device, "tx_bytes_per_s"), (device, "rx_bytes_per_s")
+    return (device, _NIC_TX), (device, _NIC_RX)
 
 
 @lru_cache(maxsize=4096)

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from meshdeck.core.errors import InputError
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived, SequenceReset
+from meshdeck.services.metrics import series_unit
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.ingest import ingest_positions
@@ -225,8 +226,9 @@ def export_history(
 ) -> int:
     """Write every point of the matching series in [since, until) to `out`; returns the number of points.
 
-    raw: one row per sample (time, ts, host, device, metric, value). 1m / 1h: one row per bucket with
-    min, mean, max and count (the open bucket computed from the finer tier).
+    raw: one row per sample (time, ts, host, device, metric, unit, value). 1m / 1h: one row per bucket
+    with min, mean, max and count (the open bucket computed from the finer tier). `unit` is the metric
+    registry's (meshdeck.services.metrics): empty for a unitless metric or one the registry lacks.
     """
     if fmt not in EXPORT_FORMATS:
         raise InputError("--format", f"{fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
@@ -244,7 +246,8 @@ def export_history(
     if end <= start:
         raise InputError("--until", f"must be after --since ({iso_time(start)})")
     raw = chosen is RAW
-    header = ["time", "ts", "host", "device", "metric"] + (["value"] if raw else ["min", "mean", "max", "count"])
+    header = ["time", "ts", "host", "device", "metric", "unit"]
+    header += ["value"] if raw else ["min", "mean", "max", "count"]
     writer = _RowWriter(out, fmt, header)
     count = 0
     for series in matched:
@@ -258,7 +261,7 @@ def export_history(
 def _series_rows(db: Database, series: Series, tier: str, since: float, until: float) -> Iterator[list[Any]]:
     """One series' points in time order: raw rows streamed from the table, buckets through query_range
     over the span the series actually has data in (so an open-ended range costs nothing extra)."""
-    prefix = [series.host, series.device, series.metric]
+    prefix = [series.host, series.device, series.metric, series_unit(series.device, series.metric)]
     with db.read() as connection:
         if tier == "raw":
             rows = connection.exec_driver_sql(

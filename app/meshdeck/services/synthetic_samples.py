@@ -1,7 +1,8 @@
 """Fabricated GPU history in the real wire format, for `meshdeck bench ingest` and the store's tests.
 
-The samples go the way an agent's do: wire dicts, decoded by the protocol's `Sample.from_wire` and
-flattened by the sample gate's `batch_from_samples`, so what is measured is what the app ingests.
+The samples go the way an agent's do: the agent's records serialised to the wire, decoded by the
+protocol's `Sample.from_wire` and flattened by the sample gate's `batch_from_samples`, so what is
+measured is what the app ingests.
 Every sample is marked `"simulated": true`. The shape is the one an 8-GPU server reports: per GPU the
 twelve scalar metrics below, with plausible H200 magnitudes (141 GB of HBM, 700 W, ~1980 MHz) that
 vary from second to second, deterministic for a given seed.
@@ -14,28 +15,17 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from meshdeck_agent.wire_sample import Sample
+from meshdeck_agent.metric_registry import GPU_METRICS as REGISTRY_GPU_METRICS
+from meshdeck_agent.wire_sample import GpuSample, Sample
 
 from meshdeck.core.samples import SampleBatch
 from meshdeck.remote.sample_batch import batch_from_samples
 from meshdeck.store.ingest import SampleRow
 from meshdeck.store.writer import BatchRows
 
-GPU_METRICS = (
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "memory_reserved_bytes",
-    "utilization_pct",
-    "memory_utilization_pct",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-)
 H200_MEMORY_BYTES = 141 * 1024**3
+# The GPU metrics every synthetic GPU reports: the registry's, less NVLink (a synthetic GPU has no links).
+GPU_METRICS = tuple(m.name for m in REGISTRY_GPU_METRICS if not m.name.startswith("nvlink_"))
 
 
 def host_name(index: int) -> str:
@@ -43,31 +33,32 @@ def host_name(index: int) -> str:
 
 
 def wire_sample(seq: int, ts: float, *, gpus: int = 8, rng: random.Random | None = None) -> dict[str, Any]:
-    """One SAMPLE as an agent sends it (protocol.py), `gpus` GPUs with the twelve GPU_METRICS each."""
+    """One SAMPLE as an agent sends it: its records (the agent's, wire_sample.py) serialised as the agent's
+    ring serialises them, `gpus` GPUs with the twelve GPU_METRICS each."""
     rng = rng or random.Random(seq)
     phase = math.sin(ts / 300.0)
     devices = []
     for index in range(gpus):
         load = min(100.0, max(0.0, 70.0 + 25.0 * phase + rng.uniform(-5.0, 5.0)))
         devices.append(
-            {
-                "index": index,
-                "uuid": f"GPU-simulated-{index}",
-                "memory_used_bytes": int(H200_MEMORY_BYTES * (0.80 + 0.1 * phase)) + rng.randrange(1 << 20),
-                "memory_total_bytes": H200_MEMORY_BYTES,
-                "memory_reserved_bytes": 512 * 1024**2,
-                "utilization_pct": round(load),
-                "memory_utilization_pct": round(load * 0.6),
-                "power_w": round(120.0 + 5.6 * load + rng.uniform(-8.0, 8.0), 2),
-                "power_limit_w": 700.0,
-                "temperature_c": round(38 + load * 0.35),
-                "sm_clock_mhz": 1980 if load > 5 else 345,
-                "mem_clock_mhz": 3201,
-                "pcie_tx_bytes_per_s": round(rng.uniform(0.5e9, 2.0e9)),
-                "pcie_rx_bytes_per_s": round(rng.uniform(0.5e9, 2.0e9)),
-            }
+            GpuSample.of(
+                index,
+                f"GPU-simulated-{index}",
+                memory_used_bytes=int(H200_MEMORY_BYTES * (0.80 + 0.1 * phase)) + rng.randrange(1 << 20),
+                memory_total_bytes=H200_MEMORY_BYTES,
+                memory_reserved_bytes=512 * 1024**2,
+                utilization_pct=round(load),
+                memory_utilization_pct=round(load * 0.6),
+                power_w=round(120.0 + 5.6 * load + rng.uniform(-8.0, 8.0), 2),
+                power_limit_w=700.0,
+                temperature_c=round(38 + load * 0.35),
+                sm_clock_mhz=1980 if load > 5 else 345,
+                mem_clock_mhz=3201,
+                pcie_tx_bytes_per_s=round(rng.uniform(0.5e9, 2.0e9)),
+                pcie_rx_bytes_per_s=round(rng.uniform(0.5e9, 2.0e9)),
+            )
         )
-    return {"seq": seq, "ts": ts, "simulated": True, "gpus": devices}
+    return Sample(seq, ts, True, gpus=tuple(devices)).to_wire()
 
 
 def sample_batch(samples: list[dict[str, Any]]) -> SampleBatch:

@@ -13,6 +13,7 @@ import threading
 import time
 
 from agent_harness import short_dir
+from meshdeck_agent.machine import Reading
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
 from meshdeck_agent.workers import Supervisor
@@ -33,8 +34,8 @@ class _Idle:
 
     simulated = False
 
-    def read(self, _now: float) -> dict:
-        return {}
+    def read(self, _now: float) -> Reading:
+        return Reading()
 
 
 class _SlowBroadcast:

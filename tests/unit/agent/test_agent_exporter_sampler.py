@@ -10,31 +10,35 @@ import urllib.request
 import pytest
 from meshdeck_agent.exporter import Exporter, parse_listen
 from meshdeck_agent.gpu.catalog import parse_simulate
+from meshdeck_agent.machine import Reading
+from meshdeck_agent.metric_registry import GPU_METRICS
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
 from meshdeck_agent.simmachine import SimulatedMachine
+from meshdeck_agent.wire_sample import WorkerSample
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def _families(text: str) -> dict:
-    return {f.name: f for f in text_string_to_metric_families(text)}
+def _exported(ring: SampleRing, machine: SimulatedMachine) -> dict:
+    """The exporter's families over HTTP, by name, as Prometheus scrapes them."""
+    exporter = Exporter(ring, machine)
+    exporter.start("127.0.0.1:0")
+    try:
+        host, port = exporter.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as reply:
+            return {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
+    finally:
+        exporter.stop()
 
 
 def test_exporter_serves_gpu_link_nic_host_and_worker_series():
     machine = SimulatedMachine(parse_simulate("2xH100"), seed=1)
     ring = SampleRing()
     sampler = Sampler(
-        machine, ring, workers=lambda: [{"id": "w1", "engine": "0", "metrics": {"kv_cache_usage_perc": 0.25, "up": 1}}]
+        machine, ring, workers=lambda: [WorkerSample.of("w1", "0", {"kv_cache_usage_perc": 0.25, "up": 1})]
     )
     sampler.sample_once()
-    exporter = Exporter(ring, machine)
-    exporter.start("127.0.0.1:0")
-    try:
-        host, port = exporter.address
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as reply:
-            families = _families(reply.read().decode())
-    finally:
-        exporter.stop()
+    families = _exported(ring, machine)
     info = families["meshdeck_agent_info"].samples[0]
     assert info.labels["simulated"] == "true"
     memory = families["meshdeck_gpu_memory_total_bytes"].samples
@@ -63,7 +67,7 @@ def test_a_bad_listen_address_names_the_option():
 class Broken:
     simulated = False
 
-    def read(self, now: float) -> dict:
+    def read(self, now: float) -> Reading:
         raise RuntimeError("sensor fell off")
 
 
@@ -92,5 +96,27 @@ def test_the_schedule_takes_at_most_one_sample_per_tick_and_stamps_them():
     assert 1 <= len(stamps) <= elapsed / 0.1 + 2  # never more than one sample per tick
     assert stamps == sorted(set(stamps))  # stamped in order, never twice
     latest = ring.latest()
-    assert latest["simulated"] is True and latest["seq"] == len(ring) and latest["workers"] == []
-    assert isinstance(latest["ts"], float)
+    assert latest.simulated is True and latest.seq == len(ring) and latest.workers == ()
+    assert isinstance(latest.ts, float)
+
+
+def test_the_exporter_takes_help_units_and_types_from_the_metric_registry():
+    machine = SimulatedMachine(parse_simulate("1xH100"), seed=1)
+    ring = SampleRing()
+    worker = {"prompt_tokens_total": 1200.0, "ttft_p99_s": 0.25, "vllm_next_thing": 3.0}
+    Sampler(machine, ring, workers=lambda: [WorkerSample.of("w1", "", worker)]).sample_once()
+    families = _exported(ring, machine)
+    for metric in GPU_METRICS:
+        family = families["meshdeck_gpu_" + metric.name]
+        assert family.documentation == f"{metric.help} ({metric.unit})" and family.type == "gauge"
+    assert (
+        families["meshdeck_gpu_nvlink_link_rx_bytes_per_s"].documentation
+        == "NVLink data received on one link (bytes/s)"
+    )
+    assert families["meshdeck_host_cpu_pct"].documentation == "CPU busy share, all cores (%)"
+    tokens = families["meshdeck_worker_prompt_tokens"]  # a counter: its samples are named ..._total
+    assert tokens.type == "counter" and tokens.samples[0].name == "meshdeck_worker_prompt_tokens_total"
+    assert tokens.documentation == "Prompt tokens processed (tokens)" and tokens.samples[0].value == 1200.0
+    assert families["meshdeck_worker_ttft_p99_s"].documentation.endswith("(s)")
+    unknown = families["meshdeck_worker_vllm_next_thing"]  # a newer agent's name still flows, unitless
+    assert unknown.type == "gauge" and "not in this agent's metric registry" in unknown.documentation

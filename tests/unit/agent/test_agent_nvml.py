@@ -40,18 +40,21 @@ def test_inventory_reads_name_uuid_bus_memory_v2_links_and_pcie():
 def test_a_sample_converts_units_and_rates_nvlink_counters_over_their_timestamps():
     gpus = _gpus()
     first = gpus.read()[0]
-    assert first["nvlink_tx_bytes_per_s"] is None  # a rate needs two readings
+    assert first.value("nvlink_tx_bytes_per_s") is None  # a rate needs two readings
     second = gpus.read()[0]
-    assert second["memory_used_bytes"] == 2 * 2**20 and second["power_w"] == pytest.approx(72.02)
-    assert second["temperature_c"] == 33 and (second["sm_clock_mhz"], second["mem_clock_mhz"]) == (345, 2619)
-    assert second["pcie_tx_bytes_per_s"] == 1953 * 1024 and second["pcie_rx_bytes_per_s"] == 4882 * 1024
-    assert len(second["nvlink_links"]) == 18
-    assert second["nvlink_links"][0][0] == pytest.approx(10 * GB, rel=1e-3)
-    assert second["nvlink_links"][17][1] == pytest.approx(5 * GB, rel=1e-3)
-    assert second["nvlink_tx_bytes_per_s"] == pytest.approx(180 * GB, rel=1e-3)
-    assert second["ecc_uncorrected_volatile"] == 0 and second["remapped_rows_pending"] is False
-    assert second["processes"] == []
-    (decoded,) = Sample.from_wire({"seq": 1, "ts": 1_764_480_000.0, "gpus": [second]}).gpus  # within the protocol
+    assert second.value("memory_used_bytes") == 2 * 2**20 and second.value("power_w") == pytest.approx(72.02)
+    assert second.value("temperature_c") == 33 and (second.value("sm_clock_mhz"), second.value("mem_clock_mhz")) == (
+        345,
+        2619,
+    )
+    assert second.value("pcie_tx_bytes_per_s") == 1953 * 1024 and second.value("pcie_rx_bytes_per_s") == 4882 * 1024
+    assert len(second.nvlink_links) == 18
+    assert second.nvlink_links[0][0] == pytest.approx(10 * GB, rel=1e-3)
+    assert second.nvlink_links[17][1] == pytest.approx(5 * GB, rel=1e-3)
+    assert second.value("nvlink_tx_bytes_per_s") == pytest.approx(180 * GB, rel=1e-3)
+    assert second.ecc_uncorrected_volatile == 0 and second.remapped_rows_pending is False
+    assert second.processes == ()
+    (decoded,) = Sample.from_wire(Sample(1, 1_764_480_000.0, False, gpus=(second,)).to_wire()).gpus  # on the wire
     assert decoded.nvlink_links[3][0] == pytest.approx(10 * GB, rel=1e-3)
     assert decoded.value("power_w") == pytest.approx(72.02)
 
@@ -63,8 +66,8 @@ def test_without_the_all_links_scope_the_total_is_the_sum_of_links():
     gpus = _gpus(data)
     gpus.read()
     sample = gpus.read()[0]
-    assert sample["nvlink_tx_bytes_per_s"] == pytest.approx(18 * 10 * GB, rel=1e-3)
-    assert sample["nvlink_rx_bytes_per_s"] == pytest.approx(18 * 5 * GB, rel=1e-3)
+    assert sample.value("nvlink_tx_bytes_per_s") == pytest.approx(18 * 10 * GB, rel=1e-3)
+    assert sample.value("nvlink_rx_bytes_per_s") == pytest.approx(18 * 5 * GB, rel=1e-3)
 
 
 def test_a_function_the_bindings_lack_is_logged_once_and_its_values_stay_empty(caplog):
@@ -72,8 +75,8 @@ def test_a_function_the_bindings_lack_is_logged_once_and_its_values_stay_empty(c
     with caplog.at_level(logging.INFO, logger="meshdeck_agent.gpu.nvml"):
         for _ in range(3):
             sample = gpus.read()[0]
-    assert sample["remapped_rows_pending"] is None and sample["memory_used_bytes"] is None
-    assert sample["power_w"] == pytest.approx(72.02)
+    assert sample.remapped_rows_pending is None and sample.value("memory_used_bytes") is None
+    assert sample.value("power_w") == pytest.approx(72.02)
     assert sum("nvmlDeviceGetRemappedRows" in r.message for r in caplog.records) == 1
 
 
@@ -82,7 +85,7 @@ def test_unsupported_values_read_as_null_not_errors():
     data["devices"][0]["temperature"] = None
     data["devices"][0]["remapped_rows"] = None
     sample = _gpus(data).read()[0]
-    assert sample["temperature_c"] is None and sample["remapped_rows_failure"] is None
+    assert sample.value("temperature_c") is None and sample.remapped_rows_failure is None
 
 
 def test_no_nvml_library_means_zero_gpus_and_a_reason_in_the_inventory(tmp_path):
@@ -90,7 +93,7 @@ def test_no_nvml_library_means_zero_gpus_and_a_reason_in_the_inventory(tmp_path)
     machine = RealMachine(root=str(tmp_path), nvml_module=module)
     inventory = machine.inventory()
     assert inventory["gpus"] == [] and "NVML Shared Library Not Found" in inventory["gpu_reason"]
-    assert machine.read(0.0)["gpus"] == []
+    assert machine.read(0.0).gpus == ()
 
 
 def test_xid_events_reach_the_next_sample_and_raise_an_alert(tmp_path):
@@ -104,9 +107,9 @@ def test_xid_events_reach_the_next_sample_and_raise_an_alert(tmp_path):
         while not alerts and time.monotonic() < deadline:
             time.sleep(0.05)
         assert alerts and alerts[0]["xid"] == 79 and alerts[0]["gpu"] == 0
-        sample = machine.read(0.0)["gpus"][0]
-        assert [e["xid"] for e in sample["xid_events"]] == [79]
-        assert machine.read(0.0)["gpus"][0]["xid_events"] == []
+        sample = machine.read(0.0).gpus[0]
+        assert [e.xid for e in sample.xid_events] == [79]
+        assert machine.read(0.0).gpus[0].xid_events == ()
     finally:
         machine.close()
 

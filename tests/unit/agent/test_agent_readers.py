@@ -8,6 +8,7 @@ import pytest
 from agent_sysfs_tree import della_tree, net_interface, pci_device, proc_files, set_ib_counters, set_net_counters
 from meshdeck_agent.host import HostReader, parse_cpu_list, parse_meminfo, parse_proc_stat_cpu
 from meshdeck_agent.net import NetReader, parse_ib_rate, parse_ib_state
+from meshdeck_agent.wire_sample import NicSample
 
 PROCFS_TREE = Path(__file__).resolve().parents[2] / "fakes" / "agent_sysfs_procfs"
 
@@ -40,14 +41,14 @@ def test_ib_rates_are_counter_deltas_times_four_over_elapsed_time(tmp_path):
     clock = Clock()
     reader = NetReader(str(tmp_path), clock=clock)
     first = reader.read()
-    assert first == [{"name": "mlx5_0/1", "kind": "roce", "tx_bytes_per_s": None, "rx_bytes_per_s": None}]
+    assert first == [NicSample("mlx5_0/1", "roce", None, None)]
     set_ib_counters(tmp_path, "mlx5_0", 1_000 + 250_000_000, 2_000 + 125_000_000)
     clock.now += 2.0
     second = reader.read()[0]
-    assert second["tx_bytes_per_s"] == 500_000_000 and second["rx_bytes_per_s"] == 250_000_000
+    assert second.tx_bytes_per_s == 500_000_000 and second.rx_bytes_per_s == 250_000_000
     set_ib_counters(tmp_path, "mlx5_0", 5, 5)  # counter reset
     clock.now += 1.0
-    assert reader.read()[0]["tx_bytes_per_s"] is None
+    assert reader.read()[0].tx_bytes_per_s is None
     assert reader.inventory()[0]["pci_bus_id"] == "0000:19:00.0"
 
 
@@ -64,19 +65,17 @@ def test_ethernet_counts_physical_interfaces_only(tmp_path):
     reader.read()
     set_net_counters(tmp_path, "eth0", 10 + 1_000_000, 20 + 3_000_000)
     clock.now += 0.5
-    assert reader.read() == [
-        {"name": "eth0", "kind": "ethernet", "tx_bytes_per_s": 2_000_000.0, "rx_bytes_per_s": 6_000_000.0}
-    ]
+    assert reader.read() == [NicSample("eth0", "ethernet", 2_000_000.0, 6_000_000.0)]
 
 
 def test_host_cpu_busy_share_and_ram_from_proc(tmp_path):
     proc_files(tmp_path, busy=1000, idle=9000, mem_total_kb=1_000_000, mem_available_kb=250_000)
     reader = HostReader(str(tmp_path))
     first = reader.read()
-    assert first["cpu_pct"] is None
-    assert first["ram_total_bytes"] == 1_000_000 * 1024 and first["ram_used_bytes"] == 750_000 * 1024
+    assert first.value("cpu_pct") is None
+    assert first.value("ram_total_bytes") == 1_000_000 * 1024 and first.value("ram_used_bytes") == 750_000 * 1024
     proc_files(tmp_path, busy=1000 + 300, idle=9000 + 100, mem_total_kb=1_000_000, mem_available_kb=250_000)
-    assert reader.read()["cpu_pct"] == pytest.approx(75.0)
+    assert reader.read().value("cpu_pct") == pytest.approx(75.0)
     info = reader.cpu_info()
     assert info["model"] == "Intel(R) Xeon(R) Platinum 8480+" and info["sockets"] == 2 and info["threads"] == 4
     assert info["numa_nodes"] == [{"node": 0, "cpus": [0, 1]}, {"node": 1, "cpus": [2, 3]}]
@@ -98,5 +97,5 @@ def test_a_real_machine_samples_gpus_host_and_nics_from_its_root(tmp_path):
     layout = della_tree(tmp_path)
     machine = RealMachine(root=str(tmp_path), nvml_module=build(nvswitch_capture(layout["gpu_bus_ids"])))
     sample = machine.read(0.0)
-    assert len(sample["gpus"]) == 8 and sample["host"]["ram_total_bytes"] > 0
-    assert [n["name"] for n in sample["nics"]] == layout["nics"]
+    assert len(sample.gpus) == 8 and sample.host.value("ram_total_bytes") > 0
+    assert [n.name for n in sample.nics] == layout["nics"]

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from meshdeck_agent import scrape
+from meshdeck_agent.metric_registry import WORKER, lookup
 from meshdeck_agent.scrape import ScrapeLoop, VllmMetrics, parse_vllm_metrics
+from meshdeck_agent.wire_sample import WorkerSample
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "agent"
 DUMPS = [path.read_text() for path in sorted(FIXTURES.glob("vllm_metrics_*.txt"))]
@@ -101,9 +103,11 @@ def test_mutated_recorded_dumps_parse_or_raise_value_error_and_become_entries(te
         if engines is None:
             continue
         entries = metrics.update(float(now), engines)
-        assert all(entry["id"] == "w1" and isinstance(entry["metrics"], dict) for entry in entries)
+        assert all(isinstance(entry, WorkerSample) and entry.id == "w1" for entry in entries)
+        for entry in entries:  # every name registered, every value within its range: garbage never rides the wire
+            assert all(lookup(WORKER, n) is not None and lookup(WORKER, n).holds(v) for n, v in entry.metrics), entry
         assert len(entries) <= scrape.MAX_ENGINES + 1
-        assert all(len(entry["engine"]) <= scrape.MAX_ENGINE_LABEL_CHARS for entry in entries)
+        assert all(len(entry.engine) <= scrape.MAX_ENGINE_LABEL_CHARS for entry in entries)
 
 
 @FUZZ
@@ -113,9 +117,9 @@ def test_a_scrape_loop_survives_any_body_and_says_when_it_could_not_read_one(tex
     loop = ScrapeLoop("w1", "http://127.0.0.1:9/metrics", 1.0, fetcher=lambda _url, _timeout: next(bodies))
     for _ in texts:
         entries = loop.scrape_once()  # an empty body has no engines, hence no entries
-        assert all(entry["id"] == "w1" for entry in entries)
+        assert all(entry.id == "w1" for entry in entries)
         if loop.error is not None:
-            assert entries == [{"id": "w1", "engine": "", "metrics": {"up": 0}, "error": loop.error}]
+            assert entries == [WorkerSample("w1", "", (("up", 0),), loop.error)]
 
 
 class _Endless(http.server.BaseHTTPRequestHandler):
@@ -171,8 +175,8 @@ def test_a_scrape_error_repeats_at_most_a_few_hundred_characters_of_the_body():
     larger than a wire line may be (the client could never read past it)."""
     loop = ScrapeLoop("w1", "http://127.0.0.1:9/metrics", 1.0, fetcher=lambda _url, _timeout: "x{" * 2_000_000)
     [entry] = loop.scrape_once()
-    assert entry["metrics"] == {"up": 0} and loop.error is not None
-    assert len(entry["error"]) <= 400
+    assert dict(entry.metrics) == {"up": 0} and loop.error is not None
+    assert len(entry.error) <= 400
 
 
 def _one_response(raw: bytes) -> str:
@@ -209,7 +213,7 @@ def _one_response(raw: bytes) -> str:
 def test_a_broken_http_answer_is_a_failed_scrape_not_a_dead_scrape_thread(raw):
     loop = ScrapeLoop("w1", _one_response(raw), 1.0)
     [entry] = loop.scrape_once()
-    assert entry["metrics"] == {"up": 0} and entry["error"].startswith("http://127.0.0.1:")
+    assert dict(entry.metrics) == {"up": 0} and entry.error.startswith("http://127.0.0.1:")
 
 
 def test_a_scrape_that_raises_unexpectedly_is_logged_and_the_loop_goes_on(caplog):

@@ -66,9 +66,10 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
 
 def test_idle_gpus_look_idle():
     sample = SimulatedGpus(parse_simulate("8xH100"), seed=1).read(0.0)[0]
-    assert sample["memory_used_bytes"] == 2 * 2**20 and sample["utilization_pct"] == 0
-    assert 60 < sample["power_w"] < 90 and 28 <= sample["temperature_c"] <= 38 and sample["sm_clock_mhz"] == 345
-    assert sum(tx for tx, _ in sample["nvlink_links"]) < 18 * 1000
+    assert sample.value("memory_used_bytes") == 2 * 2**20 and sample.value("utilization_pct") == 0
+    assert 60 < sample.value("power_w") < 90 and 28 <= sample.value("temperature_c") <= 38
+    assert sample.value("sm_clock_mhz") == 345
+    assert sum(tx for tx, _ in sample.nvlink_links) < 18 * 1000
 
 
 def test_memory_power_and_links_follow_the_load():
@@ -77,11 +78,11 @@ def test_memory_power_and_links_follow_the_load():
     for t in range(30):
         samples = gpus.read(float(t), busy)
     hot, cold = samples[2], samples[3]
-    assert hot["memory_used_bytes"] == 120 * GIB + 2 * 2**20
-    assert hot["power_w"] > 400 and cold["power_w"] < 100 and hot["utilization_pct"] > 70
-    assert hot["nvlink_tx_bytes_per_s"] == pytest.approx(90e9, rel=0.03)
-    assert all(tx <= 25e9 for tx, _ in hot["nvlink_links"])
-    assert hot["pcie_rx_bytes_per_s"] >= 5e9 and hot["temperature_c"] > cold["temperature_c"]
+    assert hot.value("memory_used_bytes") == 120 * GIB + 2 * 2**20
+    assert hot.value("power_w") > 400 and cold.value("power_w") < 100 and hot.value("utilization_pct") > 70
+    assert hot.value("nvlink_tx_bytes_per_s") == pytest.approx(90e9, rel=0.03)
+    assert all(tx <= 25e9 for tx, _ in hot.nvlink_links)
+    assert hot.value("pcie_rx_bytes_per_s") >= 5e9 and hot.value("temperature_c") > cold.value("temperature_c")
 
 
 def test_tensor_and_expert_parallel_traffic_estimates():
@@ -124,8 +125,8 @@ def test_simulated_machine_labels_everything_simulated_and_feeds_nics_from_the_l
     assert inventory["simulated"] is True and [n["name"] for n in inventory["nics"]][:2] == ["mlx5_0/1", "mlx5_1/1"]
     assert inventory["topology"]["gpu_nic_affinity"]["0"]["mlx5_0/1"] == "PIX"
     reading = machine.read(1.0)
-    assert reading["nics"][0]["tx_bytes_per_s"] > 1e9
-    assert reading["host"]["cpu_pct"] > 1.5
+    assert reading.nics[0].tx_bytes_per_s > 1e9
+    assert reading.host.value("cpu_pct") > 1.5
 
 
 def _plan(**overrides) -> dict:

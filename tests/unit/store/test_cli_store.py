@@ -93,7 +93,7 @@ def test_history_export_and_retention(tmp_path: Path, capsys: pytest.CaptureFixt
         str(target),
     )
     assert code == 0 and "wrote 6 points" in err
-    assert target.read_text().splitlines()[1].endswith(",gpu-a,gpu0,temperature_c,45.0")
+    assert target.read_text().splitlines()[1].endswith(",gpu-a,gpu0,temperature_c,°C,45.0")
     code, out, _ = _run(capsys, "--db", str(path), "history", "export", "--host", "gpu-a", "--format", "json")
     assert len(json.loads(out)) == 10
     code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-days", "3", "--hour-days", "forever")

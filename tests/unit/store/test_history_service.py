@@ -119,9 +119,9 @@ def test_raw_export_as_csv_has_one_row_per_sample_in_range(db: Database) -> None
     out = io.StringIO()
     count = export_history(db, out, host="gpu-a", device="gpu1", since=HOUR_START + 10, until=HOUR_START + 20)
     rows = list(csv.reader(io.StringIO(out.getvalue())))
-    assert rows[0] == ["time", "ts", "host", "device", "metric", "value"]
+    assert rows[0] == ["time", "ts", "host", "device", "metric", "unit", "value"]
     assert count == 10 and len(rows) == 11
-    assert rows[1] == ["2025-11-30T06:00:10.000Z", str(HOUR_START + 10), "gpu-a", "gpu1", "power_w", "10.0"]
+    assert rows[1] == ["2025-11-30T06:00:10.000Z", str(HOUR_START + 10), "gpu-a", "gpu1", "power_w", "W", "10.0"]
 
 
 def test_minute_export_as_json_has_min_mean_max_count_per_bucket(db: Database) -> None:
@@ -131,7 +131,7 @@ def test_minute_export_as_json_has_min_mean_max_count_per_bucket(db: Database) -
     document = json.loads(out.getvalue())
     gpu0 = [row for row in document if row["device"] == "gpu0"]
     assert [(r["min"], r["max"], r["count"]) for r in gpu0] == [(0.0, 59.0, 60), (60.0, 119.0, 60), (120.0, 149.0, 30)]
-    assert gpu0[0]["mean"] == pytest.approx(29.5)
+    assert gpu0[0]["mean"] == pytest.approx(29.5) and gpu0[0]["unit"] == "W"
 
 
 def test_export_of_an_unknown_host_or_metric_names_the_flag(db: Database) -> None:

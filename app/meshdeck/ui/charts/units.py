@@ -1,13 +1,17 @@
 """Units of the charts: how a raw wire value is scaled for the axis and written in a readout.
 
-Memory is binary (GiB, as nvidia-smi and vLLM's startup log print it); link throughput is decimal
-(GB/s, as NVIDIA quotes NVLink and InfiniBand rates). Mixing the two is the classic 7 % lie.
+Which unit a series has is the metric registry's to say (meshdeck.services.metrics); `chart_unit` turns
+the registry's unit into how a chart draws it. Memory is binary (GiB, as nvidia-smi and vLLM's startup
+log print it); link throughput is decimal (GB/s, as NVIDIA quotes NVLink and InfiniBand rates). Mixing
+the two is the classic 7 % lie.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from meshdeck.services import metrics
 
 _DECIMAL_PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 _BINARY_PREFIXES = ((2**40, "Ti"), (2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki"))
@@ -59,6 +63,10 @@ FORMATTERS = {
     "celsius": lambda v, d: f"{v:.0f} °C",
     "count": lambda v, d: f"{v:.0f}",
     "tokens_per_s": lambda v, d: _decimal(v, "tok/s", d),
+    "megahertz": lambda v, d: f"{v:.0f} MHz",
+    "seconds": lambda v, d: _seconds(v, d),
+    "tokens": lambda v, d: _decimal(v, "tok", d),
+    "per_second": lambda v, d: f"{v:.{d}f} /s",
 }
 
 GIB = Unit("bytes", 1 / 2**30, "GiB", 1, axis_floor=1.0)
@@ -69,6 +77,35 @@ WATTS = Unit("watts", 1.0, "W", 0, axis_floor=100.0)
 CELSIUS = Unit("celsius", 1.0, "°C", 0, axis_floor=50.0)
 COUNT = Unit("count", 1.0, "", 0, axis_floor=1.0)
 TOKENS_PER_S = Unit("tokens_per_s", 1.0, "tok/s", 1, axis_floor=1.0, si_prefix=True)
+MEGAHERTZ = Unit("megahertz", 1.0, "MHz", 0, axis_floor=100.0)
+SECONDS = Unit("seconds", 1.0, "s", 1, axis_floor=0.1, si_prefix=True)
+TOKENS = Unit("tokens", 1.0, "tok", 1, axis_floor=1.0, si_prefix=True)
+PER_SECOND = Unit("per_second", 1.0, "/s", 2, axis_floor=1.0)
+
+# The registry's unit -> how a chart draws it.
+CHART_UNITS: dict[str, Unit] = {
+    metrics.BYTES: GIB,
+    metrics.BYTES_PER_S: BYTES_PER_S,
+    metrics.PERCENT: PERCENT,
+    metrics.RATIO: FRACTION_AS_PERCENT,
+    metrics.WATTS: WATTS,
+    metrics.CELSIUS: CELSIUS,
+    metrics.MHZ: MEGAHERTZ,
+    metrics.SECONDS: SECONDS,
+    metrics.TOKENS: TOKENS,
+    metrics.TOKENS_PER_S: TOKENS_PER_S,
+    metrics.REQUESTS: COUNT,
+    metrics.PREEMPTIONS: COUNT,
+    metrics.PREEMPTIONS_PER_S: PER_SECOND,
+    metrics.ENGINES: COUNT,
+    metrics.UNITLESS: COUNT,
+}
+
+
+def chart_unit(scope: str, metric: str) -> Unit:
+    """How a chart draws metric `metric` of a device of kind `scope`: by its unit in the registry (a
+    metric the registry does not know is a plain count)."""
+    return CHART_UNITS.get(metrics.unit_of(scope, metric), COUNT)
 
 
 def nice_ceiling(value: float) -> float:
@@ -81,6 +118,12 @@ def nice_ceiling(value: float) -> float:
         if candidate >= value * (1 - 1e-12):
             return candidate
     return 10.0 ** (exponent + 1)
+
+
+def _seconds(value: float, decimals: int) -> str:
+    if abs(value) < 1.0:
+        return f"{value * 1000:.{decimals}f} ms"
+    return f"{value:.{decimals}f} s"
 
 
 def format_bytes(raw: float, decimals: int = 1) -> str:

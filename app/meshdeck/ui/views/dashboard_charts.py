@@ -15,17 +15,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui import theme
 from meshdeck.ui.charts.time_chart import CurveSpec
-from meshdeck.ui.charts.units import (
-    BYTES_PER_S,
-    CELSIUS,
-    COUNT,
-    FRACTION_AS_PERCENT,
-    GIB,
-    PERCENT,
-    TOKENS_PER_S,
-    WATTS,
-    Unit,
-)
+from meshdeck.ui.charts.units import Unit, chart_unit
 
 SeriesId = SeriesKey  # (device, metric)
 KV_USAGE_METRICS = ("kv_cache_usage_perc", "gpu_cache_usage_perc")  # vLLM >= 0.10, and older
@@ -76,12 +66,18 @@ class Pick:
 
 @dataclass(frozen=True)
 class ChartDefinition:
+    """One chart: the metrics it draws of each device of one kind. Its unit is the registry's unit of
+    those metrics (meshdeck.services.metrics); every pick of a chart has the same one."""
+
     name: str  # stable id (settings, screenshots, tests)
     title: str
-    unit: Unit
     device_kind: str  # "gpu", "worker", "nic"
     picks: tuple[Pick, ...]
     mirrored: bool = False
+
+    @property
+    def unit(self) -> Unit:
+        return chart_unit(self.device_kind, self.picks[0].metric)
 
     def curves(
         self, series: Callable[[str], Iterable[SeriesId]], hosts: Sequence[str], selection: Selection
@@ -137,31 +133,27 @@ def _short(device: Device) -> str:
 def _transmit_receive(name: str, title: str, device_kind: str, prefix: str) -> ChartDefinition:
     """A mirrored chart: `<prefix>tx_bytes_per_s` above zero, `<prefix>rx_bytes_per_s` below."""
     picks = (Pick(f"{prefix}tx_bytes_per_s"), Pick(f"{prefix}rx_bytes_per_s", mirrored=True))
-    return ChartDefinition(name, title, BYTES_PER_S, device_kind, picks, mirrored=True)
+    return ChartDefinition(name, title, device_kind, picks, mirrored=True)
 
 
 DASHBOARD_CHARTS: tuple[ChartDefinition, ...] = (
-    ChartDefinition("vram", "VRAM used per GPU", GIB, "gpu", (Pick("memory_used_bytes"),)),
-    ChartDefinition(
-        "kv_cache", "KV-cache usage per vLLM engine", FRACTION_AS_PERCENT, "worker", (Pick("kv_cache_usage_perc"),)
-    ),
+    ChartDefinition("vram", "VRAM used per GPU", "gpu", (Pick("memory_used_bytes"),)),
+    ChartDefinition("kv_cache", "KV-cache usage per vLLM engine", "worker", (Pick("kv_cache_usage_perc"),)),
     _transmit_receive("nvlink", "NVLink throughput per GPU", "gpu", "nvlink_"),
     _transmit_receive("pcie", "PCIe throughput per GPU", "gpu", "pcie_"),
     _transmit_receive("network", "InfiniBand / Ethernet per port", "nic", ""),
-    ChartDefinition("utilization", "GPU utilization", PERCENT, "gpu", (Pick("utilization_pct"),)),
-    ChartDefinition("power", "GPU power", WATTS, "gpu", (Pick("power_w"),)),
-    ChartDefinition("temperature", "GPU temperature", CELSIUS, "gpu", (Pick("temperature_c"),)),
+    ChartDefinition("utilization", "GPU utilization", "gpu", (Pick("utilization_pct"),)),
+    ChartDefinition("power", "GPU power", "gpu", (Pick("power_w"),)),
+    ChartDefinition("temperature", "GPU temperature", "gpu", (Pick("temperature_c"),)),
     ChartDefinition(
         "requests",
         "Requests running (solid) / waiting (dashed)",
-        COUNT,
         "worker",
         (Pick("num_requests_running", suffix=" running"), Pick("num_requests_waiting", dashed=True, suffix=" waiting")),
     ),
     ChartDefinition(
         "tokens",
         "Tokens/s: generated (solid) / prompt (dashed)",
-        TOKENS_PER_S,
         "worker",
         (
             Pick("generation_tokens_per_s", suffix=" generated"),
