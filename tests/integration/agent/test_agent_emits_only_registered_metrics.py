@@ -6,7 +6,7 @@ from __future__ import annotations
 from agent_harness import in_process_agent, wait_for
 from meshdeck_agent.metric_registry import WORKER, lookup
 from meshdeck_agent.wire_sample import Sample
-from test_agent_simulated_vllm import _free_port, _plan  # the stand-in deployment that test starts
+from test_agent_simulated_vllm import _argv, _free_port  # the stand-in deployment that test starts
 
 
 def _samples(client) -> list[Sample]:
@@ -24,11 +24,8 @@ def test_every_worker_metric_a_simulated_deployment_sends_is_registered_and_in_r
     with in_process_agent("8xH200", interval_s=0.25) as agent:
         client = agent.client()
         port = _free_port()
-        argv = ["vllm", "serve", "deepseek-ai/DeepSeek-V3.2", "-tp", "4", "-dp", "2", "--port", str(port)]
-        client.call(
-            "workers.start",
-            {"spec": {"argv": argv, "id": "dsv32", "simulate": _plan(port, seed=11, startup_s=1.0, request_rate=30.0)}},
-        )
+        # the agent's stand-in for `vllm serve` (it runs on a --simulate agent instead of vLLM)
+        client.call("workers.start", {"spec": {"argv": _argv(port, "-tp", "4", "-dp", "2"), "id": "dsv32"}})
         wanted = {"generation_tokens_per_s", "ttft_p99_s", "itl_mean_s", "e2e_p50_s", "prefix_cache_hit_rate"}
 
         def serving() -> bool:
