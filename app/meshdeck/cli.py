@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     func = getattr(args, "func", None)
     if func is None:
-        from meshdeck.commands._gui import desktop_session, run_gui  # Qt is imported only when a window is wanted
+        from meshdeck.console_entry import desktop_session, run_gui  # Qt is imported only when a window is wanted
 
         if args.demo or args.screenshots or args.quit_after is not None or desktop_session():
             return run_gui(args)  # a plain `meshdeck` on a desktop opens the console

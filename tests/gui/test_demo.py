@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from meshdeck.cli import build_parser
-from meshdeck.commands._gui import run_gui
+from meshdeck.console_entry import run_gui
 from meshdeck.services.demo import DEMO_HOSTS, DemoCluster
 
 

@@ -27,12 +27,13 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from meshdeck.core.errors import InputError
-from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived, SequenceReset
+from meshdeck.services.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived, SequenceReset
 from meshdeck.services.metrics import series_unit
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.ingest import ingest_positions
-from meshdeck.store.query import Series, SeriesRange, clamp_to_stored, list_series, query_range, tier_by_name
+from meshdeck.store.query import Series, list_series, query_range, raw_points, stored_span, tier_by_name
+from meshdeck.store.query import SeriesRange as SeriesRange  # the console's history charts read it
 from meshdeck.store.rollups import RAW
 from meshdeck.store.writer import SampleWriter
 
@@ -262,25 +263,14 @@ def _series_rows(db: Database, series: Series, tier: str, since: float, until: f
     """One series' points in time order: raw rows streamed from the table, buckets through query_range
     over the span the series actually has data in (so an open-ended range costs nothing extra)."""
     prefix = [series.host, series.device, series.metric, series_unit(series.device, series.metric)]
-    with db.read() as connection:
-        if tier == "raw":
-            rows = connection.exec_driver_sql(
-                "SELECT ts, value FROM samples WHERE series_id = ? AND ts >= ? AND ts < ? ORDER BY ts",
-                (series.id, math.floor(clamp_to_stored(since) * 1000), math.ceil(clamp_to_stored(until) * 1000)),
-            )
-            for ts_ms, value in rows:
-                yield [iso_time(ts_ms / 1000), ts_ms / 1000, *prefix, value]
-            return
-        table = "rollup_1m" if tier == "1m" else "rollup_1h"
-        edges = ", ".join(  # each a seek on the primary key
-            f"(SELECT {edge}({column}) FROM {source} WHERE series_id = :sid)"
-            for source, column in (("samples", "ts"), (table, "bucket"))
-            for edge in ("min", "max")
-        )
-        known = [t for t in connection.exec_driver_sql(f"SELECT {edges}", {"sid": series.id}).one() if t is not None]
-    first, last = (min(known), max(known)) if known else (None, None)
-    if first is None:
+    if tier == "raw":
+        for ts_ms, value in raw_points(db, series.id, since, until):
+            yield [iso_time(ts_ms / 1000), ts_ms / 1000, *prefix, value]
         return
+    span = stored_span(db, series.id, tier)
+    if span is None:
+        return
+    first, last = span
     bucket_s = 60.0 if tier == "1m" else 3600.0
     start = max(since, first / 1000)
     start -= start % bucket_s

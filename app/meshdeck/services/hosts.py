@@ -25,13 +25,16 @@ from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.core.errors import InputError
 from meshdeck.remote.connectors import say_hello
+from meshdeck.remote.errors import HostKeyChanged as HostKeyChanged  # what the console asks the user about
+from meshdeck.remote.errors import HostKeyUnknown as HostKeyUnknown
 from meshdeck.remote.hostkeys import HostKeyPrompt
 from meshdeck.remote.inventory import decode_inventory
 from meshdeck.remote.rpc import RpcClient
+from meshdeck.remote.sshconfig import load_ssh_config
 from meshdeck.services.fleet import FleetSettings, ssh_connector
 from meshdeck.store import hosts as host_store
 from meshdeck.store.database import Database
-from meshdeck.store.hosts import HostRecord
+from meshdeck.store.hosts import HostRecord as HostRecord
 
 log = logging.getLogger(__name__)
 
@@ -178,3 +181,14 @@ def probe(
         inventory=inventory,
         seconds=time.monotonic() - started,
     )
+
+
+def ssh_config_aliases(settings: FleetSettings | None) -> list[str]:
+    """The concrete host aliases of the ssh config the fleet reads (patterns left out), to offer when a host
+    is added; a broken or missing config gives none (logged), never an error."""
+    try:
+        config = load_ssh_config(settings.ssh_config if settings else "~/.ssh/config")
+    except Exception as exc:  # a broken ~/.ssh/config must not stop the stored hosts from showing
+        log.warning("reading the ssh config: %s", exc)
+        return []
+    return sorted(name for name in config.get_hostnames() if not any(c in name for c in "*?!"))

@@ -26,11 +26,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from operator import itemgetter
 from pathlib import Path
 
 from meshdeck.services.synthetic_samples import GPU_METRICS, fleet_batches
 from meshdeck.store.database import open_database
+from meshdeck.store.sqlite_baseline import plain_sqlite_insert
 from meshdeck.store.writer import SampleWriter, WriterSettings
 
 Batch = tuple[str, list[tuple[int, float, str, str, float]]]
@@ -140,31 +140,8 @@ def _raw_round(folder: Path, batches: Sequence[Batch], batch_rows: int, *, tuned
     writer's page cache) so the difference left is the store's own overhead."""
     path = folder / ("raw-tuned.db" if tuned else "raw.db")
     open_database(path).close()  # the same schema, WAL
-    ids: dict[tuple[str, str, str], int] = {}  # numbered in order of first sight, as the store does
-    for host, rows in batches:
-        for row in rows:
-            ids.setdefault((host, row[2], row[3]), len(ids) + 1)
-    plain = [(ids[(host, row[2], row[3])], round(row[1] * 1000), row[4]) for host, rows in batches for row in rows]
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.execute("PRAGMA synchronous = NORMAL")
-        if tuned:
-            connection.execute(f"PRAGMA cache_size = -{WriterSettings().cache_kib}")
-        connection.executemany(
-            "INSERT INTO series (id, host, device, metric) VALUES (?, ?, ?, ?)", [(i, *key) for key, i in ids.items()]
-        )
-        wall, cpu = time.perf_counter(), time.process_time()
-        for start in range(0, len(plain), batch_rows):
-            chunk = plain[start : start + batch_rows]
-            if tuned:
-                chunk.sort(key=itemgetter(0))
-            connection.execute("BEGIN")
-            connection.executemany("INSERT INTO samples (series_id, ts, value) VALUES (?, ?, ?)", chunk)
-            connection.execute("COMMIT")
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    finally:
-        connection.close()
-    return wall, cpu
+    cache_kib = WriterSettings().cache_kib if tuned else None
+    return plain_sqlite_insert(path, batches, batch_rows, sort_by_series=tuned, cache_kib=cache_kib)
 
 
 def run_ingest_benchmark(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import truediv
 from typing import Any
@@ -241,3 +241,27 @@ def query_range(
             for result in _read_host(raw, host_series, chosen, step, open_minutes.get(host_name), lo, hi):
                 found[result.series.id] = result
     return [found[series.id] for series in matched]
+
+
+def raw_points(db: Database, series_id: int, since: float, until: float) -> Iterator[tuple[int, float]]:
+    """(ts_ms, value) of one series' raw samples in [since, until), in time order, streamed from the table."""
+    with db.read() as connection:
+        rows = connection.exec_driver_sql(
+            "SELECT ts, value FROM samples WHERE series_id = ? AND ts >= ? AND ts < ? ORDER BY ts",
+            (series_id, math.floor(clamp_to_stored(since) * 1000), math.ceil(clamp_to_stored(until) * 1000)),
+        )
+        yield from rows
+
+
+def stored_span(db: Database, series_id: int, tier: str) -> tuple[int, int] | None:
+    """(first, last) ms a series has data at in the raw table or the rollup `tier` ("1m" / "1h"), each edge
+    a seek on a primary key; None when it has none."""
+    table = "rollup_1m" if tier == "1m" else "rollup_1h"
+    edges = ", ".join(
+        f"(SELECT {edge}({column}) FROM {source} WHERE series_id = :sid)"
+        for source, column in (("samples", "ts"), (table, "bucket"))
+        for edge in ("min", "max")
+    )
+    with db.read() as connection:
+        known = [t for t in connection.exec_driver_sql(f"SELECT {edges}", {"sid": series_id}).one() if t is not None]
+    return (min(known), max(known)) if known else None

@@ -19,13 +19,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.fleet import FleetService
-from meshdeck.services.history import HistoryRecorder, resume_points
-from meshdeck.services.profiles import StoreDeploymentRecorder
-from meshdeck.store.database import open_database
-from meshdeck.store.hosts import list_hosts
-from meshdeck.store.writer import SampleWriter, WriterSettings
+from meshdeck.services.console import ConsoleServices
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.time_chart import TimeChart
 from meshdeck.ui.context import ConsoleContext
@@ -110,54 +104,17 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
 
 
 def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleContext:
-    """Services for the console: the demo cluster, or the stored hosts over SSH."""
+    """Services for the console (the demo cluster, or the stored hosts over SSH), seen through the bridge."""
     bridge = FleetBridge()
-    jobs = JobRunner()
-    if args.demo:
-        from meshdeck.services.demo import DemoCluster
-
-        demo = DemoCluster.start(db_path=args.db)
-        context = ConsoleContext(
-            fleet=demo.fleet, db=demo.db, bridge=bridge, jobs=jobs, settings=settings, simulated=True
-        )
-        context.on_shutdown.append(demo.shutdown)
-        context.demo = demo
-    else:
-        db = open_database(args.db)
-        fleet = FleetService()
-        context = ConsoleContext(fleet=fleet, db=db, bridge=bridge, jobs=jobs, settings=settings)
-        context.on_shutdown.append(db.close)
-        context.on_shutdown.append(fleet.close)
-    assert context.fleet is not None and context.db is not None
-    # The one deployment registry: launched here or found on the agents (surveyed as each host connects).
-    deploy = DeployService(context.fleet, recorder=StoreDeploymentRecorder(context.db), survey_on_connect=True)
-    context.use_deploy(deploy)  # its events reach the views through the bridge; deployments keep running on exit
-    # Every sample and event goes to the store (history) as well as to the window.
-    # The demo commits every 2 s so its history view fills while the tour runs; the real console lets
-    # the writer adapt its interval to the number of series (store/writer.py: 2-30 s).
-    writer_settings = WriterSettings(commit_interval_s=2.0) if args.demo else WriterSettings()
-    writer = SampleWriter(context.db, settings=writer_settings).start()
-    # Shutdown runs these last-in first-out: the writer stops taking samples (a supervisor waiting for
-    # room is released at once), the fleet stops (closing it again later is a no-op), then the writer
-    # commits what it had staged; what still waited in its inbox was never acknowledged, so the agents'
-    # rings deliver it again at the next start. The open minute of each host is left open (rolled up at
-    # the next start, read from the raw samples meanwhile): rolling it up costs as much as the rows it
-    # holds, which a flooding agent makes many. So closing the window takes about a second, whatever comes in.
-    context.on_shutdown.append(lambda: writer.stop(roll_up_open_buckets=False, commit_queued=False))
-    context.on_shutdown.append(context.fleet.close)
-    context.on_shutdown.append(writer.close_inbox)
-    context.on_shutdown.append(context.fleet.subscribe(HistoryRecorder(writer).handle))
-    unsubscribe: Callable[[], None] = context.fleet.subscribe(bridge.post)
-    context.on_shutdown.append(unsubscribe)
-    deploy.survey_soon(context.fleet.hosts())  # those that connected before it listened (the demo's)
-    if not args.demo:
-        resume = resume_points(context.db)  # the last stored seq per host and the sequence epoch it belongs to
-        for record in list_hosts(context.db):
-            point = resume.get(record.name)
-            if point is None:
-                context.fleet.add_record(record)
-            else:
-                context.fleet.add_record(record, since_seq=point.seq, since_epoch=point.epoch)
+    services = ConsoleServices.start(demo=args.demo, db_path=args.db)
+    context = ConsoleContext(
+        fleet=services.fleet, db=services.db, bridge=bridge, jobs=JobRunner(), settings=settings, simulated=args.demo
+    )
+    context.demo = services.demo
+    context.on_shutdown.append(services.shutdown)
+    context.use_deploy(services.deploy)  # its events reach the views through the bridge
+    context.on_shutdown.append(services.fleet.subscribe(bridge.post))
+    services.connect_hosts()
     return context
 
 

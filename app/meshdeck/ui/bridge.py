@@ -33,9 +33,8 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from meshdeck.core.samples import SeriesKey
-from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
-from meshdeck.remote.peer_log import PeerLog
 from meshdeck.services.deploy_events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
+from meshdeck.services.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +42,7 @@ DRAIN_INTERVAL_MS = 100
 DRAIN_BUDGET_S = 0.030  # GUI-thread time per tick spent delivering events
 SAMPLES_PER_CHUNK = 120
 MAX_CELLS = 500_000  # charted values waiting for the GUI (4 MB): 10 min of a 10-host fleet at 1 Hz
+SHED_WARNING_INTERVAL_S = 60.0
 MAX_EVENTS = 20_000  # other events waiting (a chatty worker's log lines)
 
 
@@ -82,7 +82,7 @@ class FleetBridge(QObject):
         self._skipped_since: dict[str, int] = {}  # samples shed per host since its last delivered batch
         self.skipped: dict[str, int] = {}  # samples shed per host, all time
         self.shed_events = 0
-        self._shed_log = PeerLog(log, "console")  # rate-limited: shedding happens in bursts
+        self._shed_warned_at = -SHED_WARNING_INTERVAL_S  # shedding happens in bursts: one warning a minute
         self._budget_s = budget_s
         self._keep: Callable[[SeriesKey], bool] | None = None
         self.delivered = 0
@@ -160,16 +160,19 @@ class FleetBridge(QObject):
             else:
                 kept.append(event)
         self._inbox.extendleft(reversed(kept))
-        self._shed_log.report(
-            f"fell behind: dropped {self.shed_events} worker/log/alert events so far (history keeps worker states)"
-        )
+        self._warn_shed(f"dropped {self.shed_events} worker/log/alert events so far (history keeps worker states)")
+
+    def _warn_shed(self, what: str) -> None:
+        """At most one warning a minute; each says the totals so far."""
+        now = time.monotonic()
+        if now - self._shed_warned_at >= SHED_WARNING_INTERVAL_S:
+            self._shed_warned_at = now
+            log.warning("the console fell behind: %s", what)
 
     def _note_skipped(self, host: str, count: int) -> None:
         self._skipped_since[host] = self._skipped_since.get(host, 0) + count
         self.skipped[host] = self.skipped.get(host, 0) + count
-        self._shed_log.report(
-            f"fell behind: {self.skipped[host]} samples of {host} skipped in the live charts so far (history has them)"
-        )
+        self._warn_shed(f"{self.skipped[host]} samples of {host} skipped in the live charts so far (history has them)")
 
     # -- the GUI side ----------------------------------------------------------------------------------
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.services.console import Database
 from meshdeck.services.deploy import DeployService
+from meshdeck.services.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.inventory import Inventory
-from meshdeck.store.database import Database
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.deployments_model import DeploymentsModel

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshdeck.core.samples import Device, SeriesKey
-from meshdeck.store.query import SeriesRange
+from meshdeck.services.history import SeriesRange
 
 SeriesId = SeriesKey  # (device, metric), as the live charts key their series
 

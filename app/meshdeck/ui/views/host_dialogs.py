@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
+from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
-from meshdeck.remote.sshconfig import load_ssh_config
 from meshdeck.services import hosts as host_service
+from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord
 from meshdeck.services.inventory import Inventory, describe_gpus
-from meshdeck.store.hosts import HostRecord
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
 from meshdeck.ui.views.host_dialogs import AddHostDialog, HostKeyDialog, NewHost
@@ -137,14 +135,8 @@ class HostsView(QWidget):
             return
 
         def work(_progress: Any) -> tuple[list[HostRecord], list[str]]:
-            config_hosts: list[str] = []
             settings = self.context.fleet.settings if self.context.fleet else None
-            try:
-                config = load_ssh_config(settings.ssh_config if settings else "~/.ssh/config")
-                config_hosts = sorted(h for h in config.get_hostnames() if not any(c in h for c in "*?!"))
-            except Exception as exc:  # a broken ~/.ssh/config must not hide the stored hosts
-                log.warning("reading the ssh config: %s", exc)
-            return host_service.list_hosts(db), config_hosts
+            return host_service.list_hosts(db), host_service.ssh_config_aliases(settings)
 
         job = self.context.jobs.start("load hosts", work)
         job.succeeded.connect(self._records_loaded)
