@@ -22,7 +22,7 @@ import os
 import platform
 import signal
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from . import __version__
 from .protocol import PROTOCOL_VERSION
@@ -77,7 +77,7 @@ def _check_interval(value: float) -> Optional[str]:
     return None if 0.05 <= value <= 3600 else "--interval must be between 0.05 and 3600 seconds, got %g" % value
 
 
-def _locations(args: argparse.Namespace):
+def _locations(args: argparse.Namespace) -> Tuple[str, str]:
     from .paths import default_socket_path, default_state_dir
 
     socket_path = os.path.abspath(args.socket or default_socket_path())

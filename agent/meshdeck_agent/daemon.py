@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import __version__, checks, protocol
 from .gpu.simulated import IDLE_USED_BYTES
 from .keeper import process_start_time
-from .machine import build_machine
+from .machine import Machine, build_machine
 from .paths import atomic_write, check_socket_path, ensure_private_dir
 from .ring import DEFAULT_CAPACITY, SampleRing
 from .sampler import Sampler
@@ -107,7 +107,7 @@ class SeqStore:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, machine: Any = None) -> None:
+    def __init__(self, config: DaemonConfig, machine: Optional[Machine] = None) -> None:
         self.config = config
         self.socket_path = check_socket_path(config.socket_path)
         self.state_dir = ensure_private_dir(config.state_dir)
@@ -117,16 +117,16 @@ class Daemon:
         self.ring = SampleRing(capacity=capacity, first_seq=self.seqs.first)
         self._sessions: List[Session] = []
         self._sessions_lock = threading.Lock()
-        self._shutdown = threading.Event()
+        self._shutdown_requested = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rpc")
-        self.machine = machine
-        if self.machine is None:
-            self.machine = build_machine(
-                config.simulate, config.seed, activity=self._sim_activity, on_alert=self._alert
-            )
+        self.machine = (
+            machine
+            if machine is not None
+            else build_machine(config.simulate, config.seed, activity=self._sim_activity, on_alert=self._alert)
+        )
         stand_ins = (
             StandInChooser(self.machine.spec, startup_s=config.sim_vllm_startup_s)
-            if getattr(self.machine, "simulated", False)
+            if self.machine.spec is not None
             else None
         )
         self.supervisor = Supervisor(
@@ -177,7 +177,7 @@ class Daemon:
         if self.config.prometheus:
             from .exporter import Exporter
 
-            self.exporter = Exporter(self.ring, self.machine, self.supervisor)
+            self.exporter = Exporter(self.ring, self.machine)
             self.exporter.start(self.config.prometheus)
         log.info(
             "meshdeck-agent serving %s (simulate=%s, interval %.3gs, state %s)",
@@ -192,13 +192,13 @@ class Daemon:
             self.start()
         assert self._listener is not None
         try:
-            while not self._shutdown.is_set():
+            while not self._shutdown_requested.is_set():
                 try:
                     connection, _ = self._listener.accept()
                 except socket.timeout:
                     continue
                 except OSError:
-                    if self._shutdown.is_set():
+                    if self._shutdown_requested.is_set():
                         break
                     raise
                 self._accept(connection)
@@ -223,7 +223,7 @@ class Daemon:
         threading.Thread(target=session.run, name="session", daemon=True).start()
 
     def request_shutdown(self) -> None:
-        self._shutdown.set()
+        self._shutdown_requested.set()
 
     def _stop(self) -> None:
         log.info("meshdeck-agent shutting down; workers keep running")

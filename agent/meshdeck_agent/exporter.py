@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from . import __version__
+from .machine import Machine
 from .metric_registry import (
     COUNTER,
     GPU_METRICS,
@@ -28,6 +30,7 @@ from .metric_registry import (
     Metric,
     describe,
 )
+from .ring import SampleRing
 from .wire_sample import Sample
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
@@ -67,14 +70,14 @@ def _family(metric: Metric, labels: List[str]) -> Any:
 
 
 class _Collector:
-    def __init__(self, ring: Any, machine: Any) -> None:
+    def __init__(self, ring: SampleRing, machine: Machine) -> None:
         self.ring = ring
         self.machine = machine
 
     def collect(self) -> Iterator[Any]:
         sample: Optional[Sample] = self.ring.latest()
         info = InfoMetricFamily("meshdeck_agent", "meshdeck-agent on this server")
-        simulated = bool(getattr(self.machine, "simulated", False))
+        simulated = self.machine.simulated
         info.add_metric([], {"version": __version__, "simulated": "true" if simulated else "false"})
         yield info
         if sample is None:
@@ -116,10 +119,10 @@ class _Collector:
 
 
 class Exporter:
-    def __init__(self, ring: Any, machine: Any, supervisor: Any = None) -> None:
+    def __init__(self, ring: SampleRing, machine: Machine) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(ring, machine))
-        self._server: Any = None
+        self._server: Optional[WSGIServer] = None
         self.address: Optional[Tuple[str, int]] = None
 
     def start(self, listen: str) -> None:

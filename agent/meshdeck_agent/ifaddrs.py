@@ -242,7 +242,7 @@ def route_to(host: str, addresses: Optional[Callable[[], Addresses]] = None, por
         return result
     last_error = "no usable address"
     for family, kind, proto, _name, sockaddr in candidates:
-        if family not in (socket.AF_INET, socket.AF_INET6):
+        if family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(sockaddr[0], str):
             continue
         probe = socket.socket(family, kind, proto)
         try:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from .paths import atomic_write
 
@@ -209,7 +209,7 @@ def run_keeper(worker_dir: str) -> int:
     return 0
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         sys.stderr.write("usage: meshdeck-agent keeper <worker dir>\n")

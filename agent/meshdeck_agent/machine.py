@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from . import inventory as inventory_shape
 from .gpu.nvml import Nvml, NvmlGpus
@@ -20,6 +20,9 @@ from .net import NetReader
 from .topology import NVML_LEVEL_LABELS, gpu_matrix, nic_affinity, numa_node_of, nvlink_pair_counts, sysfs_pci_path
 from .wire_inventory import Inventory
 from .wire_sample import GpuSample, HostSample, NicSample, XidEvent
+
+if TYPE_CHECKING:  # loaded only for --simulate (build_machine)
+    from .gpu.catalog import SimulateSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +36,28 @@ class Reading:
     nics: Tuple[NicSample, ...] = ()
 
 
+class Machine(Protocol):
+    """What the daemon, the sampler and the exporter need of a server, real or simulated."""
+
+    @property
+    def simulated(self) -> bool: ...
+
+    @property
+    def spec(self) -> Optional[SimulateSpec]:
+        """The simulated server's GPUs and layout; None on a real server."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def inventory(self) -> Dict[str, Any]: ...
+
+    def read(self, now: float) -> Reading: ...
+
+
 class RealMachine:
     simulated = False
+    spec: Optional[SimulateSpec] = None
 
     def __init__(
         self, root: str = "/", nvml_module: Any = None, on_alert: Optional[Callable[[Dict[str, Any]], None]] = None
@@ -126,7 +149,7 @@ def build_machine(
     seed: int = 0,
     activity: Optional[Callable[[], List[Any]]] = None,
     on_alert: Optional[Callable[[Dict[str, Any]], None]] = None,
-):
+) -> Machine:
     """The machine for `--simulate SPEC` (SimulatedMachine) or the real one."""
     from .gpu.catalog import parse_simulate
 

@@ -67,7 +67,10 @@ class NetReader:
     """Inventory and per-interval rates of the server's InfiniBand/RoCE ports and Ethernet NICs."""
 
     def __init__(
-        self, root: str = "/", clock=time.monotonic, addresses: Optional[Callable[[], Addresses]] = None
+        self,
+        root: str = "/",
+        clock: Callable[[], float] = time.monotonic,
+        addresses: Optional[Callable[[], Addresses]] = None,
     ) -> None:
         self.root = root
         self._clock = clock
@@ -82,7 +85,7 @@ class NetReader:
 
     def _ib_ports(self) -> List[Tuple[str, str, str]]:
         """(name, hca, port dir) for every IB/RoCE port."""
-        ports = []
+        ports: List[Tuple[str, str, str]] = []
         try:
             hcas = sorted(os.listdir(self._ib_root()))
         except OSError:
@@ -98,7 +101,7 @@ class NetReader:
         return ports
 
     def _ethernet(self) -> List[Tuple[str, str]]:
-        interfaces = []
+        interfaces: List[Tuple[str, str]] = []
         try:
             names = sorted(os.listdir(self._net_root()))
         except OSError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 SOCKET_NAME = "agent.sock"
 # sun_path is 108 bytes on Linux including the terminating NUL.
@@ -28,8 +28,9 @@ class UnsafePath(Exception):
     """A socket or directory we must not use (owned by someone else, too long, not a directory)."""
 
 
-def default_socket_path(env: Optional[Dict[str, str]] = None) -> str:
-    env = os.environ if env is None else env
+def default_socket_path(env: Optional[Mapping[str, str]] = None) -> str:
+    if env is None:
+        env = os.environ
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         return os.path.join(runtime, "meshdeck", SOCKET_NAME)

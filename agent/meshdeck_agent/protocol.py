@@ -278,8 +278,13 @@ def event(name: str, data: Dict[str, Any]) -> Dict[str, Any]:
     return {"event": name, "data": data}
 
 
+def _as_int(value: Any) -> Optional[int]:
+    """The value when it is a JSON integer (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return _as_int(value) is not None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -327,7 +332,7 @@ def decode(line: Union[bytes, str]) -> Message:
 
 def _classify(obj: Dict[str, Any]) -> Message:
     raw_id = obj.get("id")
-    request_id = raw_id if _is_int(raw_id) else None
+    request_id = _as_int(raw_id)
     if "hello" in obj:
         body = obj["hello"]
         if not isinstance(body, dict) or not _is_int(body.get("protocol")):
@@ -351,7 +356,7 @@ def _classify(obj: Dict[str, Any]) -> Message:
             raise ProtocolError(BAD_REQUEST, "event %s: data must be an object" % name)
         return Event(event=name, data=data)
     if "method" in obj:
-        if not _is_int(raw_id) or raw_id < 0:
+        if request_id is None or request_id < 0:
             raise ProtocolError(BAD_REQUEST, "request id must be a non-negative integer, got %s" % excerpt(raw_id))
         method = obj["method"]
         if not isinstance(method, str):
@@ -361,7 +366,7 @@ def _classify(obj: Dict[str, Any]) -> Message:
             params = {}
         if not isinstance(params, dict):
             raise ProtocolError(BAD_PARAMS, "params must be an object", raw_id)
-        return Request(id=raw_id, method=method, params=params)
+        return Request(id=request_id, method=method, params=params)
     if "result" in obj:
         if request_id is None:
             raise ProtocolError(BAD_REQUEST, "response without an integer id")
@@ -644,7 +649,8 @@ class LogChunk:
             raise ProtocolError(BAD_REQUEST, "%s.data: must be a string, got %s" % (where, _shown(data)))
         for name in ("offset", "size", "start"):
             value = reply.get(name)
-            if (name == "offset" or value is not None) and (not _is_int(value) or value < 0):
+            offset = _as_int(value)
+            if (name == "offset" or value is not None) and (offset is None or offset < 0):
                 raise ProtocolError(BAD_REQUEST, "%s.%s: must be a byte offset, got %s" % (where, name, _shown(value)))
         return cls(data=data, offset=reply["offset"], size=reply.get("size"), start=reply.get("start"))
 

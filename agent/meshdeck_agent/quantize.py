@@ -34,7 +34,8 @@ def _step(largest: float, digits: int) -> int:
     """The rounding step that keeps `digits` significant digits of `largest` (at least 1)."""
     if largest < 10**digits:
         return 1
-    return 10 ** (int(math.log10(largest)) + 1 - digits)
+    step: int = 10 ** (int(math.log10(largest)) + 1 - digits)  # a whole power: the exponent is at least 1 here
+    return step
 
 
 def _links(

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Set, Tuple
 
+from .machine import Machine
 from .quantize import quantize
 from .ring import SampleRing
 from .wire_sample import Sample, WorkerSample
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 class Sampler:
     def __init__(
         self,
-        machine: Any,
+        machine: Machine,
         ring: SampleRing,
         interval_s: float = 1.0,
         workers: Optional[Callable[[], Sequence[WorkerSample]]] = None,
@@ -42,7 +43,7 @@ class Sampler:
         self.clock = clock
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._failures: set = set()
+        self._failures: Set[Tuple[str, str]] = set()
 
     def sample_once(self) -> Optional[int]:
         now = self.clock()
@@ -60,7 +61,7 @@ class Sampler:
         sample = Sample(
             seq=0,  # the ring numbers it
             ts=round(now, 3),
-            simulated=bool(getattr(self.machine, "simulated", False)),
+            simulated=self.machine.simulated,
             gpus=gpus,
             host=reading.host,
             nics=nics,

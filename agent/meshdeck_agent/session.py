@@ -17,10 +17,13 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Deque, Iterator, Optional, Tuple
 
 from . import __version__, protocol
 from .lograte import LogBudget
+
+if TYPE_CHECKING:  # the daemon owns its sessions; it imports this module
+    from .daemon import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def iter_lines(recv: Callable[[int], bytes], max_line: int = protocol.MAX_LINE_B
 
 
 class Session:
-    def __init__(self, sock: socket.socket, daemon: Any, name: str = "client") -> None:
+    def __init__(self, sock: socket.socket, daemon: Daemon, name: str = "client") -> None:
         self.sock = sock
         self.daemon = daemon
         self.name = name

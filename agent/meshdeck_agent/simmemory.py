@@ -125,18 +125,37 @@ class GpuFacts:
 
 
 class ServeFlags(Protocol):
-    """The `vllm serve` settings memory depends on (simengine.VllmServe has them)."""
+    """The `vllm serve` settings memory depends on (simengine.VllmServe has them), read only."""
 
-    tensor_parallel: int
-    pipeline_parallel: int
-    data_parallel: int
-    expert_parallel: bool
-    max_model_len: Optional[int]
-    gpu_memory_utilization: float
-    kv_cache_dtype: str
-    max_num_seqs: Optional[int]
-    max_num_batched_tokens: Optional[int]
-    speculative_tokens: int
+    @property
+    def tensor_parallel(self) -> int: ...
+
+    @property
+    def pipeline_parallel(self) -> int: ...
+
+    @property
+    def data_parallel(self) -> int: ...
+
+    @property
+    def expert_parallel(self) -> bool: ...
+
+    @property
+    def max_model_len(self) -> Optional[int]: ...
+
+    @property
+    def gpu_memory_utilization(self) -> float: ...
+
+    @property
+    def kv_cache_dtype(self) -> str: ...
+
+    @property
+    def max_num_seqs(self) -> Optional[int]: ...
+
+    @property
+    def max_num_batched_tokens(self) -> Optional[int]: ...
+
+    @property
+    def speculative_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ reads to keep tensor-parallel groups on NVLink.
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 LABEL_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 
@@ -128,7 +128,7 @@ def nvlink_pair_counts(
     gpus = [normalize_bus_id(b) for b in gpu_bus_ids]
     index = {bus: i for i, bus in enumerate(gpus)}
     switches = {normalize_bus_id(b) for b in switch_bus_ids}
-    direct: Dict[tuple, int] = {}  # (from, to) as seen from `from`'s links
+    direct: Dict[Tuple[int, int], int] = {}  # (from, to) as seen from `from`'s links
     fabric: List[Dict[str, int]] = []
     for i, remotes in enumerate(remote_bus_ids):
         on_switch: Dict[str, int] = {}

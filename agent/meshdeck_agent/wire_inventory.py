@@ -97,12 +97,15 @@ class InventoryError(ValueError):
 # -- decoding helpers: each takes the value and its path, returns it typed or raises InventoryError ---
 
 
+_JSON_KINDS: Dict[type, str] = {dict: "object", list: "list"}
+
+
 def _shown(value: Any) -> str:
     """A short, escaped description of a bad value for an error message (never the raw string)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         text = repr(value)
         return text if len(text) <= 60 else text[:57] + "..."
-    return "a JSON %s" % {dict: "object", list: "list"}.get(type(value), type(value).__name__)
+    return "a JSON %s" % _JSON_KINDS.get(type(value), type(value).__name__)
 
 
 def _join(path: str, key: str) -> str:

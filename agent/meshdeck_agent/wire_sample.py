@@ -60,10 +60,6 @@ class SampleError(ValueError):
         self.problem = problem
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _describe(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -81,7 +77,7 @@ def _number(value: Any, field: str, low: float, high: float) -> Optional[float]:
 
 
 def _int(value: Any, field: str, low: int, high: int) -> int:
-    if not _is_int(value) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SampleError(field, "must be an integer from %d to %d, got %s" % (low, high, _describe(value)))
     return value
 
@@ -448,7 +444,9 @@ class _Text:
         self.position = position
 
     def skip(self) -> None:
-        self.position = _WHITESPACE.match(self.text, self.position).end()  # type: ignore[union-attr]
+        whitespace = _WHITESPACE.match(self.text, self.position)
+        assert whitespace is not None  # the pattern matches the empty string, so it matches everywhere
+        self.position = whitespace.end()
 
     def take(self, char: str) -> bool:
         self.skip()

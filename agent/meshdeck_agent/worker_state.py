@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .keeper import EXIT_FILE, KEEPER_FILE, LOGSTATE_FILE, process_is_zombie, process_start_time, write_json
 from .paths import self_command, self_env
 from .protocol import WorkerSpec
+from .scrape import ScrapeLoop
+from .simspec import SimVllmTracker
 
 ACTIVE_STATES = ("starting", "running", "restarting")
 
@@ -100,7 +103,7 @@ class WorkerRecord:
         self.start_time: Optional[int] = None
         self.keeper_pid: Optional[int] = None
         self.keeper_start_time: Optional[int] = None
-        self.keeper_process: Any = None
+        self.keeper_process: Optional[subprocess.Popen[bytes]] = None
         self.exit_code: Optional[int] = None
         self.signal: Optional[int] = None
         self.reason = ""
@@ -115,9 +118,9 @@ class WorkerRecord:
         self.log_partial = b""
         self.adopted = False
         self.simulate: Optional[Dict[str, Any]] = None
-        self.scrape: Any = None
+        self.scrape: Optional[ScrapeLoop] = None
         self.scrape_url: Optional[str] = None
-        self.tracker: Any = None
+        self.tracker: Optional[SimVllmTracker] = None
         self.launching = False  # its keeper is being started: the monitor leaves it alone until then
         self.files_lock = threading.Lock()  # one writer at a time for the files this agent writes here
 

@@ -136,7 +136,7 @@ class Supervisor:
                 if record.tracker is not None:
                     record.tracker.process_started(record.pid)
                     replay_log(record)
-                    long_up = time.time() - (record.started_at or 0) > 2 * record.simulate["startup_s"]
+                    long_up = time.time() - (record.started_at or 0) > 2 * record.tracker.simulate["startup_s"]
                     if long_up and not record.tracker.kv_allocated:
                         record.tracker.weights_loaded = record.tracker.kv_allocated = True  # start lines rotated away
                 skip_log(record)

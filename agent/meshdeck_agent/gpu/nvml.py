@@ -250,7 +250,8 @@ class NvmlGpus:
 
     def ancestor_label(self, i: int, j: int) -> Optional[int]:
         handles = self.handles()
-        return self.nvml.call("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
+        label = self.nvml.call("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
+        return label if isinstance(label, int) else None
 
     # -- samples ---------------------------------------------------------------------------------
 

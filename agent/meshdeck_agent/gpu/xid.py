@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .nvml import Nvml, handle_key
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class XidWatcher:
-    def __init__(self, nvml: Nvml, handles: list, on_event: Callable[[int, Dict[str, Any]], None]) -> None:
+    def __init__(self, nvml: Nvml, handles: List[Any], on_event: Callable[[int, Dict[str, Any]], None]) -> None:
         self.nvml = nvml
         self.handles = handles
         self.on_event = on_event

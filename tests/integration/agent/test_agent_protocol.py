@@ -13,6 +13,7 @@ import time
 import pytest
 from agent_harness import in_process_agent, wait_for
 from meshdeck_agent import protocol
+from meshdeck_agent.daemon import METHOD_TABLE
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +239,14 @@ def test_every_method_in_the_protocol_is_answered_without_unknown_method(agent):
         if "error" in reply:
             assert reply["error"]["code"] != "unknown_method", (method, reply)
     client.close()
+
+
+def test_no_daemon_attribute_shadows_a_method_handler(agent):
+    # The table holds the class's functions; an instance attribute of the same name (the shutdown Event once
+    # was `_shutdown`, the agent.shutdown handler's name) would hide the handler from the daemon itself.
+    for name, method in METHOD_TABLE.items():
+        bound = getattr(agent.daemon, method.handler.__name__)
+        assert getattr(bound, "__func__", None) is method.handler, (name, bound)
 
 
 def test_samples_carry_simulated_flag_and_sample_shape_on_the_wire(agent):
