@@ -52,6 +52,6 @@ def parse_layout_spec(spec: str, field: str = "--layout") -> Layout:
             raise InputError(field, f"{key} must be a positive integer, got {raw!r}")
         values[_LAYOUT_KEYS[key]] = int(raw)
     try:
-        return Layout(**values)
+        return Layout.model_validate(values)
     except ValidationError as exc:
         raise validation_error_to_input_error(exc, field) from None

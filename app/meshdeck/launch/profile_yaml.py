@@ -10,7 +10,7 @@ is an InputError naming the file and the line.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -39,7 +39,11 @@ class ProfileLoader(yaml.SafeLoader):
 
     _depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    if TYPE_CHECKING:  # types-PyYAML leaves the pure-Python parser's methods untyped
+
+        def peek_event(self) -> yaml.Event: ...
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self._depth >= MAX_PROFILE_DEPTH:
             mark = self.peek_event().start_mark
             raise _Refused(f"nested deeper than {MAX_PROFILE_DEPTH} levels", mark, "; a profile needs at most 3")
@@ -49,7 +53,7 @@ class ProfileLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def _compose_checked(self, parent: Any, index: Any) -> Any:
+    def _compose_checked(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             raise _Refused("aliases (*name) are not allowed in a profile", event.start_mark)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
+from paramiko.pkey import PublicBlob
 
 from meshdeck.remote.errors import AuthFailed
 from meshdeck.remote.sshconfig import SshEndpoint
@@ -74,7 +75,7 @@ def _public_blob(path: str) -> bytes | None:
     """The public key blob from `path.pub`, to match agent keys and skip repeats without decrypting."""
     try:
         text = Path(path + ".pub").read_text(encoding="utf-8").split()
-        return paramiko.PublicBlob.from_string(" ".join(text[:2])).key_blob
+        return PublicBlob.from_string(" ".join(text[:2])).key_blob
     except (OSError, ValueError, IndexError):
         return None
 
@@ -103,7 +104,8 @@ def _load_key_file(path: str, prompt: PassphrasePrompt | None) -> paramiko.PKey 
         if passphrase is None:
             return None
         try:
-            return paramiko.PKey.from_path(path, passphrase.encode("utf-8"))
+            # types-paramiko says str, but cryptography's key loaders under from_path take only bytes
+            return paramiko.PKey.from_path(path, passphrase.encode("utf-8"))  # type: ignore[arg-type]
         except (ValueError, TypeError):
             log.warning("wrong passphrase for %s (attempt %d of %d)", path, attempt, PASSPHRASE_ATTEMPTS)
     return None
@@ -172,11 +174,11 @@ def authenticate(transport: paramiko.Transport, endpoint: SshEndpoint, options: 
     for path in _key_files(endpoint, options):
         if _public_blob(path) in offered:
             continue
-        key = _load_key_file(path, options.passphrase_prompt)
-        if key is None or key.asbytes() in offered:
+        file_key = _load_key_file(path, options.passphrase_prompt)
+        if file_key is None or file_key.asbytes() in offered:
             continue
-        offered.add(key.asbytes())
-        if _try_key(transport, user, key, f"key {path}", attempts):
+        offered.add(file_key.asbytes())
+        if _try_key(transport, user, file_key, f"key {path}", attempts):
             return f"publickey ({path})"
     password = options.password_lookup(endpoint) if options.password_lookup else None
     if password is not None and transport.is_active() and "password" in (attempts.methods_allowed or ["password"]):

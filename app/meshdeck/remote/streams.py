@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import logging
 import socket
 import subprocess
@@ -125,26 +126,27 @@ class PipeStream:
     def __init__(self, process: subprocess.Popen[bytes], host: str) -> None:
         if process.stdin is None or process.stdout is None or process.stderr is None:
             raise ValueError("PipeStream needs a process started with stdin, stdout and stderr pipes")
+        if not isinstance(process.stdout, io.BufferedReader) or not isinstance(process.stderr, io.BufferedReader):
+            raise ValueError("PipeStream reads with read1: start the process with buffered pipes (bufsize != 0)")
         self.process = process
         self.stderr = _StderrTail(host)
         self._stdin = process.stdin
         self._stdout = process.stdout
+        self._stderr = process.stderr
         self._send_lock = threading.Lock()
         self._stderr_thread = threading.Thread(target=self._pump_stderr, name=f"meshdeck-stderr-{host}", daemon=True)
         self._stderr_thread.start()
 
     def _pump_stderr(self) -> None:
-        stderr = self.process.stderr
-        assert stderr is not None
         with contextlib.suppress(OSError, ValueError):  # ValueError: closed by close()
-            while chunk := stderr.read1(65536):  # type: ignore[attr-defined]
+            while chunk := self._stderr.read1(65536):
                 self.stderr.feed(chunk)
 
     def recv(self, size: int) -> bytes:
         # read1 on the buffered file (not os.read on its fd): close() from another thread then waits for
         # this read instead of closing an fd number that could be reused under it.
         try:
-            return self._stdout.read1(size)  # type: ignore[attr-defined]
+            return self._stdout.read1(size)
         except (OSError, ValueError):
             return b""
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import IO
 
 from meshdeck.core.errors import InputError
 
@@ -40,7 +40,7 @@ _REFUSED_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFSOCK: "a socket", stat.S
 
 
 @contextmanager
-def atomic_output(path: str | Path, *, mode: int | None = None) -> Iterator[TextIO]:
+def atomic_output(path: str | Path, *, mode: int | None = None) -> Iterator[IO[str]]:
     """A text file that appears at `path` complete or not at all (temp file in the same folder, renamed);
     `mode`: its permission bits (default: the temporary file's, 0600)."""
     target = Path(path)
@@ -121,7 +121,7 @@ def _is_own_output(status: os.stat_result) -> bool:
 
 
 @contextmanager
-def open_output(target: OutputTarget) -> Iterator[TextIO]:
+def open_output(target: OutputTarget) -> Iterator[IO[str]]:
     """A text stream for `target`; what fails to be written is an InputError naming its option."""
     try:
         if target.path is None:

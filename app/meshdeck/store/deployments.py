@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -323,5 +323,5 @@ def compare_deployments(db: Database, keys: Sequence[str]) -> list[MetricCompari
     return rows
 
 
-def _numeric(value: Any) -> bool:
+def _numeric(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)

@@ -58,7 +58,7 @@ class SeriesRange:
 
 def _series_query(
     host: str | None, device: str | None, metric: str | None, series_ids: Sequence[int] | None = None
-) -> Select[tuple[int, str, str, str]]:
+) -> Select[int, str, str, str]:
     table = schema.series
     query = select(table.c.id, table.c.host, table.c.device, table.c.metric)
     if series_ids is not None:

@@ -167,6 +167,15 @@ def test_an_agent_flooding_stderr_is_logged_a_bounded_number_of_times_and_its_ta
     assert f"noise {FLOOD_LINES - 1}" in tail and "\x1b" not in tail and len(tail) < 12_000
 
 
+def test_a_process_with_unbuffered_pipes_is_refused_before_any_read():
+    # recv and the stderr pump read with read1, which an unbuffered (bufsize=0) pipe does not have.
+    with subprocess.Popen(
+        [sys.executable, "-c", "pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+    ) as process:
+        with pytest.raises(ValueError, match="buffered pipes"):
+            PipeStream(process, "gpu-a")
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS) | st.text(max_size=6), inner),
