@@ -205,7 +205,8 @@ def choose_demo_layout(result: PlanResult, nodes: int) -> LayoutPlan | None:
     """The best-ranked layout that fits and runs as one deployment over all `nodes` hosts (else the best fitting)."""
     fitting = result.fitting
     whole = [layout for layout in fitting if layout.instances == 1 and layout.nodes == nodes]
-    return (whole or fitting or [None])[0]
+    candidates = whole or fitting
+    return candidates[0] if candidates else None
 
 
 def demo_vllm_profile(mapping: Mapping[str, Any]) -> Profile:

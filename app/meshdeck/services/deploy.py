@@ -42,6 +42,7 @@ background thread (deploy_watch.py), which runs only while something is watched 
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import time
@@ -91,6 +92,8 @@ LOG_LINES = 400  # a watched log's first read
 
 
 class DeployService(LaunchSteps):
+    # `list` below is a method: annotations in this class body say `builtins.list` for the type.
+
     def __init__(
         self,
         fleet: Fleet,
@@ -272,10 +275,10 @@ class DeployService(LaunchSteps):
     def _stop_parts(
         self,
         deployment: TrackedDeployment,
-        parts: list[WorkerSnapshot],
+        parts: builtins.list[WorkerSnapshot],
         grace_s: float,
         on_part: Callable[[PartStopped], None] | None = None,
-    ) -> list[PartStopped]:
+    ) -> builtins.list[PartStopped]:
         """Ask each part's agent to stop it, in the order given; one that cannot be reached is named (and
         recorded as stop_failed), and the others are still stopped."""
         results = []
@@ -313,7 +316,7 @@ class DeployService(LaunchSteps):
 
     # -- logs --------------------------------------------------------------------------------------
 
-    def logs(self, deployment_id: str, command: str | None = None, lines: int = 50) -> list[PartLog]:
+    def logs(self, deployment_id: str, command: str | None = None, lines: int = 50) -> builtins.list[PartLog]:
         """The last `lines` lines of each part's log (or of the part `command`), escaped with newlines and
         tabs kept; a part whose log cannot be read says why and never hides the others."""
         snapshot = self.get(deployment_id)
@@ -342,7 +345,7 @@ class DeployService(LaunchSteps):
         watch = LogWatch(snapshot.id, command, worker.host, worker.worker_id, lines, follow=follow)
         return self._background.watch(watch)
 
-    def watched_logs(self) -> list[tuple[str, str]]:
+    def watched_logs(self) -> builtins.list[tuple[str, str]]:
         """(deployment, command) of every log watched now: none, no log is read."""
         return self._background.watched()
 

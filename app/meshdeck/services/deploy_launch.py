@@ -29,7 +29,11 @@ from meshdeck.services.deploy_model import (
 from meshdeck.services.deploy_state import TrackedDeployment
 
 if TYPE_CHECKING:
-    from meshdeck.services.deploy import DeployService
+    from collections.abc import Mapping
+    from typing import Any
+
+    from meshdeck.services.deploy_model import PartStopped
+    from meshdeck.services.deploy_waits import LogFollower, ReadyProbe
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0
@@ -39,8 +43,36 @@ CRASH_TAIL_LINES = 15  # of a part that died while starting, in the launch's rea
 class LaunchSteps:
     """The launch and restart steps of DeployService (a mixin: its methods run on the registry)."""
 
+    if TYPE_CHECKING:  # what the steps use of the registry: DeployService defines them (mypy checks the overrides)
+        _lock: threading.RLock
+        _poll_s: float
+        _logs: LogFollower
+        _probe: ReadyProbe
+
+        def _call(self, host: str, method: str, params: dict[str, Any] | None = None) -> Any: ...
+
+        def _changed(self, deployment: TrackedDeployment) -> None: ...
+
+        def _record(self, method: str, *args: Any) -> bool: ...
+
+        def _record_event(
+            self, deployment: TrackedDeployment, kind: str, message: str, data: Mapping[str, Any]
+        ) -> None: ...
+
+        def _tail(self, host: str, worker_id: str, lines: int) -> str: ...
+
+        def _update_worker(self, host: str, record: WorkerRecord) -> None: ...
+
+        def _stop_parts(
+            self,
+            deployment: TrackedDeployment,
+            parts: list[WorkerSnapshot],
+            grace_s: float,
+            on_part: Callable[[PartStopped], None] | None = None,
+        ) -> list[PartStopped]: ...
+
     def _bring_up(
-        self: DeployService,
+        self,
         deployment: TrackedDeployment,
         progress: Callable[[LaunchProgress], None],
         cancel: threading.Event,
@@ -82,7 +114,7 @@ class LaunchSteps:
         say("up" + (f": {plan.serving_url}" if plan.serving_url else ""))
         self._record_event(deployment, "running", f"{plan.name} is up", {})
 
-    def _start(self: DeployService, deployment: TrackedDeployment, command: NodeCommand) -> None:
+    def _start(self, deployment: TrackedDeployment, command: NodeCommand) -> None:
         wid = worker_id(deployment.id, command.name)
         plan = _plan_of(deployment)
         policy = "on-failure" if plan.engine == "vllm" and not plan.restart_as_whole else "never"
@@ -110,7 +142,7 @@ class LaunchSteps:
         self._update_worker(command.host, record)
 
     def _wait(
-        self: DeployService,
+        self,
         deployment: TrackedDeployment,
         checks: tuple[ReadyCheck, ...],
         commands: list[NodeCommand],
@@ -139,7 +171,8 @@ class LaunchSteps:
                 reason = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)
                 tail = printable_lines(self._crash_tail(worker.host, worker.worker_id))
                 raise _Abort("failed", f"{worker.command} on {worker.host} {reason} while starting\n{tail}".rstrip())
-            running_since = max(since) if since and all(s is not None for s in since) else None  # type: ignore[type-var]
+            known = [s for s in since if s is not None]
+            running_since = max(known) if known and len(known) == len(since) else None
             for check in checks:
                 try:
                     ok = self._probe.passed(
@@ -157,9 +190,7 @@ class LaunchSteps:
                 raise _Abort("failed", f"not ready after {waited:g} s: {' or '.join(c.describe() for c in checks)}")
             cancel.wait(self._poll_s)
 
-    def _abort(
-        self: DeployService, deployment: TrackedDeployment, started: list[NodeCommand], state: str, reason: str
-    ) -> None:
+    def _abort(self, deployment: TrackedDeployment, started: list[NodeCommand], state: str, reason: str) -> None:
         with self._lock:
             deployment.stopping = True
             deployment.state, deployment.reason = state, reason
@@ -172,7 +203,7 @@ class LaunchSteps:
         self._record_event(deployment, state, reason, {})
         self._record("deployment_finished", deployment.snapshot())
 
-    def _crash_tail(self: DeployService, host: str, worker_id: str) -> str:
+    def _crash_tail(self, host: str, worker_id: str) -> str:
         """The last lines of a part that died while starting; an agent that cannot answer leaves them out."""
         try:
             return self._tail(host, worker_id, CRASH_TAIL_LINES)
@@ -180,7 +211,7 @@ class LaunchSteps:
             log.debug("no log tail of %s on %s: %s", worker_id, host, exc)
             return ""
 
-    def _react(self: DeployService, deployment: TrackedDeployment, worker: WorkerSnapshot) -> Callable[[], None] | None:
+    def _react(self, deployment: TrackedDeployment, worker: WorkerSnapshot) -> Callable[[], None] | None:
         """Under the lock: the deployment's new state after a worker changed, and what to do about it."""
         states = [w.state for w in deployment.workers.values()]
         if worker.state == "exited" and worker.exit_code == 0:
@@ -215,7 +246,7 @@ class LaunchSteps:
             return lambda: self._record_event(deployment, "recovered", f"{worker.command} is running again", {})
         return None
 
-    def _fail(self: DeployService, deployment: TrackedDeployment, message: str, worker: WorkerSnapshot) -> None:
+    def _fail(self, deployment: TrackedDeployment, message: str, worker: WorkerSnapshot) -> None:
         self._record_event(deployment, "worker_failed", message, worker.as_dict())
         with self._lock:
             others = [w for w in reversed(deployment.start_order()) if w.worker_id != worker.worker_id]
@@ -225,11 +256,11 @@ class LaunchSteps:
             self._changed(deployment)
         self._record("deployment_finished", deployment.snapshot())
 
-    def _finished(self: DeployService, deployment: TrackedDeployment, state: str, reason: str) -> None:
+    def _finished(self, deployment: TrackedDeployment, state: str, reason: str) -> None:
         self._record_event(deployment, state, reason, {})
         self._record("deployment_finished", deployment.snapshot())
 
-    def _restart_whole(self: DeployService, deployment: TrackedDeployment, message: str) -> None:
+    def _restart_whole(self, deployment: TrackedDeployment, message: str) -> None:
         self._record_event(deployment, "worker_failed", message, {})
         with self._lock:
             deployment.stopping = True

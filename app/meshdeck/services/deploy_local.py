@@ -163,10 +163,18 @@ def with_ready_timeout(plan: LaunchPlan, timeout_s: float) -> LaunchPlan:
 
 
 def result_line(logs: Mapping[str, str]) -> Mapping[str, Any] | None:
+    """The JSON object on the first RESULT_MARK line that holds one (a line cut short or holding another
+    value is passed over: the log comes from a server); None when there is none."""
     for text in logs.values():
         for line in text.splitlines():
-            if line.startswith(RESULT_MARK):
-                return json.loads(line[len(RESULT_MARK) :])
+            if not line.startswith(RESULT_MARK):
+                continue
+            try:
+                result = json.loads(line[len(RESULT_MARK) :])
+            except ValueError:
+                continue
+            if isinstance(result, dict):
+                return result
     return None
 
 

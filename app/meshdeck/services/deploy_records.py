@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
@@ -66,7 +66,9 @@ def recorded_numbers(record: DeploymentRecord) -> PlannedNumbers | None:
     if not startup:
         return None
     plan = record.plan
-    nodes = plan.get("nodes") if isinstance(plan.get("nodes"), list) else []
+    nodes = plan.get("nodes")
+    if not isinstance(nodes, list):
+        nodes = []
     gpus = tuple(
         (node["host"], gpu)
         for node in nodes
@@ -74,12 +76,12 @@ def recorded_numbers(record: DeploymentRecord) -> PlannedNumbers | None:
         for gpu in node["gpus"]
         if isinstance(gpu, int) and not isinstance(gpu, bool)
     )
-    prediction = plan.get("planned") if isinstance(plan.get("planned"), dict) else {}
-    memory = prediction.get("gpu_memory_bytes")
+    prediction = plan.get("planned")
+    memory = prediction.get("gpu_memory_bytes") if isinstance(prediction, dict) else None
     return PlannedNumbers(startup, float(memory) if _finite(memory) else None, gpus)
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

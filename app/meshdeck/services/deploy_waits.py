@@ -29,6 +29,8 @@ MAX_LINE_CHARS = 65536  # a longer line (a worker that never writes a newline) i
 TAIL_WINDOW_BYTES = 512 * 1024  # the most one `workers.logs` answer holds (the agent's MAX_LIMIT)
 MAX_TAIL_BYTES = 4 * 1024 * 1024  # how far back a tail reads for its lines (a log of very long lines)
 
+AgentCall = Callable[[str, str, dict[str, Any]], Any]  # (host, method, params) -> the agent's answer
+
 
 @dataclass
 class _Followed:
@@ -41,7 +43,7 @@ class _Followed:
 class LogFollower:
     """Incremental reader of worker logs through `call(host, "workers.logs", ...)`."""
 
-    def __init__(self, call: Callable[..., Any]) -> None:
+    def __init__(self, call: AgentCall) -> None:
         self._call = call
         self._workers: dict[str, _Followed] = {}
         self._patterns: dict[str, re.Pattern[str]] = {}
@@ -96,7 +98,7 @@ class LogFollower:
 class ReadyProbe:
     """One readiness check, asked of the agents. `running_since` comes from the deployment's worker states."""
 
-    def __init__(self, call: Callable[..., Any], logs: LogFollower) -> None:
+    def __init__(self, call: AgentCall, logs: LogFollower) -> None:
         self._call = call
         self._logs = logs
 
@@ -111,9 +113,10 @@ class ReadyProbe:
     ) -> bool:
         if check.kind == "tcp":
             reply = self._call(host, "checks.tcp_connect", {"host": address, "port": check.port, "timeout_s": 2})
-            if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            ok = reply.get("ok") if isinstance(reply, dict) else None
+            if not isinstance(ok, bool):
                 raise ProtocolError(BAD_REQUEST, "checks.tcp_connect.ok: must be true or false")
-            return reply["ok"]
+            return ok
         if check.kind == "log":
             return self._logs.count(check.pattern or "", worker_ids) >= check.count
         if check.kind == "running":
@@ -128,7 +131,7 @@ class LogTail:
     ends_line: bool = True  # the log ended with a line end there (else its last line is still being written)
 
 
-def read_tail(call: Callable[..., Any], host: str, worker_id: str, lines: int) -> LogTail:
+def read_tail(call: AgentCall, host: str, worker_id: str, lines: int) -> LogTail:
     """The last `lines` lines of a worker's log, read from its end: one `workers.logs` answer without an
     offset (the agent's tail), then earlier windows while fewer lines came back, at most MAX_TAIL_BYTES in
     all. Raises ProtocolError (a malformed answer) or the call's error."""
@@ -149,7 +152,7 @@ def read_tail(call: Callable[..., Any], host: str, worker_id: str, lines: int) -
     return LogTail("\n".join(kept), chunk.offset, ends_line)
 
 
-def read_log(call: Callable[..., Any], host: str, worker_id: str, *, offset: int = 0, max_bytes: int = 8 << 20) -> str:
+def read_log(call: AgentCall, host: str, worker_id: str, *, offset: int = 0, max_bytes: int = 8 << 20) -> str:
     """A worker's log from `offset` to its end (at most `max_bytes`), through `workers.logs`."""
     parts: list[str] = []
     size = 0

@@ -153,7 +153,12 @@ class BackgroundAsks:
     def _read(self, watch: LogWatch) -> None:
         try:
             if watch.offset is None:
-                tail = read_tail(lambda *a: self._call(*a, CALL_TIMEOUT_S), watch.host, watch.worker_id, watch.lines)
+                tail = read_tail(
+                    lambda host, method, params: self._call(host, method, params, CALL_TIMEOUT_S),
+                    watch.host,
+                    watch.worker_id,
+                    watch.lines,
+                )
                 watch.offset = tail.end
                 text = shown_log(tail.text + ("\n" if tail.text and tail.ends_line else ""))
                 self._publish(DeploymentLogLines(watch.deployment_id, watch.command, text, reset=True))

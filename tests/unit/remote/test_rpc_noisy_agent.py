@@ -169,11 +169,17 @@ def test_an_agent_flooding_stderr_is_logged_a_bounded_number_of_times_and_its_ta
 
 def test_a_process_with_unbuffered_pipes_is_refused_before_any_read():
     # recv and the stderr pump read with read1, which an unbuffered (bufsize=0) pipe does not have.
-    with subprocess.Popen(
-        [sys.executable, "-c", "pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
-    ) as process:
-        with pytest.raises(ValueError, match="buffered pipes"):
-            PipeStream(process, "gpu-a")
+    with (
+        subprocess.Popen(
+            [sys.executable, "-c", "pass"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        ) as process,
+        pytest.raises(ValueError, match="buffered pipes"),
+    ):
+        PipeStream(process, "gpu-a")
 
 
 _JSON = st.recursive(
