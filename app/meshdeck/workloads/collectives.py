@@ -29,7 +29,7 @@ import torch.distributed as dist
 if __package__:
     from . import layout_mesh
 else:  # shipped next to layout_mesh.py and run as a script
-    import layout_mesh  # type: ignore[no-redef]
+    import layout_mesh
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -100,10 +100,10 @@ class LayoutMesh:
     data_rank: int
     stage: int
     tensor_rank: int
-    tensor_group: Any
-    data_group: Any
-    pipe_group: Any
-    expert_group: Any  # dp × tp ranks of this stage, when expert parallel
+    tensor_group: dist.ProcessGroup | None  # None: a dimension of size 1 (no collective needed)
+    data_group: dist.ProcessGroup | None
+    pipe_group: dist.ProcessGroup | None
+    expert_group: dist.ProcessGroup | None  # dp × tp ranks of this stage, when expert parallel
     expert_rank: int
     expert_ranks: tuple[int, ...]
     device: torch.device
@@ -134,7 +134,8 @@ def build_layout_mesh(sizes: LayoutSizes, device: torch.device) -> LayoutMesh:
     )
     data_rank, stage, tensor_rank = mesh.get_coordinate() or (0, 0, 0)
     rank = dist.get_rank()
-    expert_group, expert_ranks = None, (rank,)
+    expert_group: dist.ProcessGroup | None = None
+    expert_ranks: tuple[int, ...] = (rank,)
     if sizes.expert_parallel:
         # One EP group per pipeline stage: its dp × tp ranks, ordered by (dp, tp). Every rank creates every
         # group (new_group is collective) and keeps its own.

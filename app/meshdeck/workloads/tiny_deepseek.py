@@ -32,8 +32,8 @@ if __package__:
     from . import layout_mesh
     from . import tiny_deepseek_model as model
 else:  # shipped next to its helpers and run as a script
-    import layout_mesh  # type: ignore[no-redef]
-    import tiny_deepseek_model as model  # type: ignore[no-redef]
+    import layout_mesh
+    import tiny_deepseek_model as model
 
 TOLERANCE = 1e-4
 

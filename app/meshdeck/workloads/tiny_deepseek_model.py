@@ -149,11 +149,11 @@ def attention(x: Tensor, w: dict[str, Tensor], p: str, cfg: TinyConfig, shard: S
     q_latent = rms_norm(x @ w[p + "q_a"].T, w[p + "q_a_norm"], cfg.rms_eps)
     q = (q_latent @ _head_rows(w[p + "q_b"], cfg.num_heads, shard).T).view(batch, seq, heads, nope + rope)
     kv = x @ w[p + "kv_a"].T  # the cached part: latent + shared rope key, whole on every TP rank
-    c_kv, k_rope = kv.split([cfg.kv_lora_rank, rope], dim=-1)
+    c_kv, k_rope = torch.split(kv, [cfg.kv_lora_rank, rope], dim=-1)
     c_kv = rms_norm(c_kv, w[p + "kv_norm"], cfg.rms_eps)
     kv_up = (c_kv @ _head_rows(w[p + "kv_b"], cfg.num_heads, shard).T).view(batch, seq, heads, nope + v_dim)
-    k_nope, value = kv_up.split([nope, v_dim], dim=-1)
-    q_nope, q_rope = q.split([nope, rope], dim=-1)
+    k_nope, value = torch.split(kv_up, [nope, v_dim], dim=-1)
+    q_nope, q_rope = torch.split(q, [nope, rope], dim=-1)
     q_rope = rotary(q_rope, positions, cfg.rope_theta)
     k_rope = rotary(k_rope, positions, cfg.rope_theta)[:, :, None, :].expand(batch, seq, heads, rope)
     query = torch.cat((q_nope, q_rope), dim=-1).transpose(1, 2)  # [B, heads, S, d]
@@ -163,7 +163,7 @@ def attention(x: Tensor, w: dict[str, Tensor], p: str, cfg: TinyConfig, shard: S
     scores = scores.masked_fill(causal, float("-inf"))
     out = (scores.softmax(-1) @ value.transpose(1, 2)).transpose(1, 2).reshape(batch, seq, heads * v_dim)
     o_cols = w[p + "o"].view(cfg.hidden_size, cfg.num_heads, v_dim)[:, shard.rows(cfg.num_heads)]
-    return out @ o_cols.reshape(cfg.hidden_size, -1).T  # partial over TP: caller all-reduces
+    return torch.matmul(out, o_cols.reshape(cfg.hidden_size, -1).T)  # partial over TP: caller all-reduces
 
 
 def swiglu(x: Tensor, w: dict[str, Tensor], p: str, columns: slice | None = None) -> Tensor:
