@@ -251,3 +251,14 @@ def test_plan_settings_are_kept_between_sessions(qtbot, planner, console_context
     qtbot.addWidget(again)
     assert again.form.max_model_len.value() == 32768
     assert again.form.goal.currentText() == "latency"
+
+
+def test_unreadable_plan_settings_leave_the_defaults(qtbot, console_context) -> None:
+    # the settings file is the user's (hand-edited, or from another version): a value that is no number
+    # must not stop the planner from opening
+    for key, value in (("max_model_len", "not a number"), ("utilization", "nan"), ("nodes", "1e30")):
+        console_context.settings.setValue(f"planner/{key}", value)
+    view = PlannerView(console_context)
+    qtbot.addWidget(view)
+    assert (view.form.max_model_len.value(), view.form.utilization.value()) == (0, 0.9)
+    assert view.form.nodes.value() == view.form.nodes.maximum()  # a number past the range is brought within it

@@ -111,7 +111,7 @@ def _list(args: argparse.Namespace) -> int:
     if not records:
         print("no hosts yet; add one with `meshdeck hosts add NAME [user@]host`")
         return 0
-    rows = [("NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE")]
+    rows: list[tuple[str, ...]] = [("NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE")]
     rows += [
         (r.name, r.target, str(r.port or ""), r.jump or "", r.identity_file or "", r.simulate or "") for r in records
     ]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import IO, Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.services.events import AgentEvent, FleetEvent, HostStateChanged, SamplesReceived, SequenceReset
@@ -215,7 +215,7 @@ def _out_of_range(ts: float) -> str:
 
 def export_history(
     db: Database,
-    out: TextIO,
+    out: IO[str],
     *,
     host: str,
     metric: str | None = None,
@@ -286,7 +286,7 @@ def _series_rows(db: Database, series: Series, tier: str, since: float, until: f
 class _RowWriter:
     """CSV rows, or a JSON array of objects written as it goes (one object per line)."""
 
-    def __init__(self, out: TextIO, fmt: str, header: list[str]) -> None:
+    def __init__(self, out: IO[str], fmt: str, header: list[str]) -> None:
         self.out, self.fmt, self.header = out, fmt, header
         self.first = True
         if fmt == "csv":

@@ -60,8 +60,7 @@ def repaint_charts(window: MainWindow) -> None:
 
 def wire_window(window: MainWindow) -> None:
     """Cross-view navigation that needs the window: Launch… in Profiles opens Deployments."""
-    profiles = window.views[window.view_keys().index("profiles")].widget
-    profiles.launch_requested.connect(lambda _name: window.show_view("deployments"))
+    window.view_of(ProfilesView).launch_requested.connect(lambda _name: window.show_view("deployments"))
 
 
 def application() -> QApplication:

@@ -18,6 +18,7 @@ import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from meshdeck.core.planner import PlanResult
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.demo import (
     DEMO_TORCH_PROFILE,
@@ -29,6 +30,10 @@ from meshdeck.services.demo import (
 )
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
 from meshdeck.ui.main_window import MainWindow
+from meshdeck.ui.views.deployments import DeploymentsView
+from meshdeck.ui.views.history import HistoryView
+from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.profiles import ProfilesView
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_MS = 120_000
@@ -45,7 +50,6 @@ class DemoTour(QObject):
         self.hosts = hosts
         self.done = False
         self.torch_profile_saved = False
-        self.views = {entry.key: entry.widget for entry in window.views}
         self._deadline = QTimer(self)
         self._deadline.setSingleShot(True)
         self._deadline.timeout.connect(lambda: self._give_up("the demo hosts did not connect in time"))
@@ -83,21 +87,21 @@ class DemoTour(QObject):
     # 2 ------------------------------------------------------------------------------------------
 
     def _plan(self) -> None:
-        planner = self.views["planner"]
+        planner = self.window.view_of(PlannerView)
         self.step.emit("planning DeepSeek V3.2 on the detected hosts")
         planner._refresh_hosts()  # both hosts are in, ticked: plan on exactly them
         planner.form.model.setCurrentText("deepseek-v3.2")
         planner.planned.connect(self._planned)
         planner.plan()
 
-    def _planned(self, result: object) -> None:
-        planner = self.views["planner"]
+    def _planned(self, result: PlanResult) -> None:
+        planner = self.window.view_of(PlannerView)
         planner.planned.disconnect(self._planned)
-        layout = choose_demo_layout(result, len(self.hosts))  # type: ignore[arg-type]
+        layout = choose_demo_layout(result, len(self.hosts))
         if layout is None:
             self._give_up("no layout fits the demo cluster")
             return
-        planner.table.selectRow(planner.result.layouts.index(layout))
+        planner.table.selectRow(result.layouts.index(layout))  # the result the planner shows
         self.window.show_view("planner")
         mapping = profile_mappings(layout, result, list(self.hosts), DEMO_VLLM_PROFILE, model_id_for("deepseek-v3.2"))[
             0
@@ -124,13 +128,13 @@ class DemoTour(QObject):
 
     def _profiles_saved(self, names: list[str]) -> None:
         self.torch_profile_saved = DEMO_TORCH_PROFILE in names
-        self.views["profiles"].reload(DEMO_VLLM_PROFILE)
-        deployments = self.views["deployments"]
+        self.window.view_of(ProfilesView).reload(DEMO_VLLM_PROFILE)
+        deployments = self.window.view_of(DeploymentsView)
         deployments.reload_profiles(select=DEMO_VLLM_PROFILE)
         QTimer.singleShot(500, self._preflight)
 
     def _preflight(self) -> None:
-        deployments = self.views["deployments"]
+        deployments = self.window.view_of(DeploymentsView)
         if deployments.profile.currentText() != DEMO_VLLM_PROFILE:
             QTimer.singleShot(300, self._preflight)  # the profile list is still loading
             return
@@ -144,7 +148,7 @@ class DemoTour(QObject):
         job.ended.connect(self._launch_vllm)
 
     def _launch_vllm(self) -> None:
-        deployments = self.views["deployments"]
+        deployments = self.window.view_of(DeploymentsView)
         self.step.emit(f"launching {DEMO_VLLM_PROFILE} (simulated vLLM on both agents)")
         deployments.launched.connect(self._vllm_up)
         deployments.launch()
@@ -155,13 +159,13 @@ class DemoTour(QObject):
     # 4 ------------------------------------------------------------------------------------------
 
     def _vllm_up(self, snapshot: object) -> None:
-        deployments = self.views["deployments"]
+        deployments = self.window.view_of(DeploymentsView)
         deployments.launched.disconnect(self._vllm_up)
         deployments.tabs.setCurrentWidget(deployments.workers)
         QTimer.singleShot(0, self._launch_torch)
 
     def _launch_torch(self) -> None:
-        deployments = self.views["deployments"]
+        deployments = self.window.view_of(DeploymentsView)
         if not self.torch_profile_saved:
             self.step.emit("skipping the torch run: no Python with torch here (the packaged app carries none)")
             self._history()
@@ -171,7 +175,7 @@ class DemoTour(QObject):
         QTimer.singleShot(500, self._launch_torch_now)
 
     def _launch_torch_now(self) -> None:
-        deployments = self.views["deployments"]
+        deployments = self.window.view_of(DeploymentsView)
         if deployments.profile.currentText() != DEMO_TORCH_PROFILE or self.context.jobs.running("launch"):
             QTimer.singleShot(300, self._launch_torch_now)
             return
@@ -185,16 +189,16 @@ class DemoTour(QObject):
     # 5 ------------------------------------------------------------------------------------------
 
     def _history(self) -> None:
-        history = self.views["history"]
+        history = self.window.view_of(HistoryView)
         history.reload_hosts()
         QTimer.singleShot(3000, self._history_query)
 
     def _history_query(self) -> None:
-        deployments = self.views["deployments"]
+        deployments = self.window.view_of(DeploymentsView)
         running = [s for s in deployments.deployments() if s.name == DEMO_VLLM_PROFILE and not s.final]
         if running:  # the deployments view shows the one that keeps running
             deployments.select(running[0].id)
-        history = self.views["history"]
+        history = self.window.view_of(HistoryView)
         if history.host.count():
             history.host.setCurrentText(self.hosts[0])
             history.range.setCurrentIndex(history.range.findText("last 15 min"))

@@ -79,7 +79,8 @@ class Job(QObject):
 
     def _deliver(self, what: str, payload: object) -> None:
         if what == "progressed":
-            self.progressed.emit(*payload)  # type: ignore[misc]
+            assert isinstance(payload, tuple)  # (fraction, message), as Progress.report posts it
+            self.progressed.emit(*payload)
         elif what == "succeeded":
             self.succeeded.emit(payload)
         elif what == "failed":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
@@ -29,6 +30,8 @@ from PySide6.QtWidgets import (
 from meshdeck import __version__
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Job
+
+View = TypeVar("View", bound=QWidget)
 
 
 @dataclass(frozen=True)
@@ -109,13 +112,13 @@ class MainWindow(QMainWindow):
             item.setData(Qt.ItemDataRole.UserRole, entry.key)
             if index < 9:
                 item.setToolTip(f"Ctrl+{index + 1}")
-                QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self, activated=lambda i=index: self.show_view_at(i))
+                QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self, lambda i=index: self.show_view_at(i))
             self.navigation.addItem(item)
             entry.widget.setObjectName(entry.widget.objectName() or f"{entry.key}View")
             self.stack.addWidget(entry.widget)
         self.navigation.currentRowChanged.connect(self.stack.setCurrentIndex)
-        QShortcut(QKeySequence("Ctrl+PgDown"), self, activated=lambda: self._step(1))
-        QShortcut(QKeySequence("Ctrl+PgUp"), self, activated=lambda: self._step(-1))
+        QShortcut(QKeySequence("Ctrl+PgDown"), self, lambda: self._step(1))
+        QShortcut(QKeySequence("Ctrl+PgUp"), self, lambda: self._step(-1))
         self.splitter = QSplitter()
         self.splitter.addWidget(self.navigation)
         self.splitter.addWidget(self.stack)
@@ -142,6 +145,13 @@ class MainWindow(QMainWindow):
 
     def view_keys(self) -> list[str]:
         return [entry.key for entry in self.views]
+
+    def view_of(self, kind: type[View]) -> View:
+        """The view of class `kind` (each view class is in the window once), typed as that class."""
+        for entry in self.views:
+            if isinstance(entry.widget, kind):
+                return entry.widget
+        raise LookupError(f"no {kind.__name__} in this window")
 
     def show_view(self, key: str) -> QWidget:
         index = self.view_keys().index(key)

@@ -30,8 +30,8 @@ SeriesId = SeriesKey  # (device, metric)
 
 @dataclass
 class _HostSeries:
-    fine: SeriesRing
-    coarse: BucketRing
+    fine: SeriesRing[SeriesId]
+    coarse: BucketRing[SeriesId]
     simulated: bool = False
     out_of_order: int = 0
 
@@ -115,7 +115,7 @@ class LiveMetrics:
 
     def series_ids(self, host: str) -> list[SeriesId]:
         series = self._hosts.get(host)
-        return list(series.fine.keys) if series else []  # type: ignore[arg-type]
+        return list(series.fine.keys) if series else []
 
     def gpu_indices(self, host: str) -> list[int]:
         return sorted({device.index for device, _ in self.series_ids(host) if device.kind == "gpu"})

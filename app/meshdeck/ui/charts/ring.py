@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
+from typing import Generic, TypeVar
 
 import numpy as np
 
-SeriesKey = Hashable
+SeriesKey = TypeVar("SeriesKey", bound=Hashable)  # what names a series: the live charts use (device, metric)
 # float32 halves memory and copy time; its 24-bit mantissa is ~1e-7 relative, far below a pixel.
 # Times stay float64 (unix seconds need it). Rates are derived in float64 before storing.
 VALUE_DTYPE = np.float32
@@ -28,7 +29,7 @@ def _grow_rows(values: np.ndarray, rows: int) -> np.ndarray:
     return grown
 
 
-class SeriesRing:
+class SeriesRing(Generic[SeriesKey]):
     """The last `capacity` samples of many series that share one time axis."""
 
     def __init__(self, capacity: int, initial_rows: int = 16) -> None:
@@ -120,15 +121,15 @@ class SeriesRing:
         return self._times.nbytes + self._values.nbytes
 
 
-class BucketRing:
+class BucketRing(Generic[SeriesKey]):
     """Per-bucket min and max of many series over a long window (e.g. 24 h in 30 s buckets)."""
 
     def __init__(self, bucket_s: float, capacity: int, initial_rows: int = 16) -> None:
         if bucket_s <= 0:
             raise ValueError(f"bucket_s must be positive, got {bucket_s}")
         self.bucket_s = bucket_s
-        self._mins = SeriesRing(capacity, initial_rows)
-        self._maxs = SeriesRing(capacity, initial_rows)
+        self._mins: SeriesRing[SeriesKey] = SeriesRing(capacity, initial_rows)
+        self._maxs: SeriesRing[SeriesKey] = SeriesRing(capacity, initial_rows)
         self._open_bucket = math.nan  # start time of the bucket being filled
         self._open_min: dict[SeriesKey, float] = {}
         self._open_max: dict[SeriesKey, float] = {}

@@ -21,6 +21,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui import theme
 from meshdeck.ui.charts.multi_curve import CurveBatch, MultiCurveItem, y_bounds
 from meshdeck.ui.charts.units import Unit, nice_ceiling
@@ -28,14 +29,15 @@ from meshdeck.ui.charts.units import Unit, nice_ceiling
 TAIL_POINTS = 64  # newest points per curve redrawn each refresh before the cached part is redone
 
 # (host, [(device, metric), ...]) -> (times (n,), raw values (k, n))
-DataSource = Callable[[str, list[tuple[str, str]]], tuple[np.ndarray, np.ndarray]]
+DataSource = Callable[[str, list[SeriesKey]], tuple[np.ndarray, np.ndarray]]  # (host, series) -> (x, y)
+CurveKey = tuple[str, Device, str]  # (host, device, metric)
 
 
 @dataclass(frozen=True)
 class CurveSpec:
     """One curve: `key` is (host, device, metric) of its series; `label` names it in the readout."""
 
-    key: tuple[str, str, str]
+    key: CurveKey
     label: str
     color: str
     mirrored: bool = False  # receive direction: drawn below zero
@@ -147,7 +149,7 @@ class TimeChart(QWidget):
     def curve_specs(self) -> list[CurveSpec]:
         return list(self._specs)
 
-    def curve_data(self, key: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray]:
+    def curve_data(self, key: CurveKey) -> tuple[np.ndarray, np.ndarray]:
         """One curve's data as last set, in axis units (scaled, RX negative)."""
         for batch, specs in zip(self._batches, self._batch_specs, strict=True):
             for row, spec in enumerate(specs):

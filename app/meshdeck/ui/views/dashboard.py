@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.samples import Device
+from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.views.dashboard_charts import (
@@ -91,7 +91,7 @@ class DashboardView(QWidget):
         self.pause_button.setCheckable(True)
         self.pause_button.setToolTip("Hold the charts still to pan and zoom (Ctrl+P); data keeps arriving")
         self.pause_button.toggled.connect(self.set_paused)
-        QShortcut(QKeySequence("Ctrl+P"), self, activated=self.pause_button.toggle)
+        QShortcut(QKeySequence("Ctrl+P"), self, self.pause_button.toggle)
         self.simulated_badge = QLabel("SIMULATED data")
         self.simulated_badge.setObjectName("simulatedBadge")
         self.simulated_badge.setToolTip("These hosts run meshdeck-agent --simulate: the GPUs and vLLM are stand-ins")
@@ -236,7 +236,7 @@ class DashboardView(QWidget):
         x_end = math.ceil(end / step) * step
         x_start = x_end - self.window_s
 
-        def source(host: str, series_ids: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        def source(host: str, series_ids: list[SeriesKey]) -> tuple[np.ndarray, np.ndarray]:
             return self.metrics.window(host, series_ids, self.window_s, x_end)
 
         self.charts["vram"].set_y_floor(self._largest_gpu_memory())

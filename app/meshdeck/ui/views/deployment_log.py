@@ -99,7 +99,7 @@ class LogPanel(QWidget):
     def highlight(self) -> int:
         """Mark every occurrence of the search text; returns how many there are."""
         needle = self.search.text()
-        selections = []
+        selections: list[QTextEdit.ExtraSelection] = []
         if needle:
             fmt = QTextCharFormat()
             fmt.setBackground(QColor("#F9E79F"))

@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import (
     QLabel,
+    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -36,13 +37,18 @@ COMPARED = (
 )
 
 
-def set_row(table: Any, row: int, values: tuple[str, ...]) -> None:
+def set_row(table: QTableWidget, row: int, values: tuple[str, ...]) -> list[QTableWidgetItem]:
+    """Put `values` in `row` (an item is written only when its text changed); returns the row's items."""
+    items = []
     for column, text in enumerate(values):
         item = table.item(row, column)
         if item is None:
-            table.setItem(row, column, QTableWidgetItem(text))
+            item = QTableWidgetItem(text)
+            table.setItem(row, column, item)
         elif item.text() != text:
             item.setText(text)
+        items.append(item)
+    return items
 
 
 class WorkersPanel(QWidget):
@@ -61,7 +67,7 @@ class WorkersPanel(QWidget):
                 if worker.exit_code is not None or worker.signal
                 else ""
             )
-            set_row(
+            items = set_row(
                 self.table,
                 row,
                 (
@@ -74,7 +80,7 @@ class WorkersPanel(QWidget):
                     worker.reason,
                 ),
             )
-            self.table.item(row, 3).setForeground(QColor(theme.STATE_COLORS.get(worker.state, "#757575")))
+            items[3].setForeground(QColor(theme.STATE_COLORS.get(worker.state, "#757575")))
 
 
 class NcclPanel(QWidget):

@@ -190,6 +190,7 @@ class DeploymentsView(QWidget):
         def work(progress: Any) -> tuple[PreparedLaunch, PreflightReport, str]:
             progress.report(None, "asking the agents")
             profile, prepared = self._prepare(name, deployment_id)
+            assert fleet is not None  # as _prepare: None only in tests of views that do not launch
             report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
             return prepared, report, deployment_id
 

@@ -52,7 +52,9 @@ class AddHostDialog(QDialog):
         self.target.setEditable(True)
         self.target.addItems(ssh_config_hosts)
         self.target.setCurrentText("")
-        self.target.lineEdit().setPlaceholderText("alias from ~/.ssh/config, or user@address")
+        target_line = self.target.lineEdit()
+        assert target_line is not None  # an editable combo box has one
+        target_line.setPlaceholderText("alias from ~/.ssh/config, or user@address")
         self.target.currentTextChanged.connect(self._suggest_name)
         self.port = QSpinBox()
         self.port.setRange(0, 65535)

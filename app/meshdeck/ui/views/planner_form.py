@@ -8,6 +8,7 @@ catalog are files), where bad values become InputErrors naming the field, shown 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -272,6 +273,24 @@ class PlannerForm(QWidget):
                     combo.setCurrentIndex(index)
                 elif combo.isEditable():
                     combo.setEditText(value)
-        self.max_model_len.setValue(int(settings.value("planner/max_model_len", 0) or 0))
-        self.utilization.setValue(float(settings.value("planner/utilization", 0.9) or 0.9))
-        self.nodes.setValue(int(settings.value("planner/nodes", 1) or 1))
+        _restore_number(self.max_model_len, settings.value("planner/max_model_len"))
+        _restore_number(self.utilization, settings.value("planner/utilization"))
+        _restore_number(self.nodes, settings.value("planner/nodes"))
+
+
+def _restore_number(box: QSpinBox | QDoubleSpinBox, value: object) -> None:
+    """Set `box` to a number kept in the settings, within its range. None, zero or anything but a number
+    leaves the box as it is: the settings file is the user's (hand-edited, or from another version)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return
+    try:
+        number = float(value)
+    except ValueError:
+        return
+    if not math.isfinite(number) or not number:
+        return
+    number = min(max(number, box.minimum()), box.maximum())
+    if isinstance(box, QSpinBox):
+        box.setValue(int(number))
+    else:
+        box.setValue(number)

@@ -12,8 +12,9 @@ database or file access runs as a job.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont
@@ -38,10 +39,13 @@ from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
+from meshdeck.services.profiles import StoredProfile
 from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import Progress
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
+Result = TypeVar("Result")
 COLUMNS = ("profile", "version", "engine", "hosts", "layout", "model")
 
 
@@ -72,6 +76,10 @@ class ProfilesView(QWidget):
         self.versions.setObjectName("profileVersions")
         self.versions.setMaximumHeight(140)
         self.versions.currentItemChanged.connect(self._version_chosen)
+        self._validate_timer = QTimer(self)
+        self._validate_timer.setSingleShot(True)
+        self._validate_timer.setInterval(250)
+        self._validate_timer.timeout.connect(self.validate)
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("profileEditor")
         mono = QFont("monospace")
@@ -81,10 +89,6 @@ class ProfilesView(QWidget):
         self.problem = QLabel()
         self.problem.setObjectName("fieldError")
         self.problem.setWordWrap(True)
-        self._validate_timer = QTimer(self)
-        self._validate_timer.setSingleShot(True)
-        self._validate_timer.setInterval(250)
-        self._validate_timer.timeout.connect(self.validate)
 
         self.import_button = QPushButton("Import YAML…")
         self.export_button = QPushButton("Export YAML…")
@@ -216,7 +220,7 @@ class ProfilesView(QWidget):
         self.import_button.setEnabled(has_db)
         self.save_button.setEnabled(has_db and self.valid is not None)
 
-    def _run(self, name: str, work: Any, done: Any) -> None:
+    def _run(self, name: str, work: Callable[[Progress], Result], done: Callable[[Result], None]) -> None:
         job = self.context.jobs.start(name, work)
         job.succeeded.connect(done)
         job.failed.connect(lambda message: self._tell(message, error=True))
@@ -232,14 +236,12 @@ class ProfilesView(QWidget):
         db = self.context.db
         if profile is None or db is None:
             return
-        self._run(
-            "save profile",
-            lambda _p: profile_service.save_profile(db, profile, "edited in the console"),
-            lambda stored: (
-                self._tell(f"{stored.profile.name} saved as v{stored.version.version}"),
-                self.reload(stored.profile.name),
-            ),
-        )
+
+        def saved(stored: StoredProfile) -> None:
+            self._tell(f"{stored.profile.name} saved as v{stored.version.version}")
+            self.reload(stored.profile.name)
+
+        self._run("save profile", lambda _p: profile_service.save_profile(db, profile, "edited in the console"), saved)
 
     def import_yaml(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import profile", "", "YAML (*.yaml *.yml)")
@@ -250,18 +252,15 @@ class ProfilesView(QWidget):
         db = self.context.db
         assert db is not None
 
-        def work(_progress: Any) -> Any:
+        def work(_progress: Progress) -> StoredProfile:
             data = profile_service.read_profile_file(str(path))
             return profile_service.import_profile(db, data, str(path), replace=replace)
 
-        self._run(
-            "import profile",
-            work,
-            lambda stored: (
-                self._tell(f"imported {stored.profile.name} v{stored.version.version}"),
-                self.reload(stored.profile.name),
-            ),
-        )
+        def imported(stored: StoredProfile) -> None:
+            self._tell(f"imported {stored.profile.name} v{stored.version.version}")
+            self.reload(stored.profile.name)
+
+        self._run("import profile", work, imported)
 
     def export_yaml(self) -> None:
         if self.current is None:
@@ -274,7 +273,7 @@ class ProfilesView(QWidget):
         db = self.context.db
         assert db is not None
 
-        def work(_progress: Any) -> tuple[Path, tuple[str, ...]]:
+        def work(_progress: Progress) -> tuple[Path, tuple[str, ...]]:
             exported = profile_service.exported_profile(db, name)
             with atomic_output(path) as stream:
                 stream.write(exported.text)
@@ -299,11 +298,12 @@ class ProfilesView(QWidget):
     def duplicate_as(self, name: str, new_name: str) -> None:
         db = self.context.db
         assert db is not None
-        self._run(
-            "duplicate profile",
-            lambda _p: profile_service.duplicate_profile(db, name, new_name),
-            lambda stored: (self._tell(f"{name} duplicated as {new_name}"), self.reload(new_name)),
-        )
+
+        def duplicated(_stored: StoredProfile) -> None:
+            self._tell(f"{name} duplicated as {new_name}")
+            self.reload(new_name)
+
+        self._run("duplicate profile", lambda _p: profile_service.duplicate_profile(db, name, new_name), duplicated)
 
     def delete(self) -> None:
         if self.current is None:
@@ -320,8 +320,9 @@ class ProfilesView(QWidget):
         self.current = None
         self.editor.clear()
         self.versions.clear()
-        self._run(
-            "delete profile",
-            lambda _p: profile_service.delete_profile(db, name),
-            lambda _n: (self._tell(f"{name} deleted"), self.reload()),
-        )
+
+        def deleted(_versions: int) -> None:
+            self._tell(f"{name} deleted")
+            self.reload()
+
+        self._run("delete profile", lambda _p: profile_service.delete_profile(db, name), deleted)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QPainter, QPalette
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
@@ -122,7 +122,7 @@ class MemoryBarsWidget(QWidget):
             x += label_width
         painter.end()
 
-    def event(self, event: object) -> bool:
+    def event(self, event: QEvent) -> bool:
         if isinstance(event, QHelpEvent):
             for rect, text in self._hit:
                 if rect.contains(event.position() if hasattr(event, "position") else event.pos()):
