@@ -90,11 +90,12 @@ class Nvml:
             module = self._module
             if module is None:
                 try:
-                    import pynvml as module  # type: ignore[no-redef]
+                    import pynvml
                 except ImportError as exc:
                     self._failed_reason = "nvidia-ml-py (pynvml) is not importable: %s" % exc
                     log.warning("NVML unavailable: %s", self._failed_reason)
                     return False
+                module = pynvml
             try:
                 module.nvmlInit()
             except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...

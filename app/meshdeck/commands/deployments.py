@@ -28,8 +28,8 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.services import deploy_hosts
@@ -46,7 +46,7 @@ _EXIT_STATUS = """exit status: 0 every host answered; 1 a part could not be stop
 3 some hosts could not be asked (named on stderr and in --json): what is shown may be incomplete"""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "deployments",
         help="list, stop and read the logs of running deployments",

@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.services import history as history_service
 from meshdeck.services.files import STDOUT, open_output, output_target
@@ -27,7 +27,7 @@ from meshdeck.store.database import open_database
 from meshdeck.store.retention import RetentionPolicy, load_policy, save_policy
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("history", help="metric history: hosts recorded, export, retention")
     commands = parser.add_subparsers(dest="history_command", metavar="ACTION", required=True)
 

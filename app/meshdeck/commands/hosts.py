@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.remote.errors import RemoteError
@@ -27,10 +29,13 @@ from meshdeck.remote.hostkeys import HostKeyInfo
 from meshdeck.remote.sshconfig import parse_port
 from meshdeck.services import hosts as host_service
 from meshdeck.services.fleet import FleetSettings, with_overrides
-from meshdeck.store.database import default_database_path, open_database
+from meshdeck.services.hosts import HostRecord
+from meshdeck.store.database import Database, default_database_path, open_database
+
+Result = TypeVar("Result")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("hosts", help="add, list, remove and probe GPU servers (SSH)")
     commands = parser.add_subparsers(dest="hosts_command", metavar="ACTION", required=True)
 
@@ -77,7 +82,7 @@ def _port(args: argparse.Namespace) -> int | None:
     return None if args.port is None else parse_port(args.port, "port")
 
 
-def _with_db(args: argparse.Namespace, action: Any) -> Any:
+def _with_db(args: argparse.Namespace, action: Callable[[Database], Result]) -> Result:
     with open_database(args.db) as db:
         return action(db)
 
@@ -122,7 +127,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_json(record: Any) -> dict[str, Any]:
+def _record_json(record: HostRecord) -> dict[str, Any]:
     return {
         "name": record.name,
         "target": record.target,
@@ -140,7 +145,7 @@ def _remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stored_host(args: argparse.Namespace) -> Any:
+def _stored_host(args: argparse.Namespace) -> HostRecord | None:
     """The stored host called TARGET, if a database exists (probe never creates one)."""
     path = Path(args.db).expanduser() if args.db else default_database_path()
     if not path.exists():

@@ -17,8 +17,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.build import build_launch_plan
@@ -36,7 +36,7 @@ from meshdeck.services.profiles import read_profile_file
 from meshdeck.store.database import Database, default_database_path, open_database
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("launch", help="start a deployment profile on its hosts (vLLM or torchrun)")
     parser.add_argument("profile", help="profile YAML file")
     parser.add_argument("--dry-run", action="store_true", help="print each node's command; run and contact nothing")

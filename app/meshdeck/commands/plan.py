@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.commands._plan_profile import (
     add_profile_arguments,
     command_line,
@@ -44,7 +45,7 @@ BOOLEAN_WORDS = {
 }
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="rank DP/TP/PP/EP layouts of DeepSeek on a cluster (memory, KV cache, traffic, est. speed)",

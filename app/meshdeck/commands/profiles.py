@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.core.secret_env import masked_env
 from meshdeck.core.text import printable, printable_lines
@@ -35,7 +35,7 @@ from meshdeck.services.history import utc_stamp
 from meshdeck.store.database import open_database
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("profiles", help="list, show, import, export and delete deployment profiles")
     commands = parser.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
 

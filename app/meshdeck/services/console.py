@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meshdeck.services.deploy import DeployService
 from meshdeck.services.fleet import FleetService, FleetSettings
@@ -32,6 +32,9 @@ from meshdeck.store.database import Database as Database  # the console's views 
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import list_hosts
 from meshdeck.store.writer import SampleWriter, WriterSettings
+
+if TYPE_CHECKING:  # loaded only under --demo
+    from meshdeck.services.demo import DemoCluster
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ class ConsoleServices:
     db: Database
     deploy: DeployService
     writer: SampleWriter
-    demo: Any = None  # services.demo.DemoCluster under --demo
+    demo: DemoCluster | None = None  # under --demo
     _stops: list[Callable[[], None]] = field(default_factory=list)
 
     @classmethod

@@ -40,7 +40,8 @@ from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.store import profiles as profile_store
 from meshdeck.store.database import Database
-from meshdeck.store.profiles import ProfileSummary, ProfileVersion
+from meshdeck.store.profiles import ProfileSummary as ProfileSummary  # the views list them, typed
+from meshdeck.store.profiles import ProfileVersion as ProfileVersion
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def record_deployment_started(
                 workers="[]",
             )
         )
-        deployment_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+        deployment_id = result.lastrowid  # the new row's INTEGER PRIMARY KEY (SQLite's rowid)
         if nodes:
             connection.execute(
                 insert(schema.deployment_nodes),

@@ -97,7 +97,7 @@ def record_event(db: Database, record: EventRecord) -> int:
                 data=encode_data(record.data),
             )
         )
-        return int(result.inserted_primary_key[0])  # type: ignore[index]
+        return result.lastrowid  # the new row's INTEGER PRIMARY KEY (SQLite's rowid)
 
 
 def _row_to_event(row: Row[Any]) -> EventRecord:

@@ -80,7 +80,7 @@ def create_profile(db: Database, name: str, text: str, data: Mapping[str, Any], 
         result = connection.execute(
             insert(schema.profiles).values(name=name, current_version=1, created_at=now, updated_at=now)
         )
-        profile_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+        profile_id = result.lastrowid  # the new row's INTEGER PRIMARY KEY (SQLite's rowid)
         _add_version(connection, profile_id, 1, text, data, note, now)
     return ProfileVersion(name, 1, text, dict(data), note, now)
 

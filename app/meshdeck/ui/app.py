@@ -131,7 +131,7 @@ def run_console(args: argparse.Namespace) -> int:
             window.resize(1500, 950)  # pictures of a known size, whatever the last session left
         window.show()
         tour = None
-        if args.demo:
+        if context.demo is not None:  # --demo
             tour = DemoTour(window, context.demo.hosts)
             tour.start()
         if args.screenshots:
@@ -155,7 +155,7 @@ def _screenshots_then_quit(window: MainWindow, args: argparse.Namespace) -> None
         print(f"meshdeck: {len(written)} screenshots in {args.screenshots}")  # noqa: T201 (the CLI's answer)
     except OSError as exc:
         log.error("screenshots failed: %s", exc)
-        QApplication.instance().exit(1)  # type: ignore[union-attr]
+        QApplication.exit(1)
         return
     if args.quit_after is not None:
         window.close()

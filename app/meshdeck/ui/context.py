@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
@@ -24,6 +24,9 @@ from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.views.dashboard_charts import dashboard_metrics
+
+if TYPE_CHECKING:  # loaded only under --demo
+    from meshdeck.services.demo import DemoCluster
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ class ConsoleContext:
     deployments: DeploymentsModel | None = None  # the registry's deployments, as its events said
     simulated: bool = False  # the demo: every host is a simulated agent
     deploy: DeployService | None = None  # the deployment registry (set with `use_deploy`)
-    demo: Any = None  # services.demo.DemoCluster under --demo
+    demo: DemoCluster | None = None  # under --demo
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:

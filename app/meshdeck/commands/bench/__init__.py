@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-from typing import Any
+
+from meshdeck.commands import Subparsers
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser("bench", help="measure meshdeck and your cluster")
     bench_subparsers = parser.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.commands.bench import _workload_run
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "collectives", help="collective bandwidth per TP/EP/PP/DP group of a layout (like nccl-tests)"
     )

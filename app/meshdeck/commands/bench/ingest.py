@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.services.ingest_benchmark import run_ingest_benchmark
 
@@ -30,7 +30,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("ingest", help="store ingest rate vs plain sqlite3 executemany (same schema)")
     parser.add_argument("--rows", type=_positive, default=1_000_000, help="sample rows per round (default 1,000,000)")
     parser.add_argument("--hosts", type=_positive, default=8, help="8-GPU hosts the rows come from (default 8)")

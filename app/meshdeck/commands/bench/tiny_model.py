@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from meshdeck.commands import Subparsers
 from meshdeck.commands.bench import _workload_run
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "tiny-model", help="a tiny DeepSeek sharded by a layout, checked against a single-process run"
     )

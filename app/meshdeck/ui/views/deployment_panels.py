@@ -205,13 +205,13 @@ class PlannedPanel(QWidget):
             set_row(self.table, row, values)
 
 
-def _number(value: Any, decimals: int) -> str:
+def _number(value: object, decimals: int) -> str:
     if not isinstance(value, int | float) or not math.isfinite(value):
         return "—"
     return f"{value:,.{decimals}f}"
 
 
-def _difference(planned: Any, measured: Any) -> str:
+def _difference(planned: object, measured: object) -> str:
     if not isinstance(planned, int | float) or not isinstance(measured, int | float) or not planned:
         return "—"
     return f"{100 * (measured - planned) / planned:+.1f} %"

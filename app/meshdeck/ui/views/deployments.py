@@ -20,7 +20,6 @@ under the buttons only reports actions, stamped with their time (deployment_stat
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
@@ -44,6 +43,7 @@ from meshdeck.services.deploy_targets import PreparedLaunch, prepare_launch
 from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.deployments_model import DeploymentsModel
+from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.deployment_log import LogPanel, WatchedLog
 from meshdeck.ui.views.deployment_panels import NcclPanel, PlannedPanel, WorkersPanel, set_row
 from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, action_message, status_line
@@ -187,7 +187,7 @@ class DeploymentsView(QWidget):
         fleet = self.context.fleet
         deployment_id = new_deployment_id(name)
 
-        def work(progress: Any) -> tuple[PreparedLaunch, PreflightReport, str]:
+        def work(progress: Progress) -> tuple[PreparedLaunch, PreflightReport, str]:
             progress.report(None, "asking the agents")
             profile, prepared = self._prepare(name, deployment_id)
             assert fleet is not None  # as _prepare: None only in tests of views that do not launch
@@ -231,7 +231,7 @@ class DeploymentsView(QWidget):
             deployment_id = new_deployment_id(name)
         self.prepared = self.prepared_id = None  # one launch per plan: its ids (deployment, rendezvous) are its own
 
-        def work(progress: Any) -> DeploymentSnapshot:
+        def work(progress: Progress) -> DeploymentSnapshot:
             plan: LaunchPlan = prepared.plan if prepared is not None else self._prepare(name, deployment_id)[1].plan
 
             def report(update: LaunchProgress) -> None:
@@ -271,7 +271,7 @@ class DeploymentsView(QWidget):
         if not deployment_id or deploy is None:
             return
 
-        def work(progress: Any) -> StopOutcome:
+        def work(progress: Progress) -> StopOutcome:
             def said(part: PartStopped) -> None:
                 progress.report(None, f"{part.worker.command} on {part.worker.host}: {part.state or part.error}")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QDateTime, Signal
@@ -27,7 +26,9 @@ from PySide6.QtWidgets import (
 
 from meshdeck.services import history as history_service
 from meshdeck.services.files import open_output, output_target
+from meshdeck.services.history import HostHistory
 from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
 from meshdeck.ui.views.history_data import HistoryFrame, history_frame
 from meshdeck.ui.widgets.tables import chart_grid
@@ -131,7 +132,7 @@ class HistoryView(QWidget):
         job = self.context.jobs.start("history hosts", lambda _p: history_service.history_hosts(db))
         job.succeeded.connect(self._hosts_loaded)
 
-    def _hosts_loaded(self, hosts: list[Any]) -> None:
+    def _hosts_loaded(self, hosts: list[HostHistory]) -> None:
         chosen = self.host.currentText()
         names = [h.host for h in hosts]
         self.host.clear()
@@ -154,7 +155,7 @@ class HistoryView(QWidget):
             return
         self.status.setText(f"reading {host} …")
 
-        def work(progress: Any) -> HistoryFrame:
+        def work(progress: Progress) -> HistoryFrame:
             ranges = []
             metrics = chart_metrics()
             for index, metric in enumerate(metrics):
@@ -201,7 +202,7 @@ class HistoryView(QWidget):
         db = self.context.db
         assert db is not None
 
-        def work(_progress: Any) -> int:
+        def work(_progress: Progress) -> int:
             with open_output(output_target(target, option="export")) as out:
                 return history_service.export_history(
                     db, out, host=host, since=since, until=until, fmt="csv", tier=tier

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor, QHideEvent, QShowEvent
@@ -31,10 +31,11 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.services import hosts as host_service
-from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord
+from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord, ProbeReport
 from meshdeck.services.inventory import Inventory, describe_gpus
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
+from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.host_dialogs import AddHostDialog, HostKeyDialog, NewHost
 from meshdeck.ui.widgets.tables import row_table
 
@@ -134,7 +135,7 @@ class HostsView(QWidget):
         if db is None:
             return
 
-        def work(_progress: Any) -> tuple[list[HostRecord], list[str]]:
+        def work(_progress: Progress) -> tuple[list[HostRecord], list[str]]:
             settings = self.context.fleet.settings if self.context.fleet else None
             return host_service.list_hosts(db), host_service.ssh_config_aliases(settings)
 
@@ -260,7 +261,7 @@ class HostsView(QWidget):
 
     # ------------------------------------------------------------------ actions
 
-    def _run(self, name: str, work: Any, done: str) -> None:
+    def _run(self, name: str, work: Callable[[Progress], object], done: str) -> None:
         job = self.context.jobs.start(name, work)
         job.succeeded.connect(lambda _result: self._say(done))
         job.failed.connect(lambda message: self._say(message, error=True))
@@ -282,7 +283,7 @@ class HostsView(QWidget):
         db, fleet = self.context.db, self.context.fleet
         assert db is not None and fleet is not None
 
-        def work(_progress: Any) -> HostRecord:
+        def work(_progress: Progress) -> HostRecord:
             record = host_service.add_host(
                 db,
                 new.name,
@@ -325,7 +326,7 @@ class HostsView(QWidget):
         if answer != QMessageBox.StandardButton.Yes:
             return
 
-        def work(_progress: Any) -> None:
+        def work(_progress: Progress) -> None:
             if fleet is not None and name in fleet.hosts():
                 fleet.remove_host(name)
             host_service.remove_host(db, name)
@@ -341,7 +342,7 @@ class HostsView(QWidget):
         if record is None or fleet is None:
             return
 
-        def work(progress: Any) -> Any:
+        def work(progress: Progress) -> ProbeReport:
             return host_service.probe(
                 record.target,
                 port=record.port,

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import shlex
-from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -34,6 +33,7 @@ from meshdeck.services.catalog import load_gpu_catalog
 from meshdeck.services.cluster import DetectedCluster
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.planner_form import PlannerForm, PlannerInputs
 from meshdeck.ui.views.planner_save import ProfileSaver
 from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
@@ -188,7 +188,7 @@ class PlannerView(QWidget):
         self.form.show_error(None)
         self.summary.setText("planning…")
 
-        def work(_progress: Any) -> tuple[PlanResult, DetectedCluster | None]:
+        def work(_progress: Progress) -> tuple[PlanResult, DetectedCluster | None]:
             request, detected = inputs.to_request()
             return plan(request), detected
 
@@ -273,5 +273,5 @@ class PlannerView(QWidget):
         if layout is not None and self.result is not None:
             self.saver.save(layout, self.result, self.node_names(), self.inputs.model, to_file=True)
 
-    def save_settings(self, settings: Any) -> None:
+    def save_settings(self, settings: QSettings) -> None:
         self.form.save_settings(settings)

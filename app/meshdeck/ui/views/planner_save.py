@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (
@@ -37,6 +36,7 @@ from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.plan_profiles import default_profile_name, model_id_for, profiles_from_layout, write_profiles
 from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import Progress
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class ProfileSaver(QObject):
         self.store(profiles)
 
     def export(self, profiles: Sequence[Profile], target: Path) -> None:
-        def work(_progress: Any) -> list[str]:
+        def work(_progress: Progress) -> list[str]:
             write_profiles(profiles, target)
             return [profile.name for profile in profiles]
 
@@ -148,7 +148,7 @@ class ProfileSaver(QObject):
             self._tell("profiles cannot be stored: no database is open")
             return
 
-        def work(_progress: Any) -> list[str]:
+        def work(_progress: Progress) -> list[str]:
             note = "saved from the planner"
             return [profile_service.save_profile(db, profile, note).profile.name for profile in profiles]
 

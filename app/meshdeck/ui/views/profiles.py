@@ -39,7 +39,7 @@ from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.files import atomic_output
-from meshdeck.services.profiles import StoredProfile
+from meshdeck.services.profiles import ProfileSummary, ProfileVersion, StoredProfile
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.widgets.tables import row_table
@@ -66,7 +66,7 @@ class ProfilesView(QWidget):
         super().__init__(parent)
         self.setObjectName("profilesView")
         self.context = context
-        self.summaries: list[Any] = []
+        self.summaries: list[ProfileSummary] = []
         self.current: str | None = None
         self.valid: Profile | None = None
 
@@ -145,7 +145,7 @@ class ProfilesView(QWidget):
         job = self.context.jobs.start("load profiles", lambda _p: profile_service.list_profiles(db))
         job.succeeded.connect(lambda summaries: self._loaded(summaries, select or self.current))
 
-    def _loaded(self, summaries: list[Any], select: str | None) -> None:
+    def _loaded(self, summaries: list[ProfileSummary], select: str | None) -> None:
         self.summaries = list(summaries)
         self.table.setRowCount(len(self.summaries))
         for row, summary in enumerate(self.summaries):
@@ -181,7 +181,7 @@ class ProfilesView(QWidget):
         job = self.context.jobs.start("profile versions", lambda _p: profile_service.profile_versions(db, name))
         job.succeeded.connect(lambda versions, name=name: self._versions_loaded(name, versions))
 
-    def _versions_loaded(self, name: str, versions: list[Any]) -> None:
+    def _versions_loaded(self, name: str, versions: list[ProfileVersion]) -> None:
         if name != self.current:
             return
         self.versions.clear()
