@@ -66,10 +66,10 @@ class CollectiveCost:
 
 @dataclass(frozen=True)
 class LinkCosts:
-    """What a layout's traffic costs a decode step: its in-stage collectives and the pipeline hop (seconds per token it carries)."""
+    """What a layout's traffic costs a decode step: its in-stage collectives and its pipeline hop."""
 
     collectives: tuple[CollectiveCost, ...]
-    pipeline_hop_s_per_token: float
+    pipeline_hop_s_per_token: float  # latency + bytes / bandwidth, paid for every token the hop carries
 
 
 @dataclass(frozen=True)
