@@ -10,7 +10,6 @@ size is fixed by the attention backend (FlashMLA and FlashMLA-sparse: 64).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
@@ -74,7 +73,8 @@ def kv_format(card: ModelCard, gpu: GpuSpec, kv_cache_dtype: str) -> KvFormat:
     return KvFormat(resolved, vllm_value, latent_bytes, indexer_bytes, block, backend)
 
 
-class KvCapacity(NamedTuple):
+@dataclass(frozen=True)
+class KvCapacity:
     """KV tokens one model replica (one DP rank's pipeline) can hold."""
 
     num_blocks: int

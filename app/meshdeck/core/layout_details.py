@@ -10,52 +10,43 @@ from meshdeck.core.layout_plan import LayoutDetails
 from meshdeck.core.placement import GroupLinks
 from meshdeck.core.plan_request import PlanRequest, ResolvedSettings
 from meshdeck.core.rules import RuleInputs, layout_warnings
-from meshdeck.core.vllm_args import ServeSettings, vllm_serve_args
-
-
-class _Shape:
-    __slots__ = ("data_parallel", "expert_parallel", "pipeline_parallel", "tensor_parallel")
-
-    def __init__(self, tp: int, pp: int, dp: int, ep: bool) -> None:
-        self.tensor_parallel, self.pipeline_parallel, self.data_parallel, self.expert_parallel = tp, pp, dp, ep
+from meshdeck.core.vllm_args import ParallelLayout, ServeSettings, vllm_serve_args
 
 
 def layout_details(
     request: PlanRequest,
     settings: ResolvedSettings,
-    tp: int,
-    pp: int,
-    dp: int,
-    ep: bool,
+    layout: ParallelLayout,
     links: GroupLinks,
-    pipeline_in_node: bool,
-    batch: int,
-    extra: tuple[str, ...],
+    pipeline_inside_nvlink_node: bool,
+    *,
+    expected_concurrency: int,
+    extra_warnings: tuple[str, ...],
 ) -> LayoutDetails:
-    """Warnings (practice rules, then `extra` CUDA-graph headroom lines) and the `vllm serve` flags."""
+    """Warnings (practice rules, then `extra_warnings`: CUDA-graph headroom lines) and the `vllm serve` flags."""
     card = request.model
     warnings = layout_warnings(
         RuleInputs(
             card=card,
             cluster=request.cluster,
-            tensor_parallel=tp,
-            pipeline_parallel=pp,
-            data_parallel=dp,
-            expert_parallel=ep,
+            tensor_parallel=layout.tensor_parallel,
+            pipeline_parallel=layout.pipeline_parallel,
+            data_parallel=layout.data_parallel,
+            expert_parallel=layout.expert_parallel,
             tensor_link=links.tensor,
             expert_link=links.expert,
             pipeline_link=links.pipeline,
             tensor_crosses_socket=links.tensor_crosses_socket,
-            pipeline_inside_nvlink_node=pipeline_in_node,
+            pipeline_inside_nvlink_node=pipeline_inside_nvlink_node,
             weights_dtype=settings.weights_dtype,
             max_num_seqs=settings.max_num_seqs,
             max_num_seqs_from_user=settings.max_num_seqs_from_user,
-            expected_concurrency=batch,
+            expected_concurrency=expected_concurrency,
             mtp=request.mtp,
         )
     )
     args = vllm_serve_args(
-        _Shape(tp, pp, dp, ep),
+        layout,
         ServeSettings(
             max_model_len=settings.max_model_len,
             gpu_memory_utilization=request.gpu_memory_utilization,
@@ -67,7 +58,7 @@ def layout_details(
         ),
     )
     return LayoutDetails(
-        tuple(w.message for w in warnings) + extra,
-        tuple(w.code for w in warnings) + tuple("cudagraph_headroom" for _ in extra),
+        tuple(w.message for w in warnings) + extra_warnings,
+        tuple(w.code for w in warnings) + tuple("cudagraph_headroom" for _ in extra_warnings),
         tuple(args),
     )

@@ -1,6 +1,6 @@
 """One evaluated serving layout: every number the planner reports for it, and its JSON form.
 
-Per-GPU figures are those of the pipeline stage with the most weights (the "worst" stage); the KV
+Per-GPU figures are those of the pipeline stage with the most weights (the busiest stage); the KV
 tokens of a replica are limited by its tightest stage, exactly as vLLM takes the minimum number of
 blocks over its workers. `stages` lists every stage for whoever needs the detail.
 """
@@ -8,10 +8,11 @@ blocks over its workers. `stages` lists every stage for whoever needs the detail
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from meshdeck.core.layout_parts import PipelineMemory
 from meshdeck.core.placement import Placement, RankPlacement, rank_map
 from meshdeck.core.reserve import Reserve
 from meshdeck.core.traffic import TrafficItem, traffic_by_link
@@ -75,8 +76,7 @@ class LayoutPlan:
     est_bound: str = ""
     est_batch_per_replica: int = 0
     traffic: tuple[TrafficItem, ...] = ()
-    # per stage: (first_layer, end_layer, weights_bytes, reserve, kv_budget_bytes, kv_cache_bytes)
-    stage_rows: tuple[tuple[int, int, int, Reserve, int, int], ...] = ()
+    pipeline_memory: PipelineMemory | None = None  # what each stage holds: see `stages`
     practice_tier: int = 0  # rules.PRACTICE_*: 0 documented; higher ranks lower whatever the estimate
     reason: str = ""
     # Warnings and flags are only needed for the layouts someone looks at: built on first use.
@@ -90,7 +90,25 @@ class LayoutPlan:
 
     @cached_property
     def stages(self) -> tuple[StagePlan, ...]:
-        return tuple(StagePlan(i, *row) for i, row in enumerate(self.stage_rows))
+        """Every pipeline stage's memory on one GPU (built when asked for: ranking never reads it)."""
+        memory = self.pipeline_memory
+        if memory is None:
+            return ()
+        stages = []
+        for stage in memory.pipeline.stages:
+            held = memory.of(stage)
+            stages.append(
+                StagePlan(
+                    stage=stage.index,
+                    first_layer=stage.first_layer,
+                    end_layer=stage.end_layer,
+                    weights_bytes=held.weights_bytes,
+                    reserve=held.reserve,
+                    kv_budget_bytes=held.kv_budget_bytes,
+                    kv_cache_bytes=memory.kv_cache_bytes(stage),
+                )
+            )
+        return tuple(stages)
 
     @cached_property
     def details(self) -> LayoutDetails:
@@ -209,24 +227,3 @@ class LayoutPlan:
         if include_rank_map:
             out["rank_map"] = [r.as_dict() for r in self.rank_map]
         return out
-
-
-_LAYOUT_DEFAULTS = {f.name: f.default for f in fields(LayoutPlan) if f.default is not MISSING}
-_LAYOUT_FIELD_NAMES = frozenset(f.name for f in fields(LayoutPlan))
-
-
-def new_layout_plan(values: dict[str, Any]) -> LayoutPlan:
-    """LayoutPlan(**values), built without the generated frozen __init__ (one object.__setattr__ per field).
-
-    The planner builds hundreds of layouts per plan; this fills the instance dict in one step. Fields left
-    out take their defaults; a missing required field or an unknown name raises TypeError as __init__ would.
-    """
-    layout = object.__new__(LayoutPlan)
-    state = layout.__dict__
-    state.update(_LAYOUT_DEFAULTS)
-    state.update(values)
-    if state.keys() != _LAYOUT_FIELD_NAMES:  # names, not a count: one unknown plus one missing must not pass
-        unknown = sorted(set(state) - _LAYOUT_FIELD_NAMES)
-        missing = sorted(_LAYOUT_FIELD_NAMES - set(state))
-        raise TypeError(f"LayoutPlan fields: unknown {unknown}, missing {missing}")
-    return layout

@@ -9,7 +9,6 @@ own `vllm serve`, e.g. one per node); an instance uses whole nodes, or a slice o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from meshdeck.core.cluster import ClusterSpec, LinkClass, slowest
 
@@ -141,7 +140,8 @@ def pipeline_inside_nvlink_node(
     return False
 
 
-class GroupLinks(NamedTuple):
+@dataclass(frozen=True)
+class GroupLinks:
     tensor: LinkClass
     expert: LinkClass  # the TP×DP group of one stage (MoE dispatch/combine)
     pipeline: LinkClass

@@ -22,9 +22,10 @@ from typing import Any, NamedTuple
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.evaluate import LayoutEvaluator
+from meshdeck.core.layout_parts import LayoutCandidate
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.parameters import ParameterCounts, parameter_counts
-from meshdeck.core.placement import Placement, placement_for
+from meshdeck.core.placement import placement_for
 from meshdeck.core.plan_request import (
     DEFAULT_VLLM_VERSION,
     PlanRequest,
@@ -87,8 +88,8 @@ def instance_sizes(gpus_per_node: int, nodes: int, max_gpus: int) -> list[int]:
     return sorted(sizes)
 
 
-def candidate_layouts(request: PlanRequest) -> Iterator[tuple[int, int, int, bool, Placement]]:
-    """(tp, pp, dp, ep, placement) for every layout worth evaluating, honouring the layout filters."""
+def candidate_layouts(request: PlanRequest) -> Iterator[LayoutCandidate]:
+    """Every layout worth evaluating, honouring the layout filters."""
     cluster, card = request.cluster, request.model
     fixed = (request.tensor_parallel, request.pipeline_parallel, request.data_parallel)
     if all(v is not None for v in fixed):
@@ -102,7 +103,7 @@ def candidate_layouts(request: PlanRequest) -> Iterator[tuple[int, int, int, boo
                 f"node nor a whole number of nodes (at most {cluster.nodes})",
             )
         for ep in _ep_options(request, tp * dp):
-            yield tp, pp, dp, ep, placement
+            yield LayoutCandidate(tp, pp, dp, ep, placement)
         return
     tp_options = _divisors(card.num_attention_heads)
     for size in instance_sizes(cluster.gpus_per_node, cluster.nodes, card.n_routed_experts):
@@ -121,7 +122,7 @@ def candidate_layouts(request: PlanRequest) -> Iterator[tuple[int, int, int, boo
                 if request.data_parallel is not None and dp != request.data_parallel:
                     continue
                 for ep in _ep_options(request, tp * dp):
-                    yield tp, pp, dp, ep, placement
+                    yield LayoutCandidate(tp, pp, dp, ep, placement)
 
 
 def _ep_options(request: PlanRequest, moe_ranks: int) -> tuple[bool, ...]:
@@ -330,7 +331,7 @@ def plan(request: PlanRequest) -> PlanResult:
         return PlanResult(request, settings, counts, [], training.top_reason, training.notes, training)
     supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype)
     evaluate = LayoutEvaluator(request, settings, supported).evaluate
-    layouts = [evaluate(tp, pp, dp, ep, placement) for tp, pp, dp, ep, placement in candidate_layouts(request)]
+    layouts = [evaluate(candidate) for candidate in candidate_layouts(request)]
     if not layouts and any(
         v is not None for v in (request.tensor_parallel, request.pipeline_parallel, request.data_parallel)
     ):

@@ -24,7 +24,6 @@ Calibrated on the public point (vLLM 0.16.0, V3.2, TP8, 8×H200, 0.85, 16384): s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
@@ -45,7 +44,8 @@ CUDAGRAPH_BYTES_PER_GRAPH = 256 * 1024  # executable graph + pool growth per cap
 CUDAGRAPH_MIN_VLLM = (0, 21)
 
 
-class GroupMembership(NamedTuple):
+@dataclass(frozen=True)
+class GroupMembership:
     """One process group a rank belongs to, as far as NCCL memory is concerned."""
 
     size: int
@@ -54,8 +54,10 @@ class GroupMembership(NamedTuple):
     communicators: int = 2  # vLLM GroupCoordinator: torch NCCL process group + PyNcclCommunicator
 
 
-class ReserveInputs(NamedTuple):
-    """What drives the reserve of every GPU of a layout (stage differences are given per call)."""
+@dataclass(frozen=True)
+class ReserveInputs:
+    """What drives the reserve of every GPU of a layout (stage differences and its process groups' NCCL
+    memory, `non_torch_for_groups`, are given per stage: see LayoutReserve.for_stage)."""
 
     tensor_parallel: int
     data_parallel: int
@@ -63,7 +65,6 @@ class ReserveInputs(NamedTuple):
     moe_ranks: int
     max_num_batched_tokens: int
     max_num_seqs: int
-    groups: tuple[GroupMembership, ...]
     cudagraph_capture_sizes: int
     mtp: bool
     vllm_version: tuple[int, int]
@@ -148,10 +149,6 @@ def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     return rows * card.vocab_size * SAMPLER_BYTES_PER_LOGIT
 
 
-def non_torch(inputs: ReserveInputs) -> int:
-    return non_torch_for_groups(inputs.groups, inputs.tensor_parallel)
-
-
 def non_torch_for_groups(groups: tuple[GroupMembership, ...], tensor_parallel: int) -> int:
     """CUDA libraries plus the NCCL buffers of every communicator of these groups (and TP's custom all-reduce)."""
     total = CUDA_LIBRARIES_BYTES
@@ -175,23 +172,22 @@ def cudagraph_memory(card: ModelCard, inputs: ReserveInputs, stage_layers: int) 
     return inputs.cudagraph_capture_sizes * pieces * CUDAGRAPH_BYTES_PER_GRAPH + pool
 
 
-class LayoutReserve(NamedTuple):
-    """The reserve terms of a layout, computed once; `for_stage` adds what differs per pipeline stage."""
+@dataclass(frozen=True)
+class LayoutReserve:
+    """The reserve terms of a sharding, computed once; `for_stage` adds what differs per pipeline stage."""
 
     card: ModelCard
     inputs: ReserveInputs
     activation_peak_bytes: int
     sampler_bytes: int
     drafter_bytes: int
-    non_torch_bytes: int
 
-    def for_stage(self, last_stage: bool, stage_layers: int, non_torch_bytes: int | None = None) -> Reserve:
-        """The reserve of one stage; `non_torch_bytes` overrides this layout's (the planner shares one
-        LayoutReserve between layouts whose process groups differ)."""
+    def for_stage(self, last_stage: bool, stage_layers: int, non_torch_bytes: int) -> Reserve:
+        """The reserve of one stage; `non_torch_bytes` is what its process groups cost (non_torch_for_groups)."""
         return Reserve(
             activation_peak_bytes=self.activation_peak_bytes + (self.drafter_bytes if last_stage else 0),
             sampler_bytes=self.sampler_bytes if last_stage else 0,
-            non_torch_bytes=self.non_torch_bytes if non_torch_bytes is None else non_torch_bytes,
+            non_torch_bytes=non_torch_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
             cudagraph_in_budget=self.inputs.vllm_version >= CUDAGRAPH_MIN_VLLM,
         )
@@ -204,13 +200,7 @@ def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:
         activation_peak_bytes=activation_peak(card, inputs),
         sampler_bytes=sampler_peak(card, inputs),
         drafter_bytes=mtp_drafter_peak(card, inputs),
-        non_torch_bytes=non_torch(inputs),
     )
-
-
-def vllm_reserve(card: ModelCard, inputs: ReserveInputs, *, last_stage: bool, stage_layers: int) -> Reserve:
-    """All reserve terms for one GPU of one pipeline stage."""
-    return layout_reserve(card, inputs).for_stage(last_stage, stage_layers)
 
 
 def default_scheduler_limits(gpu: GpuSpec) -> tuple[int, int]:

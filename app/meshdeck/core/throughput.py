@@ -16,9 +16,11 @@ below are typical achieved fractions, not measurements of your cluster).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from meshdeck.core.cluster import ClusterSpec, LinkClass
+from meshdeck.core.kv_cache import KvFormat
+from meshdeck.core.model_card import ModelCard
 from meshdeck.core.traffic import TrafficItem
 
 HBM_EFFICIENCY = 0.75
@@ -40,23 +42,38 @@ COLLECTIVE_LATENCY_S = {
 }
 
 
-class DecodeStepInputs(NamedTuple):
+@dataclass(frozen=True)
+class DecodeStepInputs:
+    """What one decode step of the busiest stage reads and computes on one GPU."""
+
     non_expert_bytes: int  # per GPU, read every step
     expert_bytes_per_expert_layer: float  # one routed expert's bytes in one layer, per GPU share (already / ranks)
     moe_layers: int
     attention_layers: int
-    kv_latent_bytes_per_token_per_layer: int
-    kv_indexer_bytes_per_token_per_layer: int
-    index_topk: int
-    n_routed_experts: int
-    experts_per_token: int
     data_parallel: int
     flops_per_token: float  # per GPU (dense part already divided by TP)
     expert_flops_per_token: float  # per token, all routed experts of the stage, before splitting over ranks
     moe_ranks: int
 
 
-class DecodeEstimate(NamedTuple):
+@dataclass(frozen=True)
+class CollectiveCost:
+    """One in-stage collective of a decode step: seconds per token of each sequence, plus its fixed latency."""
+
+    seconds_per_token: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class LinkCosts:
+    """What a layout's traffic costs a decode step: its in-stage collectives and its pipeline hop."""
+
+    collectives: tuple[CollectiveCost, ...]
+    pipeline_hop_s_per_token: float  # latency + bytes / bandwidth, paid for every token the hop carries
+
+
+@dataclass(frozen=True)
+class DecodeEstimate:
     tokens_per_s: float  # the replica (one DP rank's pipeline)
     tokens_per_s_per_request: float
     step_time_s: float
@@ -76,7 +93,7 @@ def expected_distinct_experts(n_experts: int, top_k: int, tokens: int) -> float:
 
 
 class DecodeModel:
-    """The decode estimate of one cluster and request, for many layouts: its constants computed once.
+    """The decode estimate of one model, cluster and request, for many layouts: its constants computed once.
 
     The planner builds one per plan and asks it for every layout that fits.
     """
@@ -86,16 +103,33 @@ class DecodeModel:
         "accepted",
         "cluster",
         "context_tokens",
+        "experts_per_token",
         "flops_per_s",
+        "index_topk",
+        "kv_indexer_bytes_per_token_per_layer",
+        "kv_latent_bytes_per_token_per_layer",
         "memory_bytes_per_s",
+        "n_routed_experts",
         "speculative_tokens",
         "tokens_per_sequence",
     )
 
     def __init__(
-        self, cluster: ClusterSpec, *, context_tokens: int, weights_fp8: bool, speculative_tokens: int = 0
+        self,
+        card: ModelCard,
+        kv: KvFormat,
+        cluster: ClusterSpec,
+        *,
+        context_tokens: int,
+        weights_fp8: bool,
+        speculative_tokens: int = 0,
     ) -> None:
         gpu = cluster.gpu
+        self.kv_latent_bytes_per_token_per_layer = kv.latent_bytes_per_token_per_layer
+        self.kv_indexer_bytes_per_token_per_layer = kv.indexer_bytes_per_token_per_layer
+        self.index_topk = card.index_topk
+        self.n_routed_experts = card.n_routed_experts
+        self.experts_per_token = card.num_experts_per_tok
         self.cluster = cluster
         self.context_tokens = context_tokens
         self.speculative_tokens = speculative_tokens
@@ -106,8 +140,8 @@ class DecodeModel:
         self.flops_per_s = tflops * 1e12 * TENSOR_EFFICIENCY if tflops else 0.0  # 0: no compute term
         self._bandwidth: dict[LinkClass, float] = {}
 
-    def links(self, traffic: tuple[TrafficItem, ...]) -> tuple[list[tuple[float, float]], float]:
-        """(per-token seconds per sequence, fixed latency seconds) per in-stage collective, and the PP hop."""
+    def links(self, traffic: tuple[TrafficItem, ...]) -> LinkCosts:
+        """What each in-stage collective and the PP hop of this traffic cost per token."""
         collectives, hop = [], 0.0
         bandwidths = self._bandwidth
         for item in traffic:
@@ -119,41 +153,42 @@ class DecodeModel:
             if item.collective == "pp_send":
                 hop = latency + item.bytes_per_token / bandwidth
             else:
-                collectives.append((item.bytes_per_token / bandwidth, item.collectives_per_token * latency))
-        return collectives, hop
+                collectives.append(
+                    CollectiveCost(item.bytes_per_token / bandwidth, item.collectives_per_token * latency)
+                )
+        return LinkCosts(tuple(collectives), hop)
 
-    def step(self, inputs: DecodeStepInputs, collectives: list[tuple[float, float]], batch: int) -> tuple[float, str]:
+    def step(self, inputs: DecodeStepInputs, collectives: tuple[CollectiveCost, ...], batch: int) -> tuple[float, str]:
         """(seconds, bound) for one decode step of `batch` sequences on the busiest stage.
 
         With speculative decoding every sequence runs 1 + k query tokens through the model per step.
         """
         tokens_per_sequence = self.tokens_per_sequence
         context_tokens = self.context_tokens
-        (
-            non_expert_bytes,
-            expert_bytes_per_expert_layer,
-            moe_layers,
-            attention_layers,
-            kv_latent_bytes,
-            kv_indexer_bytes,
-            index_topk,
-            n_routed_experts,
-            experts_per_token,
-            data_parallel,
-            flops_per_token,
-            expert_flops_per_token,
-            moe_ranks,
-        ) = inputs
-        moe_tokens = batch * data_parallel * tokens_per_sequence
-        touched = expected_distinct_experts(n_routed_experts, experts_per_token, moe_tokens)
-        expert_bytes = touched * expert_bytes_per_expert_layer * moe_layers
+        moe_tokens = batch * inputs.data_parallel * tokens_per_sequence
+        touched = expected_distinct_experts(self.n_routed_experts, self.experts_per_token, moe_tokens)
+        expert_bytes = touched * inputs.expert_bytes_per_expert_layer * inputs.moe_layers
+        index_topk = self.index_topk
         attended = min(context_tokens, index_topk) if index_topk else context_tokens
-        kv_bytes = batch * attention_layers * (attended * kv_latent_bytes + context_tokens * kv_indexer_bytes)
-        memory_time = (non_expert_bytes + expert_bytes + kv_bytes) / self.memory_bytes_per_s
-        flops = batch * tokens_per_sequence * flops_per_token + moe_tokens * expert_flops_per_token / moe_ranks
+        kv_bytes = (
+            batch
+            * inputs.attention_layers
+            * (
+                attended * self.kv_latent_bytes_per_token_per_layer
+                + context_tokens * self.kv_indexer_bytes_per_token_per_layer
+            )
+        )
+        memory_time = (inputs.non_expert_bytes + expert_bytes + kv_bytes) / self.memory_bytes_per_s
+        flops = (
+            batch * tokens_per_sequence * inputs.flops_per_token
+            + moe_tokens * inputs.expert_flops_per_token / inputs.moe_ranks
+        )
         compute_time = flops / self.flops_per_s if self.flops_per_s else 0.0
-        comm_time = sum(batch * tokens_per_sequence * per_token + latency for per_token, latency in collectives)
-        overhead = attention_layers * LAYER_STEP_OVERHEAD_S
+        comm_time = sum(
+            batch * tokens_per_sequence * collective.seconds_per_token + collective.latency_s
+            for collective in collectives
+        )
+        overhead = inputs.attention_layers * LAYER_STEP_OVERHEAD_S
         local = max(memory_time, compute_time)
         if overhead > max(local, comm_time):
             bound = "kernel-latency"
@@ -168,7 +203,7 @@ class DecodeModel:
     def estimates(
         self,
         inputs: DecodeStepInputs,
-        links: tuple[list[tuple[float, float]], float],
+        links: LinkCosts,
         *,
         batches: tuple[int, ...],
         pipeline_parallel: int,
@@ -177,13 +212,13 @@ class DecodeModel:
 
         `links` is what `links(traffic)` returns for the layout's traffic.
         """
-        collectives, hop = links
+        hop = links.pipeline_hop_s_per_token
         speculative_tokens = self.speculative_tokens
         out = []
         for requested in batches:
             batch = max(1, requested)
             micro = max(1, -(-batch // pipeline_parallel))
-            step, bound = self.step(inputs, collectives, micro)
+            step, bound = self.step(inputs, links.collectives, micro)
             stage_time = step + hop * micro * (1 + speculative_tokens)
             round_trip = pipeline_parallel * stage_time / self.accepted
             tokens_per_s = min(batch, pipeline_parallel * micro) / round_trip

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshdeck.core.cluster import LinkClass
-from meshdeck.core.evaluate import pp_partition
+from meshdeck.core.layout_parts import pp_partition
 from meshdeck.core.parameters import ParameterCounts
 from meshdeck.core.placement import Placement, group_links, placement_for
 from meshdeck.core.plan_request import PlanRequest, ResolvedSettings

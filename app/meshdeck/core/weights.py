@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
 
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
 
@@ -64,7 +63,8 @@ def _linear(out_features: int, in_features: int, dtype: str, block: tuple[int, i
     return LinearCost(out_features * in_features * BF16, 0)
 
 
-class ShardShape(NamedTuple):
+@dataclass(frozen=True)
+class ShardShape:
     """How one rank's slice of the model is cut (independent of which layers it holds)."""
 
     tensor_parallel: int

@@ -158,8 +158,10 @@ class PipeStream:
     def exit_status(self) -> int | None:
         return self.process.poll()
 
-    def close(self, grace_s: float = 5.0) -> None:
-        """Close stdin (attach exits on EOF; the daemon keeps running), then make sure the process ends."""
+    def close(self, grace_s: float = 1.0) -> None:
+        """Close stdin (attach exits on EOF; the daemon keeps running), then make sure the process ends: a
+        process still writing to a pipe nobody reads any more never sees that EOF, so after `grace_s` it
+        is terminated (for `attach`, a relay, that costs nothing), then killed."""
         with contextlib.suppress(OSError, ValueError):
             self._stdin.close()
         try:
@@ -167,7 +169,7 @@ class PipeStream:
         except subprocess.TimeoutExpired:
             self.process.terminate()
             try:
-                self.process.wait(timeout=grace_s)
+                self.process.wait(timeout=2 * grace_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

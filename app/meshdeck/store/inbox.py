@@ -1,17 +1,26 @@
-"""The sample writer's inbox: bounded by what its items hold, so waiting happens here and nowhere else.
+"""The sample writer's inbox: bounded by what its items hold, fair between hosts, and the one place the
+sample path waits.
 
-Each item has a cost (a sample batch: its cells; rows: their count; a flush or stop token: nothing).
-`put` waits while the inbox already holds `capacity` or more, except that an empty inbox always takes
-one item however large. A caller waiting here is a host's supervisor: it stops reading its agent,
-whose ring keeps the samples. `close()` makes every waiting and later `put` raise `InboxClosed` at
-once (the app is stopping: what was not committed is read again from the agents' rings next time).
+Each item has a cost (a sample batch: its cells; rows: their count; a flush or stop token: nothing) and a
+key (the host it is from). `put` waits while the inbox already holds `capacity` or more — except that a
+key with nothing queued may always queue one item, however large: a host sending one sample a second
+is never held back by another host's flood. The writer `get`s round-robin over the keys with something
+queued, so a flood is written at the pace of its turn, not ahead of everyone. A caller waiting here is a
+host's supervisor: it stops reading its agent, whose ring keeps the samples.
+
+Tokens (a flush, a stop) are barriers: one is handed out only once everything put before it was, so
+"everything submitted before this flush is committed" still holds. `close()` makes every waiting and later
+`put` raise `InboxClosed` at once (the app is stopping: what was not committed is read again from the
+agents' rings next time).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from typing import Any
 
 
@@ -28,8 +37,11 @@ class BoundedInbox:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self.capacity = capacity
-        self._items: deque[tuple[Any, int]] = deque()
+        self._queues: OrderedDict[Hashable, deque[tuple[int, Any, int]]] = OrderedDict()  # key -> (order, item, cost)
+        self._tokens: deque[tuple[int, Any]] = deque()
+        self._order = itertools.count()
         self._held = 0
+        self._items = 0
         self._closed = False
         self._cond = threading.Condition()
         self.waits = 0  # puts that had to wait: back-pressure that reached the producers
@@ -41,14 +53,15 @@ class BoundedInbox:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._items)
+            return self._items + len(self._tokens)
 
-    def put(self, item: Any, cost: int, *, timeout: float | None = None) -> None:
-        """Add `item`; wait while the inbox is full. Raises InboxClosed, or TimeoutError after `timeout`."""
+    def put(self, item: Any, cost: int, *, key: Hashable = None, timeout: float | None = None) -> None:
+        """Add `item` under `key`; wait while the inbox is full and `key` already has something queued.
+        Raises InboxClosed, or TimeoutError after `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             waited = False
-            while not self._closed and cost > 0 and self._items and self._held + cost > self.capacity:
+            while not self._closed and self._held + cost > self.capacity and self._queues.get(key):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"the sample writer's inbox stayed full for {timeout:g} s")
@@ -57,41 +70,75 @@ class BoundedInbox:
             if self._closed:
                 raise InboxClosed("the sample writer is stopping")
             self.waits += waited
-            self._items.append((item, cost))
+            self._queues.setdefault(key, deque()).append((next(self._order), item, cost))
             self._held += cost
+            self._items += 1
             self._cond.notify_all()
 
-    def put_control(self, item: Any) -> None:
-        """A token for the writer thread itself (stop): never waits, taken even when closed."""
+    def put_token(self, token: Any, *, control: bool = False) -> None:
+        """A barrier (a flush; with `control`, the writer's own stop, taken even when closed): handed out
+        once everything put before it has been. Never waits."""
         with self._cond:
-            self._items.append((item, 0))
+            if self._closed and not control:
+                raise InboxClosed("the sample writer is stopping")
+            self._tokens.append((next(self._order), token))
             self._cond.notify_all()
 
     def get(self, timeout: float | None = None) -> Any:
-        """The oldest item; raises Empty after `timeout` (0: do not wait)."""
+        """The next item: a token once nothing older waits, else the next key's oldest item in turn;
+        raises Empty after `timeout` (0: do not wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._items:
+            while True:
+                taken = self._take()
+                if taken is not None:
+                    self._cond.notify_all()
+                    return taken[0]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Empty
                 self._cond.wait(remaining)
-            item, cost = self._items.popleft()
+
+    def _take(self) -> tuple[Any] | None:
+        barrier = self._tokens[0][0] if self._tokens else None
+        for key in list(self._queues):  # round-robin: the key served goes to the back
+            queue = self._queues[key]
+            order, item, cost = queue[0]
+            if barrier is not None and order > barrier:
+                continue
+            queue.popleft()
+            self._queues.move_to_end(key)
+            if not queue:
+                del self._queues[key]
             self._held -= cost
-            self._cond.notify_all()
-            return item
+            self._items -= 1
+            return (item,)
+        if self._tokens:  # nothing older than the first token waits
+            return (self._tokens.popleft()[1],)
+        return None
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
 
-    def discard(self, keep: Any) -> int:
-        """Drop every queued item except those `keep(item)` accepts; returns the cost dropped."""
+    def discard(self, keep: Callable[[Any], bool]) -> int:
+        """Drop every queued item and token `keep` does not accept; returns the cost dropped."""
         with self._cond:
-            kept = [(item, cost) for item, cost in self._items if keep(item)]
-            dropped = self._held - sum(cost for _, cost in kept)
-            self._items = deque(kept)
+            dropped = 0
+            for key in list(self._queues):
+                kept: deque[tuple[int, Any, int]] = deque()
+                for entry in self._queues[key]:
+                    if keep(entry[1]):
+                        kept.append(entry)
+                    else:
+                        dropped += entry[2]
+                        self._items -= 1
+                if kept:
+                    self._queues[key] = kept
+                else:
+                    del self._queues[key]
+            self._tokens = deque(entry for entry in self._tokens if keep(entry[1]))
             self._held -= dropped
             self._cond.notify_all()
             return dropped

@@ -175,7 +175,7 @@ class SampleWriter:
             dropped = self._inbox.discard(keep=self._unless_data)
             if dropped:
                 log.info("the sample writer stops without %d queued values; the agents send them again", dropped)
-        self._inbox.put_control(_STOP if roll_up_open_buckets else _STOP_OPEN)
+        self._inbox.put_token(_STOP if roll_up_open_buckets else _STOP_OPEN, control=True)
         thread.join(timeout)
         if thread.is_alive():
             log.error("the sample writer did not stop within %.0f s", timeout)
@@ -201,28 +201,30 @@ class SampleWriter:
 
     # -- submitting ------------------------------------------------------------------------------
 
-    def _put(self, item: Any, cost: int) -> None:
+    def _put(self, item: Any, cost: int, key: str | None) -> None:
         if not self.running:
             raise InboxClosed("the sample writer is not running")
-        self._inbox.put(item, cost)
+        self._inbox.put(item, cost, key=key)
 
     def submit_samples(self, host: str, batch: SampleBatch, dropped: int = 0, epoch: str | None = None) -> None:
         """Samples of one host, seq ascending; `dropped` = samples the agent lost before them; `epoch` =
         the agent's sequence epoch of their seqs (kept with the host's resume point). Waits while the
         inbox is full; raises InboxClosed (a RuntimeError) once the writer is stopping."""
-        self._put(("samples", host, batch, dropped, epoch), max(1, batch.cells))
+        self._put(("samples", host, batch, dropped, epoch), max(1, batch.cells), host)
 
     def submit_rows(self, host: str, rows: Sequence[SampleRow]) -> None:
         """Already flattened `(seq, ts_s, device, metric, value)` rows (finite float values), seq ascending."""
-        self._put(("rows", host, rows), max(1, len(rows)))
+        self._put(("rows", host, rows), max(1, len(rows)), host)
 
     def submit_event(self, record: EventRecord) -> None:
-        self._put(("event", record), 1)
+        self._put(("event", record), 1, record.host)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Commit everything submitted before this call; True once it is durable."""
         token = _Flush()
-        self._put(token, 0)
+        if not self.running:
+            raise InboxClosed("the sample writer is not running")
+        self._inbox.put_token(token)
         return token.done.wait(timeout) and token.ok
 
     # -- reading state ---------------------------------------------------------------------------

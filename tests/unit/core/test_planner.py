@@ -87,7 +87,7 @@ def test_instance_sizes_cover_node_slices_powers_of_two_and_the_cluster():
 def test_layout_filters_narrow_the_enumeration(request_for, v32):
     request = request_for(v32, "H200-SXM-141GB", 2, 8, tensor_parallel=2, expert_parallel=True)
     shapes = list(candidate_layouts(request))
-    assert shapes and all(tp == 2 and ep for tp, _, _, ep, _ in shapes)
+    assert shapes and all(shape.tensor_parallel == 2 and shape.expert_parallel for shape in shapes)
 
 
 def test_layout_that_does_not_divide_the_cluster_is_refused(request_for, v32):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from core_planner_inputs import KIMI_K2_THINKING, make_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from meshdeck.core.model_card import model_card_from_config
 from meshdeck.core.planner import PlanRequest, plan
+from meshdeck.core.weights import ShardShape, stage_weights
 from meshdeck.services.catalog import load_gpu_catalog, load_model
 
 MODELS = {
@@ -78,3 +80,52 @@ def test_layouts_that_do_not_fit_say_by_how_much(request):
         if layout.valid and not layout.fits:
             assert layout.shortfall_bytes > 0
             assert layout.est_decode_tokens_per_s == 0
+
+
+@SETTINGS
+@given(requests, st.booleans())
+def test_stages_cover_every_layer_and_each_holds_its_own_weights(request, mtp):
+    """Stages of one kind share one memory computation: each must still hold exactly its own layers' weights,
+    and the per-GPU figures must be the first stage holding the most weights."""
+    if mtp and request.model.num_nextn_predict_layers:
+        request = replace(request, mtp=True)
+    result = plan(request)
+    card, settings = request.model, result.settings
+    for layout in result.layouts:
+        if not layout.valid:
+            continue
+        stages = layout.stages
+        assert [stage.stage for stage in stages] == list(range(layout.pipeline_parallel))
+        assert [(s.first_layer, s.end_layer) for s in stages] == list(
+            zip([0] + [s.end_layer for s in stages[:-1]], [s.end_layer for s in stages], strict=True)
+        )
+        assert stages[-1].end_layer == card.num_hidden_layers
+        shape = ShardShape(
+            layout.tensor_parallel,
+            layout.tensor_parallel * layout.data_parallel,
+            layout.expert_parallel,
+            settings.weights_dtype,
+        )
+        for stage in stages:
+            alone = stage_weights(
+                card, shape, stage.first_layer, stage.end_layer,
+                first_stage=stage.stage == 0, last_stage=stage.stage == layout.pipeline_parallel - 1,
+                mtp=request.mtp, max_num_batched_tokens=settings.max_num_batched_tokens,
+            )  # fmt: skip
+            assert stage.weights_bytes == alone.total_bytes, (layout.label(), stage.stage)
+            kv_layers = stage.end_layer - stage.first_layer
+            if stage.stage == layout.pipeline_parallel - 1 and request.mtp:
+                kv_layers += card.num_nextn_predict_layers
+            per_token = kv_layers * settings.kv.bytes_per_token_per_layer
+            assert stage.kv_cache_bytes == layout.kv_tokens_per_replica * per_token, (layout.label(), stage.stage)
+        busiest = next(s for s in stages if s.weights_bytes == max(t.weights_bytes for t in stages))
+        assert (layout.weights_bytes_per_gpu, layout.kv_cache_bytes_per_gpu, layout.reserve) == (
+            busiest.weights_bytes,
+            busiest.kv_cache_bytes,
+            busiest.reserve,
+        )
+        assert dict(layout.weights_by_component) == stage_weights(
+            card, shape, busiest.first_layer, busiest.end_layer,
+            first_stage=busiest.stage == 0, last_stage=busiest.stage == layout.pipeline_parallel - 1,
+            mtp=request.mtp, max_num_batched_tokens=settings.max_num_batched_tokens,
+        ).as_dict()  # fmt: skip

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from meshdeck.core.evaluate import pp_partition
+from meshdeck.core.layout_parts import pp_partition
 from meshdeck.core.weights import (
     ShardShape,
     invalid_shard_reason,

@@ -15,25 +15,47 @@ from meshdeck.store.writer import SampleWriter, WriterSettings
 T0 = 1_764_482_400.0
 
 
-def test_put_waits_while_the_inbox_holds_its_capacity_and_an_empty_inbox_takes_anything() -> None:
+def test_put_waits_while_the_inbox_holds_its_capacity_and_an_idle_key_takes_anything() -> None:
     inbox = BoundedInbox(100)
-    inbox.put("huge", 1000)  # an empty inbox takes one item however large
+    inbox.put("huge", 1000, key="flood")  # a key with nothing queued takes one item however large
     with pytest.raises(TimeoutError):
-        inbox.put("more", 1, timeout=0.05)
+        inbox.put("more", 1, key="flood", timeout=0.05)
     assert inbox.get(timeout=0) == "huge"
-    inbox.put("a", 60)
-    inbox.put("b", 40)
+    inbox.put("a", 60, key="flood")
+    inbox.put("b", 40, key="flood")
     with pytest.raises(TimeoutError):
-        inbox.put("c", 1, timeout=0.05)
-    inbox.put("flush token", 0)  # costless items never wait
+        inbox.put("c", 1, key="flood", timeout=0.05)
+    inbox.put_token("flush token")  # tokens never wait
     assert inbox.held == 100 and inbox.waits == 0
+
+
+def test_a_flood_never_holds_back_another_host_and_is_taken_in_turn() -> None:
+    inbox = BoundedInbox(100)
+    inbox.put("flood 0", 50, key="flood")
+    inbox.put("flood 1", 50, key="flood")
+    with pytest.raises(TimeoutError):
+        inbox.put("flood 2", 50, key="flood", timeout=0.05)  # full for the flooding host...
+    inbox.put("healthy 1", 1, key="healthy", timeout=0.05)  # ...not for a host with nothing queued
+    assert [inbox.get(timeout=0), inbox.get(timeout=0)] == ["flood 0", "healthy 1"]  # round-robin, not FIFO
+    assert inbox.get(timeout=0) == "flood 1"
+
+
+def test_a_token_is_handed_out_only_after_everything_put_before_it() -> None:
+    inbox = BoundedInbox(1000)
+    inbox.put("a1", 1, key="a")
+    inbox.put("a2", 1, key="a")
+    inbox.put("b1", 1, key="b")
+    inbox.put_token("flush")
+    inbox.put("b2", 1, key="b")  # after the flush: it waits behind it
+    taken = [inbox.get(timeout=0) for _ in range(5)]
+    assert taken.index("flush") == 3 and set(taken[:3]) == {"a1", "a2", "b1"} and taken[4] == "b2"
 
 
 def test_a_waiting_put_proceeds_when_the_consumer_takes_an_item() -> None:
     inbox = BoundedInbox(10)
-    inbox.put("first", 10)
+    inbox.put("first", 10, key="gpu-a")
     done = threading.Event()
-    producer = threading.Thread(target=lambda: (inbox.put("second", 5), done.set()))
+    producer = threading.Thread(target=lambda: (inbox.put("second", 5, key="gpu-a"), done.set()))
     producer.start()
     assert not done.wait(0.1)  # it waits
     assert inbox.get(timeout=1) == "first"
@@ -44,12 +66,12 @@ def test_a_waiting_put_proceeds_when_the_consumer_takes_an_item() -> None:
 
 def test_close_releases_every_waiting_put_at_once_and_refuses_later_ones() -> None:
     inbox = BoundedInbox(1)
-    inbox.put("full", 1)
+    inbox.put("full", 1, key="gpu-a")
     errors: list[BaseException] = []
 
     def put() -> None:
         try:
-            inbox.put("blocked", 1)
+            inbox.put("blocked", 1, key="gpu-a")
         except InboxClosed as exc:
             errors.append(exc)
 
@@ -62,8 +84,8 @@ def test_close_releases_every_waiting_put_at_once_and_refuses_later_ones() -> No
         thread.join(5)
     assert len(errors) == 3 and time.monotonic() - started < 2
     with pytest.raises(InboxClosed):
-        inbox.put("late", 1)
-    inbox.put_control("stop")  # the writer's own stop token still gets in
+        inbox.put("late", 1, key="gpu-b")
+    inbox.put_token("stop", control=True)  # the writer's own stop token still gets in
     assert [inbox.get(timeout=0), inbox.get(timeout=0)] == ["full", "stop"]
 
 
