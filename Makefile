@@ -19,7 +19,7 @@ run: system-deps $(STAMP)
 	  && ls -1 screenshots/*.png; fi
 
 # Installs what the tests need (Debian packages when run as root, the venv, the project), then runs
-# ruff, the import-layer contracts and the whole pytest suite (benchmarks excluded: `make bench`).
+# ruff, the import-layer contracts, mypy and the whole pytest suite (benchmarks excluded: `make bench`).
 test: system-deps $(STAMP) check
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
@@ -27,6 +27,7 @@ check: $(STAMP)
 	$(BIN)/ruff check app agent tests packaging
 	$(BIN)/ruff format --check app agent tests packaging
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 system-deps:
 	@missing=""; \

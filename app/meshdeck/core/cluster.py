@@ -197,7 +197,7 @@ class ClusterSpec:
                 default=0,
             )
             if lanes:
-                per_gpu = lanes * lane
+                per_gpu: float = lanes * lane
                 # NVSwitch boards list NV18 to every peer but the GPU has 18 lanes in total.
                 if self.topology.fully_nvlinked and self.gpu.nvlink_bytes_per_s:
                     per_gpu = min(per_gpu, self.gpu.nvlink_bytes_per_s / 2)

@@ -117,6 +117,13 @@ class PlanRequest:
         if self.mtp and not self.model.num_nextn_predict_layers:
             raise InputError("--mtp", f"{self.model.name} has no MTP layer (num_nextn_predict_layers is 0)")
 
+    @property
+    def train_settings(self) -> TrainingSettings:
+        """The training settings of a --mode train request (__post_init__ fills in the defaults)."""
+        if self.training is None:
+            raise InputError("--mode", "training settings exist only for --mode train")
+        return self.training
+
 
 @dataclass(frozen=True)
 class ResolvedSettings:

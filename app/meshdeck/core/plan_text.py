@@ -185,7 +185,7 @@ TRAIN_COLUMNS = (
 
 def render_training(result: PlanResult, *, top: int = 10, include_all: bool = False) -> str:
     training, request = result.training, result.request
-    settings = request.training
+    settings = request.train_settings
     cluster = request.cluster
     out = [
         f"meshdeck plan --mode train — {request.model.name} on {cluster.nodes} × {cluster.gpus_per_node} "

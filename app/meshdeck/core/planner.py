@@ -341,7 +341,7 @@ def plan(request: PlanRequest) -> PlanResult:
         )
     ranking = rank_layouts(layouts, request.goal)
     scored = ranking.layouts
-    notes = (
+    notes: tuple[str, ...] = (
         "est_* numbers are estimates from bandwidth and FLOP models, not measurements",
         f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
         "memory accounting follows vLLM "

@@ -27,7 +27,7 @@ class Device(NamedTuple):
     """What a series is measured on. Fields not used by a kind keep their defaults."""
 
     kind: str  # one of DEVICE_KINDS
-    index: int = -1  # the GPU's index (gpu, nvlink)
+    index: int = -1  # type: ignore[assignment]  # the GPU's index (gpu, nvlink); shadows tuple.index by design
     link: int = -1  # the NVLink link id (nvlink)
     name: str = ""  # the NIC's name (nic), the worker's id (worker)
     engine: str = ""  # the vLLM engine, i.e. DP rank (worker; "" = the worker's sum over its engines)

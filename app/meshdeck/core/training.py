@@ -162,7 +162,7 @@ def _evaluate(
     placement: Placement,
     zero: int | None = None,
 ) -> TrainingLayout:
-    card, cluster, training = request.model, request.cluster, request.training
+    card, cluster, training = request.model, request.cluster, request.train_settings
     assert training is not None
     zero = training.zero_stage if zero is None else zero
     s, b, m = training.seq_len, training.micro_batch_size, training.micro_batches
