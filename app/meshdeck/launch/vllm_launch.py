@@ -210,6 +210,11 @@ def build_vllm_plan(
             )
         )
 
+    def own_address(node: NodeNetwork) -> dict[str, str]:
+        # vLLM's get_ip() otherwise guesses the default route's address (it announced eth0's while the
+        # nodes met on 127.0.0.1); a node's peers reach it at the address the plan knows it by.
+        return {"VLLM_HOST_IP": node.address}
+
     def simulated(dp_local: int, dp_start: int, rank: int) -> dict[str, Any] | None:
         if not simulate:
             return None
@@ -229,7 +234,7 @@ def build_vllm_plan(
             argv += ["--headless"] if rank else api
             add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
                 ready=running if rank or simulate else master_ready, metrics_url=None if rank else metrics_url,
-                simulate=simulated(1, 0, rank))  # fmt: skip
+                simulate=simulated(1, 0, rank), env=own_address(node))  # fmt: skip
     elif cls == "dp-multi-node":
         ports.append(PortUse(head.host, settings.data_parallel_rpc_port, "vLLM data-parallel RPC"))
         rpc_ready = (ReadyCheck("tcp", port=settings.data_parallel_rpc_port, timeout_s=900.0),)
@@ -241,7 +246,7 @@ def build_vllm_plan(
             argv += ["--data-parallel-start-rank", str(rank * dp_local), "--headless"] if rank else api
             add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
                 ready=running if rank or simulate else rpc_ready, metrics_url=None if rank else metrics_url,
-                simulate=simulated(dp_local, rank * dp_local, rank))  # fmt: skip
+                simulate=simulated(dp_local, rank * dp_local, rank), env=own_address(node))  # fmt: skip
     else:  # ray
         ray = ray_executable(settings.executable)
         ports.append(PortUse(head.host, settings.ray_port, "Ray GCS"))
