@@ -47,10 +47,12 @@ from meshdeck.services.deploy_model import (
     worker_name,
 )
 from meshdeck.services.deploy_waits import LogFollower, ReadyProbe
+from meshdeck.services.log_reason import telling_line
 
 log = logging.getLogger(__name__)
 POLL_S = 0.3
 STOP_GRACE_S = 10.0
+REASON_TAIL_LINES = 40  # of a failed part's log, searched for its own last word
 
 
 @dataclass
@@ -386,6 +388,9 @@ class DeployService:
         return None
 
     def _fail(self, deployment: _Deployment, message: str, worker: WorkerSnapshot) -> None:
+        said = telling_line(self._logs.tail(worker.worker_id, REASON_TAIL_LINES))  # what the part itself logged
+        if said:
+            message = f"{message}; vLLM: {said}" if deployment.plan.engine == "vllm" else f"{message}; log: {said}"
         self._record_event(deployment, "worker_failed", message, worker.as_dict())
         others = [c for c in reversed(deployment.plan.commands) if worker_id(deployment.id, c.name) != worker.worker_id]
         self._stop_commands(deployment, others, grace_s=5.0)  # ranks whose peer died would hang in a collective

@@ -1,0 +1,58 @@
+"""A part that dies while the deployment runs: the deployment's reason carries vLLM's own word from that part's
+log, as a launch failure carries its log tail. The log lines are vLLM 0.32.0's (CPU build), captured from the
+real two-node run when one node's worker process was killed with SIGKILL (tests/integration/vllm)."""
+
+from __future__ import annotations
+
+import pytest
+from launch_fake_fleet import FakeFleet, Recorder, wait_until
+from meshdeck.services.deploy_model import worker_id
+from meshdeck.services.log_reason import telling_line
+from test_launch_deploy_service import make_service, mp_plan, vllm_cluster
+
+KILLED_WORKER_TAIL = """\
+(Worker_TP1 pid=4501) INFO 12-01 16:22:12 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on node 0.
+(MainProcess pid=4199) ERROR 12-01 16:22:39 [multiproc_executor.py:315] Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.
+(MainProcess pid=4199) INFO 12-01 16:22:39 [multiproc_executor.py:479] [shutdown] Executor: waiting for worker exit count=0
+(MainProcess pid=4199) INFO 12-01 16:22:39 [multiproc_executor.py:486] [shutdown] Executor: all workers exited gracefully
+"""
+KILLED_WORKER_REASON = "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor."
+
+
+def test_a_crash_while_running_is_reported_with_vllms_line_from_that_parts_log() -> None:
+    fleet = FakeFleet()
+    vllm_cluster(fleet)
+    recorder = Recorder()
+    service = make_service(fleet, recorder)
+    snapshot = service.launch(mp_plan(), whole_restarts=0)
+    node1 = worker_id(snapshot.id, "vllm-node1")
+    fleet.logs[node1] += KILLED_WORKER_TAIL
+    fleet.crash("gpu-b", node1, signal=None, exit_code=1)
+    wait_until(lambda: service.get(snapshot.id).state == "failed")
+    reason = service.get(snapshot.id).reason
+    assert reason == f"vllm-node1 on gpu-b exited with status 1; vLLM: {KILLED_WORKER_REASON}"
+    assert recorder.finished[-1].reason == reason
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        (KILLED_WORKER_TAIL, KILLED_WORKER_REASON),
+        ("usage: vllm [-h] [-v]\n            ...\nvllm: error: unrecognized arguments: --tensor-paralel 2\n",
+         "vllm: error: unrecognized arguments: --tensor-paralel 2"),
+        ("(EngineCore pid=23032) ERROR 12-01 16:12:32 [core.py:1512]     req_index = model_runner_output.req_id_to_index[req_id]\n"
+         "(EngineCore pid=23032) ERROR 12-01 16:12:32 [core.py:1512]                 ~~~~~~~~~~~~~~~~~~~^^^^^^^^\n"
+         "(EngineCore pid=23032) ERROR 12-01 16:12:32 [core.py:1512] KeyError: 'cmpl-a2ce5bb799201a25-0-b84bfb47'\n"
+         "(Worker_PP0 pid=24075) INFO 12-01 16:12:32 [multiproc_executor.py:843] Parent process exited, terminating worker queues\n",
+         "KeyError: 'cmpl-a2ce5bb799201a25-0-b84bfb47'"),
+        ("(APIServer pid=1) INFO 12-01 16:09:52 [entry.py:140] Starting vLLM server on http://0.0.0.0:8124\n", None),
+        ("", None),
+    ],
+)  # fmt: skip
+def test_the_telling_line_is_the_last_error_or_exception_without_vllms_prefix(tail: str, expected: str | None) -> None:
+    assert telling_line(tail) == expected
+
+
+def test_a_telling_line_is_one_printable_line_however_long() -> None:
+    line = telling_line("(A pid=1) ERROR 12-01 16:22:39 [x.py:1] \x1b[31mboom\x1b[0m " + "x" * 1000)
+    assert line is not None and "\x1b" not in line and len(line) < 400
