@@ -52,7 +52,6 @@ from meshdeck.services.log_reason import telling_line
 log = logging.getLogger(__name__)
 POLL_S = 0.3
 STOP_GRACE_S = 10.0
-REASON_TAIL_LINES = 40  # of a failed part's log, searched for its own last word
 
 
 @dataclass
@@ -241,8 +240,11 @@ class DeployService:
             if crashed:
                 worker = crashed[0]
                 reason = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)
+                said = self._own_word(deployment, worker.worker_id)
                 tail = printable_lines(self._logs.tail(worker.worker_id))
-                raise _Abort("failed", f"{worker.command} on {worker.host} {reason} while starting\n{tail}".rstrip())
+                raise _Abort(
+                    "failed", f"{worker.command} on {worker.host} {reason} while starting{said}\n{tail}".rstrip()
+                )
             running_since = max(since) if since and all(s is not None for s in since) else None  # type: ignore[type-var]
             for check in checks:
                 try:
@@ -388,9 +390,7 @@ class DeployService:
         return None
 
     def _fail(self, deployment: _Deployment, message: str, worker: WorkerSnapshot) -> None:
-        said = telling_line(self._logs.tail(worker.worker_id, REASON_TAIL_LINES))  # what the part itself logged
-        if said:
-            message = f"{message}; vLLM: {said}" if deployment.plan.engine == "vllm" else f"{message}; log: {said}"
+        message += self._own_word(deployment, worker.worker_id)
         self._record_event(deployment, "worker_failed", message, worker.as_dict())
         others = [c for c in reversed(deployment.plan.commands) if worker_id(deployment.id, c.name) != worker.worker_id]
         self._stop_commands(deployment, others, grace_s=5.0)  # ranks whose peer died would hang in a collective
@@ -423,6 +423,13 @@ class DeployService:
             log.warning("%s: restart as a whole failed: %s", deployment.id, deployment.reason)
 
     # -- plumbing ----------------------------------------------------------------------------------
+
+    def _own_word(self, deployment: _Deployment, wid: str) -> str:
+        """`; vLLM: <its last error line>` from a failed part's log ('log:' for other engines), or ''."""
+        said = telling_line(self._logs.recent(wid))
+        if not said:
+            return ""
+        return f"; vLLM: {said}" if deployment.plan.engine == "vllm" else f"; log: {said}"
 
     def _peer_log(self, host: str) -> PeerLog:
         with self._lock:

@@ -23,6 +23,7 @@ from meshdeck_agent.protocol import BAD_REQUEST, LogChunk, ProtocolError
 from meshdeck.launch.plan import ReadyCheck
 
 TAIL_CHARS = 4000
+RECENT_BYTES = 64 << 10  # of a failed part's log, searched for its own last word
 MAX_LINE_CHARS = 65536  # a longer line (a worker that never writes a newline) is matched in pieces
 
 
@@ -89,6 +90,18 @@ class LogFollower:
             if followed.partial:  # a last line without its newline yet
                 total += sum(1 for _ in self._patterns[pattern].finditer(followed.partial))
         return total
+
+    def recent(self, worker_id: str, max_bytes: int = RECENT_BYTES) -> str:
+        """Up to the last `max_bytes` of the worker's log, read again from the agent (the tail kept here is
+        short): where a failed part's own last word is looked for."""
+        followed = self._workers.get(worker_id)
+        if followed is None:
+            return ""
+        with contextlib.suppress(Exception):  # the agent may be gone; what was kept is all there is
+            self.poll(worker_id)
+            start = max(0, followed.offset - max_bytes)
+            return read_log(self._call, followed.host, worker_id, offset=start, max_bytes=max_bytes)
+        return followed.tail + followed.partial
 
     def tail(self, worker_id: str, lines: int = 15) -> str:
         followed = self._workers.get(worker_id)

@@ -4,8 +4,11 @@ real two-node run when one node's worker process was killed with SIGKILL (tests/
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from launch_fake_fleet import FakeFleet, Recorder, wait_until
+from meshdeck.services.deploy import LaunchFailed
 from meshdeck.services.deploy_model import worker_id
 from meshdeck.services.log_reason import telling_line
 from test_launch_deploy_service import make_service, mp_plan, vllm_cluster
@@ -17,6 +20,15 @@ KILLED_WORKER_TAIL = """\
 (MainProcess pid=4199) INFO 12-01 16:22:39 [multiproc_executor.py:486] [shutdown] Executor: all workers exited gracefully
 """
 KILLED_WORKER_REASON = "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor."
+# vLLM 0.32.0's CPU build refusing DeepSeek-V3.2 (tests/fixtures/agent/SOURCES.md §7): the root cause comes first,
+# then "EngineCore failed to start." and three exceptions that only point back at it
+V32_REFUSED = (
+    Path(__file__).resolve().parents[2]
+    / "fixtures"
+    / "agent"
+    / "vllm-error_v0.32.0-cpu_tiny-deepseek-v3.2_single-node_sparse-attention-refused_excerpt.txt"
+).read_text()
+V32_REASON = "NotImplementedError: Sparse Attention is not supported on CPU."
 
 
 def test_a_crash_while_running_is_reported_with_vllms_line_from_that_parts_log() -> None:
@@ -34,10 +46,26 @@ def test_a_crash_while_running_is_reported_with_vllms_line_from_that_parts_log()
     assert recorder.finished[-1].reason == reason
 
 
+def test_a_part_failing_to_start_names_vllms_root_cause_on_the_first_line() -> None:
+    fleet = FakeFleet()
+    vllm_cluster(fleet)
+
+    def refuse(host: str, worker: dict) -> None:
+        fleet.logs[worker["id"]] += V32_REFUSED
+        fleet.crash(host, worker["id"], signal=None, exit_code=1)
+
+    fleet.on_start["vllm-node0"] = refuse
+    with pytest.raises(LaunchFailed) as failed:
+        make_service(fleet).launch(mp_plan())
+    first = failed.value.snapshot.reason.splitlines()[0]
+    assert first == f"vllm-node0 on gpu-a exited with status 1 while starting; vLLM: {V32_REASON}"
+
+
 @pytest.mark.parametrize(
     ("tail", "expected"),
     [
         (KILLED_WORKER_TAIL, KILLED_WORKER_REASON),
+        (V32_REFUSED, V32_REASON),
         ("usage: vllm [-h] [-v]\n            ...\nvllm: error: unrecognized arguments: --tensor-paralel 2\n",
          "vllm: error: unrecognized arguments: --tensor-paralel 2"),
         ("(EngineCore pid=23032) ERROR 12-01 16:12:32 [core.py:1512]     req_index = model_runner_output.req_id_to_index[req_id]\n"
