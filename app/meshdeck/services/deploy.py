@@ -357,7 +357,9 @@ class DeployService:
     def _react(self, deployment: _Deployment, worker: WorkerSnapshot) -> Callable[[], None] | None:
         """Under the lock: the deployment's new state after a worker changed, and what to do about it."""
         states = [w.state for w in deployment.workers.values()]
-        if worker.state == "exited" and worker.exit_code == 0:
+        # a torch rank exiting 0 is done; a vLLM server part exiting at all (the headless node whose worker
+        # died shuts its executor down "gracefully", status 0) leaves the deployment broken
+        if worker.state == "exited" and worker.exit_code == 0 and deployment.plan.engine != "vllm":
             if all(s == "exited" for s in states):
                 deployment.state, deployment.reason = "completed", "every part exited 0"
                 return lambda: self._finished(deployment, "completed", deployment.reason)

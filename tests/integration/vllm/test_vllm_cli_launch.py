@@ -59,32 +59,38 @@ def test_launch_serve_list_logs_and_stop_leave_no_process(
     port = free_port()
     profile = write_profile(tmp_path / "tiny-vllm.yaml", vllm_executable, port=port)
     db = str(tmp_path / "meshdeck.db")
+    dry = meshdeck(runtime, "launch", str(profile), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    nodes = json.loads(dry.stdout)["nodes"]  # what runs is what the dry run shows
+    assert [n["argv"][n["argv"].index("--node-rank") + 1] for n in nodes] == ["0", "1"]
+    assert ["--headless" in n["argv"] for n in nodes] == [False, True]
+    assert all(n["argv"][n["argv"].index("--master-addr") + 1] == "127.0.0.1" for n in nodes)
     launched = meshdeck(runtime, "--db", db, "launch", str(profile), "--json", timeout=1500)
-    assert launched.returncode == 0, launched.stderr[-4000:]
-    outcome = json.loads(launched.stdout)
-    assert outcome["state"] == "running" and outcome["serving_url"] == f"http://127.0.0.1:{port}/v1"
-    for line in ("ok   ports free", "ok   versions     local-0", "vllm 0.32.0+cpu"):
-        assert line in launched.stderr, launched.stderr[-3000:]
-    assert "--nnodes 2 --node-rank 1 --master-addr 127.0.0.1" in launched.stderr and "--headless" in launched.stderr
-    body = json.dumps({"model": str(tiny_model_dir()), "prompt": "mesh deck", "max_tokens": 8, "ignore_eos": True})
-    request = urllib.request.Request(f"{outcome['serving_url']}/completions", data=body.encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(request, timeout=300) as reply:
-        assert json.loads(reply.read())["usage"]["completion_tokens"] == 8
-    processes = vllm_processes(runtime)
-    assert len(processes) >= 4  # each node: `vllm serve` and at least its worker
+    try:
+        assert launched.returncode == 0, launched.stderr[-4000:]
+        outcome = json.loads(launched.stdout)
+        assert outcome["state"] == "running" and outcome["serving_url"] == f"http://127.0.0.1:{port}/v1"
+        for line in ("ok   ports free", "ok   versions     local-0        vllm 0.32.0+cpu, torch 2.13.0+cpu"):
+            assert line in launched.stderr, launched.stderr[-3000:]
+        body = json.dumps({"model": str(tiny_model_dir()), "prompt": "mesh deck", "max_tokens": 8, "ignore_eos": True})
+        request = urllib.request.Request(f"{outcome['serving_url']}/completions", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=300) as reply:
+            assert json.loads(reply.read())["usage"]["completion_tokens"] == 8
+        processes = vllm_processes(runtime)
+        assert len(processes) >= 4  # each node: `vllm serve` and at least its worker
 
-    listed = meshdeck(runtime, "--db", db, "deployments", "list", "--json")
-    assert listed.returncode == 0, listed.stderr
-    (found,) = [d for d in json.loads(listed.stdout)["deployments"] if d["id"] == outcome["id"]]
-    assert found["state"] == "running"
-    assert sorted(w["command"] for w in found["workers"]) == ["vllm-node0", "vllm-node1"]
-    logs = meshdeck(runtime, "--db", db, "deployments", "logs", "tiny-vllm", "--command", "vllm-node0",
-                    "--lines", "400")  # fmt: skip
-    assert logs.returncode == 0, logs.stderr
-    assert "CPU KV cache size: 233,008 tokens" in logs.stdout and "Application startup complete" in logs.stdout
-
-    stopped = meshdeck(runtime, "--db", db, "deployments", "stop", outcome["id"])
+        listed = meshdeck(runtime, "--db", db, "deployments", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (found,) = [d for d in json.loads(listed.stdout)["deployments"] if d["id"] == outcome["id"]]
+        assert found["state"] == "running"
+        assert sorted(w["command"] for w in found["workers"]) == ["vllm-node0", "vllm-node1"]
+        logs = meshdeck(runtime, "--db", db, "deployments", "logs", "tiny-vllm", "--command", "vllm-node0",
+                        "--lines", "400")  # fmt: skip
+        assert logs.returncode == 0, logs.stderr
+        assert "CPU KV cache size: 233,008 tokens" in logs.stdout and "Application startup complete" in logs.stdout
+    finally:
+        stopped = meshdeck(runtime, "--db", db, "deployments", "stop", "tiny-vllm")
     assert stopped.returncode == 0, stopped.stderr
     assert "vllm-node0 on local: stopped" in stopped.stdout and "vllm-node1 on local: stopped" in stopped.stdout
     assert not still_running(processes, within_s=60), "vLLM processes outlived `deployments stop`"
@@ -99,8 +105,8 @@ def test_a_flag_vllm_rejects_fails_the_launch_with_vllms_own_message(
     launched = meshdeck(runtime, "--db", str(tmp_path / "m.db"), "launch", str(profile), timeout=900)
     assert launched.returncode == 1
     # vLLM's argparse, quoted from the head's log
-    assert "vllm-node0 on local-0 exited with status 2 while starting" in launched.stderr, launched.stderr[-3000:]
-    assert "unrecognized arguments: --tensor-paralel" in launched.stderr, launched.stderr[-3000:]
+    first = "vllm-node0 on local-0 exited with code 2 while starting; vLLM: vllm: error: unrecognized arguments: --tensor-paralel"
+    assert f"meshdeck: launch failed: {first}" in launched.stderr, launched.stderr[-3000:]
     assert not still_running(vllm_processes(runtime), within_s=60)
 
 

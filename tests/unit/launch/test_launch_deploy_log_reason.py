@@ -61,6 +61,21 @@ def test_a_part_failing_to_start_names_vllms_root_cause_on_the_first_line() -> N
     assert first == f"vllm-node0 on gpu-a exited with status 1 while starting; vLLM: {V32_REASON}"
 
 
+def test_a_vllm_part_that_exits_0_while_serving_fails_the_deployment() -> None:
+    # the real headless node, its worker killed, shuts its executor down "gracefully" and exits 0: for a
+    # server that is no completion (a torch job's rank exiting 0 is), and its peers are stopped
+    fleet = FakeFleet()
+    vllm_cluster(fleet)
+    service = make_service(fleet)
+    snapshot = service.launch(mp_plan(), whole_restarts=0)
+    node1 = worker_id(snapshot.id, "vllm-node1")
+    fleet.logs[node1] += KILLED_WORKER_TAIL
+    fleet.finish("gpu-b", node1)
+    wait_until(lambda: service.get(snapshot.id).state == "failed")
+    assert service.get(snapshot.id).reason == f"vllm-node1 on gpu-b exited with code 0; vLLM: {KILLED_WORKER_REASON}"
+    assert fleet.stopped() == [("gpu-a", "vllm-node0")]
+
+
 @pytest.mark.parametrize(
     ("tail", "expected"),
     [
