@@ -49,8 +49,10 @@ def send_completions(
     prompt_chars: int = 96,
     request_timeout_s: float = 600.0,
     deadline_s: float = 1800.0,
+    stop: threading.Event | None = None,
 ) -> LoadResult:
-    """Send `requests` completions to `base_url`/completions, `concurrency` at a time; count what came back."""
+    """Send `requests` completions to `base_url`/completions, `concurrency` at a time; count what came back.
+    Setting `stop` ends the run after the requests in flight (the ones not sent count as failed)."""
     result = LoadResult()
     lock = threading.Lock()
     next_index = iter(range(requests))
@@ -80,7 +82,7 @@ def send_completions(
             result.completion_tokens += tokens
 
     def run() -> None:
-        while time.monotonic() - started < deadline_s:
+        while time.monotonic() - started < deadline_s and not (stop is not None and stop.is_set()):
             with lock:
                 index = next(next_index, None)
             if index is None:
@@ -93,7 +95,7 @@ def send_completions(
     for thread in threads:
         thread.join()
     with lock:
-        result.failed += sum(1 for _ in next_index)  # never sent: the deadline passed
+        result.failed += sum(1 for _ in next_index)  # never sent: the deadline passed, or `stop`
     result.elapsed_s = time.monotonic() - started
     return result
 

@@ -114,8 +114,10 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
     jobs = JobRunner()
     if args.demo:
         from meshdeck.services.demo import DemoCluster
+        from meshdeck.services.vllm_local import find_vllm_executable
 
-        demo = DemoCluster.start(db_path=args.db)
+        real_vllm = find_vllm_executable() if args.real_vllm else None  # VllmNotInstalled says how to make it
+        demo = DemoCluster.start(db_path=args.db, real_vllm=real_vllm)
         context = ConsoleContext(
             fleet=demo.fleet, db=demo.db, bridge=bridge, jobs=jobs, settings=settings, simulated=True
         )
