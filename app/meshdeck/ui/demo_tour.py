@@ -17,6 +17,7 @@ and lets the rest go on. `finished` is emitted when the tour is done (or gave up
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -182,13 +183,17 @@ class DemoTour(QObject):
             return
         deployments.choose_profile(DEMO_TORCH_PROFILE)
         self.step.emit(f"launching {DEMO_TORCH_PROFILE}: a real torch.distributed run on the CPU")
-        QTimer.singleShot(500, self._launch_torch_now)
+        QTimer.singleShot(500, lambda: self._when_chosen(DEMO_TORCH_PROFILE, self._launch_torch_now))
+
+    def _when_chosen(self, profile: str, then: Callable[[], None]) -> None:
+        """`then()` once the deployments view shows `profile` (its list may still be loading) and no launch runs."""
+        if self.views["deployments"].profile.currentText() != profile or self.context.jobs.running("launch"):
+            QTimer.singleShot(300, lambda: self._when_chosen(profile, then))
+            return
+        then()
 
     def _launch_torch_now(self) -> None:
         deployments = self.views["deployments"]
-        if deployments.profile.currentText() != DEMO_TORCH_PROFILE or self.context.jobs.running("launch"):
-            QTimer.singleShot(300, self._launch_torch_now)
-            return
         deployments.launch()
         job = self.context.jobs.running("launch")
         if job is None:
@@ -239,13 +244,10 @@ class DemoTour(QObject):
         deployments = self.views["deployments"]
         self.views["profiles"].reload(name)
         deployments.choose_profile(name)
-        QTimer.singleShot(500, self._launch_real_vllm_now)
+        QTimer.singleShot(500, lambda: self._when_chosen(DEMO_REAL_VLLM_PROFILE, self._launch_real_vllm_now))
 
     def _launch_real_vllm_now(self) -> None:
         deployments = self.views["deployments"]
-        if deployments.profile.currentText() != DEMO_REAL_VLLM_PROFILE or self.context.jobs.running("launch"):
-            QTimer.singleShot(300, self._launch_real_vllm_now)
-            return
         self.window.show_view("deployments")
         deployments.launched.connect(self._real_vllm_up)
         deployments.launch()

@@ -17,7 +17,7 @@ import pytest
 from meshdeck.launch.profile import dump_profile
 from meshdeck.services.deploy_local import free_port
 from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir
-from vllm_processes import still_running
+from vllm_processes import process_tree, still_running
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from local_agent_cli import isolated_runtime, meshdeck  # the launch tests' CLI helpers
@@ -40,16 +40,17 @@ def write_profile(path: Path, vllm: str, *, port: int, extra_args: tuple[str, ..
 
 
 def vllm_processes(runtime: dict[str, str]) -> list[psutil.Process]:
-    """vLLM's processes started by this test's agent (they inherit its XDG_RUNTIME_DIR)."""
+    """`vllm serve` processes started by this test's agent (they inherit its XDG_RUNTIME_DIR), and everything
+    below them (vLLM's engine and workers retitle themselves `VLLM::…`, which also hides their environment)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
             cmdline = " ".join(process.info["cmdline"] or ())
-            ours = process.environ().get("XDG_RUNTIME_DIR") == runtime["XDG_RUNTIME_DIR"]
-            if ours and ("vllm" in cmdline or "VLLM::" in cmdline) and "meshdeck" not in cmdline:
-                found.append(process)
+            ours = "vllm serve" in cmdline and process.environ().get("XDG_RUNTIME_DIR") == runtime["XDG_RUNTIME_DIR"]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        if ours:
+            found += process_tree(process.pid)
     return found
 
 

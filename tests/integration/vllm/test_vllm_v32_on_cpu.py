@@ -8,6 +8,7 @@ import pytest
 from meshdeck.services.deploy import LaunchFailed
 from meshdeck.services.vllm_bench import LocalVllmDeployment
 from meshdeck.services.vllm_local import tiny_model_dir
+from vllm_processes import processes_naming, still_running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -19,5 +20,7 @@ def test_v32_on_vllms_cpu_build_fails_the_launch_with_vllms_not_implemented_erro
         assert planned.kv_tokens == (1 << 30) // (16 * 4 * (1152 + 132)) * 16
         with pytest.raises(LaunchFailed) as failed:
             run.launch()
+        deployment_id = run.deployment_id
     first = failed.value.snapshot.reason.splitlines()[0]
     assert " while starting; vLLM: NotImplementedError: Sparse Attention is not supported on CPU." in first, first
+    assert not still_running(processes_naming(deployment_id), within_s=60), "the failed launch left processes"

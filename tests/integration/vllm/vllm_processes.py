@@ -34,3 +34,15 @@ def still_running(processes: list[psutil.Process], within_s: float = 30.0) -> li
     while (left := alive(processes)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+def processes_naming(text: str) -> list[psutil.Process]:
+    """Processes whose command line holds `text` (a deployment id: its workers' keepers name their folder)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if text in " ".join(process.info["cmdline"] or ()):
+                found.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return found
