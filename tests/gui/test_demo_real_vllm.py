@@ -32,7 +32,8 @@ def test_the_demo_runs_real_agents_for_the_real_engine_and_shuts_them_down(tmp_p
         assert demo.fleet.call("cpu-a", "inventory", timeout=30)["simulated"] is False
         profile = demo_real_vllm_profile(demo.real_vllm, demo.real_hosts)
         assert profile.hosts == list(REAL_VLLM_HOSTS) and profile.vllm.executable == "/opt/vllm/bin/vllm"
-        assert profile.layout.tensor_parallel == 2 and profile.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+        assert profile.layout.tensor_parallel == 2 and "VLLM_CPU_KVCACHE_SPACE" not in profile.env
+        assert profile.vllm.extra_args[-2:] == ["--kv-cache-memory-bytes", "32M"]
     finally:
         demo.shutdown()
     assert not demo.folder.exists()

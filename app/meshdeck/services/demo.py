@@ -251,6 +251,7 @@ def demo_torch_profile(hosts: tuple[str, ...] = DEMO_HOSTS, python: str | None =
 
 
 def demo_real_vllm_profile(executable: str, hosts: tuple[str, ...] = REAL_VLLM_HOSTS) -> Profile:
-    """The real engine's profile: vLLM's CPU build, TP=2 over the two real demo agents, free ports."""
+    """The real engine's profile: vLLM's CPU build, TP=2 over the two real demo agents, free ports, a 32 MiB KV
+    pool (7,280 tokens: the demo's eight requests in flight fill a visible share of it)."""
     return local_vllm_profile(hosts, executable=executable, model=str(tiny_model_dir()), port=free_port(),
-                              master_port=free_port(), name=DEMO_REAL_VLLM_PROFILE)  # fmt: skip
+                              master_port=free_port(), name=DEMO_REAL_VLLM_PROFILE, kv_cache_memory="32M")  # fmt: skip

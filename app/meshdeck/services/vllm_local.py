@@ -71,9 +71,15 @@ def local_vllm_profile(
     pipeline_parallel: int = 1,
     extra_args: Sequence[str] = (),
     name: str = "vllm-cpu",
+    kv_cache_memory: str | None = None,
 ) -> Profile:
-    """A vLLM profile for the tiny model on `hosts` (agents of this machine), one CPU worker per host."""
+    """A vLLM profile for the tiny model on `hosts` (agents of this machine), one CPU worker per host.
+
+    The KV budget is VLLM_CPU_KVCACHE_SPACE (whole GiB), or `kv_cache_memory` (`--kv-cache-memory-bytes`,
+    e.g. "32M") for a pool small enough that a handful of requests fill a visible part of it."""
     world = tensor_parallel * pipeline_parallel
+    budget_args = ["--kv-cache-memory-bytes", kv_cache_memory] if kv_cache_memory else []
+    budget_env = {} if kv_cache_memory else {"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_SPACE_GIB}
     if world % len(hosts):
         raise InputError("layout", f"{world} workers do not split evenly over {len(hosts)} host(s)")
     return profile_from_mapping(
@@ -89,10 +95,10 @@ def local_vllm_profile(
                 "max_model_len": MAX_MODEL_LEN,
                 "port": port,
                 "master_port": master_port,
-                "extra_args": [*SERVE_ARGS, *extra_args],
+                "extra_args": [*SERVE_ARGS, *budget_args, *extra_args],
             },
             "env": {
-                "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_SPACE_GIB,
+                **budget_env,
                 # two "nodes" share this machine's cores: let the OS place the threads instead of vLLM pinning
                 # every node's worker to core 0 (its `auto` binding counts only the node's own workers)
                 "VLLM_CPU_OMP_THREADS_BIND": "nobind",

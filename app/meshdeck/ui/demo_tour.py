@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_MS = 120_000
 REAL_LOAD_REQUESTS = 5000  # the real engine's load runs until the demo closes (or REAL_LOAD_S)
 REAL_LOAD_S = 3600.0
-REAL_SETTLE_MS = 30_000  # of load before the tour calls itself done (the screenshots are taken then)
+REAL_SETTLE_MS = 120_000  # of load before the tour calls itself done (the screenshots are taken then)
 
 
 def demo_first_real_host(demo: object) -> str | None:
@@ -266,8 +266,8 @@ class DemoTour(QObject):
         self.step.emit(f"sending completions to the REAL vLLM at {url}")
 
         def load(progress: object) -> str:
-            result = send_completions(url, model, requests=REAL_LOAD_REQUESTS, concurrency=8, max_tokens=96,
-                                      deadline_s=REAL_LOAD_S, stop=progress.cancelled)  # type: ignore[attr-defined]  # fmt: skip
+            result = send_completions(url, model, requests=REAL_LOAD_REQUESTS, concurrency=8, max_tokens=400,
+                                      prompt_chars=400, deadline_s=REAL_LOAD_S, stop=progress.cancelled)  # type: ignore[attr-defined]  # fmt: skip
             return f"{result.ok} completions answered, {result.failed} not"
 
         self.context.jobs.start("demo load", load)
