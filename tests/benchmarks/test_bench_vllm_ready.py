@@ -84,6 +84,7 @@ def through_meshdeck(executable: str) -> float:
     return ready_s
 
 
+@pytest.mark.timeout(3600)  # rounds of minute-long starts: past the suite's 300 s default
 def test_bench_vllm_time_to_ready_against_vllm_serve_by_hand() -> None:
     try:
         executable = find_vllm_executable()
