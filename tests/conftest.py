@@ -32,7 +32,16 @@ from memory_keyring import MemoryKeyring, installed  # noqa: E402 - needs tests/
 # Qt never needs a display in tests; screenshots under Xvfb set DISPLAY themselves.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-_LEAK_MARKERS = ("meshdeck_agent", "meshdeck-agent", "simvllm", "torch.distributed.run", "torchrun", "sshd -D")
+_LEAK_MARKERS = (
+    "meshdeck_agent",
+    "meshdeck-agent",
+    "simvllm",
+    "torch.distributed.run",
+    "torchrun",
+    "sshd -D",
+    "vllm serve",
+    "VLLM::",
+)
 _SESSION_START = time.time()
 _LEAKED: list[str] = []
 # Processes this session starts inherit this mark; another pytest session running at the same time marks

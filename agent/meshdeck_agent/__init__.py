@@ -4,4 +4,4 @@ Runs on the server's stdlib (Python >= 3.9) plus nvidia-ml-py and prometheus_cli
 zipapp vendors. Imports nothing from the meshdeck app.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

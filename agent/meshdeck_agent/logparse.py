@@ -4,7 +4,8 @@ vLLM (old and new formats, with or without the `(Worker_TP0 pid=N)` / `(EngineCo
     Model loading took 80.7812 GiB and 45.1 seconds        (also "... GiB memory and ...", V0's
                                                             "Loading model weights took 14.95 GB")
     Available KV cache memory: 46.80 GiB
-    GPU KV cache size: 715,072 tokens                      (also merged with the next line)
+    Explicitly set (1.0/23.54) GiB for KV cache on node 0.  (CPU build; also "Auto set (...) GiB for KV cache")
+    GPU KV cache size: 715,072 tokens                      (also merged with the next line; CPU: "CPU KV cache")
     Maximum concurrency for 120,000 tokens per request: 2.48x
     Multiplying the GPU KV cache size by the dcp_world_size 8.
     # GPU blocks: 2048                                     (V0)
@@ -39,6 +40,8 @@ _VLLM_PATTERNS = (
     (re.compile(r"Model loading took (?P<weights_gib>[\d.]+) GiB(?: memory)? and (?P<load_seconds>[\d.]+) s"), None),
     (re.compile(r"Loading model weights took (?P<weights_gib>[\d.]+) GB"), None),
     (re.compile(r"Available KV cache memory: (?P<available_kv_gib>-?[\d.]+) GiB"), None),
+    # vLLM's CPU build: the budget each worker was given (VLLM_CPU_KVCACHE_SPACE) or sized from free memory
+    (re.compile(r"(?:Explicitly|Auto) set \((?P<available_kv_gib>[\d.]+)/[\d.]+\) GiB for KV cache"), None),
     (re.compile(r"KV cache size: (?P<kv_cache_tokens>[\d,]+) tokens"), None),
     (
         re.compile(

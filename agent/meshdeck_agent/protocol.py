@@ -2,7 +2,7 @@
 
 One JSON object per line, UTF-8, at most MAX_LINE_BYTES per line (newline included).
 
-    hello         {"hello": {"protocol": 1, "agent": "0.1.0"}}            first line, both ways
+    hello         {"hello": {"protocol": 1, "agent": "0.2.0"}}            first line, both ways
                   (the agent's also has "epoch": "<sample sequence epoch>", see below)
     request       {"id": 7, "method": "workers.start", "params": {...}}
     response      {"id": 7, "result": {...}}

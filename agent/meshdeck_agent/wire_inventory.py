@@ -7,7 +7,7 @@ and raises `InventoryError` (a ValueError) whose `.field` is the path of the fir
 
     {
       "hostname": "gpu-07",
-      "agent": "0.1.0",                      # meshdeck-agent version
+      "agent": "0.2.0",                      # meshdeck-agent version
       "simulated": false,                    # true for every --simulate agent
       "driver": "570.172.08" | null,         # NVIDIA driver (NVML)
       "cuda": "12.8" | null,                 # CUDA version the driver supports

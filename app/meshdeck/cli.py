@@ -32,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="logging level (default: WARNING)")
     parser.add_argument("--demo", action="store_true", help="open the console on two simulated 8xH200 hosts")
     parser.add_argument("--screenshots", metavar="DIR", help="with --demo: save one PNG per view into DIR")
+    parser.add_argument(
+        "--real-vllm",
+        action="store_true",
+        help="with --demo: also run a real vLLM (its CPU build, `make vllm-venv`) TP=2 on two real local agents",
+    )
     parser.add_argument("--quit-after", type=float, metavar="SECONDS", help="close the window after SECONDS")
     parser.add_argument("--db", metavar="PATH", help="SQLite database (default: the platform data dir)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -86,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         from meshdeck.console_entry import desktop_session, run_gui  # Qt is imported only when a window is wanted
 
-        if args.demo or args.screenshots or args.quit_after is not None or desktop_session():
+        if args.demo or args.real_vllm or args.screenshots or args.quit_after is not None or desktop_session():
             return run_gui(args)  # a plain `meshdeck` on a desktop opens the console
         parser.print_help()
         return 0

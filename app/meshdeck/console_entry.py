@@ -1,4 +1,4 @@
-"""Opens the console window: `meshdeck --demo`, `--screenshots DIR`, `--quit-after SECONDS`.
+"""Opens the console window: `meshdeck --demo [--real-vllm]`, `--screenshots DIR`, `--quit-after SECONDS`.
 
 cli.py calls `run_gui` for those flags, and for a plain `meshdeck` in a desktop session (X11 or
 Wayland; a terminal without a display still gets the help). Qt is
@@ -29,6 +29,9 @@ def has_display() -> bool:
 def run_gui(args: argparse.Namespace) -> int:
     if args.screenshots and not args.demo:
         print("meshdeck: error: --screenshots: only with --demo (it pictures the demo cluster)", file=sys.stderr)
+        return 2
+    if args.real_vllm and not args.demo:
+        print("meshdeck: error: --real-vllm: only with --demo (it adds a real engine to the demo)", file=sys.stderr)
         return 2
     if args.quit_after is not None and not args.quit_after > 0:
         print(

@@ -134,11 +134,13 @@ def gpu_memory(
     answers: Mapping[str, Sequence[Mapping[str, Any]] | str],
     *,
     allow_cpu: bool = False,
+    cpu_runner: str = "the workload runs on CPU with gloo",
 ) -> list[CheckResult]:
     """`answers`: host -> [{"index", "memory_total_bytes", "memory_used_bytes"}] (latest sample) or an error.
 
     vLLM claims `utilization × total` on each GPU at start and refuses to start if less is free; a torch
-    workload (`utilization` None) needs the GPUs only, and may run on CPU (gloo) where `allow_cpu`.
+    workload (`utilization` None) needs the GPUs only, and may run on CPU (gloo) where `allow_cpu` (so may
+    vLLM's CPU build; `cpu_runner` says which runs there).
     """
     results: list[CheckResult] = []
     for host, gpus in answers.items():
@@ -146,7 +148,7 @@ def gpu_memory(
             results.append(CheckResult("GPU memory", host, False, f"could not read GPU memory: {gpus}"))
             continue
         if not gpus and allow_cpu:
-            results.append(CheckResult("GPU memory", host, True, "no GPUs: the workload runs on CPU with gloo"))
+            results.append(CheckResult("GPU memory", host, True, f"no GPUs: {cpu_runner}"))
             continue
         if len(gpus) < gpus_needed:
             results.append(CheckResult("GPU memory", host, False, f"{len(gpus)} GPU(s), the plan needs {gpus_needed}"))

@@ -170,6 +170,11 @@ def build_vllm_plan(
             )
         )
 
+    def own_address(node: NodeNetwork) -> dict[str, str]:
+        # vLLM's get_ip() otherwise guesses the default route's address (it announced eth0's while the
+        # nodes met on 127.0.0.1); a node's peers reach it at the address the plan knows it by.
+        return {"VLLM_HOST_IP": node.address}
+
     if cls == "single-node":
         add(head, 0, "vllm-node0", 0, [*serve, *common, *api, *settings.extra_args], ready=api_ready,
             metrics_url=metrics_url)  # fmt: skip
@@ -181,7 +186,8 @@ def build_vllm_plan(
             argv += ["--master-addr", head.address, "--master-port", str(settings.master_port)]
             argv += ["--headless"] if rank else api
             add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
-                ready=running if rank else master_ready, metrics_url=None if rank else metrics_url)  # fmt: skip
+                ready=running if rank else master_ready, metrics_url=None if rank else metrics_url,
+                env=own_address(node))  # fmt: skip
     elif cls == "dp-multi-node":
         ports.append(PortUse(head.host, settings.data_parallel_rpc_port, "vLLM data-parallel RPC"))
         rpc_ready = (ReadyCheck("tcp", port=settings.data_parallel_rpc_port, timeout_s=900.0),)
@@ -192,7 +198,8 @@ def build_vllm_plan(
             argv += ["--data-parallel-rpc-port", str(settings.data_parallel_rpc_port)]
             argv += ["--data-parallel-start-rank", str(rank * dp_local), "--headless"] if rank else api
             add(node, rank, f"vllm-node{rank}", min(rank, 1), argv + settings.extra_args,
-                ready=running if rank else rpc_ready, metrics_url=None if rank else metrics_url)  # fmt: skip
+                ready=running if rank else rpc_ready, metrics_url=None if rank else metrics_url,
+                env=own_address(node))  # fmt: skip
     else:  # ray
         ray = ray_executable(settings.executable)
         ports.append(PortUse(head.host, settings.ray_port, "Ray GCS"))

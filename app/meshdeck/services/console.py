@@ -58,15 +58,17 @@ class ConsoleServices:
         db_path: str | Path | None = None,
         fleet_settings: FleetSettings | None = None,
         writer_settings: WriterSettings | None = None,
+        real_vllm: str | None = None,
     ) -> ConsoleServices:
         """Open the database and the fleet (the demo's two simulated agents with --demo), the deployment
-        registry and the history writer. Hosts are connected by `connect_hosts`, once the caller listens."""
+        registry and the history writer. Hosts are connected by `connect_hosts`, once the caller listens.
+        `real_vllm` (the demo only): the vLLM executable the demo's real-engine profile runs."""
         stops: list[Callable[[], None]] = []
         demo_cluster = None
         if demo:
             from meshdeck.services.demo import DemoCluster
 
-            demo_cluster = DemoCluster.start(db_path=db_path)
+            demo_cluster = DemoCluster.start(db_path=db_path, real_vllm=real_vllm)
             fleet, db = demo_cluster.fleet, demo_cluster.db
             stops.append(demo_cluster.shutdown)  # its daemons and workers, the fleet, the database
         else:

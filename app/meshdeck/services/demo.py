@@ -10,6 +10,10 @@ stops both daemons and removes that folder. No Qt here.
 The demo's two deployments are ordinary profiles: the planner's best layout over both hosts (vLLM,
 simulated by the agents because the hosts are), and the launch engineer's tiny DeepSeek-shaped
 torch workload, which really runs (gloo on CPU) across the two agents.
+
+With `--real-vllm` (and vLLM's CPU build from `make vllm-venv`) two more agents, cpu-a and cpu-b, run
+unsimulated: a real vLLM serves the tiny DeepSeek-V3-shaped model TP=2 across them
+(services.vllm_local's profile), labelled real wherever it shows.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Layout, Profile, profile_from_mapping, profile_to_mapping
 from meshdeck.services.deploy_local import free_port, workload_profile
 from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir
 from meshdeck.store.database import Database, open_database
 
 log = logging.getLogger(__name__)
 
 DEMO_HOSTS = ("demo-a", "demo-b")
+REAL_VLLM_HOSTS = ("cpu-a", "cpu-b")  # real (unsimulated) agents of this machine for the real vLLM
 DEMO_SPEC = "8xH200"
 SHUTDOWN_TIMEOUT_S = 10.0
 
@@ -53,6 +59,8 @@ class DemoCluster:
     folder: Path
     hosts: tuple[str, ...] = DEMO_HOSTS
     spec: str = DEMO_SPEC
+    real_vllm: str | None = None  # vLLM's CPU build (its `vllm` launcher) when the demo runs the real engine
+    real_hosts: tuple[str, ...] = ()
     _closed: bool = field(default=False, repr=False)
 
     @classmethod
@@ -64,8 +72,10 @@ class DemoCluster:
         hosts: tuple[str, ...] = DEMO_HOSTS,
         interval_s: float = 1.0,
         fleet_settings: FleetSettings | None = None,
+        real_vllm: str | None = None,
     ) -> DemoCluster:
-        """Open the demo database and start supervising one simulated local agent per host name.
+        """Open the demo database and start supervising one simulated local agent per host name (and, with
+        `real_vllm`, the real agents REAL_VLLM_HOSTS for the real engine).
 
         The folder lives under /tmp: agent sockets need short paths (108 bytes of sun_path)."""
         folder = Path(tempfile.mkdtemp(prefix="meshdeck-demo-", dir="/tmp" if Path("/tmp").is_dir() else None))
@@ -76,12 +86,14 @@ class DemoCluster:
             raise
         settings = fleet_settings or FleetSettings(known_hosts=str(folder / "known_hosts"), ssh_config=None)
         fleet = FleetService(settings)
-        cluster = cls(fleet=fleet, db=db, folder=folder, hosts=hosts, spec=spec)
+        real_hosts = REAL_VLLM_HOSTS if real_vllm else ()
+        cluster = cls(fleet=fleet, db=db, folder=folder, hosts=hosts, spec=spec, real_vllm=real_vllm,
+                      real_hosts=real_hosts)  # fmt: skip
         try:
-            for name in hosts:
+            for name in (*hosts, *real_hosts):
                 fleet.add_local(
                     name,
-                    simulate=spec,
+                    simulate=None if name in real_hosts else spec,
                     socket=str(folder / f"{name}.sock"),
                     state_dir=str(folder / name),
                     interval_s=interval_s,
@@ -107,7 +119,7 @@ class DemoCluster:
             except Exception as exc:  # not connected (yet): asked directly on its socket below
                 log.info("demo: shutting down %s through the fleet: %s", name, exc)
         self.fleet.close()
-        for name in self.hosts:  # a daemon `attach` started before the fleet connected to it
+        for name in (*self.hosts, *self.real_hosts):  # a daemon `attach` started before the fleet connected to it
             socket_path = self.folder / f"{name}.sock"
             if socket_path.exists():
                 shutdown_agent_socket(socket_path, timeout)
@@ -199,6 +211,7 @@ def sweep_processes(marker: str, grace_s: float = 5.0) -> list[int]:
 
 DEMO_VLLM_PROFILE = "demo-deepseek-v3.2"
 DEMO_TORCH_PROFILE = "demo-tiny-deepseek"
+DEMO_REAL_VLLM_PROFILE = "demo-real-vllm-cpu"
 
 
 def choose_demo_layout(result: PlanResult, nodes: int) -> LayoutPlan | None:
@@ -236,3 +249,10 @@ def demo_torch_profile(hosts: tuple[str, ...] = DEMO_HOSTS, python: str | None =
     """A real torch.distributed run of the tiny DeepSeek-shaped model: TP=2, one rank per demo host, gloo on CPU."""
     base = workload_profile("tiny-deepseek", Layout(tensor_parallel=len(hosts)), hosts, python=python or sys.executable)
     return profile_from_mapping({**profile_to_mapping(base), "name": DEMO_TORCH_PROFILE}, source="demo")
+
+
+def demo_real_vllm_profile(executable: str, hosts: tuple[str, ...] = REAL_VLLM_HOSTS) -> Profile:
+    """The real engine's profile: vLLM's CPU build, TP=2 over the two real demo agents, free ports, a 32 MiB KV
+    pool (7,280 tokens: the demo's eight requests in flight fill a visible share of it)."""
+    return local_vllm_profile(hosts, executable=executable, model=str(tiny_model_dir()), port=free_port(),
+                              master_port=free_port(), name=DEMO_REAL_VLLM_PROFILE, kv_cache_memory="32M")  # fmt: skip

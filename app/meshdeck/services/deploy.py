@@ -421,8 +421,6 @@ class DeployService(LaunchSteps):
 
     # -- plumbing ----------------------------------------------------------------------------------
 
-    # -- plumbing ----------------------------------------------------------------------------------
-
     def _peer_log(self, host: str) -> PeerLog:
         with self._lock:
             if host not in self._noise:

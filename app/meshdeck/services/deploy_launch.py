@@ -27,6 +27,7 @@ from meshdeck.services.deploy_model import (
     worker_name,
 )
 from meshdeck.services.deploy_state import TrackedDeployment
+from meshdeck.services.log_reason import telling_line
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0
 CRASH_TAIL_LINES = 15  # of a part that died while starting, in the launch's reason
+OWN_WORD_LINES = 400  # of a failed part's log, searched for its own last word (vLLM's error line)
 
 
 class LaunchSteps:
@@ -169,8 +171,11 @@ class LaunchSteps:
             if crashed:
                 worker = crashed[0]
                 reason = describe_exit(worker.state, worker.exit_code, worker.signal, worker.reason)
+                said = self._own_word(deployment, worker)
                 tail = printable_lines(self._crash_tail(worker.host, worker.worker_id))
-                raise _Abort("failed", f"{worker.command} on {worker.host} {reason} while starting\n{tail}".rstrip())
+                raise _Abort(
+                    "failed", f"{worker.command} on {worker.host} {reason} while starting{said}\n{tail}".rstrip()
+                )
             known = [s for s in since if s is not None]
             running_since = max(known) if known and len(known) == len(since) else None
             for check in checks:
@@ -211,10 +216,23 @@ class LaunchSteps:
             log.debug("no log tail of %s on %s: %s", worker_id, host, exc)
             return ""
 
+    def _own_word(self, deployment: TrackedDeployment, worker: WorkerSnapshot) -> str:
+        """`; vLLM: <its last error line>` from a failed part's log ('; log:' for other engines), or ''."""
+        try:
+            said = telling_line(self._tail(worker.host, worker.worker_id, OWN_WORD_LINES))
+        except Exception as exc:  # the agent may be gone: the reason goes without it
+            log.debug("no log of %s on %s: %s", worker.worker_id, worker.host, exc)
+            return ""
+        if not said:
+            return ""
+        return f"; vLLM: {said}" if deployment.engine == "vllm" else f"; log: {said}"
+
     def _react(self, deployment: TrackedDeployment, worker: WorkerSnapshot) -> Callable[[], None] | None:
         """Under the lock: the deployment's new state after a worker changed, and what to do about it."""
         states = [w.state for w in deployment.workers.values()]
-        if worker.state == "exited" and worker.exit_code == 0:
+        # a torch rank exiting 0 is done; a vLLM server part exiting at all (the headless node whose worker
+        # died shuts its executor down "gracefully", status 0) leaves the deployment broken
+        if worker.state == "exited" and worker.exit_code == 0 and deployment.engine != "vllm":
             if all(s == "exited" for s in states):
                 deployment.state, deployment.reason = "completed", "every part exited 0"
                 return lambda: self._finished(deployment, "completed", deployment.reason)
@@ -247,6 +265,7 @@ class LaunchSteps:
         return None
 
     def _fail(self, deployment: TrackedDeployment, message: str, worker: WorkerSnapshot) -> None:
+        message += self._own_word(deployment, worker)
         self._record_event(deployment, "worker_failed", message, worker.as_dict())
         with self._lock:
             others = [w for w in reversed(deployment.start_order()) if w.worker_id != worker.worker_id]

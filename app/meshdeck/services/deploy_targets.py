@@ -39,6 +39,7 @@ from meshdeck.launch.vllm_launch import is_deepseek_v32
 from meshdeck.remote.errors import RpcError, RpcTimeout
 from meshdeck.services.catalog import load_model
 from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.cpu_plan import cpu_planned_startup
 from meshdeck.services.inventory import fetch_inventory
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ def planned_startup(profile: Profile, inventories: Mapping[str, Inventory]) -> t
     shows for the same hosts, so planned-vs-measured compares against the row the user chose."""
     if profile.engine != "vllm":
         return None, ""
+    if not any(inventories[host].gpus for host in profile.hosts if host in inventories):
+        return cpu_planned_startup(profile)  # vLLM's CPU build: the budget is set, not profiled
     name = bundled_model_for(profile.model)
     if name is None:
         return None, f"{profile.model!r} is not a model meshdeck has a card for; no prediction to compare"

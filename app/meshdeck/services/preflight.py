@@ -81,6 +81,12 @@ def versions_python(profile: Profile) -> str:
     return posixpath.join(posixpath.dirname(executable), "python3") if "/" in executable else "python3"
 
 
+def is_vllm_cpu_build(versions: Mapping[str, Any]) -> bool:
+    """Every host answered with vLLM's CPU build (`checks.versions` reports it as "<version>+cpu")."""
+    found = [answer.get("vllm") for answer in versions.values() if isinstance(answer, Mapping)]
+    return bool(found) and len(found) == len(versions) and all(str(v or "").endswith("+cpu") for v in found)
+
+
 def _or_reason(ask: Callable[[], T]) -> T | str:
     """The answer, or the error as a one-line string (a check fails with it; pre-flight goes on)."""
     try:
@@ -200,15 +206,22 @@ def run_preflight(
     python = versions_python(profile)
     found = {} if simulated else _per_host(hosts, lambda h: _ask(caller, h, "checks.versions", {"python": python}))
     has_gpus = any(i.gpus for i in decoded)
+    cpu_vllm = profile.engine == "vllm" and not has_gpus and is_vllm_cpu_build(found)
     if profile.engine == "vllm":
-        required = ["vllm", "torch", "nccl"] + (["ray"] if plan.layout_class == "ray" else [])
+        required = ["vllm", "torch"] + ([] if cpu_vllm else ["nccl"]) + (["ray"] if plan.layout_class == "ray" else [])
     else:
         required = ["torch", "nccl"] if has_gpus else ["torch"]
     if not simulated:
         results += rules.versions(required, found)
     gpus = _per_host(hosts, lambda h: _latest_gpus(caller, h, inventory[h]))
     utilization = profile.vllm.gpu_memory_utilization if profile.engine == "vllm" else None
-    results += rules.gpu_memory(profile.gpus_per_node, utilization, gpus, allow_cpu=profile.engine == "torch")
+    results += rules.gpu_memory(
+        profile.gpus_per_node,
+        utilization,
+        gpus,
+        allow_cpu=profile.engine == "torch" or cpu_vllm,
+        cpu_runner="vLLM's CPU build runs the workers" if cpu_vllm else "the workload runs on CPU with gloo",
+    )
     purposes = {use.port: use.purpose for use in plan.ports}
     results += rules.ports_free(plan.head_host, purposes, _ask(caller, plan.head_host, "checks.ports_free",
                                                                  {"ports": sorted(purposes)}))  # fmt: skip

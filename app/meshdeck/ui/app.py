@@ -105,7 +105,12 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
 def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleContext:
     """Services for the console (the demo cluster, or the stored hosts over SSH), seen through the bridge."""
     bridge = FleetBridge()
-    services = ConsoleServices.start(demo=args.demo, db_path=args.db)
+    real_vllm = None
+    if getattr(args, "real_vllm", False):
+        from meshdeck.services.vllm_local import find_vllm_executable
+
+        real_vllm = find_vllm_executable()  # VllmNotInstalled says how to make it
+    services = ConsoleServices.start(demo=args.demo, db_path=args.db, real_vllm=real_vllm)
     context = ConsoleContext(
         fleet=services.fleet, db=services.db, bridge=bridge, jobs=JobRunner(), settings=settings, simulated=args.demo
     )

@@ -6,7 +6,9 @@
    the VRAM, KV-cache and NVLink charts move;
 4. launch the tiny DeepSeek-shaped torch.distributed workload for real (gloo on CPU) on both agents
    (skipped, saying so, where no Python with torch is at hand: the packaged app carries none);
-5. show an hour of history for demo-a.
+5. show an hour of history for demo-a;
+6. with `--real-vllm`: launch the real vLLM (CPU build) TP=2 on cpu-a and cpu-b, send it completions
+   and show the dashboard on cpu-a, labelled real.
 
 Each step waits on the view's signals (no sleeps), and a step that fails says why in the status bar
 and lets the rest go on. `finished` is emitted when the tour is done (or gave up).
@@ -15,21 +17,29 @@ and lets the rest go on. `finished` is emitted when the tour is done (or gave up
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from meshdeck.core.planner import PlanResult
 from meshdeck.services import profiles as profile_service
+from meshdeck.services.completion_load import send_completions
 from meshdeck.services.demo import (
+    DEMO_REAL_VLLM_PROFILE,
     DEMO_TORCH_PROFILE,
     DEMO_VLLM_PROFILE,
     choose_demo_layout,
+    demo_real_vllm_profile,
     demo_torch_profile,
     demo_vllm_profile,
     torch_python,
 )
+from meshdeck.services.deploy_model import DeploymentSnapshot
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
+from meshdeck.services.vllm_local import tiny_model_dir
+from meshdeck.ui.jobs import Progress
 from meshdeck.ui.main_window import MainWindow
+from meshdeck.ui.views.dashboard import DashboardView
 from meshdeck.ui.views.deployments import DeploymentsView
 from meshdeck.ui.views.history import HistoryView
 from meshdeck.ui.views.planner import PlannerView
@@ -37,6 +47,14 @@ from meshdeck.ui.views.profiles import ProfilesView
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_MS = 120_000
+REAL_LOAD_REQUESTS = 5000  # the real engine's load runs until the demo closes (or REAL_LOAD_S)
+REAL_LOAD_S = 3600.0
+REAL_SETTLE_MS = 120_000  # of load before the tour calls itself done (the screenshots are taken then)
+
+
+def demo_first_real_host(demo: object) -> str | None:
+    hosts = getattr(demo, "real_hosts", ())
+    return hosts[0] if hosts else None
 
 
 class DemoTour(QObject):
@@ -172,13 +190,17 @@ class DemoTour(QObject):
             return
         deployments.choose_profile(DEMO_TORCH_PROFILE)
         self.step.emit(f"launching {DEMO_TORCH_PROFILE}: a real torch.distributed run on the CPU")
-        QTimer.singleShot(500, self._launch_torch_now)
+        QTimer.singleShot(500, lambda: self._when_chosen(DEMO_TORCH_PROFILE, self._launch_torch_now))
+
+    def _when_chosen(self, profile: str, then: Callable[[], None]) -> None:
+        """`then()` once the deployments view shows `profile` (its list may still be loading) and no launch runs."""
+        if self.window.view_of(DeploymentsView).profile.currentText() != profile or self.context.jobs.running("launch"):
+            QTimer.singleShot(300, lambda: self._when_chosen(profile, then))
+            return
+        then()
 
     def _launch_torch_now(self) -> None:
         deployments = self.window.view_of(DeploymentsView)
-        if deployments.profile.currentText() != DEMO_TORCH_PROFILE or self.context.jobs.running("launch"):
-            QTimer.singleShot(300, self._launch_torch_now)
-            return
         deployments.launch()
         job = self.context.jobs.running("launch")
         if job is None:
@@ -204,5 +226,71 @@ class DemoTour(QObject):
             history.range.setCurrentIndex(history.range.findText("last 15 min"))
             history.query()
         self.window.show_view("dashboard")
+        if self.context.demo is not None and self.context.demo.real_vllm:
+            QTimer.singleShot(0, self._launch_real_vllm)
+            return
         self.step.emit("done: the dashboard follows the simulated vLLM deployment")
+        self._finish()
+
+    # 6 ------------------------------------------------------------------------------------------
+
+    def _launch_real_vllm(self) -> None:
+        demo, db = self.context.demo, self.context.db
+        assert demo is not None and demo.real_vllm is not None and db is not None
+        profile = demo_real_vllm_profile(demo.real_vllm, demo.real_hosts)
+        self.step.emit(f"launching {DEMO_REAL_VLLM_PROFILE}: a REAL vLLM (CPU build) TP=2 on cpu-a and cpu-b")
+
+        def work(_progress: Progress) -> str:
+            return profile_service.save_profile(db, profile, "the real engine: vLLM's CPU build").profile.name
+
+        job = self.context.jobs.start("demo real profile", work)
+        job.succeeded.connect(self._real_profile_saved)
+        job.failed.connect(self._give_up)
+
+    def _real_profile_saved(self, name: str) -> None:
+        deployments = self.window.view_of(DeploymentsView)
+        self.window.view_of(ProfilesView).reload(name)
+        deployments.choose_profile(name)
+        QTimer.singleShot(500, lambda: self._when_chosen(DEMO_REAL_VLLM_PROFILE, self._launch_real_vllm_now))
+
+    def _launch_real_vllm_now(self) -> None:
+        deployments = self.window.view_of(DeploymentsView)
+        self.window.show_view("deployments")
+        deployments.launched.connect(self._real_vllm_up)
+        deployments.launch()
+        job = self.context.jobs.running("launch")
+        if job is not None:
+            job.failed.connect(lambda message: self._give_up(f"the real vLLM did not come up: {message}"))
+
+    def _real_vllm_up(self, snapshot: DeploymentSnapshot) -> None:
+        deployments = self.window.view_of(DeploymentsView)
+        deployments.launched.disconnect(self._real_vllm_up)
+        url = snapshot.serving_url
+        if not url:
+            self._give_up("the real vLLM serves no API")
+            return
+        model = str(tiny_model_dir())
+        self.step.emit(f"sending completions to the REAL vLLM at {url}")
+
+        def load(progress: Progress) -> str:
+            result = send_completions(url, model, requests=REAL_LOAD_REQUESTS, concurrency=8, max_tokens=400,
+                                      prompt_chars=400, deadline_s=REAL_LOAD_S, stop=progress.cancelled)  # fmt: skip
+            return f"{result.ok} completions answered, {result.failed} not"
+
+        self.context.jobs.start("demo load", load)
+        self._show_real_dashboard()
+        QTimer.singleShot(REAL_SETTLE_MS, self._real_done)
+
+    def _show_real_dashboard(self) -> None:
+        """The dashboard on the real engine's head (its agent scrapes vLLM's /metrics)."""
+        dashboard = self.window.view_of(DashboardView)
+        dashboard.refresh()  # the host list follows the samples
+        index = dashboard.host_filter.findData(demo_first_real_host(self.context.demo))
+        if index >= 0:
+            dashboard.host_filter.setCurrentIndex(index)
+        self.window.show_view("dashboard")
+
+    def _real_done(self) -> None:
+        self._show_real_dashboard()
+        self.step.emit("done: the dashboard follows the REAL vLLM (CPU build) on cpu-a under load")
         self._finish()

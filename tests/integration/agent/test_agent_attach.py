@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import Client, agent_env, old_agent, run_agent, short_dir, wait_for
+from meshdeck_agent import __version__ as AGENT_VERSION
 from meshdeck_agent import protocol
 
 HELLO = b'{"hello":{"protocol":1,"agent":"attach-test"}}\n'
@@ -56,7 +57,7 @@ def test_attach_starts_the_daemon_and_relays_requests_and_replies(sock_dir):
     result = _attach(sock_dir, payload)
     assert result.returncode == 0, result.stderr.decode()
     replies = _replies(result.stdout)
-    assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": "0.1.0"}
+    assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": AGENT_VERSION}
     by_id = {r["id"]: r for r in replies[1:]}
     assert by_id[1]["result"]["simulated"] is True
     assert [g["name"] for g in by_id[1]["result"]["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
@@ -107,7 +108,11 @@ def test_attach_with_a_bad_simulate_spec_fails_with_one_line_and_status_2(sock_d
 
 def test_version_prints_agent_and_protocol():
     result = run_agent("version", "--json")
-    assert json.loads(result.stdout) == {"agent": "0.1.0", "protocol": 1, "python": json.loads(result.stdout)["python"]}
+    assert json.loads(result.stdout) == {
+        "agent": AGENT_VERSION,
+        "protocol": 1,
+        "python": json.loads(result.stdout)["python"],
+    }
 
 
 def test_inventory_json_one_shot_for_every_simulated_type():
@@ -158,7 +163,7 @@ def test_attach_replaces_a_daemon_of_another_version_and_passes_the_new_hello_on
         assert result.returncode == 0, result.stderr.decode()
         assert b"replacing the daemon" in result.stderr and b"agent 0.0.9" in result.stderr
         replies = _replies(result.stdout)
-        assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": "0.1.0"}
+        assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": AGENT_VERSION}
         assert any(r.get("id") == 1 and "time" in r["result"] for r in replies)
         assert old.wait(timeout=20) == 0
 
@@ -170,7 +175,7 @@ def test_a_daemon_of_another_protocol_that_cannot_be_stopped_is_a_version_confli
         assert result.returncode == protocol.ATTACH_EXIT_VERSION_CONFLICT
         last = result.stderr.decode().strip().splitlines()[-1]
         assert last.startswith("meshdeck-agent: error: agent 0.0.1 (protocol 0) serves ")
-        assert "not this agent 0.1.0 (protocol 1)" in last and "its pid is unknown" in last
+        assert f"not this agent {AGENT_VERSION} (protocol 1)" in last and "its pid is unknown" in last
         assert old.poll() is None and result.stdout == b""  # left alone, nothing relayed
     (sock_dir / "agent.sock").unlink(missing_ok=True)
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from agent_harness import in_process_agent, wait_for
+from meshdeck_agent import __version__ as AGENT_VERSION
 from meshdeck_agent import protocol
 from meshdeck_agent.daemon import METHOD_TABLE
 
@@ -25,7 +26,7 @@ def agent():
 def test_server_sends_hello_first_with_protocol_version_and_sequence_epoch(agent):
     client = agent.client(hello=False)
     epoch = agent.daemon.seqs.epoch
-    assert client.server_hello == {"hello": {"protocol": 1, "agent": "0.1.0", "epoch": epoch}}
+    assert client.server_hello == {"hello": {"protocol": 1, "agent": AGENT_VERSION, "epoch": epoch}}
     assert len(epoch) == 16 and int(epoch, 16) >= 0
     client.close()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import Client, short_dir, wait_for
+from meshdeck_agent import __version__ as AGENT_VERSION
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.simengine import StandInChooser
 
@@ -91,7 +92,7 @@ def test_version_and_inventory_run_where_meshdeck_is_not_installed(pyz):
             [python, "-I", str(pyz), "version", "--json"], capture_output=True, text=True, timeout=60
         )
         assert version.returncode == 0, version.stderr
-        assert json.loads(version.stdout)["agent"] == "0.1.0"
+        assert json.loads(version.stdout)["agent"] == AGENT_VERSION
         inventory = subprocess.run(
             [python, "-I", str(pyz), "inventory", "--simulate", "2xH100", "--json"],
             capture_output=True,

@@ -222,6 +222,20 @@ class DashboardView(QWidget):
         finite = [t for t in totals if math.isfinite(t)]
         return max(finite, default=0.0)
 
+    def _label_data_kind(self) -> None:
+        """SIMULATED when a host shown is simulated; REAL when only real hosts are shown beside simulated ones
+        (the demo with --real-vllm); no badge when every host is real."""
+        shown = [h for h in self.metrics.hosts if self.selection.shows_host(h)]
+        simulated_shown = any(self.metrics.is_simulated(h) for h in shown)
+        mixed = any(self.metrics.is_simulated(h) for h in self.metrics.hosts)
+        self.simulated_badge.setText("SIMULATED data" if simulated_shown else "REAL data")
+        self.simulated_badge.setToolTip(
+            "These hosts run meshdeck-agent --simulate: the GPUs and vLLM are stand-ins"
+            if simulated_shown
+            else "The hosts shown are real agents: their vLLM and /metrics are real (the others are simulated)"
+        )
+        self.simulated_badge.setVisible(simulated_shown or (mixed and bool(shown)))
+
     def refresh(self) -> int:
         """Redraw every chart from the rings now. Returns the number of points handed to pyqtgraph."""
         self._sync_hosts()
@@ -245,6 +259,6 @@ class DashboardView(QWidget):
         self._last_refresh = time.monotonic()
         age = time.time() - end
         self.status.setText(f"last sample {age:.0f} s ago" if age >= 2 else "live")
-        self.simulated_badge.setVisible(any(self.metrics.is_simulated(h) for h in self.metrics.hosts))
+        self._label_data_kind()
         self.refreshed.emit(points)
         return points

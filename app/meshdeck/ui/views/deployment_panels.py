@@ -28,6 +28,7 @@ from meshdeck.services.events import AgentEvent
 from meshdeck.ui import theme
 from meshdeck.ui.widgets.tables import row_table
 
+GIB = 1 << 30
 WORKER_COLUMNS = ("command", "host", "stage", "state", "restarts", "exit", "reason")
 COMPARED = (
     ("weights_gib", "weights per GPU (GiB)", 2),
@@ -200,9 +201,21 @@ class PlannedPanel(QWidget):
             got = [m[key] for m in measured.values() if isinstance(m.get(key), int | float)]
             have = min(got) if got else None  # the tightest worker decides, as vLLM does
             rows.append((label, _number(want, decimals), _number(have, decimals), _difference(want, have)))
+        # what one token costs: KV memory over KV tokens, on each side (vLLM logs no such line itself)
+        want = _bytes_per_token(planned) if planned else None
+        got = [b for m in measured.values() if (b := _bytes_per_token(m)) is not None]
+        have = max(got) if got else None  # the worker whose tokens cost the most bounds the pool
+        rows.append(("KV bytes per token", _number(want, 0), _number(have, 0), _difference(want, have)))
         self.table.setRowCount(len(rows))
         for row, values in enumerate(rows):
             set_row(self.table, row, values)
+
+
+def _bytes_per_token(numbers: Mapping[str, Any]) -> float | None:
+    memory, tokens = numbers.get("available_kv_gib"), numbers.get("kv_cache_tokens")
+    if not isinstance(memory, int | float) or not isinstance(tokens, int | float) or tokens <= 0:
+        return None
+    return memory * GIB / tokens
 
 
 def _number(value: object, decimals: int) -> str:

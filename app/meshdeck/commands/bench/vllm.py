@@ -1,0 +1,81 @@
+"""`meshdeck bench vllm --local [--json] [--requests N] [--vllm PATH]`
+
+Launches a real vLLM (its CPU build, from `make vllm-venv`) serving meshdeck's tiny DeepSeek-V3-shaped model
+TP=2 across two agents of this machine (`--nnodes 2 --node-rank 0|1 --headless`), sends N completions
+(default 32), stops it, and prints what came back: time to ready, requests answered, KV bytes per token and
+KV tokens as planned and as vLLM's startup log said, the highest KV-cache usage the agents scraped from vLLM's
+/metrics and stored, and how many metric rows were stored. Exit 2 when vLLM's CPU build is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
+from meshdeck.services.deploy_model import LaunchProgress
+from meshdeck.services.vllm_bench import run_vllm_bench
+from meshdeck.services.vllm_local import VllmNotInstalled, find_vllm_executable
+
+EXIT_NOT_INSTALLED = 2
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"{value} must be 1-100000")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("vllm", help="a real vLLM (CPU build) TP=2 across two local agents, loaded")
+    parser.add_argument("--local", action="store_true", help="run on agents of this machine (the only mode)")
+    parser.add_argument("--requests", type=_positive, default=32, help="completions to send (default 32)")
+    parser.add_argument("--concurrency", type=_positive, default=8, help="completions in flight (default 8)")
+    parser.add_argument("--vllm", help="the `vllm` executable (default: $MESHDECK_VLLM, else .venv-vllm/bin/vllm)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.local:
+        raise InputError("--local", "only local runs are supported from the command line; pass --local")
+    try:
+        executable = find_vllm_executable(args.vllm)
+    except VllmNotInstalled as exc:
+        print(f"meshdeck: {exc}", file=sys.stderr)
+        return EXIT_NOT_INSTALLED
+
+    def progress(update: LaunchProgress) -> None:
+        print(printable(f"[{update.step}/{update.total}] {update.message}"), file=sys.stderr, flush=True)
+
+    result = run_vllm_bench(executable, requests=args.requests, concurrency=args.concurrency, progress=progress)
+    document = result.document
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(render(document))
+    print(printable(f"deployment {result.details['deployment']}: {result.details['stopped']}"), file=sys.stderr)
+    for error in result.details["load_errors"]:
+        print(printable(f"a completion failed: {error}"), file=sys.stderr)
+    return 0 if document["requests_failed"] == 0 and document["requests_ok"] == args.requests else 1
+
+
+def render(document: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"vLLM (CPU build) TP={document['tensor_parallel']} across {document['nodes']} local agents: "
+            f"ready in {document['ready_s']:.1f} s",
+            f"completions: {document['requests_ok']} ok, {document['requests_failed']} failed",
+            f"KV bytes per token: planned {document['kv_bytes_per_token_planned']}, "
+            f"logged {document['kv_bytes_per_token_logged']}",
+            f"KV tokens: planned {document['kv_tokens_planned']:,}, logged {document['kv_tokens_logged']}",
+            f"KV-cache usage max {document['kv_usage_max']:.4f}; {document['metric_rows_stored']} metric rows stored",
+        ]
+    )

@@ -1,0 +1,22 @@
+"""Print every option `vllm serve` accepts in the installed vLLM, as JSON, from vLLM's own parser.
+
+Run it with the vLLM venv's interpreter (`.venv-vllm/bin/python packaging/vllm_cpu/serve_flags.py`). The
+checked-in list (app/meshdeck/launch/vllm_known_flags.py) is read from a release's source without importing
+it; this asks the installed release itself, so the real-vLLM tests can check that every flag meshdeck emits
+is one the vLLM that runs accepts. The launcher beside this file is run first (not as __main__: it only
+answers vLLM's version lookup for the vllm-cpu distribution).
+"""
+
+import importlib.metadata
+import json
+import runpy
+from pathlib import Path
+
+if __name__ == "__main__":
+    runpy.run_path(str(Path(__file__).with_name("vllm")), run_name="vllm_cpu_launcher")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    flags = sorted({option for action in parser._actions for option in action.option_strings})
+    print(json.dumps({"version": importlib.metadata.version("vllm"), "flags": flags}))
