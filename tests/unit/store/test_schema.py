@@ -1,6 +1,6 @@
 """The schema on disk: a new database and one upgraded from any older version end up with exactly the
 `sqlite_master` recorded in tests/fixtures/store/sqlite_master_v<N>.json (WAL, WITHOUT ROWID, the partial
-index and the column order included).
+index and the column order included), and the query tables are the ones the migrations create.
 
 A fixture is recorded once, when its migration is added, from a new database of that version, and never
 edited afterwards: a released migration's DDL must keep its meaning. To record the next one, open a new
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meshdeck.store import migrations
+from meshdeck.store import migrations, schema
 from meshdeck.store.database import open_database
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "store"
@@ -67,3 +67,17 @@ def test_every_recorded_version_is_still_what_its_migrations_create(tmp_path: Pa
     finally:
         connection.close()
     assert _disk_schema(path) == recorded
+
+
+def test_the_query_tables_have_the_columns_keys_and_defaults_the_migrations_give(db_path: Path) -> None:
+    assert [c.name for c in schema.ingest_state.columns][-1] == "seq_epoch"  # added by migration 4, after the rest
+    assert [c.name for c in schema.samples.primary_key] == ["series_id", "ts"]
+    assert not schema.series.c.labels.nullable and schema.series.c.labels.server_default is not None
+    assert {fk.target_fullname for fk in schema.deployment_nodes.foreign_keys} == {"deployments.id"}
+    open_database(db_path).close()
+    connection = sqlite3.connect(db_path)
+    try:
+        on_disk = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        connection.close()
+    assert set(schema.metadata.tables) == on_disk
