@@ -1,5 +1,8 @@
 """The database schema as an ordered list of migration steps, applied in one transaction each.
 
+These raw DDL statements are the one definition of the schema: the SQLAlchemy tables the queries use are
+reflected from them (schema.py), and tests/fixtures/store pins the `sqlite_master` they produce.
+
 `PRAGMA user_version` holds the number of the last step applied and `PRAGMA application_id` marks the
 file as meshdeck's. A step is never edited once released: a schema change is a new step at the end, so
 a database written by any older meshdeck is upgraded in place and one from a newer meshdeck (a

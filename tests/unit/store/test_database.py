@@ -214,16 +214,3 @@ def test_a_write_that_raises_is_rolled_back_whole(db: object) -> None:
         connection.execute(text("INSERT INTO hosts (name, target, added_at) VALUES ('x', 'y', 0)"))
         raise RuntimeError("fault in the middle")
     assert list_hosts(db) == []
-
-
-def test_the_query_metadata_mirrors_the_migrated_tables(db_path: Path) -> None:
-    from meshdeck.store import schema
-
-    open_database(db_path).close()
-    connection = sqlite3.connect(db_path)
-    try:
-        for table in schema.metadata.sorted_tables:
-            columns = [row[1] for row in connection.execute(f"PRAGMA table_info({table.name})")]
-            assert columns == [column.name for column in table.columns], table.name
-    finally:
-        connection.close()
