@@ -50,7 +50,7 @@ def test_twenty_second_drop_loses_no_sample_and_keeps_the_worker(
         dropped_at = time.monotonic()
         got.wait_for(lambda: supervisor.state == "disconnected", timeout=30)
         seq_at_drop = supervisor.last_seq
-        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - dropped_at)))
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - dropped_at)))  # the outage itself: the host stays down
         assert supervisor.state == "disconnected" and supervisor.connects == 1
         server.start()  # the host is back; nobody tells the supervisor
 
