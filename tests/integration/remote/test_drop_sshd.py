@@ -12,8 +12,8 @@ from meshdeck.remote.events import HostStateChanged
 from meshdeck.services.fleet import FleetService, ssh_connector
 from meshdeck_agent.protocol import WorkerSpec
 from remote_agent_fixtures import RemoteAgentSetup
+from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 from sshd import SshdFactory
-from unit.remote.remote_fake_agent import Recorder  # tests/ is on sys.path (tests/conftest.py)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 

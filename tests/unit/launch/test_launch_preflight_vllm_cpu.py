@@ -16,7 +16,7 @@ from launch_builders import make_node, make_profile
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.services.preflight import run_preflight
 from meshdeck_agent.checks import check_versions
-from test_launch_preflight import ScriptedAgents
+from preflight_agents import ScriptedAgents
 
 
 class CpuAgents(ScriptedAgents):
