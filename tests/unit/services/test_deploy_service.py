@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from deploy_fleet import FakeFleet, Recorder, wait_until
-from launch_builders import make_node, make_profile
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_model import worker_id
+from unit.launch.launch_builders import make_node, make_profile  # tests/ is on sys.path (tests/conftest.py)
 
 
 def mp_plan() -> LaunchPlan:
