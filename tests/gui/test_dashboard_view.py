@@ -84,7 +84,9 @@ def test_pause_holds_the_charts_while_data_keeps_arriving(qtbot, console_context
     drawn = len(dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))[0])
     _post(console_context, "demo-a", 3, now + 1, gpus=1)
     qtbot.waitUntil(lambda: console_context.live.latest_time() >= now + 3, timeout=30000)
-    qtbot.wait(1200)  # two timer ticks
+    ticks: list[None] = []
+    dashboard.timer.timeout.connect(lambda: ticks.append(None))  # runs after the view's own slot
+    qtbot.waitUntil(lambda: len(ticks) >= 2, timeout=30000)  # two redraw ticks passed with new data
     assert len(dashboard.charts["vram"].curve_data(("demo-a", GPU0, "memory_used_bytes"))[0]) == drawn
     dashboard.pause_button.click()
     qtbot.waitUntil(

@@ -240,7 +240,9 @@ def test_a_secret_stays_out_of_the_editor_and_the_database_and_export_writes_it(
     _wait_listed(qtbot, profiles_view, "ds32-h200")
     qtbot.waitUntil(lambda: "HF_TOKEN: keyring:" in profiles_view.editor.toPlainText(), timeout=30000)
     assert secret not in profiles_view.editor.toPlainText()
-    assert profiles_view.validate() is not None  # the reference is a valid profile: editing and saving keep it
+    valid = profiles_view.validate()  # the reference is a valid profile: editing and saving keep it
+    assert valid is not None and (valid.name, valid.hosts) == ("ds32-h200", ["demo-a"])
+    assert valid.env["HF_TOKEN"].startswith("keyring:") and secret not in valid.env["HF_TOKEN"]
     target = tmp_path / "out.yaml"
     profiles_view.export_file("ds32-h200", target)
     qtbot.waitUntil(lambda: profiles_view.message.text().startswith("exported"), timeout=30000)

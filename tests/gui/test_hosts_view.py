@@ -109,14 +109,21 @@ def test_an_unknown_host_key_is_shown_with_its_fingerprint_and_accepting_connect
 @pytest.mark.slow
 @pytest.mark.sshd
 def test_refusing_an_unknown_host_key_keeps_the_host_failed_and_saves_nothing(
-    qtbot, hosts_view, remote_agent, sshd, ssh_client_key
+    qtbot, hosts_view, remote_agent, sshd, ssh_client_key, monkeypatch
 ) -> None:
     view = hosts_view(remote_agent.settings)
     error = _add_sshd_host(qtbot, view, sshd, ssh_client_key)
+    # a failed host stays failed until asked to reconnect (test_host_supervisor): refusing must not ask,
+    # neither at once nor through a background job
+    asked: list[str] = []
+    fleet = view.context.fleet
+    monkeypatch.setattr(fleet, "retry", lambda name: asked.append(f"retry {name}"))
+    monkeypatch.setattr(fleet, "accept_host_key", lambda name, _unknown: asked.append(f"accept {name}"))
+    view.context.jobs.job_started.connect(lambda job: asked.append(f"job {job.name}"))
     view.decide_host_key("lab", error, accepted=False)
     assert "not accepted" in view.message.text()
-    qtbot.wait(1000)
-    assert _state(view, "lab").state == "failed"
+    assert asked == []
+    assert _state(view, "lab").state == "failed" and fleet.status("lab").state == "failed"
     assert (
         not remote_agent.known_hosts.exists()
         or sshd.host_public_key().split()[1] not in remote_agent.known_hosts.read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import stat
 import threading
@@ -27,7 +28,7 @@ def test_server_sends_hello_first_with_protocol_version_and_sequence_epoch(agent
     client = agent.client(hello=False)
     epoch = agent.daemon.seqs.epoch
     assert client.server_hello == {"hello": {"protocol": 1, "agent": AGENT_VERSION, "epoch": epoch}}
-    assert len(epoch) == 16 and int(epoch, 16) >= 0
+    assert re.fullmatch(r"[0-9a-f]{16}", epoch), epoch  # 8 random bytes in hex
     client.close()
 
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from agent_harness import short_dir
+from agent_harness import short_dir, wait_for
 from meshdeck_agent.machine import Reading
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
@@ -144,7 +144,10 @@ def test_a_worker_ending_while_its_scrape_waits_on_a_slow_server_does_not_delay_
         # it ends ~2 s into its first scrape, which waits ~3 s more for the server
         supervisor.start_worker({"argv": [sys.executable, "-c", "import time; time.sleep(2)"], "metrics_url": url})
         assert ended.wait(timeout=60)
-        threading.Event().wait(1.0)  # ticks after the exit, while the scrape loop is being stopped
+        # ticks after the exit, while the scrape loop is being stopped: a tick blocked on the lock is
+        # counted once it gets through, with its cost
+        ticks_at_exit = len(timed.costs)
+        assert wait_for(lambda: len(timed.costs) >= ticks_at_exit + int(1.0 / INTERVAL_S), timeout=60)
     finally:
         sampler.stop()
         supervisor.close()

@@ -164,7 +164,7 @@ def test_workers_keep_running_with_no_client_attached(agent):
     client = agent.client()
     worker = client.call("workers.start", {"spec": {"argv": [PY, "-c", "import time; time.sleep(60)"], "id": "alone"}})
     client.close()
-    time.sleep(1.0)
+    assert wait_for(lambda: not agent.daemon._sessions)  # the daemon has ended the closed client's session
     assert _alive(worker["pid"])
     again = agent.client()
     assert _worker(again, "alone")["state"] == "running"
@@ -215,7 +215,8 @@ def test_a_restarted_agent_readopts_running_workers_and_learns_exits_it_missed()
         client.close()
         first.stop(stop_workers=False)
         assert _alive(long["pid"])
-        time.sleep(2.5)  # "short" exits while no agent runs
+        exit_file = directory / "agent.state" / "workers" / "short" / "exit.json"
+        assert wait_for(exit_file.exists)  # "short" exits while no agent runs: its keeper records it
         second = InProcessAgent(directory, simulate=None, interval_s=0.5)
         client = second.client()
         workers = {w["id"]: w for w in client.call("workers.list")["workers"]}
@@ -234,16 +235,24 @@ def test_a_restarted_agent_readopts_running_workers_and_learns_exits_it_missed()
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_a_recycled_pid_is_never_signalled(agent):
+def test_a_recycled_pid_is_never_signalled(agent, monkeypatch):
     client = agent.client()
     worker = client.call(
         "workers.start", {"spec": {"argv": [PY, "-c", "import time; time.sleep(60)"], "id": "recycle"}}
     )
     record = agent.daemon.supervisor._records["recycle"]
     record.start_time = (record.start_time or 0) + 1  # as if the pid now belonged to another process
-    agent.daemon.supervisor._signal_group(record, signal.SIGTERM)
-    time.sleep(0.5)
-    assert _alive(worker["pid"])
+    killpg = os.killpg
+    signalled: list[int] = []
+
+    def recording_killpg(pid: int, signum: int) -> None:
+        signalled.append(pid)
+        killpg(pid, signum)
+
+    monkeypatch.setattr(os, "killpg", recording_killpg)
+    agent.daemon.supervisor._signal_group(record, signal.SIGTERM)  # signals, if at all, before it returns
+    monkeypatch.setattr(os, "killpg", killpg)
+    assert worker["pid"] not in signalled and _alive(worker["pid"])
     os.killpg(worker["pid"], signal.SIGKILL)
     _worker_event(client, "recycle", "failed")
     client.close()

@@ -17,8 +17,8 @@ from meshdeck.remote.events import HostStateChanged
 from meshdeck.services.fleet import FleetService, FleetSettings, ssh_connector
 from meshdeck_agent import __version__
 from remote_agent_fixtures import RemoteAgentSetup, short_temp_dir
+from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 from sshd import SshdServer
-from unit.remote.remote_fake_agent import Recorder  # tests/ is on sys.path (tests/conftest.py)
 
 pytestmark = pytest.mark.slow
 

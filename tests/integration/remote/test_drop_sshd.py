@@ -12,8 +12,8 @@ from meshdeck.remote.events import HostStateChanged
 from meshdeck.services.fleet import FleetService, ssh_connector
 from meshdeck_agent.protocol import WorkerSpec
 from remote_agent_fixtures import RemoteAgentSetup
+from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 from sshd import SshdFactory
-from unit.remote.remote_fake_agent import Recorder  # tests/ is on sys.path (tests/conftest.py)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
@@ -50,7 +50,7 @@ def test_twenty_second_drop_loses_no_sample_and_keeps_the_worker(
         dropped_at = time.monotonic()
         got.wait_for(lambda: supervisor.state == "disconnected", timeout=30)
         seq_at_drop = supervisor.last_seq
-        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - dropped_at)))
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - dropped_at)))  # the outage itself: the host stays down
         assert supervisor.state == "disconnected" and supervisor.connects == 1
         server.start()  # the host is back; nobody tells the supervisor
 

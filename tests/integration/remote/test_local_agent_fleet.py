@@ -11,7 +11,7 @@ import pytest
 from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.remote.supervisor import Backoff, SupervisorSettings
 from meshdeck.services.fleet import FleetService, FleetSettings
-from unit.remote.remote_fake_agent import Recorder  # tests/ is on sys.path (tests/conftest.py)
+from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from meshdeck.services.history import HistoryRecorder, history_hosts, resume_poi
 from meshdeck.store.database import open_database
 from meshdeck.store.events import list_events
 from meshdeck.store.writer import SampleWriter, WriterSettings
-from unit.remote.remote_fake_agent import Recorder
+from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 
 
 @pytest.fixture

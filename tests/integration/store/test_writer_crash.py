@@ -42,7 +42,7 @@ def _run_and_kill(db_path: Path, rng: random.Random, t0: float) -> list[dict[str
             if not line:
                 raise AssertionError(f"writer exited early: {child.stderr.read() if child.stderr else ''}")
             acks.append(json.loads(line))
-        time.sleep(rng.uniform(0.0, 0.03))
+        time.sleep(rng.uniform(0.0, 0.03))  # the kill lands at a random point of the next commit
     finally:
         child.send_signal(signal.SIGKILL)
         rest, _ = child.communicate(timeout=60)

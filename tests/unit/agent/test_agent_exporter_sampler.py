@@ -87,7 +87,7 @@ def test_the_schedule_takes_at_most_one_sample_per_tick_and_stamps_them():
     sampler = Sampler(machine, ring, interval_s=0.1)
     started = time.monotonic()
     sampler.start()
-    time.sleep(1.55)
+    time.sleep(1.55)  # the behaviour under test is a rate: samples per tick over a fixed run
     sampler.stop()
     elapsed = time.monotonic() - started
     import json

@@ -17,9 +17,71 @@ def _entries(text: str, now: float = 1.0, metrics: VllmMetrics | None = None) ->
     return {e.engine: dict(e.metrics) for e in metrics.update(now, parse_vllm_metrics(text))}
 
 
+# What each recorded dump holds, read off its text: {engine label: {meshdeck key: value}}, the KV capacity
+# from vllm:cache_config_info (num_gpu_blocks x block_size) and {engine label: {histogram: {le: count}}}.
+E2E_BUCKETS = {
+    0.5: 0,
+    0.8: 0,
+    1.0: 0,
+    1.5: 0,
+    2.0: 0,
+    2.5: 1,
+    5.0: 2,
+    10.0: 3,
+    15.0: 3,
+    20.0: 3,
+    30.0: 3,
+    40.0: 3,
+    50.0: 3,
+}
+DECODE_LES = (15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0, float("inf"))
+IDLE = {"num_requests_running": 0.0, "num_requests_waiting": 0.0, "kv_cache_usage_perc": 0.0}
+DUMP_CONTENTS = {
+    "vllm_metrics_dp2_num_requests_running_two-engines_gaie-issue2950_excerpt.txt": (
+        {"0": {"num_requests_running": 0.0}, "1": {"num_requests_running": 0.0}},
+        {},
+        {},
+    ),
+    "vllm_metrics_v0-engine_gpu_cache_usage_perc_cache_config_info_qwen3vl-issue55_excerpt.txt": (
+        {"": IDLE},
+        {"": 2048 * 16},
+        {},
+    ),
+    "vllm_metrics_v0.10.0_engine-label_glm45_prodstack-issue617_excerpt.txt": (
+        {
+            "0": {
+                "prefix_cache_hits_total": 0.0,
+                "kv_cache_usage_perc": 9.75010481363281e-06,
+                "prefix_cache_queries_total": 32.0,
+            }
+        },
+        {},
+        {},
+    ),
+    "vllm_metrics_v0.10.x_dp2_engine0_e2e-hist_vllm-pr22227_excerpt.txt": ({"0": {}}, {}, {"0": {"e2e": E2E_BUCKETS}}),
+    "vllm_metrics_v0.10.x_dp2_engine1_decode-hist_vllm-pr22227_excerpt.txt": (
+        {"1": {}},
+        {},
+        {"1": {"decode": dict.fromkeys(DECODE_LES, 1.0)}},
+    ),
+    "vllm_metrics_v1-early_gpu_cache_usage_perc_qwen25coder32b_prodstack-issue318_excerpt.txt": ({"": IDLE}, {}, {}),
+}
+
+
+def test_every_recorded_dump_has_its_contents_listed():
+    assert sorted(DUMP_CONTENTS) == [p.name for p in DUMPS]
+
+
 @pytest.mark.parametrize("path", DUMPS, ids=lambda p: p.name)
-def test_every_recorded_dump_parses(path):
-    parse_vllm_metrics(path.read_text())
+def test_every_recorded_dump_parses_to_the_engines_values_and_histograms_it_holds(path):
+    values, capacities, histograms = DUMP_CONTENTS[path.name]
+    engines = parse_vllm_metrics(path.read_text())
+    assert set(engines) == set(values)
+    for label, snapshot in engines.items():
+        assert {key: snapshot.value(key) for key in snapshot.values} == values[label]
+        assert snapshot.capacity_tokens == capacities.get(label)
+        got = {key: dict(histogram.buckets) for key, (_priority, histogram) in snapshot.histograms.items()}
+        assert got == histograms.get(label, {})
 
 
 def test_new_names_with_engine_label_v0_10():

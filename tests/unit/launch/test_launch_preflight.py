@@ -8,17 +8,15 @@ from launch_builders import make_node, make_profile
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.services.preflight import (
-    PORT_PROBE,
     SIMULATED_NO_RAY,
     SIMULATED_VLLM,
     model_path,
     run_preflight,
     versions_python,
 )
+from preflight_agents import FILES, ScriptedAgents
 
 GIB = 1024**3
-FILES = {"exists": True, "files": [["config.json", 1639], ["model-00001-of-000163.safetensors", 5234139343]],
-         "total_bytes": 5234140982, "truncated": False}  # fmt: skip
 
 
 def test_model_files_must_match_the_head_file_by_file() -> None:
@@ -75,61 +73,6 @@ def test_ports_reach_and_clocks() -> None:
     assert [r.passed for r in skewed] == [False, False]
     assert "gpu-b is 1.89 s ahead of gpu-a" in skewed[1].reason
     assert rules.clocks({"gpu-a": (0.01, 0.002), "gpu-b": (0.4, 0.002)})[0].passed
-
-
-class ScriptedAgents:
-    """Replies in the agents' shapes (agent/meshdeck_agent/checks.py, daemon.py)."""
-
-    def __init__(
-        self, taken: set[int] | None = None, unreachable: set[str] | None = None, inventories: dict | None = None
-    ) -> None:
-        self.calls: list[tuple[str, str, dict[str, Any]]] = []
-        self.inventories = inventories or {}
-        self.taken = taken or set()
-        self.unreachable = unreachable or set()
-        self.probe_running = False
-
-    def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        params = params or {}
-        self.calls.append((host, method, params))
-        if method == "checks.files":
-            return FILES
-        if method == "checks.versions":
-            return {
-                "python": "3.11.7",
-                "torch": "2.9.0",
-                "vllm": "0.33.0",
-                "nccl": "2.27.3",
-                "ray": None,
-                "error": None,
-            }
-        if method == "inventory":
-            default = {"gpus": [{"index": i, "memory_total_bytes": 150 * 10**9} for i in range(8)], "nics": []}
-            return self.inventories.get(host, default)
-        if method == "samples.read":
-            gpus = [{"index": i, "memory_used_bytes": 10**9} for i in range(8)]
-            return {"samples": [{"seq": 9, "gpus": gpus}], "dropped": 0, "first_seq": 1, "last_seq": 9}
-        if method == "checks.ports_free":
-            return {"ports": {str(p): p not in self.taken for p in params["ports"]}}
-        if method == "workers.start":
-            assert params["spec"]["argv"][1:3] == ["-c", PORT_PROBE]
-            self.probe_running = True
-            return {"id": params["spec"]["id"], "state": "running"}
-        if method == "workers.logs":
-            return {"data": "listening 8000\nlistening 29501\nprobe ready\n", "offset": 40}
-        if method == "checks.tcp_connect":
-            assert self.probe_running, "probed before the listener was up"
-            if host in self.unreachable:
-                return {"ok": False, "error": f"{params['host']}:{params['port']}: timed out", "rtt_ms": None}
-            return {"ok": True, "error": None, "rtt_ms": 0.3}
-        if method == "workers.stop":
-            self.probe_running = False
-            return {"id": params["id"], "state": "stopped"}
-        if method == "agent.time":
-            import time
-
-            return {"time": time.time()}
-        raise AssertionError(method)
 
 
 def two_node_plan():

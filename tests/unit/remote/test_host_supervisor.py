@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
-import time
+import threading
 from typing import Any
 
 import pytest
@@ -55,6 +55,26 @@ def harness():
 def _connected(supervisor: HostSupervisor, connector: FakeConnector, recorder: Recorder, connects: int = 1) -> None:
     recorder.wait_for(lambda: supervisor.connects >= connects and supervisor.state == "connected")
     assert connector.agent.subscribed.wait(10)
+
+
+class _ParkWatch(threading.Event):
+    """The supervisor's wake-up event, recording when its thread waits without a timeout: parked until
+    retry() or stop(), where a backoff would wait with a delay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parked = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            self.parked.set()
+        return super().wait(timeout)
+
+
+def _watch_parking(supervisor: HostSupervisor) -> _ParkWatch:
+    watch = _ParkWatch()
+    supervisor._wake = watch  # before start(): the thread only ever waits on this event
+    return watch
 
 
 def test_connects_reports_inventory_and_delivers_live_samples_in_order(harness):
@@ -218,11 +238,12 @@ def test_a_stored_resume_point_is_trusted_only_within_its_epoch(harness):
 def test_permanent_error_fails_without_retrying_until_asked(harness):
     supervisor, connector, recorder = harness()
     connector.failures.append(AuthFailed("root@10.0.0.1:22: authentication failed for user 'root'"))
+    watch = _watch_parking(supervisor)
     supervisor.start()
     recorder.wait_for(lambda: supervisor.state == "failed")
     assert "authentication failed" in supervisor.reason
     assert isinstance(recorder.events[-1].error, AuthFailed)
-    time.sleep(0.5)
+    assert watch.parked.wait(10)  # waiting for retry(), not for a backoff to run out
     assert connector.opens == 1  # no retry loop against a server that refuses us
     with pytest.raises(NotConnected, match="failed"):
         supervisor.call("inventory")
@@ -352,13 +373,14 @@ def test_an_old_daemon_attach_cannot_replace_fails_the_host_with_attachs_message
     connector = _AttachConnector(protocol.ATTACH_EXIT_VERSION_CONFLICT, line)
     recorder = Recorder()
     supervisor = HostSupervisor("gpu-a", connector, recorder, settings=FAST)
+    watch = _watch_parking(supervisor)
     supervisor.start()
     try:
         recorder.wait_for(lambda: supervisor.state == "failed")
         assert supervisor.reason.startswith("gpu-a: agent 0.0.1 (protocol 0) serves ")
         assert "not this agent 0.1.0 (protocol 1)" in supervisor.reason
         assert isinstance(supervisor.error, AgentVersionConflict)
-        time.sleep(0.5)
+        assert watch.parked.wait(10)  # waiting for retry(), not for a backoff to run out
         assert connector.opens == 1
     finally:
         supervisor.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,6 +13,9 @@ from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.streams import SocketStream
 from meshdeck_agent import protocol
 from remote_fake_agent import fake_agent_pair
+
+# a sender that gets no byte into the socket this long is blocked: the reader stopped reading
+STALLED_S = 0.5
 
 
 def _client(sock: socket.socket, **kwargs) -> RpcClient:
@@ -136,16 +138,26 @@ def test_full_event_queue_holds_the_agent_back_instead_of_dropping():
     client = _client(client_sock, event_queue_size=4)
     server_sock.sendall(protocol.encode(protocol.hello("x")))
     client.start(timeout=10)
-    sent = 500
+    sent = 500  # ~1 MB: far more than the socket buffers hold
+    blocked_at: list[int] = []
+    blocked = threading.Event()
 
     def flood() -> None:
+        server_sock.settimeout(STALLED_S)
         for n in range(sent):
-            server_sock.sendall(protocol.encode(protocol.event("log", {"n": n, "pad": "x" * 2000})))
+            data = memoryview(protocol.encode(protocol.event("log", {"n": n, "pad": "x" * 2000})))
+            while data:
+                try:
+                    data = data[server_sock.send(data) :]
+                except TimeoutError:  # the buffers are full: the client stopped reading
+                    blocked_at.append(n)
+                    blocked.set()
+                    server_sock.settimeout(None)
 
     flooder = threading.Thread(target=flood)
     flooder.start()
-    time.sleep(0.5)
-    assert flooder.is_alive(), "the sender should be blocked by flow control while nobody consumes"
+    assert blocked.wait(30), "the sender should be blocked by flow control while nobody consumes"
+    assert blocked_at[0] < sent - 1
     received = [client.next_event(timeout=10).data["n"] for _ in range(sent)]
     flooder.join(10)
     assert received == list(range(sent))
@@ -159,8 +171,7 @@ def test_end_of_stream_fails_pending_calls_and_ends_the_event_stream():
     client = _client(sock)
     client.start(timeout=10)
     future = client.call_async("workers.list")
-    agent.send(protocol.event("log", {"line": "last words"}))
-    time.sleep(0.2)
+    agent.send(protocol.event("log", {"line": "last words"}))  # read before the end of the stream, in order
     agent.close()
     with pytest.raises(ConnectionLost):
         future.result(10)

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from deploy_fleet import FakeFleet, Recorder, wait_until
-from launch_builders import make_node, make_profile
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.services.deploy import DeployService, LaunchFailed
 from meshdeck.services.deploy_model import worker_id
+from unit.launch.launch_builders import make_node, make_profile  # tests/ is on sys.path (tests/conftest.py)
 
 
 def mp_plan() -> LaunchPlan:
@@ -42,7 +42,7 @@ def vllm_cluster(fleet: FakeFleet) -> None:
     fleet.on_start["vllm-node0"] = lambda host, worker: fleet.open_ports.add(("gpu-a", 29501))
 
     def join(host: str, worker: dict[str, Any]) -> None:
-        time.sleep(0.05)
+        time.sleep(0.05)  # the fake's behaviour: the API opens a little after the second node starts
         fleet.open_ports.add(("gpu-a", 8000))
 
     fleet.on_start["vllm-node1"] = join
@@ -219,7 +219,7 @@ def test_a_job_that_finishes_cleanly_before_its_ready_check_passes_is_completed_
 ) -> None:
     def finish_at_once(host: str, worker: dict[str, Any]) -> None:
         fleet.open_ports.add(("gpu-a", 29400))
-        time.sleep(0.05)
+        time.sleep(0.05)  # the fake's behaviour: the job runs a moment, then ends
         fleet.finish(host, worker["id"])  # no rank line ever matched (its output went elsewhere)
 
     fleet.on_start["torchrun-node0"] = finish_at_once

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 from deploy_fleet import InventoryFleet
-from launch_builders import make_node, make_profile
 from meshdeck.cli import main
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
@@ -20,6 +19,7 @@ from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.protocol import ProtocolError
 from meshdeck_agent.simengine import StandInChooser, parse_vllm_serve
 from meshdeck_agent.simmachine import SimulatedMachine
+from unit.launch.launch_builders import make_node, make_profile  # tests/ is on sys.path (tests/conftest.py)
 
 HOSTS = ["gpu-a", "gpu-b"]
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}

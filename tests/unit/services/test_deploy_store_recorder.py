@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from deploy_fleet import FakeFleet, wait_until
-from launch_builders import make_node, make_profile
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import PlannedStartup
 from meshdeck.services.deploy import DeployService
@@ -15,6 +14,7 @@ from meshdeck.services.deploy_records import StoreRecorder
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import compare_deployments, get_deployment
 from meshdeck.store.events import list_events
+from unit.launch.launch_builders import make_node, make_profile  # tests/ is on sys.path (tests/conftest.py)
 
 GIB = 1024**3
 PLANNED = PlannedStartup(int(120 * GIB), int(80.78 * GIB), int(30.52 * GIB), 418_304, 25.53, 16384)

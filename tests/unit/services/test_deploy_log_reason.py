@@ -11,7 +11,7 @@ from deploy_fleet import FakeFleet, Recorder, wait_until
 from meshdeck.services.deploy import LaunchFailed
 from meshdeck.services.deploy_model import worker_id
 from meshdeck.services.log_reason import telling_line
-from test_launch_deploy_service import make_service, mp_plan, vllm_cluster
+from test_deploy_service import make_service, mp_plan, vllm_cluster
 
 KILLED_WORKER_TAIL = """\
 (Worker_TP1 pid=4501) INFO 12-01 16:22:12 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on node 0.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,13 @@ def test_a_sequence_reset_is_an_event_and_the_resume_point_carries_the_new_epoch
     assert host.dropped == 0  # a reset is not a loss
 
 
-def test_a_stopped_writer_makes_the_recorder_drop_quietly(db: Database) -> None:
-    writer = SampleWriter(db)
-    HistoryRecorder(writer).handle(HostStateChanged("gpu-a", "failed"))
+def test_a_stopped_writer_makes_the_recorder_drop_quietly(db: Database, caplog: pytest.LogCaptureFixture) -> None:
+    writer = SampleWriter(db)  # never started: it refuses every submission
+    with caplog.at_level(logging.DEBUG, logger="meshdeck.services.history"):
+        HistoryRecorder(writer).handle(HostStateChanged("gpu-a", "failed"))
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "meshdeck.services.history"]
+    assert said == [(logging.DEBUG, "history writer stopped; dropped HostStateChanged")]
+    assert list_events(db) == []
 
 
 @pytest.mark.parametrize(

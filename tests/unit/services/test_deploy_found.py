@@ -5,8 +5,6 @@ without hiding the others; the stored record is closed only when every part answ
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,19 +13,10 @@ from meshdeck.services.deploy import STOPPED_REASON, DeployService
 from meshdeck.services.deploy_found import DeploymentSurvey
 from meshdeck.services.deploy_model import DeploymentSnapshot, StopOutcome, worker_name
 from meshdeck.services.deploy_records import StoreRecorder
-from meshdeck.store.database import Database, open_database
+from meshdeck.store.database import Database
 from meshdeck.store.deployments import get_deployment, record_deployment_started
 
 DEPLOYMENT = "ds32-1130-aaaa"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "meshdeck.db")
-    try:
-        yield database
-    finally:
-        database.close()
 
 
 def _fleet(states: dict[str, str]) -> FakeFleet:
