@@ -7,7 +7,7 @@ import time
 
 import pytest
 from meshdeck.cli import build_parser
-from meshdeck.commands._gui import run_gui
+from meshdeck.console_entry import run_gui
 from meshdeck.services.demo import DEMO_HOSTS, REAL_VLLM_HOSTS, DemoCluster, demo_real_vllm_profile
 
 
