@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from launch_fake_fleet import FakeFleet, Recorder, wait_until
+from deploy_fleet import FakeFleet, Recorder, wait_until
 from meshdeck.services.deploy import LaunchFailed
 from meshdeck.services.deploy_model import worker_id
 from meshdeck.services.log_reason import telling_line
