@@ -23,7 +23,7 @@ from meshdeck.services.preflight import run_preflight
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import compare_deployments, get_deployment
 from meshdeck_agent.gpu.catalog import parse_simulate
-from meshdeck_agent.simengine import StandInChooser
+from meshdeck_agent.sim.engine import StandInChooser
 
 # real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -88,7 +88,7 @@ def test_a_malformed_worker_event_is_ignored_with_a_warning(data: dict[str, Any]
     assert any("gpu-a" in r.getMessage() and "malformed worker event" in r.getMessage() for r in caplog.records)
 
 
-_AGENT_RECORD = {  # the shape meshdeck_agent.worker_state.WorkerState.to_wire sends
+_AGENT_RECORD = {  # the shape meshdeck_agent.workers.state.WorkerState.to_wire sends
     "id": WID, "name": f"meshdeck:{DEPLOYMENT}:0:job", "state": "exited", "pid": 4242, "exit_code": 0, "signal": None,
     "reason": "exited with code 0", "error": None, "restarts": 1, "started_at": 1764480000.5, "ended_at": 1764480060,
     "argv": ["sleep", "99"], "gpus": [0], "metrics_url": None, "simulated": False, "adopted": False, "log": "/x.log",

@@ -18,8 +18,8 @@ from meshdeck.launch.plan import LaunchPlan
 from meshdeck.services.deploy_targets import SIMULATED_VLLM_NOTE, prepare_launch
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.protocol import ProtocolError
-from meshdeck_agent.simengine import StandInChooser, parse_vllm_serve
-from meshdeck_agent.simmachine import SimulatedMachine
+from meshdeck_agent.sim.engine import StandInChooser, parse_vllm_serve
+from meshdeck_agent.sim.machine import SimulatedMachine
 
 HOSTS = ["gpu-a", "gpu-b"]
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}

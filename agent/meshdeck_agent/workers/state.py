@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .keeper import EXIT_FILE, KEEPER_FILE, LOGSTATE_FILE, process_is_zombie, process_start_time, write_json
-from .paths import self_command, self_env
-from .protocol import WorkerSpec
-from .scrape import ScrapeLoop
-from .simspec import SimVllmTracker
+from ..keeper import EXIT_FILE, KEEPER_FILE, LOGSTATE_FILE, process_is_zombie, process_start_time, write_json
+from ..paths import self_command, self_env
+from ..protocol import WorkerSpec
+from ..scrape import ScrapeLoop
+from ..sim.spec import SimVllmTracker
 
 ACTIVE_STATES = ("starting", "running", "restarting")
 

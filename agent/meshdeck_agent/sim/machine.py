@@ -3,7 +3,7 @@
 The server matches its GPU type: an HGX-style Hopper/Blackwell/Ampere box has two Xeon sockets and
 one InfiniBand NIC per GPU (NDR 400 Gb/s; HDR 200 Gb/s for A100/A800) on the GPU's PCIe switch, plus
 a management Ethernet port; a PCIe-card box (L40S, RTX-4090) has two 100 Gb/s RoCE NICs, one per
-socket. Load comes from the simulated workers through `activity()` (see simtraffic.py).
+socket. Load comes from the simulated workers through `activity()` (see traffic.py).
 Every inventory and sample says `simulated: true`.
 """
 
@@ -13,12 +13,12 @@ import random
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from . import inventory as inventory_shape
-from .gpu.catalog import MIB, SimulateSpec
-from .gpu.simulated import SimulatedGpus, gpu_bus_id, numa_node
-from .machine import Reading
-from .simtraffic import SimWorkerActivity, machine_load
-from .wire_sample import HostSample, NicSample
+from .. import inventory as inventory_shape
+from ..gpu.catalog import MIB, SimulateSpec
+from ..gpu.simulated import SimulatedGpus, gpu_bus_id, numa_node
+from ..machine import Reading
+from ..wire_sample import HostSample, NicSample
+from .traffic import SimWorkerActivity, machine_load
 
 GIB = 1024 * MIB
 

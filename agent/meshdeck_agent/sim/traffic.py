@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-from .gpu.simulated import GpuLoad
+from ..gpu.simulated import GpuLoad
 
 HIDDEN = 7168
 LAYERS = 61

@@ -125,7 +125,7 @@ class GpuFacts:
 
 
 class ServeFlags(Protocol):
-    """The `vllm serve` settings memory depends on (simengine.VllmServe has them), read only."""
+    """The `vllm serve` settings memory depends on (engine.VllmServe has them), read only."""
 
     @property
     def tensor_parallel(self) -> int: ...

@@ -1,6 +1,6 @@
 """A simulated vLLM worker's stand-in plan, and how the running stand-in loads the simulated GPUs.
 
-The plan is the agent's own (simengine.py derives it from the worker's `vllm serve` argv and this
+The plan is the agent's own (engine.py derives it from the worker's `vllm serve` argv and this
 server's simulated GPUs; nothing on the wire carries it). It is kept in the worker's agent.json, so a
 restarted agent re-adopts the stand-in with the numbers it runs with, and handed to the stand-in
 process in simulate.json:
@@ -39,9 +39,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from .protocol import excerpt
-from .simtraffic import SimWorkerActivity
-from .wire_sample import WorkerSample
+from ..protocol import excerpt
+from ..wire_sample import WorkerSample
+from .traffic import SimWorkerActivity
 
 CONTEXT_BYTES = 600 * 1024 * 1024  # a CUDA context plus NCCL buffers before the weights arrive
 

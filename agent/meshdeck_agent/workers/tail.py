@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Tuple
 
-from .logparse import parse_line
-from .worker_logs import read_log
-from .worker_state import WorkerRecord
+from ..logparse import parse_line
+from .logs import read_log
+from .state import WorkerRecord
 
 LOG_EVENTS_PER_POLL = 200
 Event = Tuple[str, Dict[str, Any]]  # (event name, data), as the daemon broadcasts it

@@ -31,16 +31,16 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import protocol
-from .keeper import RUN_FILE, process_start_time, write_json
-from .paths import UnsafePath, child_path, ensure_private_dir, self_command, self_env
-from .scrape import ScrapeLoop
-from .simengine import StandInChooser
-from .simspec import BadStandInPlan, SimVllmTracker, metrics_url, validate_simulate
-from .wire_sample import WorkerSample
-from .worker_logs import read_log
-from .worker_state import WorkerRecord, exit_reason, observe, oom_kill_count, process_alive, read_json, run_file
-from .worker_tail import Event, catch_up_log, replay_log, skip_log
+from .. import protocol
+from ..keeper import RUN_FILE, process_start_time, write_json
+from ..paths import UnsafePath, child_path, ensure_private_dir, self_command, self_env
+from ..scrape import ScrapeLoop
+from ..sim.engine import StandInChooser
+from ..sim.spec import BadStandInPlan, SimVllmTracker, metrics_url, validate_simulate
+from ..wire_sample import WorkerSample
+from .logs import read_log
+from .state import WorkerRecord, exit_reason, observe, oom_kill_count, process_alive, read_json, run_file
+from .tail import Event, catch_up_log, replay_log, skip_log
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@ on a simulated agent, which says so in every inventory and sample, and its first
 
     meshdeck-agent simvllm --simulate-json <simulate.json> -- vllm serve MODEL --port 8000 -tp 8 ...
 
-The agent chose it from the worker's own argv (simengine.py) and wrote the numbers vLLM would measure
-into simulate.json (simmemory.py). The stand-in reads the same argv a real vLLM gets, then
+The agent chose it from the worker's own argv (engine.py) and wrote the numbers vLLM would measure
+into simulate.json (memory.py). The stand-in reads the same argv a real vLLM gets, then
 1. opens what a real head opens before loading (the torch.distributed master port of a multi-node
    replica, the data-parallel RPC port of a DP head), so the launcher's ready checks are the real ones;
 2. prints vLLM's startup lines in vLLM's format with those numbers (weights, KV memory, KV tokens,
@@ -13,7 +13,7 @@ into simulate.json (simmemory.py). The stand-in reads the same argv a real vLLM 
    simulated GPUs' free memory (the agent passes MESHDECK_SIM_GPU_FREE_BYTES), "No available memory
    for the cache blocks" when nothing is left for the KV cache, or the max-seq-len error when one
    request of max_model_len does not fit;
-4. serves /metrics (vLLM's metric names, one `engine` per DP rank, synthetic load from simload.py),
+4. serves /metrics (vLLM's metric names, one `engine` per DP rank, synthetic load from load.py),
    /health and /v1/models on --port until SIGTERM. Every HTTP reply carries `X-Meshdeck-Simulated: 1`.
 """
 
@@ -31,9 +31,9 @@ from typing import Any, Dict, List, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .simengine import parse_vllm_serve
-from .simload import EngineLoad, ExportedMetrics
-from .simspec import CONTEXT_BYTES, startup_phases
+from .engine import parse_vllm_serve
+from .load import EngineLoad, ExportedMetrics
+from .spec import CONTEXT_BYTES, startup_phases
 
 GIB = float(1 << 30)
 

@@ -5,11 +5,11 @@ env. A simulated agent has no GPUs to give vLLM, so it stands in for the engine 
 wire asks for it, and a real agent never does it (real vLLM is never replaced silently).
 
 - `vllm serve MODEL ...` (argv[0] named `vllm`, first positional `serve`) runs the vLLM stand-in
-  (simvllm.py). Its plan comes from that argv and this server's simulated GPUs: the layout flags
+  (vllm.py). Its plan comes from that argv and this server's simulated GPUs: the layout flags
   (-tp/-pp/-dp, --data-parallel-size-local/-start-rank, --headless, --nnodes/--node-rank,
   --enable-expert-parallel), the memory flags (--gpu-memory-utilization, --max-model-len,
   --kv-cache-dtype, --max-num-seqs/--max-num-batched-tokens, --speculative-config) and the model's
-  config facts (simmemory.py) give the startup numbers vLLM would measure.
+  config facts (memory.py) give the startup numbers vLLM would measure.
 - Ray (`ray start ...`, or vLLM with `--distributed-executor-backend ray` / `--data-parallel-backend
   ray`) is refused with a reason: Ray would find no GPUs on a simulated server.
 - Anything else (torchrun, a shell command, a probe) runs as it is: a simulated server is a real
@@ -24,9 +24,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .gpu.catalog import GpuType, SimulateSpec
-from .protocol import BAD_PARAMS, ProtocolError, excerpt
-from .simmemory import GpuFacts, model_config_for, startup_memory
+from ..gpu.catalog import GpuType, SimulateSpec
+from ..protocol import BAD_PARAMS, ProtocolError, excerpt
+from .memory import GpuFacts, model_config_for, startup_memory
 
 DEFAULT_STARTUP_S = 8.0  # how long the stand-in takes from start to serving (weights, then KV cache)
 DEFAULT_REQUEST_RATE = 4.0  # mean requests/s per engine of the stand-in's synthetic load
@@ -242,7 +242,7 @@ class StandInChooser:
     request_rate: float = DEFAULT_REQUEST_RATE
 
     def plan_for(self, argv: Sequence[str], env: Dict[str, str], gpus: Sequence[int]) -> Optional[Dict[str, Any]]:
-        """The stand-in plan (simspec's shape) for a vLLM argv; None for argv that runs as it is.
+        """The stand-in plan (spec.py's shape) for a vLLM argv; None for argv that runs as it is.
         Raises ProtocolError(bad_params) for what this server cannot stand in for, naming why."""
         program = os.path.basename(argv[0]) if argv else ""
         if program == "ray":
