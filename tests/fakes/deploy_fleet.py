@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from meshdeck.remote.events import AgentEvent
-from meshdeck.services.deploy_model import RecordedDeployment
+from meshdeck.services.deployments.model import RecordedDeployment
 
 LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.workers.logs
 LOG_MAX_LIMIT = 512 * 1024

@@ -7,9 +7,9 @@ import yaml
 from gui_helpers import connect_hosts
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import load_profile, profile_from_mapping
-from meshdeck.services import deploy_targets
 from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
 from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.deployments import targets as deploy_targets
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
 from meshdeck.ui.views.planner import PlannerView
 from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileDialog, ProfileSaver

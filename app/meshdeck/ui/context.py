@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from meshdeck.services.console import Database
-from meshdeck.services.deploy import DeployService
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.inventory import Inventory

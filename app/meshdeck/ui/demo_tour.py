@@ -34,7 +34,7 @@ from meshdeck.services.demo import (
     demo_vllm_profile,
     torch_python,
 )
-from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.services.deployments.model import DeploymentSnapshot
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
 from meshdeck.services.vllm_local import tiny_model_dir
 from meshdeck.ui.jobs import Progress

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from meshdeck.launch.profile import profile_from_mapping
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_local import free_port
-from meshdeck.services.deploy_records import StoreRecorder
-from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck.services.deployments.local import free_port
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService
+from meshdeck.services.deployments.targets import prepare_launch
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.preflight import run_preflight
 from meshdeck.store.database import open_database

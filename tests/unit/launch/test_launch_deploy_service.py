@@ -13,8 +13,8 @@ from deploy_fleet import FakeFleet, Recorder, wait_until
 from launch_builders import make_node, make_profile
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import worker_id
+from meshdeck.services.deployments.model import worker_id
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
 
 
 def mp_plan() -> LaunchPlan:

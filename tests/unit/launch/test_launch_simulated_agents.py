@@ -15,7 +15,7 @@ from launch_builders import make_node, make_profile
 from meshdeck.cli import main
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.services.deploy_targets import SIMULATED_VLLM_NOTE, prepare_launch
+from meshdeck.services.deployments.targets import SIMULATED_VLLM_NOTE, prepare_launch
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.protocol import ProtocolError
 from meshdeck_agent.sim.engine import StandInChooser, parse_vllm_serve

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.errors import InputError
-from meshdeck.services.deploy_events import DeploymentLogLines
+from meshdeck.services.deployments.events import DeploymentLogLines
 from meshdeck.ui.context import ConsoleContext
 
 log = logging.getLogger(__name__)

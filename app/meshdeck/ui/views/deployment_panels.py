@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from meshdeck.services.deploy_model import DeploymentSnapshot, describe_exit
+from meshdeck.services.deployments.model import DeploymentSnapshot, describe_exit
 from meshdeck.services.events import AgentEvent
 from meshdeck.ui import theme
 from meshdeck.ui.widgets.tables import row_table

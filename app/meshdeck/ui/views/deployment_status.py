@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.services.deployments.model import DeploymentSnapshot
 
 NOTHING_SELECTED = "No deployment selected: choose a profile, run the pre-flight checks, then launch."
 

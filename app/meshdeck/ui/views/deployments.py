@@ -28,10 +28,9 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpli
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
-from meshdeck.services import deploy_hosts
 from meshdeck.services import profiles as profile_service
-from meshdeck.services.deploy import LaunchFailed
-from meshdeck.services.deploy_model import (
+from meshdeck.services.deployments import hosts as deploy_hosts
+from meshdeck.services.deployments.model import (
     DeploymentSnapshot,
     LaunchProgress,
     PartStopped,
@@ -39,7 +38,8 @@ from meshdeck.services.deploy_model import (
     new_deployment_id,
     worker_id,
 )
-from meshdeck.services.deploy_targets import PreparedLaunch, prepare_launch
+from meshdeck.services.deployments.registry import LaunchFailed
+from meshdeck.services.deployments.targets import PreparedLaunch, prepare_launch
 from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.deployments_model import DeploymentsModel

@@ -2,9 +2,9 @@
 
     listings, unanswered = ask_hosts(fleet, ["gpu-a", "gpu-b"])   # host -> its WorkerRecords; host -> why not
 
-Every worker meshdeck starts is named after its deployment (`deploy_model.worker_name`), so the agents
+Every worker meshdeck starts is named after its deployment (`model.worker_name`), so the agents
 alone say which deployments exist, whoever launched them: the CLI, the console, an earlier session. The
-deployment registry (services.deploy.DeployService.survey) adopts what these listings show. Hosts are
+deployment registry (registry.DeployService.survey) adopts what these listings show. Hosts are
 asked in parallel; one that cannot be asked (unreachable, no answer, a malformed answer) is named in
 `unanswered` with why (one line, escaped) and never hides or delays the others beyond the call timeout.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from meshdeck_agent.protocol import ProtocolError, WorkerRecord, worker_records_from_wire
 
 from meshdeck.core.text import printable
-from meshdeck.services.deploy_model import DeploymentSnapshot, Fleet
+from meshdeck.services.deployments.model import DeploymentSnapshot, Fleet
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.services.deployments.model import DeploymentSnapshot
 
 MAX_PENDING_LOG_CHARS = 256 * 1024  # text of one watched log waiting for a slow consumer; older text is cut
 

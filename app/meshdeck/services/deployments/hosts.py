@@ -22,7 +22,7 @@ from meshdeck_agent.paths import default_socket_path
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.remote.connectors import LocalConnector
-from meshdeck.services.deploy_targets import LOCAL_ADDRESS, address_of_target
+from meshdeck.services.deployments.targets import LOCAL_ADDRESS, address_of_target
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.store.database import Database
 from meshdeck.store.hosts import HostRecord, find_host, list_hosts

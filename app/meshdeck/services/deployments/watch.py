@@ -7,7 +7,7 @@
 
 Nothing runs unless asked: a console whose log tab is hidden watches no log and makes no call. The
 thread starts on the first request and ends at `close`. An agent pushes no raw log lines (only the ones
-it parses), so a watched log is first read as a tail (`deploy_waits.read_tail`), then from where the last
+it parses), so a watched log is first read as a tail (`waits.read_tail`), then from where the last
 read ended (`workers.logs {id, offset}`) every `interval_s`, at most one window of TAIL_WINDOW_BYTES per
 watch and poll: what waits is bounded, and a chatty worker is shown a poll behind rather than read
 without end. New text goes out as `DeploymentLogLines`, escaped (newlines and tabs kept). Requests are
@@ -27,8 +27,8 @@ from typing import Any
 from meshdeck_agent.protocol import LogChunk, ProtocolError
 
 from meshdeck.core.text import printable, printable_lines
-from meshdeck.services.deploy_events import DeploymentLogLines
-from meshdeck.services.deploy_waits import TAIL_WINDOW_BYTES, read_tail
+from meshdeck.services.deployments.events import DeploymentLogLines
+from meshdeck.services.deployments.waits import TAIL_WINDOW_BYTES, read_tail
 
 log = logging.getLogger(__name__)
 

@@ -293,7 +293,7 @@ class Fleet(Protocol):
 
 class DeploymentRecorder(Protocol):
     """Where launches, stops, events and planned-vs-measured go, and where they are read back from (the
-    store implements it: services.deploy_records.StoreRecorder)."""
+    store implements it: services.deployments.records.StoreRecorder)."""
 
     def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None: ...
     def deployment_event(

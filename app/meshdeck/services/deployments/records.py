@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile_secrets import masked_profile_text
-from meshdeck.services.deploy_model import DeploymentSnapshot, PlannedNumbers, RecordedDeployment
+from meshdeck.services.deployments.model import DeploymentSnapshot, PlannedNumbers, RecordedDeployment
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import (
     DeploymentNode,
@@ -86,7 +86,7 @@ def _finite(value: object) -> TypeGuard[int | float]:
 
 
 class StoreRecorder:
-    """Implements services.deploy.DeploymentRecorder. `profile_*` say which saved profile was launched."""
+    """Implements model.DeploymentRecorder. `profile_*` say which saved profile was launched."""
 
     def __init__(
         self,

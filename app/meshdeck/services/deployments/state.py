@@ -1,4 +1,4 @@
-"""One deployment as the registry holds it (services.deploy): launched here, or adopted from the agents.
+"""One deployment as the registry holds it (registry.py): launched here, or adopted from the agents.
 
 A launched deployment has its LaunchPlan: its parts are known before they start, in plan order, and the
 registry applies its restart policy. An adopted one was found on the agents (launched by the CLI,
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.services.deploy_model import (
+from meshdeck.services.deployments.model import (
     DeploymentSnapshot,
     PlannedNumbers,
     RecordedDeployment,
@@ -27,7 +27,7 @@ from meshdeck.services.deploy_model import (
     summarize,
     worker_id,
 )
-from meshdeck.services.deploy_records import planned_numbers
+from meshdeck.services.deployments.records import planned_numbers
 
 
 @dataclass

@@ -30,10 +30,10 @@ from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan, ReadyCheck
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Layout, Profile, profile_from_mapping
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
-from meshdeck.services.deploy_targets import LOCAL_ADDRESS, prepare_launch
-from meshdeck.services.deploy_waits import read_log
+from meshdeck.services.deployments.model import DeploymentSnapshot, LaunchProgress, new_deployment_id, worker_id
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
+from meshdeck.services.deployments.targets import LOCAL_ADDRESS, prepare_launch
+from meshdeck.services.deployments.waits import read_log
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.preflight import run_preflight
 

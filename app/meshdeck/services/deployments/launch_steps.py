@@ -1,5 +1,5 @@
 """Bringing a deployment launched here up, stage by stage, and its restart policy — steps of the deployment
-registry (services.deploy.DeployService runs them; see its module doc for the order and the policy).
+registry (registry.DeployService runs them; see its module doc for the order and the policy).
 
 They need the deployment's LaunchPlan, so they apply to deployments launched by this registry only; an
 adopted one (found on the agents) is watched and stopped, never restarted from here.
@@ -18,7 +18,7 @@ from meshdeck_agent.protocol import BAD_REQUEST, ProtocolError, WorkerRecord
 
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
-from meshdeck.services.deploy_model import (
+from meshdeck.services.deployments.model import (
     LaunchFailed,
     LaunchProgress,
     WorkerSnapshot,
@@ -26,15 +26,15 @@ from meshdeck.services.deploy_model import (
     worker_id,
     worker_name,
 )
-from meshdeck.services.deploy_state import TrackedDeployment
+from meshdeck.services.deployments.state import TrackedDeployment
 from meshdeck.services.log_reason import telling_line
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from meshdeck.services.deploy_model import PartStopped
-    from meshdeck.services.deploy_waits import LogFollower, ReadyProbe
+    from meshdeck.services.deployments.model import PartStopped
+    from meshdeck.services.deployments.waits import LogFollower, ReadyProbe
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0

@@ -37,7 +37,7 @@ known) could not be asked in the last survey: parts may still run there.
 Events: each change of a deployment is published to the subscribers as DeploymentChanged(snapshot), under
 the registry's lock, so in order; a subscriber must be quick and must not call back in (the console's
 bridge only queues). New text of a watched log is published as DeploymentLogLines from the registry's one
-background thread (deploy_watch.py), which runs only while something is watched or a survey is pending.
+background thread (watch.py), which runs only while something is watched or a survey is pending.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.remote.events import AgentEvent, HostStateChanged
 from meshdeck.remote.peer_log import PeerLog
-from meshdeck.services.deploy_events import DeploymentChanged, DeploymentEvent
-from meshdeck.services.deploy_found import LIST_TIMEOUT_S, DeploymentSurvey, ask_hosts
-from meshdeck.services.deploy_launch import STOP_GRACE_S, LaunchSteps
-from meshdeck.services.deploy_model import (
+from meshdeck.services.deployments.events import DeploymentChanged, DeploymentEvent
+from meshdeck.services.deployments.found import LIST_TIMEOUT_S, DeploymentSurvey, ask_hosts
+from meshdeck.services.deployments.launch_steps import STOP_GRACE_S, LaunchSteps
+from meshdeck.services.deployments.model import (
     FINAL_STATES,
     DeploymentRecorder,
     DeploymentSnapshot,
@@ -78,9 +78,9 @@ from meshdeck.services.deploy_model import (
     shown_reason,
     summarize,
 )
-from meshdeck.services.deploy_state import TrackedDeployment
-from meshdeck.services.deploy_waits import LogFollower, ReadyProbe, read_tail
-from meshdeck.services.deploy_watch import CALL_TIMEOUT_S, BackgroundAsks, LogWatch
+from meshdeck.services.deployments.state import TrackedDeployment
+from meshdeck.services.deployments.waits import LogFollower, ReadyProbe, read_tail
+from meshdeck.services.deployments.watch import CALL_TIMEOUT_S, BackgroundAsks, LogWatch
 from meshdeck.services.subscribers import Subscribers
 
 __all__ = ["STOPPED_REASON", "STOP_GRACE_S", "DeployService", "LaunchFailed"]  # what callers import from here
