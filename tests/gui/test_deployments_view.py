@@ -19,9 +19,9 @@ from meshdeck.services.deployments.model import DeploymentSnapshot, WorkerSnapsh
 from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.inventory import fetch_inventory
 from meshdeck.services.plan_profiles import profile_mappings
-from meshdeck.ui.views.deployment_panels import PlannedPanel
-from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, status_line
-from meshdeck.ui.views.deployments import DeploymentsView
+from meshdeck.ui.views.deployments.panels import PlannedPanel
+from meshdeck.ui.views.deployments.status import NOTHING_SELECTED, status_line
+from meshdeck.ui.views.deployments.view import DeploymentsView
 from meshdeck_agent.wire_inventory import Inventory
 
 
@@ -303,7 +303,7 @@ def test_a_stored_profile_launches_with_its_secret_from_the_keyring(
 ) -> None:
     """The console's launch reads the value the database does not hold back from the OS keyring."""
     from meshdeck.store.database import open_database
-    from meshdeck.ui.views import deployments as deployments_module
+    from meshdeck.ui.views.deployments import view as deployments_module
 
     console_context.db = open_database(tmp_path / "console.sqlite")
     console_context.on_shutdown.append(console_context.db.close)

@@ -23,7 +23,7 @@ from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import JobRunner
-from meshdeck.ui.views.dashboard_charts import dashboard_metrics
+from meshdeck.ui.views.dashboard.charts import dashboard_metrics
 
 if TYPE_CHECKING:  # loaded only under --demo
     from meshdeck.services.demo import DemoCluster

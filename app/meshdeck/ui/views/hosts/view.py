@@ -36,7 +36,7 @@ from meshdeck.services.inventory import Inventory, describe_gpus
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
 from meshdeck.ui.jobs import Progress
-from meshdeck.ui.views.host_dialogs import AddHostDialog, HostKeyDialog, NewHost
+from meshdeck.ui.views.hosts.dialogs import AddHostDialog, HostKeyDialog, NewHost
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)

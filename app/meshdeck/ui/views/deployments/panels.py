@@ -2,7 +2,7 @@
 beside measured.
 
 Workers come from the deployment registry's snapshot (kept current by the fleet's `worker` events).
-The log tab is deployment_log.py.
+The log tab is log.py.
 NCCL transports come from the agents' `log` events of kind nccl_transport (NCCL_DEBUG=INFO channel
 lines): per rank, which transport reached which peer. Planned numbers are the planner's prediction
 the launch carried; measured ones are what vLLM's startup log printed (parsed by the agent).

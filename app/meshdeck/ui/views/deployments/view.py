@@ -14,7 +14,7 @@ the model when shown. No timer runs here.
 
 One source for each state: the list's rows, the highlighted row, the state line above it, the worker
 table, the Stop button and planned vs measured are all drawn from the model's snapshots. The line
-under the buttons only reports actions, stamped with their time (deployment_status.py).
+under the buttons only reports actions, stamped with their time (status.py).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import Progress
-from meshdeck.ui.views.deployment_log import LogPanel, WatchedLog
-from meshdeck.ui.views.deployment_panels import NcclPanel, PlannedPanel, WorkersPanel, set_row
-from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, action_message, status_line
+from meshdeck.ui.views.deployments.log import LogPanel, WatchedLog
+from meshdeck.ui.views.deployments.panels import NcclPanel, PlannedPanel, WorkersPanel, set_row
+from meshdeck.ui.views.deployments.status import NOTHING_SELECTED, action_message, status_line
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)

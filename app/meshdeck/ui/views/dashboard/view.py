@@ -19,7 +19,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.charts.units import format_bytes
-from meshdeck.ui.views.dashboard_charts import (
+from meshdeck.ui.views.dashboard.charts import (
     DASHBOARD_CHARTS,
     ChartDefinition,
     Selection,

@@ -29,8 +29,8 @@ from meshdeck.services.files import open_output, output_target
 from meshdeck.services.history import HostHistory
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
-from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
-from meshdeck.ui.views.history_data import HistoryFrame, history_frame
+from meshdeck.ui.views.dashboard.charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
+from meshdeck.ui.views.history.data import HistoryFrame, history_frame
 from meshdeck.ui.widgets.tables import chart_grid
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ from meshdeck.services.cluster import DetectedCluster
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
-from meshdeck.ui.views.planner_form import PlannerForm, PlannerInputs
-from meshdeck.ui.views.planner_save import ProfileSaver
+from meshdeck.ui.views.planner.form import PlannerForm, PlannerInputs
+from meshdeck.ui.views.planner.save import ProfileSaver
 from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
 from meshdeck.ui.widgets.rank_map import RankMapWidget
 from meshdeck.ui.widgets.tables import row_table
