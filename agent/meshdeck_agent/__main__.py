@@ -200,7 +200,7 @@ def _version(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "simvllm":
-        from .simvllm import main as simvllm_main
+        from .sim.vllm import main as simvllm_main
 
         return simvllm_main(argv[1:])
     args = build_parser().parse_args(argv)

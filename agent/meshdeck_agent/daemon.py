@@ -39,8 +39,8 @@ from .paths import atomic_write, check_socket_path, ensure_private_dir
 from .ring import DEFAULT_CAPACITY, SampleRing
 from .sampler import Sampler
 from .session import RawResult, Session
-from .simengine import DEFAULT_STARTUP_S, StandInChooser
-from .workers import Supervisor
+from .sim.engine import DEFAULT_STARTUP_S, StandInChooser
+from .workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 

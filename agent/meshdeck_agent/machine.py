@@ -1,7 +1,7 @@
 """A server as the sampler sees it: `inventory()` once, `read()` every interval.
 
 `RealMachine` joins NVML (gpu/nvml.py), /proc (host.py) and sysfs (net.py, topology.py) under an
-injectable root. `SimulatedMachine` (simmachine.py) answers the same two calls for `--simulate`.
+injectable root. `SimulatedMachine` (sim/machine.py) answers the same two calls for `--simulate`.
 `read` answers a `Reading`: the sample's records (wire_sample.py) of its GPUs, host and NICs.
 """
 
@@ -156,6 +156,6 @@ def build_machine(
     spec = parse_simulate(simulate)
     if spec is None:
         return RealMachine(on_alert=on_alert)
-    from .simmachine import SimulatedMachine
+    from .sim.machine import SimulatedMachine
 
     return SimulatedMachine(spec, seed=seed, activity=activity)

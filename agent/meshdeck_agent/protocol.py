@@ -455,7 +455,7 @@ class WorkerSpec:
     """One process the agent starts in its own process group and supervises.
 
     The spec says what runs, on any agent: an agent started with `--simulate` stands in for the engine
-    itself when `argv` is `vllm serve ...` (meshdeck_agent.simengine), from that same argv; nothing here
+    itself when `argv` is `vllm serve ...` (meshdeck_agent.sim.engine), from that same argv; nothing here
     asks for it. A simulated worker's scraped metrics default to http://127.0.0.1:<port>/metrics.
     """
 

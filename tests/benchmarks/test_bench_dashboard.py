@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gui"))
 import numpy as np
 import pyqtgraph as pg
 from meshdeck.ui.charts.live_metrics import LiveMetrics
-from meshdeck.ui.views.dashboard import DashboardView, dashboard_metrics
+from meshdeck.ui.views.dashboard.view import DashboardView, dashboard_metrics
 from PySide6.QtCore import QEventLoop, QTimer
 from wire_samples import wire_sample
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from meshdeck.launch.build import parse_layout_spec
-from meshdeck.services.deploy_local import LocalAgents, run_builtin_workload, workload_profile
-from meshdeck.services.deploy_targets import LOCAL_ADDRESS, prepare_launch
+from meshdeck.services.deployments.local import LocalAgents, run_builtin_workload, workload_profile
+from meshdeck.services.deployments.targets import LOCAL_ADDRESS, prepare_launch
 
 ROUNDS = 3
 LAYOUT = "tp=2,pp=2"

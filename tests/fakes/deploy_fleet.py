@@ -2,7 +2,7 @@
 agent, records calls, and delivers `worker` / `log` events the way the fleet does (from another thread);
 `InventoryFleet` answers only what preparing a launch asks (inventory, checks.route).
 
-`workers.logs` answers as the agent's `worker_logs.read_log` does: at most `limit` characters (256 Ki by
+`workers.logs` answers as the agent's `workers.logs.read_log` does: at most `limit` characters (256 Ki by
 default, 512 Ki at most) from `offset`, or the last `limit` when no offset is given (the tail)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from meshdeck.remote.events import AgentEvent
-from meshdeck.services.deploy_model import RecordedDeployment
+from meshdeck.services.deployments.model import RecordedDeployment
 
-LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.worker_logs
+LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.workers.logs
 LOG_MAX_LIMIT = 512 * 1024
 
 

@@ -7,8 +7,8 @@ import threading
 from dataclasses import replace
 
 from meshdeck.remote.events import AgentEvent
-from meshdeck.services.deploy_events import DeploymentChanged, DeploymentLogLines
-from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.services.deployments.events import DeploymentChanged, DeploymentLogLines
+from meshdeck.services.deployments.model import DeploymentSnapshot
 from meshdeck.ui.bridge import FleetBridge
 
 

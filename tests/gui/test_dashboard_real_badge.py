@@ -9,7 +9,7 @@ import time
 import pytest
 from meshdeck.remote.events import SamplesReceived
 from meshdeck.services.synthetic_samples import sample_batch
-from meshdeck.ui.views.dashboard import DashboardView
+from meshdeck.ui.views.dashboard.view import DashboardView
 from wire_samples import wire_samples
 
 

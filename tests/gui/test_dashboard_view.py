@@ -9,8 +9,8 @@ import pytest
 from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device
 from meshdeck.remote.events import SamplesReceived
-from meshdeck.ui.views.dashboard import DashboardView, min_redraw_interval_s
-from meshdeck.ui.views.dashboard_charts import parse_gpu_filter
+from meshdeck.ui.views.dashboard.charts import parse_gpu_filter
+from meshdeck.ui.views.dashboard.view import DashboardView, min_redraw_interval_s
 from wire_samples import GIB, wire_batch
 
 GPU0 = Device.gpu(0)

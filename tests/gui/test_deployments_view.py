@@ -14,14 +14,14 @@ from meshdeck.services import profiles as profile_service
 from meshdeck.services.catalog import load_gpu_catalog, load_model
 from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.demo import DEMO_HOSTS, DemoCluster, choose_demo_layout, demo_vllm_profile
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_events import DeploymentChanged
-from meshdeck.services.deploy_model import DeploymentSnapshot, WorkerSnapshot
+from meshdeck.services.deployments.events import DeploymentChanged
+from meshdeck.services.deployments.model import DeploymentSnapshot, WorkerSnapshot
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.inventory import fetch_inventory
 from meshdeck.services.plan_profiles import profile_mappings
-from meshdeck.ui.views.deployment_panels import PlannedPanel
-from meshdeck.ui.views.deployment_status import NOTHING_SELECTED, status_line
-from meshdeck.ui.views.deployments import DeploymentsView
+from meshdeck.ui.views.deployments.panels import PlannedPanel
+from meshdeck.ui.views.deployments.status import NOTHING_SELECTED, status_line
+from meshdeck.ui.views.deployments.view import DeploymentsView
 from meshdeck_agent.wire_inventory import Inventory
 
 
@@ -59,7 +59,7 @@ def _demo_profile(context) -> str:
 def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simulated_inventory) -> None:
     """What the simulated vLLM fakes and the planned-vs-measured table compares against is the planner's
     row for the chosen layout, planned on H200-SXM-141GB (not a GPU known by its memory alone)."""
-    from meshdeck.services.deploy_targets import planned_startup
+    from meshdeck.services.deployments.targets import planned_startup
 
     inventories = dict.fromkeys(DEMO_HOSTS, Inventory.from_wire(simulated_inventory))
     cluster = cluster_from_inventories(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
@@ -151,7 +151,7 @@ def test_planned_vs_measured_on_simulated_hosts_labels_the_measured_numbers_simu
 
 @pytest.mark.slow
 def test_a_deployment_launched_elsewhere_is_found_on_the_agents_and_can_be_stopped(qtbot, demo_context) -> None:
-    from meshdeck.services.deploy_targets import LOCAL_ADDRESS, prepare_launch
+    from meshdeck.services.deployments.targets import LOCAL_ADDRESS, prepare_launch
 
     name = _demo_profile(demo_context)
     profile = profile_service.get_profile(demo_context.db, name).profile
@@ -303,7 +303,7 @@ def test_a_stored_profile_launches_with_its_secret_from_the_keyring(
 ) -> None:
     """The console's launch reads the value the database does not hold back from the OS keyring."""
     from meshdeck.store.database import open_database
-    from meshdeck.ui.views import deployments as deployments_module
+    from meshdeck.ui.views.deployments import view as deployments_module
 
     console_context.db = open_database(tmp_path / "console.sqlite")
     console_context.on_shutdown.append(console_context.db.close)
@@ -400,7 +400,7 @@ def test_a_hidden_view_makes_no_call_and_draws_nothing_then_catches_up_when_show
 
 
 def test_the_dashboards_planned_memory_follows_the_deployments_whichever_view_is_shown(console_context) -> None:
-    from meshdeck.services.deploy_model import PlannedNumbers
+    from meshdeck.services.deployments.model import PlannedNumbers
 
     planned = PlannedNumbers({"kv_cache_tokens": 1000.0}, 100.0, (("demo-a", 0), ("demo-a", 1)))
     running = replace(_snapshot("d-1130073102-c8b0", 1.0, engine="vllm"), planned=planned)

@@ -14,9 +14,9 @@ from meshdeck.core.samples import Device
 from meshdeck.services import profiles as profile_service
 from meshdeck.store.database import open_database
 from meshdeck.store.writer import SampleWriter
-from meshdeck.ui.views.history import HistoryView
-from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileSaver
+from meshdeck.ui.views.history.view import HistoryView
+from meshdeck.ui.views.planner.save import ProfileAnswer, ProfileSaver
+from meshdeck.ui.views.planner.view import PlannerView
 from meshdeck.ui.views.profiles import ProfilesView
 from wire_samples import GIB, wire_batch
 

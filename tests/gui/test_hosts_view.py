@@ -11,8 +11,8 @@ import pytest
 from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.store.database import open_database
-from meshdeck.ui.views.host_dialogs import HostKeyDialog, NewHost
-from meshdeck.ui.views.hosts import HostsView
+from meshdeck.ui.views.hosts.dialogs import HostKeyDialog, NewHost
+from meshdeck.ui.views.hosts.view import HostsView
 from sshd import SshdServer, generate_key
 
 
@@ -176,7 +176,7 @@ def test_test_connection_shows_the_bootstrap_steps_and_asks_about_an_unknown_key
 
 def test_a_host_row_follows_its_events_and_the_timer_only_ages_the_last_sample(qtbot, console_context) -> None:
     from meshdeck.remote.events import HostStateChanged
-    from meshdeck.ui.views.hosts import AGE_COLUMN
+    from meshdeck.ui.views.hosts.view import AGE_COLUMN
 
     bridge = console_context.bridge
     view = HostsView(console_context)

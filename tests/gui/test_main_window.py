@@ -5,8 +5,8 @@ from __future__ import annotations
 from gui_helpers import connect_hosts, press
 from meshdeck.remote.events import HostStateChanged
 from meshdeck.ui.main_window import MainWindow, ViewEntry
-from meshdeck.ui.views.dashboard import DashboardView
-from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.dashboard.view import DashboardView
+from meshdeck.ui.views.planner.view import PlannerView
 from PySide6.QtCore import Qt
 
 

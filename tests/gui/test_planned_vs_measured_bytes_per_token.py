@@ -4,7 +4,7 @@ and the planner's prediction for it (1 GiB, 233,008 tokens: 4,608 bytes of bf16 
 
 from __future__ import annotations
 
-from meshdeck.ui.views.deployment_panels import PlannedPanel
+from meshdeck.ui.views.deployments.panels import PlannedPanel
 
 
 def test_kv_bytes_per_token_is_shown_on_both_sides(qtbot) -> None:

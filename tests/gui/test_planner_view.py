@@ -7,12 +7,12 @@ import yaml
 from gui_helpers import connect_hosts
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import load_profile, profile_from_mapping
-from meshdeck.services import deploy_targets
 from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
 from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.deployments import targets as deploy_targets
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
-from meshdeck.ui.views.planner import PlannerView
-from meshdeck.ui.views.planner_save import ProfileAnswer, ProfileDialog, ProfileSaver
+from meshdeck.ui.views.planner.save import ProfileAnswer, ProfileDialog, ProfileSaver
+from meshdeck.ui.views.planner.view import PlannerView
 from meshdeck.ui.widgets.rank_map import rank_labels
 from meshdeck_agent.wire_inventory import Inventory
 from PySide6.QtWidgets import QDialog, QLineEdit
@@ -34,7 +34,7 @@ def warnings_shown(monkeypatch) -> list[str]:
     """The saver's "Profile not saved" messages, recorded instead of shown: a real modal box would block the
     test forever when saving fails unexpectedly (the test then fails waiting for its signal instead)."""
     shown: list[str] = []
-    monkeypatch.setattr("meshdeck.ui.views.planner_save.QMessageBox.warning", lambda _p, _t, text: shown.append(text))
+    monkeypatch.setattr("meshdeck.ui.views.planner.save.QMessageBox.warning", lambda _p, _t, text: shown.append(text))
     return shown
 
 
@@ -101,7 +101,7 @@ def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, plan
     target = tmp_path / "ds32.yaml"
     answer = ProfileAnswer("ds32-demo", "deepseek-ai/DeepSeek-V3.2")
     monkeypatch.setattr(ProfileSaver, "ask", lambda self, *a: answer)
-    monkeypatch.setattr("meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
+    monkeypatch.setattr("meshdeck.ui.views.planner.save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
     with qtbot.waitSignal(planner.saver.saved, timeout=30000) as saved:
         planner.export_button.click()
     assert saved.args == [["ds32-demo"]]
@@ -172,7 +172,7 @@ def test_a_torch_layout_is_exported_with_the_script_typed_in_the_dialog(qtbot, p
     seen: list[ProfileDialog] = []
     _answer_the_dialog(monkeypatch, "  /opt/jobs/train_ds32.py ", seen)
     target = tmp_path / "ds32-torch.yaml"
-    monkeypatch.setattr("meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
+    monkeypatch.setattr("meshdeck.ui.views.planner.save.QFileDialog.getSaveFileName", lambda *a, **k: (str(target), ""))
     with qtbot.waitSignal(planner.saver.saved, timeout=30000):
         planner.export_button.click()
     assert "tiny-deepseek" in seen[0].findChild(QLineEdit, "profileScript").placeholderText()
@@ -187,7 +187,7 @@ def test_a_torch_layout_with_no_script_is_refused_with_the_reason(qtbot, planner
     _answer_the_dialog(monkeypatch, "   ", [])
     asked_for_file: list[object] = []
     monkeypatch.setattr(
-        "meshdeck.ui.views.planner_save.QFileDialog.getSaveFileName",
+        "meshdeck.ui.views.planner.save.QFileDialog.getSaveFileName",
         lambda *a, **k: asked_for_file.append(a) or ("", ""),  # then cancelled
     )
     with qtbot.waitSignal(planner.saver.failed, timeout=30000) as failed:

@@ -15,7 +15,7 @@ from meshdeck.ui.charts.units import (
     chart_unit,
     nice_ceiling,
 )
-from meshdeck.ui.views.dashboard_charts import DASHBOARD_CHARTS
+from meshdeck.ui.views.dashboard.charts import DASHBOARD_CHARTS
 
 
 def test_memory_is_binary_and_link_rates_are_decimal() -> None:

@@ -6,8 +6,8 @@
 
 DEPLOYMENT is an id from `list`, or a profile name when exactly one of its deployments is active.
 The hosts asked are every stored host plus this machine's agent when it runs (or --hosts), all at once
-with a short connect timeout (`deploy_hosts.reach`). Listing, stopping and reading logs go through the
-deployment registry (`services.deploy.DeployService`), as the console's do: the deployments the agents
+with a short connect timeout (`deployments.hosts.reach`). Listing, stopping and reading logs go through the
+deployment registry (`services.deployments.registry.DeployService`), as the console's do: the deployments the agents
 run are adopted with what the store kept of them (the planner's numbers beside the measured ones, in
 `list --json`), and a stop closes the deployment's stored record.
 
@@ -32,11 +32,11 @@ from contextlib import contextmanager
 from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
-from meshdeck.services import deploy_hosts
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_found import DeploymentSurvey
-from meshdeck.services.deploy_model import PartStopped
-from meshdeck.services.deploy_records import StoreRecorder
+from meshdeck.services.deployments import hosts as deploy_hosts
+from meshdeck.services.deployments.found import DeploymentSurvey
+from meshdeck.services.deployments.model import PartStopped
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.fleet import FleetService
 from meshdeck.store.database import Database, open_database
 

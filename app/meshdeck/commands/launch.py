@@ -25,11 +25,11 @@ from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile import Profile, load_profile
 from meshdeck.launch.profile_secrets import refuse_references
-from meshdeck.services import deploy_hosts
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import LaunchProgress, new_deployment_id
-from meshdeck.services.deploy_records import StoreRecorder
-from meshdeck.services.deploy_targets import SIMULATED_VLLM_NOTE, node_for_dry_run, prepare_launch
+from meshdeck.services.deployments import hosts as deploy_hosts
+from meshdeck.services.deployments.model import LaunchProgress, new_deployment_id
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
+from meshdeck.services.deployments.targets import SIMULATED_VLLM_NOTE, node_for_dry_run, prepare_launch
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.preflight import run_preflight
 from meshdeck.services.profiles import read_profile_file

@@ -3,7 +3,7 @@
 A `LaunchPlan` is the whole answer of the pure launcher: for each command the host it runs on, its
 argv (a list — nothing here is ever joined into a shell line except for display), its environment,
 the GPUs it owns, the stage it starts in and how to tell it is up before the next stage starts.
-`services.deploy` executes a plan; `meshdeck launch --dry-run --json` prints `dry_run()` and runs nothing.
+`services.deployments` executes a plan; `meshdeck launch --dry-run --json` prints `dry_run()` and runs nothing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshdeck.services.deploy import DeployService
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.history import HistoryRecorder, resume_points
 from meshdeck.services.profiles import StoreDeploymentRecorder

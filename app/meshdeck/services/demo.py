@@ -39,7 +39,7 @@ from meshdeck import __version__
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Layout, Profile, profile_from_mapping, profile_to_mapping
-from meshdeck.services.deploy_local import free_port, workload_profile
+from meshdeck.services.deployments.local import free_port, workload_profile
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir
 from meshdeck.store.database import Database, open_database

@@ -36,8 +36,8 @@ from meshdeck.launch.profile_secrets import (
 )
 from meshdeck.launch.profile_yaml import profile_text
 from meshdeck.services import profile_secrets
-from meshdeck.services.deploy_model import DeploymentSnapshot
-from meshdeck.services.deploy_records import StoreRecorder
+from meshdeck.services.deployments.model import DeploymentSnapshot
+from meshdeck.services.deployments.records import StoreRecorder
 from meshdeck.store import profiles as profile_store
 from meshdeck.store.database import Database
 from meshdeck.store.profiles import ProfileSummary as ProfileSummary  # the views list them, typed
@@ -226,7 +226,7 @@ def profile_versions(db: Database, name: str) -> list[ProfileVersion]:
 
 class StoreDeploymentRecorder(StoreRecorder):
     """The console's recorder: one for every launch, each snapshotting the stored profile the plan was
-    made from (a plan is named after its profile). Everything else is `deploy_records.StoreRecorder`."""
+    made from (a plan is named after its profile). Everything else is `deployments.records.StoreRecorder`."""
 
     def deployment_started(self, snapshot: DeploymentSnapshot, plan: LaunchPlan) -> None:
         stored = profile_store.find_profile(self.db, plan.name)

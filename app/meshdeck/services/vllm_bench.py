@@ -9,7 +9,7 @@
         run.stop()
 
 Nothing is a shortcut: the plan is `build_launch_plan`'s multi-node argv, DeployService starts it through the
-agents (services.deploy_local's LocalAgents: one daemon per "node"), the agents scrape vLLM's /metrics and
+agents (services.deployments.local's LocalAgents: one daemon per "node"), the agents scrape vLLM's /metrics and
 parse its log, the fleet's samples go through the store's writer (HistoryRecorder) and the launch's records
 through StoreRecorder, as in the console.
 """
@@ -31,11 +31,11 @@ from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.services.completion_load import LoadResult, send_completions
 from meshdeck.services.cpu_plan import cpu_kv_for_profile
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_local import LocalAgents, free_port
-from meshdeck.services.deploy_model import DeploymentSnapshot, LaunchProgress, new_deployment_id
-from meshdeck.services.deploy_records import StoreRecorder
-from meshdeck.services.deploy_targets import LOCAL_ADDRESS, prepare_launch
+from meshdeck.services.deployments.local import LocalAgents, free_port
+from meshdeck.services.deployments.model import DeploymentSnapshot, LaunchProgress, new_deployment_id
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
+from meshdeck.services.deployments.targets import LOCAL_ADDRESS, prepare_launch
 from meshdeck.services.history import HistoryRecorder
 from meshdeck.services.preflight import run_preflight
 from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir

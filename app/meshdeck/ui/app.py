@@ -28,11 +28,11 @@ from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.main_window import MainWindow, ViewEntry
 from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
-from meshdeck.ui.views.dashboard import DashboardView
-from meshdeck.ui.views.deployments import DeploymentsView
-from meshdeck.ui.views.history import HistoryView
-from meshdeck.ui.views.hosts import HostsView
-from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.dashboard.view import DashboardView
+from meshdeck.ui.views.deployments.view import DeploymentsView
+from meshdeck.ui.views.history.view import HistoryView
+from meshdeck.ui.views.hosts.view import HostsView
+from meshdeck.ui.views.planner.view import PlannerView
 from meshdeck.ui.views.profiles import ProfilesView
 from meshdeck.ui.views.topology import TopologyView
 

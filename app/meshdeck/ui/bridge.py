@@ -3,7 +3,7 @@
 The fleet's host supervisors run in their own threads and must never touch a widget. They hand
 events (meshdeck.remote.events values) to `FleetBridge.post`, which only appends to a bounded inbox
 and never blocks a supervisor. The deployment registry posts its change events
-(meshdeck.services.deploy_events) the same way. A QTimer on the GUI thread drains that inbox in order and emits one
+(meshdeck.services.deployments.events) the same way. A QTimer on the GUI thread drains that inbox in order and emits one
 signal per event. Draining has a time budget per tick: a reconnect can backfill hours of samples at
 once, and the window must stay responsive while they are absorbed (big sample batches are split into
 chunks; what does not fit in one tick waits for the next, order kept).
@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from meshdeck.core.samples import SeriesKey
-from meshdeck.services.deploy_events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
+from meshdeck.services.deployments.events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
 from meshdeck.services.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from meshdeck.services.console import Database
-from meshdeck.services.deploy import DeployService
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.inventory import Inventory
@@ -23,7 +23,7 @@ from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import JobRunner
-from meshdeck.ui.views.dashboard_charts import dashboard_metrics
+from meshdeck.ui.views.dashboard.charts import dashboard_metrics
 
 if TYPE_CHECKING:  # loaded only under --demo
     from meshdeck.services.demo import DemoCluster

@@ -34,15 +34,15 @@ from meshdeck.services.demo import (
     demo_vllm_profile,
     torch_python,
 )
-from meshdeck.services.deploy_model import DeploymentSnapshot
+from meshdeck.services.deployments.model import DeploymentSnapshot
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
 from meshdeck.services.vllm_local import tiny_model_dir
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.main_window import MainWindow
-from meshdeck.ui.views.dashboard import DashboardView
-from meshdeck.ui.views.deployments import DeploymentsView
-from meshdeck.ui.views.history import HistoryView
-from meshdeck.ui.views.planner import PlannerView
+from meshdeck.ui.views.dashboard.view import DashboardView
+from meshdeck.ui.views.deployments.view import DeploymentsView
+from meshdeck.ui.views.history.view import HistoryView
+from meshdeck.ui.views.planner.view import PlannerView
 from meshdeck.ui.views.profiles import ProfilesView
 
 log = logging.getLogger(__name__)

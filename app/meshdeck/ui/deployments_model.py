@@ -1,6 +1,6 @@
 """The console's picture of the deployments, kept current by the deployment registry's events (GUI thread).
 
-The registry (services.deploy.DeployService) publishes a DeploymentChanged for every change through the
+The registry (services.deployments.registry.DeployService) publishes a DeploymentChanged for every change through the
 bridge; this model keeps the newest snapshot of each deployment and says which one changed. Keeping it
 costs a dict assignment per event, so it is always current: a view hidden meanwhile reads it when shown
 (and does nothing before), and the dashboard's planned-memory lines follow it whichever view is shown.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from meshdeck.services.deploy_events import DeploymentChanged
-from meshdeck.services.deploy_model import DeploymentSnapshot, planned_gpu_memory
+from meshdeck.services.deployments.events import DeploymentChanged
+from meshdeck.services.deployments.model import DeploymentSnapshot, planned_gpu_memory
 from meshdeck.ui.bridge import FleetBridge
 
 

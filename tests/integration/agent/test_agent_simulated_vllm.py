@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from agent_harness import Client, InProcessAgent, in_process_agent, short_dir, wait_for
 from meshdeck_agent.gpu.catalog import parse_simulate
-from meshdeck_agent.simengine import StandInChooser
+from meshdeck_agent.sim.engine import StandInChooser
 
 GIB = 1 << 30
 

@@ -16,7 +16,7 @@ from agent_harness import short_dir, wait_for
 from meshdeck_agent.machine import Reading
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
-from meshdeck_agent.workers import Supervisor
+from meshdeck_agent.workers.supervisor import Supervisor
 
 INTERVAL_S = 0.02
 # ~2.5 MB/s of NCCL transport lines: every 0.2 s poll finds more than the 256 KiB it tails at once

@@ -15,7 +15,7 @@ import pytest
 from agent_harness import Client, short_dir, wait_for
 from meshdeck_agent import __version__ as AGENT_VERSION
 from meshdeck_agent.gpu.catalog import parse_simulate
-from meshdeck_agent.simengine import StandInChooser
+from meshdeck_agent.sim.engine import StandInChooser
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from meshdeck.services.deploy_model import worker_id, worker_name
+from meshdeck.services.deployments.model import worker_id, worker_name
 from meshdeck.services.fleet import FleetService
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from local_agent_cli import isolated_runtime, meshdeck, start_local_worker
 from meshdeck.commands.deployments import EXIT_HOSTS_UNREACHABLE
-from meshdeck.services.deploy_model import new_deployment_id
+from meshdeck.services.deployments.model import new_deployment_id
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import HostRecord, add_host
 from sshd import free_port

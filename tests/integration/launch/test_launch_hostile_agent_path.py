@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from meshdeck.launch.profile import profile_from_mapping
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_local import LocalAgents
-from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck.services.deployments.local import LocalAgents
+from meshdeck.services.deployments.registry import DeployService
+from meshdeck.services.deployments.targets import prepare_launch
 
 pytestmark = pytest.mark.slow
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 from meshdeck.launch.profile import profile_from_mapping
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_local import free_port
-from meshdeck.services.deploy_records import StoreRecorder
-from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck.services.deployments.local import free_port
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService
+from meshdeck.services.deployments.targets import prepare_launch
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.preflight import run_preflight
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import compare_deployments, get_deployment
 from meshdeck_agent.gpu.catalog import parse_simulate
-from meshdeck_agent.simengine import StandInChooser
+from meshdeck_agent.sim.engine import StandInChooser
 
 # real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

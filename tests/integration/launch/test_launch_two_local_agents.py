@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from meshdeck.launch.build import parse_layout_spec
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_local import LocalAgents, run_builtin_workload, workload_profile
-from meshdeck.services.deploy_model import DeploymentSnapshot, worker_id
-from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck.services.deployments.local import LocalAgents, run_builtin_workload, workload_profile
+from meshdeck.services.deployments.model import DeploymentSnapshot, worker_id
+from meshdeck.services.deployments.registry import DeployService
+from meshdeck.services.deployments.targets import prepare_launch
 from meshdeck_agent import ifaddrs
 
 # real torchrun on 2 shared cores: slow when other suites run at the same time, so a generous limit

@@ -32,7 +32,7 @@ from meshdeck.ui.app import application
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import JobRunner
-from meshdeck.ui.views.dashboard import DashboardView
+from meshdeck.ui.views.dashboard.view import DashboardView
 from PySide6.QtCore import QSettings, QTimer
 
 HOSTILE = Path(__file__).resolve().parents[2] / "fakes" / "hostile_agent.py"

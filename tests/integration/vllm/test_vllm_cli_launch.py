@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from meshdeck.launch.profile import dump_profile
-from meshdeck.services.deploy_local import free_port
+from meshdeck.services.deployments.local import free_port
 from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir
 from vllm_processes import process_tree, still_running
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 from meshdeck.launch.vllm_flags import flag_values
-from meshdeck.services.deploy_model import worker_id
-from meshdeck.services.deploy_waits import read_log
+from meshdeck.services.deployments.model import worker_id
+from meshdeck.services.deployments.waits import read_log
 from meshdeck.services.vllm_bench import GIB, LocalVllmDeployment, measured_numbers
 from meshdeck.store.deployments import get_deployment
 from vllm_processes import process_tree, still_running

@@ -5,7 +5,7 @@ build runs it, this test fails and README's "what is real" must be updated."""
 from __future__ import annotations
 
 import pytest
-from meshdeck.services.deploy import LaunchFailed
+from meshdeck.services.deployments.registry import LaunchFailed
 from meshdeck.services.vllm_bench import LocalVllmDeployment
 from meshdeck.services.vllm_local import tiny_model_dir
 from vllm_processes import processes_naming, still_running

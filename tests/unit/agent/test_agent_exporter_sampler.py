@@ -14,7 +14,7 @@ from meshdeck_agent.machine import Reading
 from meshdeck_agent.metric_registry import GPU_METRICS
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
-from meshdeck_agent.simmachine import SimulatedMachine
+from meshdeck_agent.sim.machine import SimulatedMachine
 from meshdeck_agent.wire_sample import WorkerSample
 from prometheus_client.parser import text_string_to_metric_families
 

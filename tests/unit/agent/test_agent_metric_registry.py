@@ -27,8 +27,8 @@ from meshdeck_agent.metric_registry import (
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
 from meshdeck_agent.scrape import VllmMetrics, parse_vllm_metrics
-from meshdeck_agent.simmachine import SimulatedMachine
-from meshdeck_agent.simtraffic import SimWorkerActivity
+from meshdeck_agent.sim.machine import SimulatedMachine
+from meshdeck_agent.sim.traffic import SimWorkerActivity
 from meshdeck_agent.wire_sample import GpuSample, HostSample, Sample, WorkerSample
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "agent"

@@ -89,8 +89,8 @@ import json, psutil
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
-from meshdeck_agent.simmachine import SimulatedMachine
-from meshdeck_agent.simtraffic import SimWorkerActivity
+from meshdeck_agent.sim.machine import SimulatedMachine
+from meshdeck_agent.sim.traffic import SimWorkerActivity
 busy = [SimWorkerActivity("v", tuple(range(16)), 120 << 30, (1,), False, 0.0, 8000.0, 2000.0, 8, 1, 2, 2, True, 1)]
 machine = SimulatedMachine(parse_simulate("16xH200"), seed=3, activity=lambda: busy)
 ring = SampleRing()

@@ -14,7 +14,7 @@ from meshdeck_agent.gpu.nvml import Nvml, NvmlGpus
 from meshdeck_agent.metric_registry import GPU_METRICS
 from meshdeck_agent.ring import SampleRing
 from meshdeck_agent.sampler import Sampler
-from meshdeck_agent.simmachine import SimulatedMachine
+from meshdeck_agent.sim.machine import SimulatedMachine
 from meshdeck_agent.wire_sample import Sample, WorkerSample
 
 WIRE_GPU_KEYS = {

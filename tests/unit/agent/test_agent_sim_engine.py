@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.protocol import ProtocolError
-from meshdeck_agent.simengine import StandInChooser, is_vllm_serve, parse_vllm_serve
-from meshdeck_agent.simmemory import KNOWN_CONFIGS, model_config_for, stage_layer_counts
-from meshdeck_agent.simspec import validate_simulate
+from meshdeck_agent.sim.engine import StandInChooser, is_vllm_serve, parse_vllm_serve
+from meshdeck_agent.sim.memory import KNOWN_CONFIGS, model_config_for, stage_layer_counts
+from meshdeck_agent.sim.spec import validate_simulate
 
 GIB = 1 << 30
 MODELS = Path(__file__).resolve().parents[3] / "resources" / "models"

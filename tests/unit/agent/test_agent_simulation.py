@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from meshdeck_agent.gpu.catalog import GPU_TYPES, SimulateSpecError, parse_simulate
 from meshdeck_agent.gpu.simulated import GpuLoad, SimulatedGpus
-from meshdeck_agent.simload import EngineLoad, ExportedMetrics
-from meshdeck_agent.simmachine import SimulatedMachine
-from meshdeck_agent.simspec import BadStandInPlan, SimVllmTracker, validate_simulate
-from meshdeck_agent.simtraffic import SimWorkerActivity, machine_load, worker_traffic
+from meshdeck_agent.sim.load import EngineLoad, ExportedMetrics
+from meshdeck_agent.sim.machine import SimulatedMachine
+from meshdeck_agent.sim.spec import BadStandInPlan, SimVllmTracker, validate_simulate
+from meshdeck_agent.sim.traffic import SimWorkerActivity, machine_load, worker_traffic
 
 GIB = 1 << 30
 

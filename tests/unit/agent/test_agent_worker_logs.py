@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from meshdeck_agent.keeper import RotatingLog, process_start_time
-from meshdeck_agent.worker_logs import read_log
+from meshdeck_agent.workers.logs import read_log
 
 
 def test_offsets_survive_rotation_and_old_bytes_stay_readable(tmp_path):

@@ -12,7 +12,7 @@ from deploy_fleet import InventoryFleet
 from launch_builders import make_profile
 from meshdeck.cli import main
 from meshdeck.core.errors import InputError
-from meshdeck.services.deploy_targets import prepare_launch
+from meshdeck.services.deployments.targets import prepare_launch
 from meshdeck_agent.wire_inventory import Inventory
 
 HOSTS = ("gpu-a", "gpu-b")

@@ -22,7 +22,7 @@ from meshdeck.launch.network import (
     route_interface,
 )
 from meshdeck.remote.errors import RpcError, RpcTimeout
-from meshdeck.services.deploy_targets import head_routes
+from meshdeck.services.deployments.targets import head_routes
 from meshdeck_agent.wire_inventory import Inventory, InventoryError
 
 # A real agent's answers on the development machine (tests/fixtures/launch/agent_nics_and_routes.json).

@@ -10,8 +10,8 @@ import pytest
 from deploy_fleet import FakeFleet
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import worker_id, worker_name
+from meshdeck.services.deployments.model import worker_id, worker_name
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
 
 ESCAPES = "\x1b[2J\x1b[H\r"
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # all but newline

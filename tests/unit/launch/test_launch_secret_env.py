@@ -13,8 +13,8 @@ from meshdeck.cli import main
 from meshdeck.commands.launch import render_plan
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.profile import load_profile
-from meshdeck.services.deploy_model import DeploymentSnapshot
-from meshdeck.services.deploy_records import StoreRecorder
+from meshdeck.services.deployments.model import DeploymentSnapshot
+from meshdeck.services.deployments.records import StoreRecorder
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import get_deployment
 

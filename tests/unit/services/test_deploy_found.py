@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from deploy_fleet import FakeFleet
-from meshdeck.services.deploy import STOPPED_REASON, DeployService
-from meshdeck.services.deploy_found import DeploymentSurvey
-from meshdeck.services.deploy_model import DeploymentSnapshot, StopOutcome, worker_name
-from meshdeck.services.deploy_records import StoreRecorder
+from meshdeck.services.deployments.found import DeploymentSurvey
+from meshdeck.services.deployments.model import DeploymentSnapshot, StopOutcome, worker_name
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import STOPPED_REASON, DeployService
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import get_deployment, record_deployment_started
 

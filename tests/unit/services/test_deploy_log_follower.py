@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from deploy_fleet import FakeFleet
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_waits import LogFollower, read_log
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
+from meshdeck.services.deployments.waits import LogFollower, read_log
 from meshdeck_agent.protocol import ProtocolError
 
 CHUNK = 1 << 20
@@ -81,8 +81,8 @@ def test_deployments_logs_names_a_part_whose_log_cannot_be_read_and_prints_the_o
 ) -> None:
     from meshdeck.cli import main
     from meshdeck.commands import deployments
-    from meshdeck.services import deploy_hosts
-    from meshdeck.services.deploy_model import worker_name
+    from meshdeck.services.deployments import hosts as deploy_hosts
+    from meshdeck.services.deployments.model import worker_name
 
     fleet = FakeFleet()
     for host, command in (("gpu-a", "vllm-node0"), ("gpu-b", "vllm-node1")):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from deploy_fleet import FakeFleet, Recorder, wait_until
-from meshdeck.services.deploy import LaunchFailed
-from meshdeck.services.deploy_model import worker_id
+from meshdeck.services.deployments.model import worker_id
+from meshdeck.services.deployments.registry import LaunchFailed
 from meshdeck.services.log_reason import telling_line
 from test_deploy_service import make_service, mp_plan, vllm_cluster
 

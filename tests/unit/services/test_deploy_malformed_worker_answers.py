@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
 from meshdeck.remote.events import AgentEvent
-from meshdeck.services.deploy import DeployService, LaunchFailed
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
 from meshdeck_agent.protocol import WORKER_STATES, ProtocolError, WorkerRecord
 
 DEPLOYMENT = "job-0101010101-abcd"
@@ -80,7 +80,7 @@ def test_a_malformed_worker_event_is_ignored_with_a_warning(data: dict[str, Any]
     deploy = DeployService(fleet, poll_s=0.01)
     snapshot = deploy.launch(one_part_plan(), deployment_id=DEPLOYMENT)
     assert snapshot.state == "running"
-    with caplog.at_level(logging.WARNING, logger="meshdeck.services.deploy"):
+    with caplog.at_level(logging.WARNING, logger="meshdeck.services.deployments.registry"):
         for callback in list(fleet._subscribers):
             callback(AgentEvent("gpu-a", "worker", data))
     after = deploy.get(DEPLOYMENT)
@@ -88,7 +88,7 @@ def test_a_malformed_worker_event_is_ignored_with_a_warning(data: dict[str, Any]
     assert any("gpu-a" in r.getMessage() and "malformed worker event" in r.getMessage() for r in caplog.records)
 
 
-_AGENT_RECORD = {  # the shape meshdeck_agent.worker_state.WorkerState.to_wire sends
+_AGENT_RECORD = {  # the shape meshdeck_agent.workers.state.WorkerState.to_wire sends
     "id": WID, "name": f"meshdeck:{DEPLOYMENT}:0:job", "state": "exited", "pid": 4242, "exit_code": 0, "signal": None,
     "reason": "exited with code 0", "error": None, "restarts": 1, "started_at": 1764480000.5, "ended_at": 1764480060,
     "argv": ["sleep", "99"], "gpus": [0], "metrics_url": None, "simulated": False, "adopted": False, "log": "/x.log",
@@ -126,7 +126,7 @@ def test_a_vllm_startup_event_with_malformed_fields_is_ignored_with_a_warning(ca
     fleet.on_start["job"] = lambda host, worker: fleet.open_ports.add(("gpu-a", 1))
     deploy = DeployService(fleet, poll_s=0.01)
     deploy.launch(one_part_plan(), deployment_id=DEPLOYMENT)
-    with caplog.at_level(logging.WARNING, logger="meshdeck.services.deploy"):
+    with caplog.at_level(logging.WARNING, logger="meshdeck.services.deployments.registry"):
         fleet.emit_log("gpu-a", WID, "vllm_startup", ["not", "fields"])  # type: ignore[arg-type]
         fleet.emit_log("gpu-a", WID, "vllm_startup", {"kv_cache_bytes": 1})
     assert deploy.get(DEPLOYMENT).measured == {WID: {"kv_cache_bytes": 1}}

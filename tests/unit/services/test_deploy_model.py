@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from deploy_fleet import FakeFleet
 from meshdeck.core.errors import InputError
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_model import find, new_deployment_id, parse_worker_name, worker_id, worker_name
+from meshdeck.services.deployments.model import find, new_deployment_id, parse_worker_name, worker_id, worker_name
+from meshdeck.services.deployments.registry import DeployService
 
 
 def test_ids_fit_the_agents_limit_and_names_round_trip() -> None:

@@ -13,10 +13,10 @@ import pytest
 from deploy_fleet import FakeFleet
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, PlannedStartup, ReadyCheck
 from meshdeck.remote.events import HostStateChanged
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_events import DeploymentChanged
-from meshdeck.services.deploy_model import DeploymentSnapshot, planned_gpu_memory, worker_id, worker_name
-from meshdeck.services.deploy_records import StoreRecorder
+from meshdeck.services.deployments.events import DeploymentChanged
+from meshdeck.services.deployments.model import DeploymentSnapshot, planned_gpu_memory, worker_id, worker_name
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.store.database import Database
 
 GIB = 1024**3
@@ -95,7 +95,7 @@ def test_the_cli_lists_a_found_deployment_with_its_planned_numbers(
 
     from meshdeck.cli import main
     from meshdeck.commands import deployments
-    from meshdeck.services import deploy_hosts
+    from meshdeck.services.deployments import hosts as deploy_hosts
 
     fleet = launched_elsewhere(StoreRecorder(db))
     monkeypatch.setattr(deployments, "_fleet", lambda: contextlib.nullcontext(fleet))

@@ -12,8 +12,8 @@ import pytest
 from deploy_fleet import FakeFleet, Recorder, wait_until
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
-from meshdeck.services.deploy import DeployService, LaunchFailed
-from meshdeck.services.deploy_model import worker_id
+from meshdeck.services.deployments.model import worker_id
+from meshdeck.services.deployments.registry import DeployService, LaunchFailed
 from unit.launch.launch_builders import make_node, make_profile  # tests/ is on sys.path (tests/conftest.py)
 
 

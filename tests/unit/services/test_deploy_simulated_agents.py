@@ -14,11 +14,11 @@ from deploy_fleet import InventoryFleet
 from meshdeck.cli import main
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
-from meshdeck.services.deploy_targets import SIMULATED_VLLM_NOTE, prepare_launch
+from meshdeck.services.deployments.targets import SIMULATED_VLLM_NOTE, prepare_launch
 from meshdeck_agent.gpu.catalog import parse_simulate
 from meshdeck_agent.protocol import ProtocolError
-from meshdeck_agent.simengine import StandInChooser, parse_vllm_serve
-from meshdeck_agent.simmachine import SimulatedMachine
+from meshdeck_agent.sim.engine import StandInChooser, parse_vllm_serve
+from meshdeck_agent.sim.machine import SimulatedMachine
 from unit.launch.launch_builders import make_node, make_profile  # tests/ is on sys.path (tests/conftest.py)
 
 HOSTS = ["gpu-a", "gpu-b"]

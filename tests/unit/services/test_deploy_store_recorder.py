@@ -8,9 +8,9 @@ from pathlib import Path
 from deploy_fleet import FakeFleet, wait_until
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import PlannedStartup
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_model import worker_id
-from meshdeck.services.deploy_records import StoreRecorder
+from meshdeck.services.deployments.model import worker_id
+from meshdeck.services.deployments.records import StoreRecorder
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import compare_deployments, get_deployment
 from meshdeck.store.events import list_events

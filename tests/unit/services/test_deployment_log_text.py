@@ -9,10 +9,10 @@ from unittest import mock
 from deploy_fleet import FakeFleet
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from meshdeck.services import deploy_waits
-from meshdeck.services.deploy_events import MAX_PENDING_LOG_CHARS, DeploymentLogLines
-from meshdeck.services.deploy_waits import read_tail
-from meshdeck.services.deploy_watch import shown_log
+from meshdeck.services.deployments import waits as deploy_waits
+from meshdeck.services.deployments.events import MAX_PENDING_LOG_CHARS, DeploymentLogLines
+from meshdeck.services.deployments.waits import read_tail
+from meshdeck.services.deployments.watch import shown_log
 
 LINE_ENDS = ["\n", "\r\n", "\r", ""]
 _lines = st.lists(st.tuples(st.text(alphabet="ab \x1b\t", max_size=12), st.sampled_from(LINE_ENDS)), max_size=40).map(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from deploy_fleet import FakeFleet
-from meshdeck.services.deploy_model import worker_name
+from meshdeck.services.deployments.model import worker_name
 
 DEPLOYMENT = "ds32-0101010101-abcd"
 WID = f"{DEPLOYMENT}.vllm-node0"
@@ -35,7 +35,7 @@ def test_deployments_logs_of_a_log_over_8_mib_shows_its_last_lines(
     lines from the middle of its log, not its end."""
     from meshdeck.cli import main
     from meshdeck.commands import deployments
-    from meshdeck.services import deploy_hosts
+    from meshdeck.services.deployments import hosts as deploy_hosts
 
     fleet = _one_part_fleet(_long_log(9))
     monkeypatch.setattr(deployments, "_fleet", lambda: contextlib.nullcontext(fleet))

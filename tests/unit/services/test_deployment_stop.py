@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from deploy_fleet import FakeFleet, Recorder
 from meshdeck.launch.plan import LaunchPlan, NodeCommand, ReadyCheck
-from meshdeck.services.deploy import DeployService
-from meshdeck.services.deploy_model import worker_id, worker_name
+from meshdeck.services.deployments.model import worker_id, worker_name
+from meshdeck.services.deployments.registry import DeployService
 from meshdeck.store.database import open_database
 from meshdeck.store.deployments import DeploymentNode, get_deployment, record_deployment_started
 
@@ -71,7 +71,7 @@ def test_deployments_stop_closes_the_record_when_only_a_host_it_never_ran_on_is_
     a deployment stopped whole stayed "running" in the history for as long as an unrelated host was down."""
     from meshdeck.cli import main
     from meshdeck.commands import deployments
-    from meshdeck.services import deploy_hosts
+    from meshdeck.services.deployments import hosts as deploy_hosts
 
     fleet = FakeFleet()
     _found_on_two_hosts(fleet)
@@ -98,7 +98,7 @@ def test_deployments_stop_keeps_the_record_open_when_a_host_of_its_plan_is_unrea
 ) -> None:
     from meshdeck.cli import main
     from meshdeck.commands import deployments
-    from meshdeck.services import deploy_hosts
+    from meshdeck.services.deployments import hosts as deploy_hosts
 
     fleet = FakeFleet()
     _found_on_two_hosts(fleet)
@@ -121,7 +121,7 @@ def test_deployments_stop_keeps_the_record_open_when_a_host_of_its_plan_is_unrea
 
 
 def test_a_part_that_dies_while_starting_fails_the_launch_even_when_its_log_cannot_be_read() -> None:
-    from meshdeck.services.deploy import LaunchFailed
+    from meshdeck.services.deployments.registry import LaunchFailed
 
     fleet = FakeFleet()
     fleet.on_start["vllm-node0"] = lambda host, worker: fleet.crash(host, worker["id"], signal=None, exit_code=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from meshdeck.services.deploy_local import RESULT_MARK, result_line
+from meshdeck.services.deployments.local import RESULT_MARK, result_line
 
 
 def test_the_result_is_the_object_on_the_result_line():

@@ -11,7 +11,7 @@ from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import NetworkInterface, NodeNetwork
 from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.services import profiles as service
-from meshdeck.services.deploy_model import DeploymentSnapshot, WorkerSnapshot
+from meshdeck.services.deployments.model import DeploymentSnapshot, WorkerSnapshot
 from meshdeck.store.database import Database
 from meshdeck.store.deployments import compare_deployments, get_deployment, list_deployments
 from meshdeck.store.events import list_events

@@ -1,5 +1,5 @@
 """Shared by `meshdeck bench collectives` and `meshdeck bench tiny-model`: start local agents, run the
-built-in workload through them (services.deploy_local), print progress on stderr and the result."""
+built-in workload through them (services.deployments.local), print progress on stderr and the result."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.build import parse_layout_spec
-from meshdeck.services.deploy_local import LocalAgents, WorkloadRun, run_builtin_workload
-from meshdeck.services.deploy_model import LaunchProgress
+from meshdeck.services.deployments.local import LocalAgents, WorkloadRun, run_builtin_workload
+from meshdeck.services.deployments.model import LaunchProgress
 
 
 def add_common_options(parser: argparse.ArgumentParser, default_layout: str) -> None:

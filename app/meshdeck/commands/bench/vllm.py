@@ -16,7 +16,7 @@ from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
-from meshdeck.services.deploy_model import LaunchProgress
+from meshdeck.services.deployments.model import LaunchProgress
 from meshdeck.services.vllm_bench import run_vllm_bench
 from meshdeck.services.vllm_local import VllmNotInstalled, find_vllm_executable
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from PySide6.QtWidgets import QAbstractItemView, QGridLayout, QHeaderView, QScrollArea, QTableWidget, QWidget
 
 from meshdeck.ui.charts.time_chart import TimeChart
-from meshdeck.ui.views.dashboard_charts import ChartDefinition
+from meshdeck.ui.views.dashboard.charts import ChartDefinition
 
 
 def row_table(name: str, columns: Sequence[str], *, stretch_last: bool = True) -> QTableWidget:

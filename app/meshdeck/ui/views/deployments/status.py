@@ -1,0 +1,40 @@
+"""What the deployments view says in words: the selected deployment's state line, and action messages.
+
+Two lines with two jobs, so they cannot contradict each other:
+- the state line is computed from the same snapshot as the selected row of the list and the worker
+  table, at every refresh: it never says "running" about a deployment the table shows completed;
+- an action message reports what the operator did last (pre-flight, launch, stop) and when, as an
+  event in the past ("12:03:07 launch of demo-tiny-deepseek: up"), never as a state that could go stale.
+"""
+
+from __future__ import annotations
+
+import time
+
+from meshdeck.services.deployments.model import DeploymentSnapshot
+
+NOTHING_SELECTED = "No deployment selected: choose a profile, run the pre-flight checks, then launch."
+
+
+def status_line(snapshot: DeploymentSnapshot | None, *, simulated: bool = False, found: bool = False) -> str:
+    """`demo-x-1130073102-c8b0: running at http://… — 2 of 2 parts running (simulated vLLM)`."""
+    if snapshot is None:
+        return NOTHING_SELECTED
+    text = f"{snapshot.id}: {snapshot.state}"
+    if snapshot.serving_url and snapshot.state in ("running", "degraded"):
+        text += f" at {snapshot.serving_url}"
+    if snapshot.reason:
+        text += f" — {snapshot.reason.splitlines()[0]}"
+    workers = snapshot.workers
+    if workers and not snapshot.final:
+        running = sum(1 for w in workers if w.state == "running")
+        text += f"; {running} of {len(workers)} part(s) running"
+    if snapshot.whole_restarts:
+        text += f"; restarted as a whole {snapshot.whole_restarts}×"
+    notes = [n for n, on in (("simulated vLLM", simulated), ("found on the agents", found)) if on]
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
+def action_message(text: str, now: float | None = None) -> str:
+    """An action's outcome, stamped with the local time it happened."""
+    return f"{time.strftime('%H:%M:%S', time.localtime(now if now is not None else time.time()))} {text}"

@@ -1,0 +1,1 @@
+"""The hosts view (view.py) and its dialogs: adding a host, deciding about a host key (dialogs.py)."""

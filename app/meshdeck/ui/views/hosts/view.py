@@ -1,0 +1,394 @@
+"""The hosts view: every stored or supervised host, its live state and why, and what to do about it.
+
+Rows come from the database (stored hosts) and the fleet (supervised ones, e.g. the demo's local
+agents). The state column follows the fleet's events — connecting, bootstrapping (the agent being
+uploaded), connected, degraded, failed — with the reason beside it: the HostsModel says which host
+changed and only its row is redrawn (all rows when a host comes or goes). A timer only ages the "last
+sample" column, once a second, while the view is shown; a hidden view does nothing and catches up when
+shown. A host that failed on an
+unknown or changed host key gets "Review host key…". Adding, connecting, disconnecting and removing
+run as jobs: they read ssh configs, write the database and wait for SSH threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QColor, QHideEvent, QShowEvent
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from meshdeck.services import hosts as host_service
+from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord, ProbeReport
+from meshdeck.services.inventory import Inventory, describe_gpus
+from meshdeck.ui import theme
+from meshdeck.ui.context import ConsoleContext, HostView
+from meshdeck.ui.jobs import Progress
+from meshdeck.ui.views.hosts.dialogs import AddHostDialog, HostKeyDialog, NewHost
+from meshdeck.ui.widgets.tables import row_table
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("host", "reached through", "state", "reason", "GPUs", "last sample")
+AGE_COLUMN = COLUMNS.index("last sample")
+BUSY_STATES = ("connecting", "bootstrapping")
+
+
+def probe_summary(name: str, report: host_service.ProbeReport) -> str:
+    agent = "uploaded" if report.uploaded else "already there"
+    return (
+        f"{name}: reached {report.route} with {report.auth}; host key {report.host_key}; python "
+        f"{report.python_version} on {report.machine}; agent {report.agent_version} {agent}; "
+        f"{len(report.inventory.gpus)} GPU(s) in {report.seconds:.1f} s"
+    )
+
+
+def gpu_summary(inventory: Inventory | None) -> str:
+    if inventory is None:
+        return "—"
+    text = describe_gpus(inventory)
+    text += f", driver {inventory.driver}" if inventory.driver else ""
+    return text + (" (simulated)" if inventory.simulated else "")
+
+
+class HostsView(QWidget):
+    def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("hostsView")
+        self.context = context
+        self.records: dict[str, HostRecord] = {}
+        self.ssh_config_hosts: list[str] = []
+        self._names: list[str] = []  # the hosts as the rows show them
+        self._stale = True  # something changed while hidden: redraw every row when shown
+        self.redraws = 0  # how many times every row was drawn
+
+        self.table = row_table("hostsTable", COLUMNS, stretch_last=False)
+        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+
+        self.add_button = QPushButton("Add host…")
+        self.add_button.setObjectName("addHost")
+        self.connect_button = QPushButton("Connect")
+        self.connect_button.setObjectName("connectHost")
+        self.disconnect_button = QPushButton("Disconnect")
+        self.disconnect_button.setObjectName("disconnectHost")
+        self.retry_button = QPushButton("Retry")
+        self.retry_button.setObjectName("retryHost")
+        self.key_button = QPushButton("Review host key…")
+        self.key_button.setObjectName("reviewHostKey")
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setObjectName("removeHost")
+        self.probe_button = QPushButton("Test connection")
+        self.probe_button.setObjectName("probeHost")
+        self.probe_button.setToolTip("Connect once, bootstrap the agent if needed, and report what was found")
+        self.add_button.clicked.connect(self.add_host)
+        self.connect_button.clicked.connect(lambda: self.connect_host(self.selected()))
+        self.disconnect_button.clicked.connect(lambda: self.disconnect_host(self.selected()))
+        self.retry_button.clicked.connect(lambda: self.retry_host(self.selected()))
+        self.key_button.clicked.connect(lambda: self.review_host_key(self.selected()))
+        self.remove_button.clicked.connect(lambda: self.remove_host(self.selected()))
+        self.probe_button.clicked.connect(lambda: self.probe_host(self.selected()))
+        buttons = QHBoxLayout()
+        for button in (
+            self.add_button,
+            self.connect_button,
+            self.disconnect_button,
+            self.retry_button,
+            self.key_button,
+        ):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.remove_button)
+        self.message = QLabel()
+        self.message.setObjectName("hostsMessage")
+        self.message.setWordWrap(True)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(buttons)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.message)
+
+        assert context.hosts is not None
+        context.hosts.changed.connect(self._host_changed)
+        self._ages = QTimer(self)  # ages the "last sample" column only, while shown
+        self._ages.setInterval(1000)
+        self._ages.timeout.connect(self._age_rows)
+        self.reload_records()
+        self.refresh()
+
+    # ------------------------------------------------------------------ data
+
+    def reload_records(self) -> None:
+        db = self.context.db
+        if db is None:
+            return
+
+        def work(_progress: Progress) -> tuple[list[HostRecord], list[str]]:
+            settings = self.context.fleet.settings if self.context.fleet else None
+            return host_service.list_hosts(db), host_service.ssh_config_aliases(settings)
+
+        job = self.context.jobs.start("load hosts", work)
+        job.succeeded.connect(self._records_loaded)
+
+    def _records_loaded(self, answer: tuple[list[HostRecord], list[str]]) -> None:
+        records, self.ssh_config_hosts = answer
+        self.records = {r.name: r for r in records}
+        self.refresh()
+
+    def host_names(self) -> list[str]:
+        assert self.context.hosts is not None
+        names = set(self.records) | set(self.context.hosts.hosts)
+        if self.context.fleet is not None:
+            names |= set(self.context.fleet.hosts())
+        return sorted(names)
+
+    def _through(self, name: str) -> str:
+        record = self.records.get(name)
+        if record is not None:
+            via = record.target + (f":{record.port}" if record.port else "")
+            via += f" via {record.jump}" if record.jump else ""
+            return via + (f" (simulate {record.simulate})" if record.simulate else "")
+        if self.context.fleet is not None and name in self.context.fleet.hosts():
+            return self.context.fleet.supervisor(name).connector.describe()
+        return "—"
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self.refresh()
+        self._ages.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self._ages.stop()
+
+    def refresh(self) -> None:
+        """Draw every row (the hosts came or went); hidden: only remember to when shown."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        self._stale = False
+        self.redraws += 1
+        selected = self.selected()
+        self._names = self.host_names()
+        self.table.setRowCount(len(self._names))
+        supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
+        for row, name in enumerate(self._names):
+            self._draw_row(row, name, supervised)
+        if selected in self._names:
+            self.table.selectRow(self._names.index(selected))
+        self._update_buttons()
+
+    def _host_changed(self, name: str) -> None:
+        """The model has news of `name`: redraw its row (every row when a host came or went)."""
+        if not self.isVisible():
+            self._stale = True
+            return
+        if self.host_names() != self._names:
+            self.refresh()
+            return
+        supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
+        self._draw_row(self._names.index(name), name, supervised)
+        self._update_buttons()
+
+    def _draw_row(self, row: int, name: str, supervised: set[str]) -> None:
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name) or HostView(name)
+        state = view.state if name in supervised or view.state != "disconnected" else "not connected"
+        if state in BUSY_STATES:
+            state += "…"
+        cells = (name, self._through(name), state, view.reason, gpu_summary(view.inventory), self._age(view))
+        for column, text in enumerate(cells):
+            item = self._item(row, column)
+            if item.text() != text:
+                item.setText(text)
+            if column == 2:
+                item.setForeground(QColor(theme.STATE_COLORS.get(view.state, "#757575")))
+
+    def _age_rows(self, now: float | None = None) -> None:
+        """The timer's one job: how long ago each host's last sample came."""
+        assert self.context.hosts is not None
+        for row, name in enumerate(self._names):
+            text = self._age(self.context.hosts.hosts.get(name) or HostView(name), now)
+            item = self._item(row, AGE_COLUMN)
+            if item.text() != text:
+                item.setText(text)
+
+    @staticmethod
+    def _age(view: HostView, now: float | None = None) -> str:
+        if not view.last_sample_ts:
+            return "—"
+        return f"{(time.time() if now is None else now) - view.last_sample_ts:.0f} s ago"
+
+    def _item(self, row: int, column: int) -> QTableWidgetItem:
+        item = self.table.item(row, column)
+        if item is None:
+            item = QTableWidgetItem()
+            self.table.setItem(row, column, item)
+        return item
+
+    def selected(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        return item.text() if item else None
+
+    def _update_buttons(self) -> None:
+        name = self.selected()
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name or "")
+        supervised = bool(name and self.context.fleet and name in self.context.fleet.hosts())
+        self.connect_button.setEnabled(bool(name in self.records and not supervised))
+        self.disconnect_button.setEnabled(supervised)
+        self.retry_button.setEnabled(supervised and view is not None and view.state in ("failed", "disconnected"))
+        self.key_button.setEnabled(view is not None and isinstance(view.error, HostKeyUnknown | HostKeyChanged))
+        self.remove_button.setEnabled(name in self.records)
+        self.probe_button.setEnabled(name in self.records and self.context.fleet is not None)
+        self.add_button.setEnabled(self.context.db is not None and self.context.fleet is not None)
+
+    # ------------------------------------------------------------------ actions
+
+    def _run(self, name: str, work: Callable[[Progress], object], done: str) -> None:
+        job = self.context.jobs.start(name, work)
+        job.succeeded.connect(lambda _result: self._say(done))
+        job.failed.connect(lambda message: self._say(message, error=True))
+        job.ended.connect(self.reload_records)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.message.setText(text)
+        self.message.setObjectName("fieldError" if error else "hostsMessage")
+        self.message.style().unpolish(self.message)
+        self.message.style().polish(self.message)
+
+    def add_host(self) -> None:
+        dialog = AddHostDialog(self.ssh_config_hosts, self)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        self.add(dialog.new_host())
+
+    def add(self, new: NewHost) -> None:
+        db, fleet = self.context.db, self.context.fleet
+        assert db is not None and fleet is not None
+
+        def work(_progress: Progress) -> HostRecord:
+            record = host_service.add_host(
+                db,
+                new.name,
+                new.target,
+                port=new.port,
+                identity_file=new.identity_file,
+                jump=new.jump,
+                simulate=new.simulate,
+                settings=fleet.settings,
+            )
+            fleet.add_record(record)
+            return record
+
+        self._run(f"add host {new.name}", work, f"{new.name} added; connecting…")
+
+    def connect_host(self, name: str | None) -> None:
+        record = self.records.get(name or "")
+        fleet = self.context.fleet
+        if record is None or fleet is None:
+            return
+        self._run(f"connect {record.name}", lambda _p: fleet.add_record(record), f"connecting to {record.name}…")
+
+    def disconnect_host(self, name: str | None) -> None:
+        fleet = self.context.fleet
+        if not name or fleet is None:
+            return
+        self._run(
+            f"disconnect {name}", lambda _p: fleet.remove_host(name), f"{name} disconnected (its agent keeps running)"
+        )
+
+    def retry_host(self, name: str | None) -> None:
+        if name and self.context.fleet is not None:
+            self.context.fleet.retry(name)  # wakes the supervisor thread; no I/O here
+
+    def remove_host(self, name: str | None) -> None:
+        db, fleet = self.context.db, self.context.fleet
+        if not name or db is None:
+            return
+        answer = QMessageBox.question(self, "Remove host", f"Forget {name}? Its agent and workers keep running.")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+
+        def work(_progress: Progress) -> None:
+            if fleet is not None and name in fleet.hosts():
+                fleet.remove_host(name)
+            host_service.remove_host(db, name)
+
+        self._run(f"remove {name}", work, f"{name} removed")
+        assert self.context.hosts is not None
+        self.context.hosts.forget(name)
+
+    def probe_host(self, name: str | None) -> None:
+        """Connect once and bootstrap, showing each step (probing python, uploading the agent, ...)."""
+        record = self.records.get(name or "")
+        fleet = self.context.fleet
+        if record is None or fleet is None:
+            return
+
+        def work(progress: Progress) -> ProbeReport:
+            return host_service.probe(
+                record.target,
+                port=record.port,
+                identity_file=record.identity_file,
+                jump=record.jump,
+                simulate=record.simulate,
+                settings=fleet.settings,
+                progress=lambda message: progress.report(None, message),
+            )
+
+        job = self.context.jobs.start(f"test {record.name}", work)
+        job.progressed.connect(lambda _fraction, message: self._say(f"{record.name}: {message}…"))
+        job.succeeded.connect(lambda report: self._say(probe_summary(record.name, report)))
+        job.failed.connect(lambda message: self._probe_failed(record.name, job.exception, message))
+
+    def _probe_failed(self, name: str, error: BaseException | None, message: str) -> None:
+        if isinstance(error, HostKeyUnknown | HostKeyChanged):
+            dialog = HostKeyDialog(name, error, self)
+            accepted = dialog.exec() == QDialog.DialogCode.Accepted
+            if accepted and isinstance(error, HostKeyUnknown) and self.context.fleet is not None:
+                store = self.context.fleet.host_keys
+                self._run(
+                    f"accept key of {name}",
+                    lambda _p: store.accept(error.known_hosts_name, error.key_type, error.key_base64),
+                    f"{name}: {error.key_type} {error.fingerprint} saved; test again to connect",
+                )
+                return
+        self._say(message, error=True)
+
+    def review_host_key(self, name: str | None) -> None:
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name or "")
+        if view is None or not isinstance(view.error, HostKeyUnknown | HostKeyChanged):
+            return
+        dialog = HostKeyDialog(view.name, view.error, self)
+        accepted = dialog.exec() == QDialog.DialogCode.Accepted
+        self.decide_host_key(view.name, view.error, accepted)
+
+    def decide_host_key(self, name: str, error: HostKeyUnknown | HostKeyChanged, accepted: bool) -> None:
+        """Save an accepted unknown key and reconnect; a refused or changed key leaves the host failed."""
+        fleet = self.context.fleet
+        if not accepted or isinstance(error, HostKeyChanged) or fleet is None:
+            self._say(f"{name}: host key not accepted; the host stays disconnected", error=True)
+            return
+        self._run(
+            f"accept key of {name}",
+            lambda _p: fleet.accept_host_key(name, error),
+            f"{name}: {error.key_type} {error.fingerprint} saved to meshdeck's known_hosts; reconnecting…",
+        )

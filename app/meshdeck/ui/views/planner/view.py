@@ -1,0 +1,277 @@
+"""The planner view: inputs pre-filled from the connected hosts, the ranked layouts, and for the chosen
+layout its per-GPU memory, its ranks drawn on the real GPUs, its warnings and `vllm serve` flags.
+
+Planning runs as a job (model cards and the GPU catalog are files); a new plan cancels one still
+running. "Save as profile" turns the chosen layout into one profile per instance of it (validated
+by launch.profile) and stores it; "Export YAML" writes the same profile to a file.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.planner import PlanResult, plan
+from meshdeck.services.catalog import load_gpu_catalog
+from meshdeck.services.cluster import DetectedCluster
+from meshdeck.ui.charts.units import format_bytes
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import Progress
+from meshdeck.ui.views.planner.form import PlannerForm, PlannerInputs
+from meshdeck.ui.views.planner.save import ProfileSaver
+from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
+from meshdeck.ui.widgets.rank_map import RankMapWidget
+from meshdeck.ui.widgets.tables import row_table
+
+log = logging.getLogger(__name__)
+
+COLUMNS = (
+    "#",
+    "layout",
+    "GPUs",
+    "nodes",
+    "fits",
+    "weights GiB/GPU",
+    "KV GiB/GPU",
+    "KV tokens/replica",
+    "max concurrency",
+    "est. decode tok/s",
+    "bound",
+    "warnings",
+)
+
+
+def _layout_row(rank: int, layout: LayoutPlan) -> list[str]:
+    fits = "yes" if layout.fits and layout.valid else ("invalid" if not layout.valid else "no")
+    return [
+        str(rank),
+        layout.label(),
+        str(layout.gpus),
+        str(layout.nodes),
+        fits,
+        f"{layout.weights_gib_per_gpu:.1f}",
+        f"{layout.kv_cache_gib_per_gpu:.1f}",
+        f"{layout.kv_tokens_per_replica:,}",
+        f"{layout.max_concurrency:.2f}×",
+        f"{layout.est_decode_tokens_per_s:,.0f}",
+        layout.est_bound,
+        str(len(layout.warnings)),
+    ]
+
+
+class PlannerView(QWidget):
+    planned = Signal(object)  # PlanResult
+    profiles_saved = Signal(list)  # names
+
+    def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("plannerView")
+        self.context = context
+        self.result: PlanResult | None = None
+        self.detected: DetectedCluster | None = None
+
+        self.form = PlannerForm()
+        self.form.restore_settings(context.settings)
+        self.form.plan_requested.connect(self.plan)
+        QShortcut(QKeySequence("Ctrl+Return"), self, self.plan)
+        form_scroll = QScrollArea()
+        form_scroll.setWidgetResizable(True)
+        form_scroll.setWidget(self.form)
+        form_scroll.setMinimumWidth(330)
+
+        self.summary = QLabel("Plan to rank every TP / PP / DP / EP layout of this cluster.")
+        self.summary.setObjectName("planSummary")
+        self.summary.setWordWrap(True)
+        self.notes = QLabel()
+        self.notes.setObjectName("planNotes")
+        self.notes.setWordWrap(True)
+        self.table = row_table("layoutTable", COLUMNS)
+        self.table.itemSelectionChanged.connect(self._layout_chosen)
+
+        self.memory = MemoryBarsWidget()
+        self.rank_map = RankMapWidget()
+        layout_page = QWidget()
+        page = QVBoxLayout(layout_page)
+        page.addWidget(QLabel("Memory per GPU"))
+        page.addWidget(self.memory)
+        page.addWidget(QLabel("Ranks on the GPUs"))
+        page.addWidget(self.rank_map)
+        page.addStretch(1)
+        layout_scroll = QScrollArea()
+        layout_scroll.setWidgetResizable(True)
+        layout_scroll.setWidget(layout_page)
+        self.warnings = QListWidget()
+        self.warnings.setObjectName("layoutWarnings")
+        self.warnings.setWordWrap(True)
+        self.flags = QPlainTextEdit()
+        self.flags.setObjectName("vllmFlags")
+        self.flags.setReadOnly(True)
+        self.details = QTabWidget()
+        self.details.addTab(layout_scroll, "Memory and ranks")
+        self.details.addTab(self.warnings, "Warnings")
+        self.details.addTab(self.flags, "vllm serve flags and traffic")
+
+        self.saver = ProfileSaver(context, self)
+        self.saver.saved.connect(self.profiles_saved.emit)
+        self.save_button = QPushButton("Save as profile…")
+        self.save_button.setObjectName("saveProfile")
+        self.save_button.clicked.connect(self.save_profile)
+        self.export_button = QPushButton("Export profile YAML…")
+        self.export_button.setObjectName("exportProfile")
+        self.export_button.clicked.connect(self.export_profile)
+        for button in (self.save_button, self.export_button):
+            button.setEnabled(False)
+        self.save_button.setVisible(context.db is not None)  # profiles live in the database
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.export_button)
+        buttons.addWidget(self.save_button)
+
+        results = QWidget()
+        right = QVBoxLayout(results)
+        right.addWidget(self.summary)
+        right.addWidget(self.notes)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.table)
+        splitter.addWidget(self.details)
+        splitter.setSizes([260, 420])
+        right.addWidget(splitter, 1)
+        right.addLayout(buttons)
+        main = QSplitter()
+        main.addWidget(form_scroll)
+        main.addWidget(results)
+        main.setStretchFactor(1, 1)
+        main.setSizes([340, 1100])
+        outer = QHBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(main)
+
+        self._hosts_timer = QTimer(self)
+        self._hosts_timer.setSingleShot(True)
+        self._hosts_timer.setInterval(300)
+        self._hosts_timer.timeout.connect(self._refresh_hosts)
+        assert context.hosts is not None
+        context.hosts.changed.connect(lambda _host: self._hosts_timer.start())
+        job = context.jobs.start("load GPU catalog", lambda _progress: load_gpu_catalog())
+        job.succeeded.connect(self.form.set_gpu_catalog)
+        self._refresh_hosts()
+
+    # ------------------------------------------------------------------ hosts
+
+    def _refresh_hosts(self) -> None:
+        assert self.context.hosts is not None
+        inventories = dict(sorted(self.context.hosts.connected_inventories().items()))
+        if set(inventories) != set(self.form._inventories):
+            self.form.set_hosts(inventories)
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self) -> None:
+        inputs = self.form.inputs()
+        self.form.show_error(None)
+        self.summary.setText("planning…")
+
+        def work(_progress: Progress) -> tuple[PlanResult, DetectedCluster | None]:
+            request, detected = inputs.to_request()
+            return plan(request), detected
+
+        job = self.context.jobs.start("plan", work)
+        job.succeeded.connect(lambda answer, inputs=inputs: self._show(answer, inputs))
+        job.failed.connect(self._failed)
+
+    def _failed(self, message: str) -> None:
+        self.form.show_error(message)
+        self.summary.setText("The plan could not be made: see the message under the form.")
+
+    def _show(self, answer: tuple[PlanResult, DetectedCluster | None], inputs: PlannerInputs) -> None:
+        result, detected = answer
+        self.result, self.detected, self.inputs = result, detected, inputs
+        layouts = result.layouts
+        cluster = result.request.cluster
+        where = f"{', '.join(detected.hosts)} (detected)" if detected else "typed-in cluster"
+        simulated = " — simulated hosts" if detected and detected.simulated else ""
+        self.summary.setText(
+            f"<b>{result.request.model.name}</b> on {cluster.nodes}×{cluster.gpus_per_node} {cluster.gpu.name}, "
+            f"{where}{simulated}: {len(result.fitting)} of {len(layouts)} layouts fit.<br>{result.top_reason}"
+        )
+        self.notes.setText(" · ".join([*(detected.notes if detected else ()), *result.notes]))
+        self.table.setRowCount(len(layouts))
+        for row, layout in enumerate(layouts):
+            for column, text in enumerate(_layout_row(row + 1, layout)):
+                item = QTableWidgetItem(text)
+                if column >= 2 and column != 10:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if not (layout.fits and layout.valid):
+                    item.setForeground(self.palette().placeholderText())
+                self.table.setItem(row, column, item)
+        if layouts:
+            self.table.selectRow(0)
+        self.planned.emit(result)
+
+    def selected_layout(self) -> LayoutPlan | None:
+        rows = self.table.selectionModel().selectedRows()
+        if self.result is None or not rows:
+            return None
+        return self.result.layouts[rows[0].row()]
+
+    def node_names(self) -> list[str]:
+        if self.detected is not None:
+            return list(self.detected.hosts)
+        assert self.result is not None
+        return [f"node {i}" for i in range(self.result.request.cluster.nodes)]
+
+    def _layout_chosen(self) -> None:
+        layout = self.selected_layout()
+        for button in (self.save_button, self.export_button):
+            button.setEnabled(layout is not None and layout.valid)
+        if layout is None or self.result is None:
+            return
+        cluster = self.result.request.cluster
+        self.memory.set_bars(memory_bars(layout, cluster.gpu.memory_bytes, cluster.gpu.torch_visible_bytes))
+        self.rank_map.set_layout(layout, cluster.nodes, cluster.gpus_per_node, self.node_names())
+        self.warnings.clear()
+        if not layout.valid:
+            self.warnings.addItem(f"invalid: {layout.invalid_reason}")
+        self.warnings.addItems(list(layout.warnings) or ["no warnings"])
+        self.details.setTabText(1, f"Warnings ({len(layout.warnings)})")
+        traffic = "\n".join(
+            f"  {item.collective}: {format_bytes(item.bytes_per_token)} per GPU over {item.link.value} "
+            f"in {item.collectives_per_token} calls"
+            for item in layout.traffic
+        )
+        self.flags.setPlainText(
+            f"vllm serve <model> {shlex.join(layout.vllm_args)}\n\n{layout.reason}\n\n"
+            f"traffic per generated token (estimate):\n{traffic or '  none: every group is one GPU'}"
+        )
+
+    # ------------------------------------------------------------------ profiles
+
+    def save_profile(self) -> None:
+        layout = self.selected_layout()
+        if layout is not None and self.result is not None:
+            self.saver.save(layout, self.result, self.node_names(), self.inputs.model, to_file=False)
+
+    def export_profile(self) -> None:
+        layout = self.selected_layout()
+        if layout is not None and self.result is not None:
+            self.saver.save(layout, self.result, self.node_names(), self.inputs.model, to_file=True)
+
+    def save_settings(self, settings: QSettings) -> None:
+        self.form.save_settings(settings)
