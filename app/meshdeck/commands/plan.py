@@ -63,7 +63,12 @@ def register(subparsers: Subparsers) -> None:
     add("--gpus-per-node", help="GPUs per node (default: the --topology's count, else 8)")
     add("--gpu-memory-utilization", default="0.9", help="vLLM's fraction of GPU memory (default 0.9)")
     add("--max-model-len", help="context length per request (default: the model's, 163840)")
-    add("--kv-cache-dtype", default="auto", help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent)")
+    add(
+        "--kv-cache-dtype",
+        default="auto",
+        help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent; fp8_ds_mla: V3.2 only; "
+        "nvfp4_ds_mla: V3.2 on Blackwell only)",
+    )
     add("--weights-dtype", help=f"{' | '.join(WEIGHTS_DTYPES)} (default: as the checkpoint ships)")
     add("--engine", default="vllm", help="vllm | torch")
     add("--mode", default="serve", help="serve | train (train needs --engine torch)")

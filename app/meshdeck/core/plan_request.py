@@ -91,7 +91,7 @@ class PlanRequest:
             raise InputError("--goal", f"{self.goal!r}; allowed: {', '.join(GOALS)}")
         if self.weights_dtype is not None and self.weights_dtype not in WEIGHTS_DTYPES:
             raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
-        normalize_kv_cache_dtype(self.kv_cache_dtype)
+        object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
             raise InputError("--gpu-memory-utilization", f"must be in (0, 1], got {util!r}")
