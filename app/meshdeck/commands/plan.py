@@ -94,7 +94,8 @@ def register(subparsers: Subparsers) -> None:
     add(
         "--vllm-version",
         default="0.16",
-        help="vLLM release whose memory accounting to follow (>= 0.21 counts CUDA graphs)",
+        help="vLLM release whose memory accounting to follow: 0.11-0.20 (CUDA graphs outside the KV budget) "
+        "or 0.21-0.33 (inside); others are refused (default 0.16)",
     )
     add("--tensor-parallel", help="only layouts with this TP")
     add("--pipeline-parallel", help="only layouts with this PP")
