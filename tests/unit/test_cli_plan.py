@@ -250,3 +250,38 @@ def test_table_says_where_its_settings_and_order_come_from(capsys):
     assert "are added at launch" in out  # a 2-node top pick: the printed flags are not the whole command
     _, given, _ = run_cli(capsys, "--gpu", "H200-SXM-141GB", "--max-num-seqs", "256", "--inter-node-gbps", "800")
     assert "max_num_seqs 256 (--max-num-seqs)" in given and "Gb/s per node" not in given  # one node: no network
+
+
+def test_help_lists_exactly_the_kv_cache_dtypes_vllm_serves_deepseek_with(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    kv_help = help_text.split("--kv-cache-dtype KV_CACHE_DTYPE ", 1)[1].split(" (default", 1)[0]
+    assert kv_help == "auto | bfloat16 | fp8 | fp8_e4m3 | fp8_ds_mla | nvfp4_ds_mla"
+
+
+@pytest.mark.parametrize("value", ["fp8_e5m2", "bf16", "float16"])
+def test_a_kv_cache_dtype_vllm_cannot_serve_is_refused_with_the_accepted_values(capsys, value):
+    code, out, err = run_cli(capsys, "--gpu", "H200-SXM-141GB", "--kv-cache-dtype", value)
+    assert (code, out) == (2, "")
+    assert "--kv-cache-dtype" in err
+    assert "auto, bfloat16, fp8, fp8_e4m3, fp8_ds_mla, nvfp4_ds_mla" in err
+
+
+def test_fp8_ds_mla_on_deepseek_v3_is_refused_as_a_v32_format(capsys):
+    code, _, err = run_cli(
+        capsys, "--model", "deepseek-v3", "--gpu", "H200-SXM-141GB", "--kv-cache-dtype", "fp8_ds_mla"
+    )
+    assert code == 2
+    assert "--kv-cache-dtype" in err and "V3.2" in err
+
+
+@pytest.mark.parametrize(
+    ("value", "per_layer"), [("fp8_e4m3", 576 + 132), ("fp8", 656 + 132), ("fp8_ds_mla", 656 + 132)]
+)
+def test_v32_on_h200_plans_the_bytes_vllm_stores_for_each_fp8_spelling(capsys, value, per_layer):
+    argv = ["--model", "deepseek-v3.2", "--gpu", "H200-SXM-141GB", "--kv-cache-dtype", value, "--json"]
+    code, out, _ = run_cli(capsys, *argv, "--tensor-parallel", "8", "--pipeline-parallel", "1")
+    assert code == 0
+    layout = json.loads(out)["layouts"][0]
+    assert layout["kv_bytes_per_token_per_gpu"] == 61 * per_layer

@@ -63,7 +63,12 @@ def register(subparsers: Subparsers) -> None:
     add("--gpus-per-node", help="GPUs per node (default: the --topology's count, else 8)")
     add("--gpu-memory-utilization", default="0.9", help="vLLM's fraction of GPU memory (default 0.9)")
     add("--max-model-len", help="context length per request (default: the model's, 163840)")
-    add("--kv-cache-dtype", default="auto", help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent)")
+    add(
+        "--kv-cache-dtype",
+        default="auto",
+        help=f"{' | '.join(KV_CACHE_DTYPES)} (default auto = bf16 latent; fp8_ds_mla: V3.2 only; "
+        "nvfp4_ds_mla: V3.2 on Blackwell only)",
+    )
     add("--weights-dtype", help=f"{' | '.join(WEIGHTS_DTYPES)} (default: as the checkpoint ships)")
     add("--engine", default="vllm", help="vllm | torch")
     add("--mode", default="serve", help="serve | train (train needs --engine torch)")
@@ -89,7 +94,8 @@ def register(subparsers: Subparsers) -> None:
     add(
         "--vllm-version",
         default="0.16",
-        help="vLLM release whose memory accounting to follow (>= 0.21 counts CUDA graphs)",
+        help="vLLM release whose memory accounting to follow: 0.11-0.20 (CUDA graphs outside the KV budget) "
+        "or 0.21-0.33 (inside); others are refused (default 0.16)",
     )
     add("--tensor-parallel", help="only layouts with this TP")
     add("--pipeline-parallel", help="only layouts with this PP")

@@ -15,24 +15,33 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
 
-KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
-_KV_ALIASES = {"bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_ds_mla": "fp8", "auto": "auto", "bf16": "bf16", "fp8": "fp8"}
+# What `vllm serve --kv-cache-dtype` accepts for DeepSeek V3 / V3.2 on NVIDIA GPUs (vLLM 0.33.0): the CacheDType
+# values (vllm/config/cache.py) that some CUDA MLA backend lists in supported_kv_cache_dtypes. float16 is refused
+# for a BF16 model (vllm/config/vllm.py _reject_mismatched_float_kv_cache); fp8_e5m2, fp8_inc and the 4-bit
+# per-head formats are listed by no MLA backend, so vLLM finds no attention backend for them.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla", "nvfp4_ds_mla")
+_SPARSE_ONLY = ("fp8_ds_mla", "nvfp4_ds_mla")  # packed rows only the sparse (V3.2) backends read
+FP8_DS_MLA_BYTES = 656  # 512 fp8 NoPE + 4 fp32 scales + 64 bf16 RoPE (mla_attention.py state_content_bytes)
+NVFP4_DS_MLA_BYTES = 352  # 256 packed e2m1 NoPE + 64 fp8 RoPE + 32 fp8 scales (SM100 only)
 
 
 def normalize_kv_cache_dtype(value: str) -> str:
+    """The value as vLLM spells it, or an error naming the flag and every accepted value."""
     key = value.strip().lower()
-    if key not in _KV_ALIASES:
+    if key not in KV_CACHE_DTYPES:
         raise InputError(
-            "--kv-cache-dtype", f"{value!r}; allowed: auto, bf16 (bfloat16), fp8 (fp8_e4m3 / fp8_ds_mla on V3.2)"
+            "--kv-cache-dtype",
+            f"{value!r}; vLLM serves DeepSeek V3 / V3.2 with: {', '.join(KV_CACHE_DTYPES)} "
+            "(fp8_ds_mla: V3.2 only; nvfp4_ds_mla: V3.2 on Blackwell only)",
         )
-    return _KV_ALIASES[key]
+    return key
 
 
 @dataclass(frozen=True)
 class KvFormat:
     """What one token costs in one layer, and the block vLLM allocates in."""
 
-    kv_cache_dtype: str  # resolved: "bf16" or "fp8"
+    kv_cache_dtype: str  # resolved storage: "bf16", "fp8" or "nvfp4"
     vllm_kv_cache_dtype: str  # the value to pass to --kv-cache-dtype
     latent_bytes_per_token_per_layer: int
     indexer_bytes_per_token_per_layer: int
@@ -44,33 +53,59 @@ class KvFormat:
         return self.latent_bytes_per_token_per_layer + self.indexer_bytes_per_token_per_layer
 
 
+def _sparse_latent(card: ModelCard, gpu: GpuSpec, dtype: str) -> tuple[str, str, int, str]:
+    """(storage, vLLM value, latent bytes, backend) of V3.2's sparse MLA, as vLLM's CUDA backend order picks it.
+
+    SM90: FLASHMLA_SPARSE takes auto/bfloat16/fp8/fp8_ds_mla and stores every quantized dtype as fp8_ds_mla;
+    fp8_e4m3 is not in its list, so FLASHINFER_MLA_SPARSE_SM90 (plain fp8 latent) serves it. SM100: a quantized
+    cache prefers FLASHINFER_MLA_SPARSE (plain fp8; refuses fp8_ds_mla), fp8_ds_mla and nvfp4_ds_mla go to
+    FLASHMLA_SPARSE. GPUs without sparse kernels cannot serve V3.2 (a rule says so); they get the SM90 answer.
+    """
+    if dtype in ("auto", "bfloat16"):
+        return "bf16", dtype, card.mla_latent_dim * 2, "FLASHMLA_SPARSE"
+    if dtype == "nvfp4_ds_mla":
+        if gpu.arch != "blackwell":
+            raise InputError("--kv-cache-dtype", f"nvfp4_ds_mla needs a Blackwell (SM100) GPU, not {gpu.name}")
+        return "nvfp4", dtype, NVFP4_DS_MLA_BYTES, "FLASHMLA_SPARSE"
+    if gpu.arch == "blackwell" and dtype != "fp8_ds_mla":
+        return "fp8", dtype, card.mla_latent_dim, "FLASHINFER_MLA_SPARSE"
+    if gpu.arch != "blackwell" and dtype == "fp8_e4m3":
+        return "fp8", dtype, card.mla_latent_dim, "FLASHINFER_MLA_SPARSE_SM90"
+    # fp8_ds_mla: kv_lora_rank fp8 values + one fp32 scale per 128 + the rope part in BF16 (656 B for V3.2).
+    packed = card.kv_lora_rank + (card.kv_lora_rank // 128) * 4 + card.qk_rope_head_dim * 2
+    return "fp8", "fp8_ds_mla", packed, "FLASHMLA_SPARSE"
+
+
+def _dense_backend(gpu: GpuSpec) -> tuple[str, int]:
+    if gpu.arch == "hopper":
+        return "FLASHMLA", 64
+    if gpu.arch == "blackwell":
+        return "CUTLASS_MLA", 128
+    return "TRITON_MLA", 16
+
+
 def kv_format(card: ModelCard, gpu: GpuSpec, kv_cache_dtype: str) -> KvFormat:
-    """Resolve `auto` and pick the backend's block size for this model on this GPU."""
+    """Resolve `auto` (the model's BF16) and pick the backend vLLM picks, its bytes and block size, for this model
+    on this GPU. Every layer's latent is kv_lora_rank + qk_rope_head_dim values; V3.2 adds the indexer's key cache
+    (index_head_dim fp8 + one fp32 scale per 128: 132 B) whatever the KV dtype."""
     dtype = normalize_kv_cache_dtype(kv_cache_dtype)
-    resolved = "bf16" if dtype == "auto" else dtype  # auto = model dtype (BF16) on the FlashMLA path
-    latent = card.mla_latent_dim
-    if resolved == "bf16":
-        latent_bytes = latent * 2
-        vllm_value = "auto" if dtype == "auto" else "bfloat16"
-    elif card.has_sparse_indexer:
-        # fp8_ds_mla: kv_lora_rank fp8 values + one fp32 scale per 128 + the rope part in BF16 (656 B for V3.2).
-        latent_bytes = card.kv_lora_rank + (card.kv_lora_rank // 128) * 4 + card.qk_rope_head_dim * 2
-        vllm_value = "fp8_ds_mla"
+    if not card.has_sparse_indexer:
+        if dtype in _SPARSE_ONLY:
+            raise InputError(
+                "--kv-cache-dtype",
+                f"{dtype} is V3.2's sparse-MLA cache format; {card.name} takes auto, bfloat16, fp8 or fp8_e4m3",
+            )
+        backend, block = _dense_backend(gpu)
+        storage = "bf16" if dtype in ("auto", "bfloat16") else "fp8"
+        latent_bytes = card.mla_latent_dim * (2 if storage == "bf16" else 1)
+        return KvFormat(storage, dtype, latent_bytes, 0, block, backend)
+    storage, vllm_value, latent_bytes, backend = _sparse_latent(card, gpu, dtype)
+    indexer_bytes = card.index_head_dim + (card.index_head_dim // 128) * 4
+    if not gpu.runs_sparse_mla_kernels:
+        backend, block = _dense_backend(gpu)
     else:
-        latent_bytes = latent  # fp8 e4m3: one byte per value (576 B for V3)
-        vllm_value = "fp8"
-    indexer_bytes = 0
-    if card.has_sparse_indexer:
-        indexer_bytes = card.index_head_dim + (card.index_head_dim // 128) * 4  # 132 B for V3.2
-    if card.has_sparse_indexer and gpu.runs_sparse_mla_kernels:
-        backend, block = "FLASHMLA_SPARSE", 64
-    elif gpu.arch == "hopper":
-        backend, block = "FLASHMLA", 64
-    elif gpu.arch == "blackwell":
-        backend, block = "CUTLASS_MLA", 128
-    else:
-        backend, block = "TRITON_MLA", 16
-    return KvFormat(resolved, vllm_value, latent_bytes, indexer_bytes, block, backend)
+        block = 64  # the indexer's backend takes only 64-token blocks on CUDA
+    return KvFormat(storage, vllm_value, latent_bytes, indexer_bytes, block, backend)
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,44 @@ def _positive_int(value: object, flag: str, *, maximum: int | None = None) -> No
         raise InputError(flag, f"must be at most {maximum}, got {value}")
 
 
+# The vLLM releases whose memory accounting the reserve reproduces, each from that release's gpu_worker
+# determine_available_memory: 0.11 is the first with only the V1 engine (0.6–0.10 may run V0, which pads MLA
+# entries and takes the smallest block count over ranks: not modelled); before 0.21 CUDA graphs are captured
+# after the KV cache is sized, from 0.21 their profiled estimate is subtracted; 0.33 is the newest release read.
+MODELLED_VLLM_RELEASES: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = (((0, 11), (0, 20)), ((0, 21), (0, 33)))
+
+
+def _release(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def check_vllm_version(version: tuple[int, int]) -> tuple[int, int]:
+    """The version if the planner models its accounting, else an error naming the flag and the modelled ones."""
+    if any(first <= version <= last for first, last in MODELLED_VLLM_RELEASES):
+        return version
+    modelled = "; ".join(
+        f"{_release(first)}–{_release(last)} ({where})"
+        for (first, last), where in zip(
+            MODELLED_VLLM_RELEASES,
+            ("CUDA graphs outside the KV budget", "CUDA graphs inside the KV budget"),
+            strict=True,
+        )
+    )
+    why = (
+        "releases before 0.11 can run the V0 engine, whose accounting is not modelled"
+        if version < MODELLED_VLLM_RELEASES[0][0]
+        else "newer releases are not modelled yet"
+    )
+    raise InputError("--vllm-version", f"{_release(version)}: {why}; the planner models vLLM {modelled}")
+
+
 def parse_vllm_version(text: str) -> tuple[int, int]:
     parts = text.strip().lstrip("v").split(".")
     try:
         major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
     except (ValueError, IndexError):
         raise InputError("--vllm-version", f"{text!r} is not a version like 0.16 or 0.21.1") from None
-    return major, minor
+    return check_vllm_version((major, minor))
 
 
 @dataclass(frozen=True)
@@ -91,7 +122,8 @@ class PlanRequest:
             raise InputError("--goal", f"{self.goal!r}; allowed: {', '.join(GOALS)}")
         if self.weights_dtype is not None and self.weights_dtype not in WEIGHTS_DTYPES:
             raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
-        normalize_kv_cache_dtype(self.kv_cache_dtype)
+        object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
+        check_vllm_version(self.vllm_version)
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
             raise InputError("--gpu-memory-utilization", f"must be in (0, 1], got {util!r}")

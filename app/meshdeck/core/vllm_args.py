@@ -28,7 +28,7 @@ class ParallelLayout(Protocol):
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Engine settings that become flags. `kv_cache_dtype` is vLLM's own value (auto, bfloat16, fp8, fp8_ds_mla)."""
+    """Engine settings that become flags. `kv_cache_dtype` is vLLM's own value (see core.kv_cache.KV_CACHE_DTYPES)."""
 
     max_model_len: int
     gpu_memory_utilization: float

@@ -40,7 +40,7 @@ from meshdeck.launch.profile_yaml import parse_yaml
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4_ds_mla")
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 (ESC, CR, newline, tab, NUL, ...), DEL and C1 (CSI, ...)
 RESERVED_ENV_PREFIX = "MESHDECK_"
@@ -106,7 +106,7 @@ class Layout(_Strict):
 class VllmSettings(_Strict):
     max_model_len: Annotated[int, Field(ge=16, le=1_048_576)] | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
-    kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"] = "auto"
+    kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4_ds_mla"] = "auto"
     max_num_seqs: Annotated[int, Field(ge=1, le=65536)] | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     distributed_backend: Literal["mp", "ray"] = "mp"

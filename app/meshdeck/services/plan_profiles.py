@@ -30,7 +30,6 @@ BUNDLED_MODEL_IDS = {
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "deepseek-r1": "deepseek-ai/DeepSeek-R1",
 }
-_KV_TO_PROFILE = {"auto": "auto", "bf16": "bfloat16", "fp8": "fp8"}  # planner's KV dtype -> vLLM's spelling
 PROFILE_NAME_LIMIT = 60  # leaves room for an instance suffix inside the profile's 64 characters
 SCRIPT_NEEDED = (
     "a torch layout needs the script each rank runs: a path on the servers, or "
@@ -98,7 +97,7 @@ def profile_mappings(
             mapping["vllm"] = {
                 "max_model_len": settings.max_model_len,
                 "gpu_memory_utilization": request.gpu_memory_utilization,
-                "kv_cache_dtype": _KV_TO_PROFILE.get(request.kv_cache_dtype, request.kv_cache_dtype),
+                "kv_cache_dtype": request.kv_cache_dtype,
                 "max_num_seqs": settings.max_num_seqs_emitted,
                 "speculative_mtp": request.mtp,
             }

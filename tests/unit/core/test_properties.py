@@ -36,7 +36,7 @@ requests = st.builds(
     gpn=st.sampled_from([4, 8]),
     util=st.floats(0.5, 0.97),
     length=st.integers(1024, 163840),
-    kv=st.sampled_from(["auto", "bf16", "fp8"]),
+    kv=st.sampled_from(["auto", "bfloat16", "fp8", "fp8_e4m3"]),
     seqs=st.one_of(st.none(), st.integers(1, 1024)),
     goal=st.sampled_from(["throughput", "latency", "context"]),
 )
