@@ -145,7 +145,11 @@ def test_the_zipapp_daemon_runs_keepers_and_the_simulated_vllm_from_the_archive(
         )
         assert event["data"]["fields"]["kv_cache_tokens"] == expected["kv_tokens"]
         cmdline = Path(f"/proc/{worker['pid']}/cmdline").read_bytes().split(b"\0")
-        assert cmdline[:3] == [python.encode(), b"-I", str(pyz).encode()] and b"simvllm" in cmdline
+        # the agent re-runs itself with sys.executable: the interpreter behind `python` (a pyenv shim execs it)
+        interpreter = subprocess.run(
+            [python, "-I", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
+        assert cmdline[:3] == [interpreter.encode(), b"-I", str(pyz).encode()] and b"simvllm" in cmdline
         client.call("workers.stop", {"id": "z", "grace_s": 5})
         client.call("agent.shutdown")
         client.close()
