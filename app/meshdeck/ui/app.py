@@ -12,6 +12,7 @@ runs in the fleet's threads or as a job; the GUI thread only draws.
 from __future__ import annotations
 
 import argparse
+import linecache
 import logging
 import sys
 from collections.abc import Callable
@@ -78,6 +79,16 @@ def application() -> QApplication:
 VIEW_KEYS = ("hosts", "topology", "planner", "deployments", "dashboard", "history", "profiles")
 
 
+def drop_import_sources() -> None:
+    """Forget the source text PySide6 read while the console imported its modules.
+
+    PySide6's import hook (shibokensupport's `feature_imported`) reads the source of every module imported
+    after PySide6 to see whether it uses PySide, through `inspect.getsource`, and `linecache` keeps it all:
+    the console's imports leave ~580 files, ~214,000 lines, in memory (measured: the soak's peak RSS
+    286 MB -> 272 MB without them). Nothing needs them afterwards; a traceback reads its lines again."""
+    linecache.clearcache()
+
+
 def build_views(context: ConsoleContext) -> list[ViewEntry]:
     """Every view of the console, in navigation order (keys as in VIEW_KEYS), wired to each other."""
     planner = PlannerView(context)
@@ -135,6 +146,7 @@ def run_console(args: argparse.Namespace) -> int:
         if args.screenshots:
             window.resize(1500, 950)  # pictures of a known size, whatever the last session left
         window.show()
+        drop_import_sources()  # every view is built: the imports are done
         tour = None
         if context.demo is not None:  # --demo
             tour = DemoTour(window, context.demo.hosts)

@@ -28,7 +28,7 @@ from meshdeck.services.history import HistoryRecorder
 from meshdeck.store.database import open_database
 from meshdeck.store.inbox import InboxClosed
 from meshdeck.store.writer import SampleWriter
-from meshdeck.ui.app import application
+from meshdeck.ui.app import application, drop_import_sources
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import JobRunner
@@ -101,6 +101,7 @@ def main() -> int:
     dashboard.resize(1400, 900)
     dashboard.show()
 
+    drop_import_sources()  # as the console does once its window is up
     idle_rss = rss_mb()
     peak = [idle_rss]
     sampling = threading.Event()
