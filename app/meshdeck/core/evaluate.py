@@ -128,7 +128,13 @@ class LayoutEvaluator:
     def stage_memory(self, sharding: Sharding, stage: StageKind, non_torch_bytes: int) -> StageMemory:
         """One GPU of a stage: its weights, its reserve, what is left for the KV cache and what a block costs."""
         weights = stage_total(
-            sharding.totals, stage.dense_layers, stage.moe_layers, stage.first_stage, stage.last_stage
+            sharding.totals,
+            stage.dense_layers,
+            stage.moe_layers,
+            stage.first_stage,
+            stage.last_stage,
+            stage.bf16_dense_layers,
+            stage.bf16_moe_layers,
         )
         layers = stage.layers
         reserve = sharding.reserve.for_stage(stage.last_stage, layers, non_torch_bytes)

@@ -51,6 +51,8 @@ class StageKind:
     moe_layers: int
     first_stage: bool
     last_stage: bool
+    bf16_dense_layers: int = 0  # of them, layers the checkpoint keeps BF16 whole (ModelCard.unquantized_layers)
+    bf16_moe_layers: int = 0
 
     @property
     def layers(self) -> int:
@@ -83,7 +85,9 @@ def pipeline_stages(card: ModelCard, pipeline_parallel: int) -> PipelineStages:
     stages = []
     for index, (start, end) in enumerate(pp_partition(card.num_hidden_layers, pipeline_parallel)):
         moe = card.moe_layers_between(start, end)
-        kind = StageKind(end - start - moe, moe, index == 0, index == last)
+        bf16 = [i for i in card.unquantized_layers if start <= i < end]
+        bf16_moe = sum(1 for i in bf16 if card.is_moe_layer(i))
+        kind = StageKind(end - start - moe, moe, index == 0, index == last, len(bf16) - bf16_moe, bf16_moe)
         stages.append(StageLayers(index, start, end, kinds.setdefault(kind, kind)))
     return PipelineStages(tuple(stages), tuple(kinds))
 

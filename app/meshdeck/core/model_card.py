@@ -9,10 +9,20 @@ typed in for one model. A config that is not this architecture is refused naming
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from meshdeck.core.checkpoint_quant import (
+    FAMILIES,
+    ModelShape,
+    exclusions,
+    gptq_matcher,
+    modelopt_fields,
+    modelopt_matcher,
+    string_list,
+    substring_matcher,
+)
 from meshdeck.core.errors import InputError
 
 SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
@@ -20,7 +30,8 @@ SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
 # How the checkpoint stores its linear layers (what `--weights-dtype auto`/the shipped format means).
 CHECKPOINT_FP8_BLOCK = "fp8"  # e4m3 weights, fp32 (or ue8m0) scale per 128x128 block; DeepSeek's release
 CHECKPOINT_BF16 = "bf16"  # no quantization_config
-CHECKPOINT_INT4 = "int4"  # weight-only int4 routed experts (compressed-tensors W4A16, e.g. Kimi-K2-Thinking)
+CHECKPOINT_INT4 = "int4"  # weight-only int4: compressed-tensors W4A16 experts (Kimi-K2-Thinking), AWQ, GPTQ
+CHECKPOINT_NVFP4 = "nvfp4"  # ModelOpt NVFP4: e2m1 weights, an fp8 e4m3 scale per 16 inputs, fp32 global scales
 
 
 @dataclass(frozen=True)
@@ -55,9 +66,15 @@ class ModelCard:
     index_n_heads: int  # V3.2 lightning indexer; 0 when the model has none
     index_head_dim: int
     index_topk: int
-    checkpoint_dtype: str  # CHECKPOINT_FP8_BLOCK | CHECKPOINT_BF16 | CHECKPOINT_INT4
+    checkpoint_dtype: str  # CHECKPOINT_FP8_BLOCK | CHECKPOINT_BF16 | CHECKPOINT_INT4 | CHECKPOINT_NVFP4
     weight_block_size: tuple[int, int]
     int4_group_size: int
+    # What the checkpoint's quantization_config says beyond the format (checkpoint_quant.py):
+    quant_method: str = ""  # fp8 | compressed-tensors | awq | gptq | modelopt; "" for BF16
+    quant_group_size: int = 0  # NVFP4's scale group (16); int4 keeps int4_group_size
+    int4_zero_points: bool = False  # AWQ zero_point / GPTQ qzeros: a packed 4-bit zero per group
+    quantized_families: tuple[str, ...] = ()  # checkpoint_quant.FAMILIES the checkpoint stores quantized
+    unquantized_layers: tuple[int, ...] = ()  # decoder layers kept BF16 whole (num_hidden_layers: the MTP layer)
 
     def __hash__(self) -> int:
         # The card keys many planner caches; hashing 30 fields on every lookup would dominate planning time.
@@ -135,12 +152,34 @@ def _non_negative_int(config: Mapping[str, Any], key: str, source: str, *, defau
     return value
 
 
-def _checkpoint_format(config: Mapping[str, Any], source: str) -> tuple[str, tuple[int, int], int]:
+@dataclass(frozen=True)
+class _Format:
+    dtype: str
+    method: str
+    block: tuple[int, int] = (128, 128)
+    int4_group: int = 0
+    group: int = 0
+    zero_points: bool = False
+    families: tuple[str, ...] = ()
+    skipped: Any = None  # module prefix -> left unquantized, for the formats that list exclusions
+    field: str = ""
+
+
+def _int_field(quant: Mapping[str, Any], keys: tuple[str, ...], field: str, allowed: tuple[int, ...] = ()) -> int:
+    value = next((quant[k] for k in keys if k in quant), None)
+    if not isinstance(value, int) or isinstance(value, bool) or not (value in allowed if allowed else value != 0):
+        want = f"one of {', '.join(map(str, allowed))}" if allowed else "a positive integer or -1"
+        raise InputError(f"{field}.{keys[0]}", f"must be {want}, got {value!r}")
+    return value
+
+
+def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
     quant = config.get("quantization_config")
+    field = f"{source}: quantization_config"
     if quant is None:
-        return CHECKPOINT_BF16, (128, 128), 0
+        return _Format(CHECKPOINT_BF16, "")
     if not isinstance(quant, Mapping):
-        raise InputError(f"{source}: quantization_config", "must be an object")
+        raise InputError(field, "must be an object")
     method = quant.get("quant_method")
     if method == "fp8":
         block = quant.get("weight_block_size") or [128, 128]
@@ -149,24 +188,71 @@ def _checkpoint_format(config: Mapping[str, Any], source: str) -> tuple[str, tup
             or len(block) != 2
             or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
         ):
-            raise InputError(f"{source}: quantization_config.weight_block_size", f"must be [n, k], got {block!r}")
-        return CHECKPOINT_FP8_BLOCK, (int(block[0]), int(block[1])), 0
+            raise InputError(f"{field}.weight_block_size", f"must be [n, k], got {block!r}")
+        return _Format(CHECKPOINT_FP8_BLOCK, "fp8", (int(block[0]), int(block[1])), families=FAMILIES)
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
         for group in groups.values() if isinstance(groups, Mapping) else ():
             weights = group.get("weights") if isinstance(group, Mapping) else None
             if isinstance(weights, Mapping) and weights.get("num_bits") == 4:
                 size = weights.get("group_size") or 32
-                return CHECKPOINT_INT4, (128, 128), int(size)
+                return _Format(
+                    CHECKPOINT_INT4, "compressed-tensors", int4_group=int(size), families=("routed_experts",)
+                )
         raise InputError(
-            f"{source}: quantization_config.config_groups",
+            f"{field}.config_groups",
             "only int4 weight-only compressed-tensors checkpoints are understood",
         )
+    if method in ("awq", "gptq"):
+        _int_field(quant, ("bits", "w_bit"), field, (4,))
+        group = _int_field(quant, ("group_size", "q_group_size"), field)
+        if group < 0:
+            raise InputError(f"{field}.group_size", "-1 (one group per row) is not modelled; allowed: a positive size")
+        if method == "awq":
+            zero_point = quant.get("zero_point")
+            if not isinstance(zero_point, bool):
+                raise InputError(f"{field}.zero_point", f"must be true or false, got {zero_point!r}")
+            skip = substring_matcher(
+                string_list(quant.get("modules_to_not_convert"), f"{field}.modules_to_not_convert")
+            )
+            return _Format(CHECKPOINT_INT4, "awq", int4_group=group, zero_points=zero_point, skipped=skip, field=field)
+        dynamic = quant.get("dynamic") or {}
+        if not isinstance(dynamic, Mapping):
+            raise InputError(f"{field}.dynamic", f"must be an object, got {dynamic!r}")
+        only = quant.get("modules_in_block_to_quantize") or []
+        flat = [m for item in only for m in (item if isinstance(item, list) else [item])]
+        skip = gptq_matcher(dynamic, string_list(flat, f"{field}.modules_in_block_to_quantize"))
+        return _Format(CHECKPOINT_INT4, "gptq", int4_group=group, zero_points=True, skipped=skip, field=field)
+    if method in ("modelopt", "modelopt_fp4"):
+        algo, group, excluded = modelopt_fields(quant, field)
+        if algo != "NVFP4":
+            raise InputError(f"{field}.quant_algo", f"{algo!r} is not modelled; allowed: 'NVFP4'")
+        skip = modelopt_matcher(excluded)
+        return _Format(CHECKPOINT_NVFP4, "modelopt", group=group, skipped=skip, field=field)
     raise InputError(
-        f"{source}: quantization_config.quant_method",
+        f"{field}.quant_method",
         f"{method!r} is not understood; allowed: 'fp8' (block-quantized, as DeepSeek ships), "
-        "'compressed-tensors' (int4 experts), or no quantization_config (bf16)",
+        "'compressed-tensors' (int4 experts), 'awq', 'gptq' (int4), 'modelopt' / 'modelopt_fp4' (NVFP4), "
+        "or no quantization_config (bf16)",
     )
+
+
+def _with_exclusions(card: ModelCard, fmt: _Format) -> ModelCard:
+    """The card with the families and layers the checkpoint's exclusion list leaves BF16 (checkpoint_quant)."""
+    if fmt.skipped is None:
+        return card
+    last = card.num_hidden_layers
+    moe = frozenset(i for i in range(last) if card.is_moe_layer(i)) | ({last} if card.n_routed_experts else set())
+    shape = ModelShape(
+        num_hidden_layers=last,
+        num_nextn_predict_layers=card.num_nextn_predict_layers,
+        has_q_lora=card.q_lora_rank is not None,
+        has_indexer=card.has_sparse_indexer,
+        moe_layers=moe,
+    )
+    found = exclusions(shape, fmt.skipped, fmt.field)
+    families = tuple(f for f in FAMILIES if f not in found.unquantized_families)
+    return replace(card, quantized_families=families, unquantized_layers=found.unquantized_layers)
 
 
 def model_card_from_config(config: Mapping[str, Any], source: str, name: str | None = None) -> ModelCard:
@@ -182,7 +268,7 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
             f"{source}: architectures",
             f"{architectures!r} is not a DeepSeek-V3 architecture; allowed: {', '.join(SUPPORTED_ARCHITECTURES)}",
         )
-    checkpoint_dtype, block, int4_group = _checkpoint_format(config, source)
+    fmt = _checkpoint_format(config, source)
     q_lora = config.get("q_lora_rank")
     if q_lora is not None and (isinstance(q_lora, bool) or not isinstance(q_lora, int) or q_lora <= 0):
         raise InputError(f"{source}: q_lora_rank", f"must be a positive integer or null, got {q_lora!r}")
@@ -216,9 +302,13 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
         index_n_heads=_non_negative_int(config, "index_n_heads", source) if index_topk else 0,
         index_head_dim=_non_negative_int(config, "index_head_dim", source) if index_topk else 0,
         index_topk=index_topk,
-        checkpoint_dtype=checkpoint_dtype,
-        weight_block_size=block,
-        int4_group_size=int4_group,
+        checkpoint_dtype=fmt.dtype,
+        weight_block_size=fmt.block,
+        int4_group_size=fmt.int4_group,
+        quant_method=fmt.method,
+        quant_group_size=fmt.group,
+        int4_zero_points=fmt.zero_points,
+        quantized_families=fmt.families,
     )
     if card.num_experts_per_tok > card.n_routed_experts:
         raise InputError(
@@ -231,4 +321,4 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
         raise InputError(
             f"{source}: index_n_heads", "a config with index_topk needs index_n_heads, index_head_dim and q_lora_rank"
         )
-    return card
+    return _with_exclusions(card, fmt)

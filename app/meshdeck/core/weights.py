@@ -21,7 +21,18 @@ vLLM (model_executor/models/deepseek_v2.py, deepseek_mtp.py, layers/fused_moe):
   (norm + ParallelLMHead over TP) and eh_proj (BF16, replicated); the V1 proposer shares the target's
   embed_tokens when PP = 1.
 Conventions: `bf16` = 2 bytes for everything; `int4` = routed experts weight-only int4 (W4A16,
-group-wise BF16 scales, as Kimi-K2-Thinking ships), every other linear layer BF16.
+group-wise BF16 scales, as Kimi-K2-Thinking ships), every other linear layer BF16; `nvfp4` = NVIDIA's
+ModelOpt recipe for DeepSeek (TensorRT-Model-Optimizer examples/deepseek/ptq.py: "*attn*" and "*head*"
+disabled, the MTP layer excluded): dense MLP, shared and routed experts NVFP4, MLA and indexer BF16.
+A checkpoint read from its config.json is priced as it declares (model_card / checkpoint_quant): the
+families its exclusion list leaves BF16, whole BF16 layers (an AWQ list naming `model.layers.60.`).
+Bytes per format, as vLLM 0.33 allocates them (layers/quantization/):
+- NVFP4 (modelopt.py ModelOptNvFp4FusedMoE.create_weights, ModelOptLinearMethod): uint8 weight holding two
+  e2m1 values (out × in/2), an fp8 e4m3 weight_scale per group of 16 inputs (out × in/16), and fp32
+  per-tensor weight_scale_2 and input_scale per logical shard (per expert in the MoE).
+- AWQ / GPTQ int4 (auto_awq.py, auto_gptq.py create_weights): int32-packed qweight (in × out / 2 bytes),
+  scales in the model dtype per group (in/group × out × 2), int32-packed qzeros (in/group × out / 2) —
+  GPTQ allocates qzeros always, AWQ with zero_point.
 """
 
 from __future__ import annotations
@@ -29,15 +40,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from meshdeck.core.checkpoint_quant import FAMILIES
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
 
-WEIGHTS_DTYPES = ("fp8", "bf16", "int4")
+WEIGHTS_DTYPES = ("fp8", "bf16", "int4", "nvfp4")
 WEIGHTS_CONVENTIONS = {
     "fp8": "FP8 e4m3 linear layers with an fp32 scale per 128x128 block; embeddings, lm_head, norms, router, "
     "indexer wk/weights_proj and MTP eh_proj in BF16 (as DeepSeek ships it)",
     "bf16": "every parameter in BF16 (2 bytes)",
     "int4": "routed experts int4 weight-only (0.5 byte + one BF16 scale per 32 inputs), everything else BF16",
+    "nvfp4": "NVFP4 (0.5 byte + one fp8 scale per 16 inputs) dense MLP, shared and routed experts; MLA, indexer, "
+    "embeddings, lm_head, norms, router and the MTP layer in BF16 (NVIDIA's ModelOpt DeepSeek recipe)",
 }
+# What each --weights-dtype quantizes when the checkpoint does not say (see the module docstring).
+_DEFAULT_FAMILIES = {
+    "fp8": FAMILIES,
+    "bf16": (),
+    "int4": ("routed_experts",),
+    "nvfp4": ("dense_mlp", "shared_experts", "routed_experts"),
+}
+NVFP4_GROUP = 16
 VOCAB_PADDING = 64  # vLLM DEFAULT_VOCAB_PADDING_SIZE
 BF16 = 2
 FP32 = 4
@@ -53,13 +75,50 @@ class LinearCost:
     scale_bytes: int
 
 
-def _linear(out_features: int, in_features: int, dtype: str, block: tuple[int, int], group: int = 32) -> LinearCost:
-    """Bytes of one (local shard of a) linear layer in the given storage format."""
+@dataclass(frozen=True)
+class WeightFormat:
+    """How every family of linear layers is stored under one --weights-dtype for one checkpoint."""
+
+    dtypes: tuple[tuple[str, str], ...]  # family -> fp8 | bf16 | int4 | nvfp4
+    block: tuple[int, int]
+    group: int  # int4 / NVFP4 scale group
+    zero_points: bool
+
+    def of(self, family: str) -> str:
+        return dict(self.dtypes)[family]
+
+
+_NATIVE = {"fp8": "fp8", "bf16": "bf16", "int4": "int4", "nvfp4": "nvfp4"}
+
+
+@lru_cache(maxsize=256)
+def weight_format(card: ModelCard, weights_dtype: str, whole_layer_bf16: bool = False) -> WeightFormat:
+    """The storage of each family: as the checkpoint declares when weights_dtype is its own format."""
+    native = card.quant_method and _NATIVE.get(card.checkpoint_dtype) == weights_dtype
+    quantized = card.quantized_families if native else _DEFAULT_FAMILIES[weights_dtype]
+    if whole_layer_bf16:
+        quantized = ()
+    if weights_dtype == "nvfp4":
+        group, zeros = (card.quant_group_size if native else 0) or NVFP4_GROUP, False
+    else:
+        group, zeros = card.int4_group_size or 32, bool(native and card.int4_zero_points)
+    dtypes = tuple((f, weights_dtype if f in quantized else "bf16") for f in FAMILIES)
+    return WeightFormat(dtypes, card.weight_block_size, group, zeros)
+
+
+def _linear(out_features: int, in_features: int, dtype: str, fmt: WeightFormat, shards: int = 1) -> LinearCost:
+    """Bytes of one (local shard of a) linear layer in the given storage format; `shards` fused logical layers."""
     if dtype == "fp8":
+        block = fmt.block
         scales = _ceil_div(out_features, block[0]) * _ceil_div(in_features, block[1]) * FP32
         return LinearCost(out_features * in_features, scales)
     if dtype == "int4":
-        return LinearCost(out_features * in_features // 2, out_features * _ceil_div(in_features, group) * BF16)
+        groups = out_features * _ceil_div(in_features, fmt.group)
+        zeros = groups // 2 if fmt.zero_points else 0
+        return LinearCost(out_features * in_features // 2, groups * BF16 + zeros)
+    if dtype == "nvfp4":
+        scales = out_features * _ceil_div(in_features, fmt.group) + 2 * shards * FP32
+        return LinearCost(out_features * in_features // 2, scales)
     return LinearCost(out_features * in_features * BF16, 0)
 
 
@@ -83,17 +142,9 @@ class LayerBytes:
         return dict(self.components)
 
 
-def _attention_dtype(card: ModelCard, shape: ShardShape) -> str:
-    # Attention / dense / shared-expert linears follow the checkpoint unless the user picks bf16;
-    # the int4 convention keeps them BF16.
-    if shape.weights_dtype == "fp8":
-        return "fp8"
-    return "bf16"
-
-
 @lru_cache(maxsize=1024)
 def _tensor_parallel_parts(
-    card: ModelCard, tensor_parallel: int, dense_dtype: str, moe: bool
+    card: ModelCard, tensor_parallel: int, fmt: WeightFormat, moe: bool
 ) -> tuple[tuple[tuple[str, int], ...], int]:
     """The parts of one layer that only TP splits (all but the routed experts), and their FP8 block scales.
 
@@ -101,34 +152,38 @@ def _tensor_parallel_parts(
     """
     tp = tensor_parallel
     h = card.hidden_size
-    block = card.weight_block_size
     parts: dict[str, int] = {}
     scales = 0
 
-    def add(name: str, cost: LinearCost) -> None:
+    def add(name: str, family: str, out_features: int, in_features: int, shards: int = 1) -> None:
         nonlocal scales
+        dtype = fmt.of(family)
+        cost = _linear(out_features, in_features, dtype, fmt, shards)
         parts[name] = parts.get(name, 0) + cost.weight_bytes
-        scales += cost.scale_bytes
+        if dtype == "fp8":
+            scales += cost.scale_bytes
+        else:  # int4 / NVFP4 scales are part of the format
+            parts[name] += cost.scale_bytes
 
     heads_local = card.num_attention_heads // tp
     q_lora = card.q_lora_rank
     latent = card.mla_latent_dim
     if q_lora:
-        add("mla_projections", _linear(q_lora + latent, h, dense_dtype, block))  # fused_qkv_a_proj, replicated
-        add("mla_projections", _linear(heads_local * card.qk_head_dim, q_lora, dense_dtype, block))  # q_b_proj
+        add("mla_projections", "fused_qkv_a", q_lora + latent, h, 2)  # fused_qkv_a_proj, replicated
+        add("mla_projections", "q_b_proj", heads_local * card.qk_head_dim, q_lora)
         parts["norms"] = parts.get("norms", 0) + q_lora * BF16
     else:
-        add("mla_projections", _linear(latent, h, dense_dtype, block))
-        add("mla_projections", _linear(heads_local * card.qk_head_dim, h, dense_dtype, block))
+        add("mla_projections", "fused_qkv_a", latent, h)
+        add("mla_projections", "q_b_proj", heads_local * card.qk_head_dim, h)
     kv_b_out = heads_local * (card.qk_nope_head_dim + card.v_head_dim)
-    add("mla_projections", _linear(kv_b_out, card.kv_lora_rank, dense_dtype, block))  # kv_b_proj
-    add("mla_projections", _linear(h, heads_local * card.v_head_dim, dense_dtype, block))  # o_proj
+    add("mla_projections", "kv_b_proj", kv_b_out, card.kv_lora_rank)
+    add("mla_projections", "o_proj", h, heads_local * card.v_head_dim)
     parts["mla_absorbed_bf16"] = card.kv_lora_rank * kv_b_out * BF16  # W_UK_T / W_UV
     parts["norms"] = parts.get("norms", 0) + (card.kv_lora_rank + 2 * h) * BF16
 
     if card.has_sparse_indexer and q_lora:
         index_q = card.index_n_heads * card.index_head_dim
-        add("indexer", _linear(index_q, q_lora, dense_dtype, block))  # wq_b
+        add("indexer", "indexer", index_q, q_lora)  # wq_b
         parts["indexer"] = parts.get("indexer", 0) + h * (card.index_head_dim + card.index_n_heads) * BF16
         parts["indexer"] += 2 * card.index_head_dim * BF16  # k_norm weight + bias
 
@@ -136,25 +191,23 @@ def _tensor_parallel_parts(
         parts["router"] = card.n_routed_experts * h * BF16 + card.n_routed_experts * FP32
         if card.n_shared_experts:
             shared_inter = card.moe_intermediate_size * card.n_shared_experts
-            add("shared_experts", _linear(2 * shared_inter // tp, h, dense_dtype, block))
-            add("shared_experts", _linear(h, shared_inter // tp, dense_dtype, block))
+            add("shared_experts", "shared_experts", 2 * shared_inter // tp, h, 2)
+            add("shared_experts", "shared_experts", h, shared_inter // tp)
     else:
-        add("dense_mlp", _linear(2 * card.intermediate_size // tp, h, dense_dtype, block))
-        add("dense_mlp", _linear(h, card.intermediate_size // tp, dense_dtype, block))
+        add("dense_mlp", "dense_mlp", 2 * card.intermediate_size // tp, h, 2)
+        add("dense_mlp", "dense_mlp", h, card.intermediate_size // tp)
     return tuple(parts.items()), scales
 
 
 @lru_cache(maxsize=4096)
-def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool) -> LayerBytes:
-    """Bytes one GPU holds for one decoder layer (dense or MoE) under `shape`."""
-    dense_dtype = _attention_dtype(card, shape)
-    tp_parts, scales = _tensor_parallel_parts(card, shape.tensor_parallel, dense_dtype, moe)
+def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool, whole_layer_bf16: bool = False) -> LayerBytes:
+    """Bytes one GPU holds for one decoder layer (dense or MoE) under `shape`; a checkpoint's BF16 layer whole."""
+    fmt = weight_format(card, shape.weights_dtype, whole_layer_bf16)
+    tp_parts, scales = _tensor_parallel_parts(card, shape.tensor_parallel, fmt, moe)
     parts = dict(tp_parts)
     if moe:
         h = card.hidden_size
-        block = card.weight_block_size
-        expert_dtype = "int4" if shape.weights_dtype == "int4" else dense_dtype
-        group = card.int4_group_size or 32
+        expert_dtype = fmt.of("routed_experts")
         inter = card.moe_intermediate_size
         if shape.expert_parallel:
             local_experts = _ceil_div(card.n_routed_experts, shape.moe_ranks)
@@ -162,12 +215,12 @@ def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool) -> LayerBytes:
         else:
             local_experts = card.n_routed_experts
             local_inter = inter // shape.moe_ranks
-        w13 = _linear(2 * local_inter, h, expert_dtype, block, group)
-        w2 = _linear(h, local_inter, expert_dtype, block, group)
+        w13 = _linear(2 * local_inter, h, expert_dtype, fmt, 2)
+        w2 = _linear(h, local_inter, expert_dtype, fmt)
         parts["routed_experts"] = local_experts * (w13.weight_bytes + w2.weight_bytes)
         scale_bytes = local_experts * (w13.scale_bytes + w2.scale_bytes)
-        if expert_dtype == "int4":
-            parts["routed_experts"] += scale_bytes  # group scales are part of the int4 format
+        if expert_dtype in ("int4", "nvfp4"):
+            parts["routed_experts"] += scale_bytes  # group scales are part of the int4 / NVFP4 format
         else:
             scales += scale_bytes
     if scales:
@@ -225,6 +278,10 @@ def invalid_shard_reason(card: ModelCard, shape: ShardShape) -> str | None:
         group = card.int4_group_size or 32
         if (card.moe_intermediate_size // shape.moe_ranks) % group:
             return f"int4 expert shard is not a multiple of the quantization group {group}"
+    if shape.weights_dtype == "nvfp4" and not shape.expert_parallel:
+        group = weight_format(card, "nvfp4").group
+        if (card.moe_intermediate_size // shape.moe_ranks) % group:
+            return f"NVFP4 expert shard is not a multiple of the scale group {group}"
     return None
 
 
@@ -240,6 +297,8 @@ class ShardTotals:
     embed: int  # first stage
     last_stage_extra: int  # lm_head, final norm, MTP module when on
     every_stage_extra: int  # buffers and caches every stage allocates
+    dense_layer_bf16: int = 0  # a dense / MoE layer the checkpoint keeps BF16 whole (unquantized_layers)
+    moe_layer_bf16: int = 0
 
 
 def _rope_cache_bytes(card: ModelCard) -> int:
@@ -249,7 +308,8 @@ def _rope_cache_bytes(card: ModelCard) -> int:
 
 
 def _mtp_bytes(card: ModelCard, shape: ShardShape, table: int) -> int:
-    per_layer = sum(v for _, v in layer_bytes(card, shape, card.n_routed_experts > 0).components)
+    bf16_layer = card.num_hidden_layers in card.unquantized_layers
+    per_layer = sum(v for _, v in layer_bytes(card, shape, card.n_routed_experts > 0, bf16_layer).components)
     per_layer += 2 * card.hidden_size * card.hidden_size * BF16  # eh_proj, BF16, replicated
     per_layer += 3 * card.hidden_size * BF16  # enorm, hnorm, shared_head.norm
     per_layer += table  # shared_head.head (ParallelLMHead)
@@ -264,6 +324,7 @@ def shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_
         every += max_num_batched_tokens * card.index_topk * 4  # topk_indices_buffer (int32)
     last = table + card.hidden_size * BF16 + (_mtp_bytes(card, shape, table) if mtp else 0)
     dense, moe = layer_bytes(card, shape, False).as_dict(), layer_bytes(card, shape, True).as_dict()
+    bf16_layers = bool(card.unquantized_layers)
     return ShardTotals(
         dense_layer=sum(dense.values()),
         moe_layer=sum(moe.values()),
@@ -273,12 +334,31 @@ def shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_
         embed=table,
         last_stage_extra=last,
         every_stage_extra=every,
+        dense_layer_bf16=_layer_total(card, shape, False) if bf16_layers else 0,
+        moe_layer_bf16=_layer_total(card, shape, True) if bf16_layers else 0,
     )
 
 
-def stage_total(totals: ShardTotals, dense_layers: int, moe_layers: int, first_stage: bool, last_stage: bool) -> int:
-    """Same number as stage_weights(...).total_bytes, from precomputed pieces."""
+def _layer_total(card: ModelCard, shape: ShardShape, moe: bool) -> int:
+    return sum(v for _, v in layer_bytes(card, shape, moe, True).components)
+
+
+def stage_total(
+    totals: ShardTotals,
+    dense_layers: int,
+    moe_layers: int,
+    first_stage: bool,
+    last_stage: bool,
+    bf16_dense_layers: int = 0,
+    bf16_moe_layers: int = 0,
+) -> int:
+    """Same number as stage_weights(...).total_bytes, from precomputed pieces.
+
+    dense_layers / moe_layers count every layer of the stage; bf16_* those of them the checkpoint keeps BF16.
+    """
     total = dense_layers * totals.dense_layer + moe_layers * totals.moe_layer + totals.every_stage_extra
+    total += bf16_dense_layers * (totals.dense_layer_bf16 - totals.dense_layer)
+    total += bf16_moe_layers * (totals.moe_layer_bf16 - totals.moe_layer)
     if first_stage:
         total += totals.embed
     if last_stage:
@@ -316,12 +396,18 @@ def stage_weights(
         for name, value in layer.components:
             totals[name] = totals.get(name, 0) + value * times
 
-    moe_layers = card.moe_layers_between(first_layer, end_layer)
-    dense_layers = (end_layer - first_layer) - moe_layers
+    bf16 = [i for i in card.unquantized_layers if first_layer <= i < end_layer]
+    bf16_moe = sum(1 for i in bf16 if card.is_moe_layer(i))
+    moe_layers = card.moe_layers_between(first_layer, end_layer) - bf16_moe
+    dense_layers = (end_layer - first_layer) - moe_layers - len(bf16)
     if dense_layers:
         merge(layer_bytes(card, shape, False), dense_layers)
     if moe_layers:
         merge(layer_bytes(card, shape, True), moe_layers)
+    if len(bf16) - bf16_moe:
+        merge(layer_bytes(card, shape, False, True), len(bf16) - bf16_moe)
+    if bf16_moe:
+        merge(layer_bytes(card, shape, True, True), bf16_moe)
     vocab_rows = padded_vocab_per_rank(card, shape.tensor_parallel)
     table = vocab_rows * card.hidden_size * BF16
     if first_stage:

@@ -86,6 +86,14 @@ def load_model(spec: str) -> ModelCard:
             "--model", f"{spec!r} is neither a bundled model ({names}) nor a config.json or checkpoint directory"
         )
     data = _read_json(path, "--model")
+    legacy = path.parent / "hf_quant_config.json"
+    if isinstance(data, dict) and data.get("quantization_config") is None and legacy.is_file():
+        # ModelOpt's legacy export keeps {"quantization": {...}} beside config.json; vLLM reads it from there
+        # (quant_method "modelopt"), and so does the planner.
+        quant = _read_json(legacy, "--model")
+        if not isinstance(quant, dict):
+            raise InputError("--model", f"{legacy} must hold a JSON object")
+        data["quantization_config"] = {"quant_method": "modelopt", **quant}
     name = path.parent.name if path.name == "config.json" else path.stem
     return model_card_from_config(data, source=str(path), name=name or None)
 

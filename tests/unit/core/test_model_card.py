@@ -70,7 +70,7 @@ def test_quantization_config_decides_the_checkpoint_format():
     card = model_card_from_config(int4, "x")
     assert card.checkpoint_dtype == CHECKPOINT_INT4 and card.int4_group_size == 32
     odd = copy.deepcopy(int4)
-    odd["quantization_config"] = {"quant_method": "gptq"}
+    odd["quantization_config"] = {"quant_method": "bitsandbytes"}
     with pytest.raises(InputError) as err:
         model_card_from_config(odd, "x")
     assert err.value.field == "x: quantization_config.quant_method"

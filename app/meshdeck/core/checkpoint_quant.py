@@ -1,0 +1,192 @@
+"""Which linear layers a quantized checkpoint stores in which format, read the way vLLM 0.33 reads its config.
+
+A checkpoint's `quantization_config` names a method and, for most methods, a list of modules it leaves
+unquantized. vLLM decides per module prefix (`model.layers.<i>.self_attn.q_b_proj`, `...mlp.experts`)
+whether the layer gets the quantized method or UnquantizedLinearMethod (BF16); this module applies the
+same matching to every quantizable module of a DeepSeek-V3 model and reduces the result to what the
+planner counts: the component families the checkpoint quantizes, and the decoder layers it leaves BF16
+as a whole. A list the planner cannot express that way (a family quantized in some layers only) is
+refused naming the field, never approximated.
+
+vLLM 0.33 sources (vllm/model_executor/layers/quantization/):
+- auto_awq.py AutoAWQConfig.get_quant_method: `modules_to_not_convert` matched as substrings
+  (is_layer_skipped(..., match_mode="substring")); `zero_point` says whether qzeros exist.
+- auto_gptq.py AutoGPTQConfig / utils/gptq_utils.py get_linear_quant_method: `dynamic` rules starting
+  "-:" are regexes (re.match) of modules left unquantized; a non-empty `modules_in_block_to_quantize`
+  lists (as substrings) the only modules quantized. qzeros are always allocated.
+- modelopt.py ModelOptQuantConfigBase.is_layer_excluded: `exclude_modules` (legacy hf_quant_config.json)
+  or `ignore` matched exactly, as substrings and as fnmatch wildcards, after apply_vllm_mapper turned
+  each `path*` into `path` and `path.*`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from typing import Any
+
+from meshdeck.core.errors import InputError
+
+# Component families the planner counts (weights.py): the MLA projections one by one (checkpoints treat
+# them differently, e.g. NVIDIA's "v2" FP4 checkpoints quantize o_proj only), V3.2's indexer wq_b, the dense
+# MLP of the first layers, shared experts and routed experts. Norms, embeddings, lm_head, the router and
+# the indexer's wk/weights_proj are BF16 in every format.
+FAMILIES = (
+    "fused_qkv_a",
+    "q_b_proj",
+    "kv_b_proj",
+    "o_proj",
+    "indexer",
+    "dense_mlp",
+    "shared_experts",
+    "routed_experts",
+)
+
+# The HF module names of each family in one decoder layer (what exclusion lists name).
+_ATTENTION_MODULES = {
+    "fused_qkv_a": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),
+    "q_b_proj": ("self_attn.q_b_proj",),
+    "kv_b_proj": ("self_attn.kv_b_proj",),
+    "o_proj": ("self_attn.o_proj",),
+}
+_NO_Q_LORA_MODULES = {"fused_qkv_a": ("self_attn.kv_a_proj_with_mqa",), "q_b_proj": ("self_attn.q_proj",)}
+_MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The few config fields that say which modules each layer has."""
+
+    num_hidden_layers: int
+    num_nextn_predict_layers: int
+    has_q_lora: bool
+    has_indexer: bool
+
+    moe_layers: frozenset[int]
+
+
+def layer_modules(shape: ModelShape, layer: int) -> dict[str, tuple[str, ...]]:
+    """Family -> the HF module prefixes of `layer` (model.layers.<layer>.…) that vLLM quantizes or not."""
+    base = f"model.layers.{layer}."
+    families: dict[str, tuple[str, ...]] = {}
+    for family, names in _ATTENTION_MODULES.items():
+        if not shape.has_q_lora and family in _NO_Q_LORA_MODULES:
+            names = _NO_Q_LORA_MODULES[family]
+        families[family] = tuple(base + n for n in names)
+    if shape.has_indexer:
+        families["indexer"] = (base + "self_attn.indexer.wq_b",)
+    if layer in shape.moe_layers:
+        families["shared_experts"] = tuple(f"{base}mlp.shared_experts.{n}" for n in _MLP)
+        families["routed_experts"] = (base + "mlp.experts",)
+    else:
+        families["dense_mlp"] = tuple(f"{base}mlp.{n}" for n in _MLP)
+    return families
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """What a checkpoint leaves BF16: families in every layer, and whole layers."""
+
+    unquantized_families: tuple[str, ...]
+    unquantized_layers: tuple[int, ...]  # decoder layer indices; num_hidden_layers is the MTP layer
+
+
+def string_list(value: Any, field: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(field, f"must be a list of module names, got {value!r}")
+    return list(value)
+
+
+def substring_matcher(patterns: Sequence[str]) -> Any:
+    """AWQ's modules_to_not_convert: a module is skipped when any entry is a substring of its prefix."""
+    return lambda name: any(p in name for p in patterns)
+
+
+def modelopt_matcher(patterns: Sequence[str]) -> Any:
+    """ModelOpt's exclude_modules / ignore after vLLM's `path*` -> `path`, `path.*` rewrite."""
+    expanded: list[str] = []
+    for p in patterns:
+        if len(p) >= 2 and p[-1] == "*" and p[-2] != ".":
+            expanded += [p[:-1], p[:-1] + ".*"]
+        else:
+            expanded.append(p)
+    return lambda name: any(p == name or p in name or fnmatch(name, p) for p in expanded)
+
+
+def gptq_matcher(dynamic: Mapping[str, Any], quantized_only: Sequence[str]) -> Any:
+    """GPTQ: `-:regex` dynamic rules skip a module; a non-empty modules_in_block_to_quantize limits the rest."""
+    negatives = [re.compile(k.removeprefix("-:")) for k in dynamic if k.startswith("-:")]
+
+    def skipped(name: str) -> bool:
+        if any(r.match(name) for r in negatives):
+            return True
+        return bool(quantized_only) and not any(q in name for q in quantized_only)
+
+    return skipped
+
+
+def exclusions(shape: ModelShape, skipped: Any, field: str) -> Exclusions:
+    """Apply `skipped(module_prefix) -> bool` to every quantizable module and reduce it to families and layers.
+
+    A layer whose every quantizable module is skipped is a BF16 layer; in the other main layers each
+    family must be skipped everywhere or nowhere (the planner prices one format per family). The MTP layer
+    (index num_hidden_layers) either is skipped whole or follows the main layers.
+    """
+    layers = shape.num_hidden_layers + (1 if shape.num_nextn_predict_layers else 0)
+    whole: list[int] = []
+    per_family: dict[str, set[int]] = {}
+    present: dict[str, set[int]] = {}
+    for layer in range(layers):
+        modules = layer_modules(shape, layer)
+        decided = {family: [bool(skipped(m)) for m in names] for family, names in modules.items()}
+        if all(all(v) for v in decided.values()):
+            whole.append(layer)
+            continue
+        for family, values in decided.items():
+            if any(values) and not all(values):
+                raise InputError(
+                    field,
+                    f"leaves part of layer {layer}'s {family} unquantized ({', '.join(modules[family])}); "
+                    "vLLM requires the shards of one fused layer to share a format",
+                )
+            if layer < shape.num_hidden_layers:
+                present.setdefault(family, set()).add(layer)
+                if values[0]:
+                    per_family.setdefault(family, set()).add(layer)
+    unquantized: list[str] = []
+    for family in FAMILIES:
+        skipped_in = per_family.get(family, set())
+        if not skipped_in:
+            continue
+        if skipped_in != present.get(family, set()):
+            some = ", ".join(str(i) for i in sorted(skipped_in)[:8])
+            raise InputError(
+                field,
+                f"leaves {family} unquantized in some layers only ({some}{'…' if len(skipped_in) > 8 else ''}); "
+                "the planner models a format per component family, or whole BF16 layers",
+            )
+        unquantized.append(family)
+    return Exclusions(tuple(unquantized), tuple(whole))
+
+
+def modelopt_fields(quant: Mapping[str, Any], field: str) -> tuple[str, int, list[str]]:
+    """(quant_algo, group_size, exclusion list) of a ModelOpt config, nested (hf_quant_config.json) or flat."""
+    nested = quant.get("quantization")
+    if isinstance(nested, Mapping):
+        algo, group, excluded = nested.get("quant_algo"), nested.get("group_size"), nested.get("exclude_modules")
+        where = f"{field}.quantization"
+    else:
+        algo, group = quant.get("quant_algo"), quant.get("group_size")
+        excluded = quant.get("ignore", quant.get("exclude_modules"))
+        where = field
+    if not isinstance(algo, str):
+        raise InputError(f"{where}.quant_algo", f"missing; allowed: 'NVFP4' (got {algo!r})")
+    if group is None:
+        group = 16  # ModelOptNvFp4Config's default
+    if isinstance(group, bool) or not isinstance(group, int) or group <= 0:
+        raise InputError(f"{where}.group_size", f"must be a positive integer, got {group!r}")
+    return algo.upper(), group, string_list(excluded, f"{where}.exclude_modules")
