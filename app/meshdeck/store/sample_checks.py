@@ -58,6 +58,8 @@ def storable_rows(rows: Sequence[Any]) -> tuple[Sequence[Any], Refused | None]:
         else:
             refused += 1
             reason = reason or problem
+    if not refused:  # the fast check is stricter than the rules (its bound sits just under 2**63): all storable
+        return rows, None
     return kept, Refused(refused, reason)
 
 
