@@ -21,7 +21,12 @@ from meshdeck.commands._plan_profile import (
     write_plan_profiles,
     written_text,
 )
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.cluster import (
+    INTRA_NODE_LINKS,
+    ClusterSpec,
+    default_inter_node_bytes_per_s,
+    default_intra_node_link,
+)
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import resolve_gpu
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
@@ -58,7 +63,10 @@ def register(subparsers: Subparsers) -> None:
         default="deepseek-v3.2",
         help=f"{' | '.join(bundled_model_names())} | PATH to config.json or checkpoint dir",
     )
-    add("--gpu", help="GPU name from resources/gpus.json (e.g. H200-SXM-141GB) or memory size like 80GB")
+    add(
+        "--gpu",
+        help=f"{' | '.join(gpu.name for gpu in load_gpu_catalog())} (resources/gpus.json) or a memory size like 80GB",
+    )
     add("--nodes", default="1", help="number of nodes (default 1)")
     add("--gpus-per-node", help="GPUs per node (default: the --topology's count, else 8)")
     add("--gpu-memory-utilization", default="0.9", help="vLLM's fraction of GPU memory (default 0.9)")
@@ -84,10 +92,16 @@ def register(subparsers: Subparsers) -> None:
     )
     add("--mtp", action="store_true", help="MTP speculative decoding (loads the MTP layer, adds its KV)")
     add("--mtp-tokens", default="3", help="speculative tokens with --mtp (default 3)")
-    add("--intra-node-link", default=None, help="nvlink | pcie (default: nvlink if the GPU has it)")
+    add(
+        "--intra-node-link",
+        default=None,
+        help=f"{' | '.join(INTRA_NODE_LINKS)} (default: nvlink if the GPU has it, xgmi on AMD Instinct "
+        "(Infinity Fabric), else pcie)",
+    )
     add(
         "--inter-node-gbps",
-        help="network bandwidth per node, Gbit/s one direction (default 400 per GPU on NVLink boards)",
+        help="network bandwidth per node, Gbit/s one direction (default 400 per GPU on NVLink and Infinity Fabric "
+        "boards)",
     )
     add("--topology", help="`nvidia-smi topo -m` output or an agent inventory JSON of one node")
     add("--context-tokens", help="context length the decode estimate assumes (default min(max-model-len, 4096))")
@@ -157,7 +171,7 @@ def _cluster(args: argparse.Namespace) -> ClusterSpec:
     given_gpu = resolve_gpu(args.gpu, catalog) if args.gpu else None
     nodes = _int(args.nodes, "--nodes") or 1
     if args.intra_node_link is not None:
-        _choice(args.intra_node_link, "--intra-node-link", ("nvlink", "pcie"))
+        _choice(args.intra_node_link, "--intra-node-link", INTRA_NODE_LINKS)
     inter_node = None
     if args.inter_node_gbps is not None:
         gbps = _float(args.inter_node_gbps, "--inter-node-gbps")
@@ -182,7 +196,7 @@ def _cluster(args: argparse.Namespace) -> ClusterSpec:
             "--gpu", f"required; allowed: {', '.join(g.name for g in catalog)}, or a memory size like 80GB"
         )
     gpus_per_node = _int(args.gpus_per_node, "--gpus-per-node") or (topology.gpu_count if topology else 8)
-    link = args.intra_node_link or ("nvlink" if given_gpu.has_nvlink else "pcie")
+    link = args.intra_node_link or default_intra_node_link(given_gpu)
     return ClusterSpec(
         nodes=nodes,
         gpus_per_node=gpus_per_node,

@@ -1,9 +1,14 @@
 """The cluster a plan is made for: nodes × GPUs, how GPUs inside a node talk, how nodes talk.
 
-Intra-node links come either from a flag (`nvlink` for an HGX/NVSwitch board, `pcie` for cards
-in slots) or from a detected topology matrix (`nvidia-smi topo -m` text, or an agent inventory),
-which can show partial NVLink (pairs, quads) that a single flag cannot. Every pair of GPUs then
-has a link class — NVLink, PCIe or network — which is what the traffic model and the warnings use.
+Intra-node links come either from a flag (`nvlink` for an HGX/NVSwitch board, `xgmi` for an AMD
+Instinct board, `pcie` for cards in slots) or from a detected topology matrix (`nvidia-smi topo -m` text,
+or an agent inventory), which can show partial NVLink (pairs, quads) that a single flag cannot. Every
+pair of GPUs then has a link class — NVLink, Infinity Fabric, PCIe or network — which is what the traffic
+model and the warnings use.
+
+Infinity Fabric (xGMI) differs from NVSwitch NVLink: the 8 GPUs of an MI300X/MI325X/MI355X board are
+fully connected by one direct link per pair (7 per GPU), so a collective over n GPUs of a node runs on
+n − 1 links of one GPU, not on its whole bandwidth (resources/gpus-amd-SOURCES.md).
 """
 
 from __future__ import annotations
@@ -30,11 +35,20 @@ class LinkClass(StrEnum):
 
     LOCAL = "local"  # same GPU: no traffic
     NVLINK = "nvlink"
+    INFINITY_FABRIC = "xgmi"  # AMD Instinct GPU-to-GPU links (a board has either this or NVLink)
     PCIE = "pcie"
     NETWORK = "network"
 
 
-LINK_ORDER = {LinkClass.LOCAL: 0, LinkClass.NVLINK: 1, LinkClass.PCIE: 2, LinkClass.NETWORK: 3}
+LINK_ORDER = {
+    LinkClass.LOCAL: 0,
+    LinkClass.NVLINK: 1,
+    LinkClass.INFINITY_FABRIC: 1,
+    LinkClass.PCIE: 2,
+    LinkClass.NETWORK: 3,
+}
+# The links a node's GPUs share memory-speed traffic over (what "TP inside a node" relies on).
+SCALE_UP_LINKS = frozenset({LinkClass.NVLINK, LinkClass.INFINITY_FABRIC})
 
 
 def slowest(links: Sequence[LinkClass]) -> LinkClass:
@@ -138,7 +152,15 @@ def _is_code(token: str) -> bool:
     return token == "X" or token in _PCIE_CODES or bool(_NV_CODE.match(token))
 
 
-INTRA_NODE_LINKS = ("nvlink", "pcie")
+INTRA_NODE_LINKS = ("nvlink", "xgmi", "pcie")
+_INTRA_NODE_LINK_CLASS = {"nvlink": LinkClass.NVLINK, "xgmi": LinkClass.INFINITY_FABRIC, "pcie": LinkClass.PCIE}
+
+
+def default_intra_node_link(gpu: GpuSpec) -> str:
+    """The --intra-node-link a board of this GPU has when nothing else says: nvlink, xgmi or pcie."""
+    if gpu.has_nvlink:
+        return "nvlink"
+    return "xgmi" if gpu.has_infinity_fabric else "pcie"
 
 
 @dataclass(frozen=True)
@@ -164,6 +186,14 @@ class ClusterSpec:
             raise InputError("--gpus-per-node", f"must be an integer from 1 to 64, got {self.gpus_per_node!r}")
         if self.intra_node_link not in INTRA_NODE_LINKS:
             raise InputError("--intra-node-link", f"{self.intra_node_link!r}; allowed: {', '.join(INTRA_NODE_LINKS)}")
+        if self.intra_node_link == "xgmi" and not self.gpu.has_infinity_fabric:
+            raise InputError(
+                "--intra-node-link",
+                f"xgmi (AMD Infinity Fabric) needs an AMD Instinct GPU with known links (MI300X, MI325X, MI355X), "
+                f"not {self.gpu.name}; allowed for it: nvlink, pcie",
+            )
+        if self.intra_node_link == "nvlink" and self.gpu.vendor == "amd":
+            raise InputError("--intra-node-link", f"{self.gpu.name} has no NVLink; allowed for it: xgmi, pcie")
         if not self.inter_node_bytes_per_s > 0:
             raise InputError("--inter-node-gbps", "must be positive")
         if self.topology is not None and self.topology.gpu_count != self.gpus_per_node:
@@ -182,7 +212,12 @@ class ClusterSpec:
             return LinkClass.LOCAL
         if self.topology is not None:
             return self.topology.link_class(a, b)
-        return LinkClass.NVLINK if self.intra_node_link == "nvlink" else LinkClass.PCIE
+        return self.intra_node_link_class
+
+    @property
+    def intra_node_link_class(self) -> LinkClass:
+        """The link class the --intra-node-link flag names (a topology matrix can refine it per pair)."""
+        return _INTRA_NODE_LINK_CLASS[self.intra_node_link]
 
     @cached_property
     def nvlink_per_direction_bytes_per_s(self) -> float:
@@ -207,10 +242,18 @@ class ClusterSpec:
         # --intra-node-link nvlink on a GPU the catalog lists without NVLink (or unknown): assume NVLink 3.
         return 12 * _NVLINK_LANE_DEFAULT
 
-    def link_bytes_per_s(self, link: LinkClass) -> float:
-        """Bandwidth one GPU gets on a link class, one direction."""
+    def link_bytes_per_s(self, link: LinkClass, group_size: int = 0) -> float:
+        """Bandwidth one GPU gets on a link class, one direction, in a collective over `group_size` GPUs.
+
+        Only Infinity Fabric depends on the group: one direct link per peer, so n GPUs of a node use n − 1
+        links of each (0: every link of the GPU).
+        """
         if link is LinkClass.NVLINK:
             return self.nvlink_per_direction_bytes_per_s
+        if link is LinkClass.INFINITY_FABRIC:
+            links = self.gpu.infinity_fabric_links
+            peers = min(group_size - 1, links, self.gpus_per_node - 1) if group_size > 1 else links
+            return max(peers, 1) * self.gpu.infinity_fabric_link_bytes_per_s
         if link is LinkClass.PCIE:
             return self.gpu.pcie_bytes_per_s
         if link is LinkClass.NETWORK:
@@ -219,7 +262,8 @@ class ClusterSpec:
 
 
 def default_inter_node_bytes_per_s(gpus_per_node: int, intra_node_link: str) -> float:
-    """Typical fabric when the user gives none: one 400 Gb/s NIC per GPU on NVLink (HGX) boards, else 2×100 Gb/s."""
-    if intra_node_link == "nvlink":
+    """Typical fabric when the user gives none: one 400 Gb/s NIC per GPU on NVLink (HGX) and Infinity Fabric
+    (AMD Instinct UBB) boards, else 2×100 Gb/s."""
+    if intra_node_link in ("nvlink", "xgmi"):
         return 400 * GBIT * gpus_per_node
     return 200 * GBIT

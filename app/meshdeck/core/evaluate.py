@@ -96,7 +96,11 @@ class LayoutEvaluator:
         found = self._shardings.get(key)
         if found is None:
             shape = ShardShape(
-                tensor_parallel, tensor_parallel * data_parallel, expert_parallel, self.settings.weights_dtype
+                tensor_parallel,
+                tensor_parallel * data_parallel,
+                expert_parallel,
+                self.settings.weights_dtype,
+                rocm_row_padding=self.request.cluster.gpu.vendor == "amd",
             )
             reason = invalid_shard_reason(self.request.model, shape)
             found = self._shardings[key] = self._new_sharding(shape) if reason is None else reason

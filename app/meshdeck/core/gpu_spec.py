@@ -1,8 +1,10 @@
 """GPU types: what the planner needs to know about one accelerator.
 
-Specs come from `resources/gpus.json` (vendor datasheets, nvidia-smi's memory total), from an
-agent's inventory (exact bytes), or from a bare memory size ("80GB") when that is all the user
-knows. A memory-only spec is marked `assumed` and every number derived from its bandwidth says so.
+Specs come from `resources/gpus.json` (vendor datasheets, nvidia-smi's memory total; rocm-smi's for AMD
+Instinct GPUs), from an agent's inventory (exact bytes), or from a bare memory size ("80GB") when that is all
+the user knows. A memory-only spec is marked `assumed` and every number derived from its bandwidth says so.
+AMD Instinct GPUs (arch cdna3 / cdna4) carry their Infinity Fabric links instead of NVLink; what vLLM does
+differently on them is in `core.rocm`.
 """
 
 from __future__ import annotations
@@ -13,10 +15,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.rocm import COMPUTE_CAPABILITY as _ROCM_COMPUTE_CAPABILITY
+from meshdeck.core.rocm import ROCM_ARCHITECTURES, fp8_torch_dtype, is_rocm_arch
 from meshdeck.core.units import GB, GIB, MIB
 
-ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "unknown")
-_COMPUTE_CAPABILITY = {"ampere": (8, 0), "ada": (8, 9), "hopper": (9, 0), "blackwell": (10, 0), "unknown": (0, 0)}
+ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", *ROCM_ARCHITECTURES, "unknown")
+_COMPUTE_CAPABILITY = {
+    "ampere": (8, 0),
+    "ada": (8, 9),
+    "hopper": (9, 0),
+    "blackwell": (10, 0),
+    **_ROCM_COMPUTE_CAPABILITY,
+    "unknown": (0, 0),
+}
 
 # nvidia-smi's "Total" is not what CUDA lets a process have: torch.cuda.mem_get_info() reports less.
 # Two measured points: H200 143771 MiB -> 139.81 GiB (VLLM-FACTS.md, vLLM 0.16.0 log) and
@@ -32,7 +43,7 @@ _ASSUMED_HBM_GBPS = 1500.0
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One GPU model. Bandwidths in bytes/s; memory_bytes is nvidia-smi's total."""
+    """One GPU model. Bandwidths in bytes/s; memory_bytes is nvidia-smi's total (rocm-smi's on AMD)."""
 
     name: str
     arch: str
@@ -44,16 +55,41 @@ class GpuSpec:
     fp8_tflops: float  # 0 when the GPU has no FP8 tensor cores
     fp8_native: bool
     assumed: bool = False  # True when only the memory size was given: bandwidths are guesses
+    infinity_fabric_links: int = 0  # AMD Instinct: direct xGMI links to peer GPUs (7 on an 8-GPU board)
+    infinity_fabric_link_bytes_per_s: float = 0.0  # one link, one direction
 
     @property
     def compute_capability(self) -> tuple[int, int]:
         return _COMPUTE_CAPABILITY.get(self.arch, (0, 0))
 
     @property
+    def vendor(self) -> str:
+        """amd | nvidia | unknown (a GPU known by memory size only)."""
+        if self.arch == "unknown":
+            return "unknown"
+        return "amd" if is_rocm_arch(self.arch) else "nvidia"
+
+    @property
+    def fp8_dtype(self) -> str:
+        """The torch dtype vLLM keeps FP8 weights / an fp8 KV cache in ("" when the GPU has no FP8 math)."""
+        if not self.fp8_native:
+            return ""
+        return fp8_torch_dtype(self.arch)
+
+    @property
     def torch_visible_bytes(self) -> int:
-        """What `torch.cuda.mem_get_info()[1]` reports: the base of vLLM's gpu_memory_utilization."""
+        """What `torch.cuda.mem_get_info()[1]` reports: the base of vLLM's gpu_memory_utilization.
+
+        On ROCm it is the whole VRAM rocm-smi reports (the catalog's figure), see core.rocm.
+        """
+        if self.vendor == "amd":
+            return self.memory_bytes
         reserved = _DRIVER_RESERVED_FIXED_BYTES + _DRIVER_RESERVED_FRACTION * self.memory_bytes
         return int(self.memory_bytes - reserved)
+
+    @property
+    def has_infinity_fabric(self) -> bool:
+        return self.infinity_fabric_links > 0 and self.infinity_fabric_link_bytes_per_s > 0
 
     @property
     def has_nvlink(self) -> bool:
@@ -96,6 +132,14 @@ def gpu_from_catalog_entry(entry: Mapping[str, Any], source: str = "gpus.json") 
     memory_mib = number("memory_mib")
     if memory_mib <= 0:
         raise InputError(f"{where}.memory_mib", "must be positive")
+    links = number("infinity_fabric_links", allow_none=True)
+    if links != int(links):
+        raise InputError(f"{where}.infinity_fabric_links", f"must be a whole number, got {links!r}")
+    if is_rocm_arch(arch) and not (links and entry.get("infinity_fabric_gbps_per_link")):
+        raise InputError(
+            f"{where}.infinity_fabric_links",
+            "an AMD Instinct GPU needs infinity_fabric_links and infinity_fabric_gbps_per_link",
+        )
     return GpuSpec(
         name=name,
         arch=arch,
@@ -106,6 +150,8 @@ def gpu_from_catalog_entry(entry: Mapping[str, Any], source: str = "gpus.json") 
         bf16_tflops=number("bf16_tflops", allow_none=True),
         fp8_tflops=number("fp8_tflops", allow_none=True),
         fp8_native=bool(entry.get("fp8_native", False)),
+        infinity_fabric_links=int(links),
+        infinity_fabric_link_bytes_per_s=number("infinity_fabric_gbps_per_link", allow_none=True) * GB,
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
+from meshdeck.core.rocm import NEWEST_READ, kv_dtype_problem, sparse_block_size
 
 # What `vllm serve --kv-cache-dtype` accepts for DeepSeek V3 / V3.2 on NVIDIA GPUs (vLLM 0.33.0): the CacheDType
 # values (vllm/config/cache.py) that some CUDA MLA backend lists in supported_kv_cache_dtypes. float16 is refused
@@ -84,11 +85,32 @@ def _dense_backend(gpu: GpuSpec) -> tuple[str, int]:
     return "TRITON_MLA", 16
 
 
-def kv_format(card: ModelCard, gpu: GpuSpec, kv_cache_dtype: str) -> KvFormat:
+def _rocm_kv_format(card: ModelCard, dtype: str, vllm_version: tuple[int, int]) -> KvFormat:
+    """vLLM on AMD Instinct (core.rocm): TRITON_MLA (V3) or ROCM_AITER_MLA_SPARSE (V3.2), a plain latent of
+    kv_lora_rank + rope values in BF16 or fp8 (e4m3fnuz on gfx942), the indexer's 132 B, blocks of 16 (V3.2
+    before core.rocm.SPARSE_BLOCK_16_FROM: 1)."""
+    problem = kv_dtype_problem(card, dtype, vllm_version)
+    if problem:
+        raise InputError("--kv-cache-dtype", problem)
+    storage = "bf16" if dtype in ("auto", "bfloat16") else "fp8"
+    latent_bytes = card.mla_latent_dim * (2 if storage == "bf16" else 1)
+    if not card.has_sparse_indexer:
+        return KvFormat(storage, dtype, latent_bytes, 0, 16, "TRITON_MLA")
+    indexer_bytes = card.index_head_dim + (card.index_head_dim // 128) * 4
+    block = sparse_block_size(vllm_version)
+    return KvFormat(storage, dtype, latent_bytes, indexer_bytes, block, "ROCM_AITER_MLA_SPARSE")
+
+
+def kv_format(
+    card: ModelCard, gpu: GpuSpec, kv_cache_dtype: str, vllm_version: tuple[int, int] | None = None
+) -> KvFormat:
     """Resolve `auto` (the model's BF16) and pick the backend vLLM picks, its bytes and block size, for this model
     on this GPU. Every layer's latent is kv_lora_rank + qk_rope_head_dim values; V3.2 adds the indexer's key cache
-    (index_head_dim fp8 + one fp32 scale per 128: 132 B) whatever the KV dtype."""
+    (index_head_dim fp8 + one fp32 scale per 128: 132 B) whatever the KV dtype. `vllm_version` matters on
+    AMD GPUs only (which backend, block size and KV dtypes a ROCm release has; None: the newest read)."""
     dtype = normalize_kv_cache_dtype(kv_cache_dtype)
+    if gpu.vendor == "amd":
+        return _rocm_kv_format(card, dtype, vllm_version or NEWEST_READ)
     if not card.has_sparse_indexer:
         if dtype in _SPARSE_ONLY:
             raise InputError(

@@ -43,6 +43,7 @@ def layout_details(
             max_num_seqs_from_user=settings.max_num_seqs_from_user,
             expected_concurrency=expected_concurrency,
             mtp=request.mtp,
+            vllm_version=request.vllm_version,
         )
     )
     args = vllm_serve_args(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from meshdeck.core.cluster import ClusterSpec, LinkClass, slowest
+from meshdeck.core.cluster import SCALE_UP_LINKS, ClusterSpec, LinkClass, slowest
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def group_link(cluster: ClusterSpec, placement: Placement, ranks: list[int]) -> 
 def pipeline_inside_nvlink_node(
     cluster: ClusterSpec, placement: Placement, tensor_parallel: int, pipeline_parallel: int
 ) -> bool:
-    """True when some stage of a replica hands off to the next on the same node over NVLink.
+    """True when some stage of a replica hands off to the next on the same node over NVLink (or Infinity Fabric).
 
     Replica 0's PP − 1 hand-offs decide: the other replicas repeat its pattern when TP divides the node.
     """
@@ -135,7 +135,7 @@ def pipeline_inside_nvlink_node(
     for stage in range(pp - 1):
         here = placement.locate(0, rank_of(0, stage, 0, tp, pp))
         there = placement.locate(0, rank_of(0, stage + 1, 0, tp, pp))
-        if here[0] == there[0] and cluster.intra_link(here[1], there[1]) is LinkClass.NVLINK:
+        if here[0] == there[0] and cluster.intra_link(here[1], there[1]) in SCALE_UP_LINKS:
             return True
     return False
 
@@ -178,7 +178,7 @@ def group_links(
             pipeline=pipeline,
             tensor_crosses_socket=crosses_socket,
         )
-    intra = LinkClass.NVLINK if cluster.intra_node_link == "nvlink" else LinkClass.PCIE
+    intra = cluster.intra_node_link_class
     gpn = placement.gpus_per_node
     multi_node = placement.gpus_per_instance > gpn
     # TP blocks are aligned to multiples of TP: one straddles a node boundary unless TP divides the node.

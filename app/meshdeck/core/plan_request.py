@@ -205,7 +205,7 @@ def resolve(request: PlanRequest) -> ResolvedSettings:
     context = request.context_tokens or min(max_model_len, DEFAULT_ESTIMATE_CONTEXT)
     return ResolvedSettings(
         weights_dtype=weights,
-        kv=kv_format(card, gpu, request.kv_cache_dtype),
+        kv=kv_format(card, gpu, request.kv_cache_dtype, request.vllm_version),
         max_model_len=max_model_len,
         usable_bytes_per_gpu=int(gpu.torch_visible_bytes * request.gpu_memory_utilization),
         max_num_seqs=max_num_seqs,

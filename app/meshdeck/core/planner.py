@@ -33,6 +33,7 @@ from meshdeck.core.plan_request import (
     TrainingSettings,
     resolve,
 )
+from meshdeck.core.rocm import rocm_note
 from meshdeck.core.rules import (
     EP_TIE_TOLERANCE,
     PRACTICE_DOCUMENTED,
@@ -257,6 +258,9 @@ class PlanResult:
                 "gpu_memory_gib": round(request.cluster.gpu.memory_bytes / GIB, 2),
                 "torch_visible_gib": round(request.cluster.gpu.torch_visible_bytes / GIB, 2),
                 "intra_node_link": "topology" if request.cluster.topology else request.cluster.intra_node_link,
+                "gpu_vendor": request.cluster.gpu.vendor,
+                "gpu_arch": request.cluster.gpu.arch,
+                "fp8_dtype": request.cluster.gpu.fp8_dtype or None,
                 "inter_node_gbps": round(request.cluster.inter_node_bytes_per_s * 8 / 1e9, 1),
             },
             "settings": {
@@ -329,7 +333,7 @@ def plan(request: PlanRequest) -> PlanResult:
 
         training = plan_training(request, settings, counts)
         return PlanResult(request, settings, counts, [], training.top_reason, training.notes, training)
-    supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype)
+    supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype, request.vllm_version)
     evaluate = LayoutEvaluator(request, settings, supported).evaluate
     layouts = [evaluate(candidate) for candidate in candidate_layouts(request)]
     if not layouts and any(
@@ -352,6 +356,8 @@ def plan(request: PlanRequest) -> PlanResult:
             else " (CUDA graphs captured after sizing, outside the KV budget; pass --vllm-version 0.21 for newer)"
         ),
     )
+    if request.cluster.gpu.vendor == "amd":
+        notes += (rocm_note(request.cluster.gpu.arch, request.cluster.gpu.name),)
     if request.mtp:
         notes += (
             f"MTP: est_* assume each of the {request.mtp_speculative_tokens} draft tokens is accepted with probability "

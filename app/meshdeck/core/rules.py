@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from meshdeck.core.cluster import ClusterSpec, LinkClass
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
+from meshdeck.core.rocm import NEWEST_READ, serving_problems
 
 MLA_COMBINE_SAFE_MAX_SEQS = 256
 # How far a layout strays from practice, in ranking order (lower ranks first, whatever the estimate).
@@ -59,11 +60,17 @@ class RuleInputs:
     max_num_seqs_from_user: bool
     expected_concurrency: int
     mtp: bool
+    vllm_version: tuple[int, int] | None = None  # the release planned for (what ROCm supports depends on it)
 
 
-def _gpu_rules(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> list[Warning]:
+def _gpu_rules(
+    card: ModelCard, gpu: GpuSpec, weights_dtype: str, vllm_version: tuple[int, int] | None = None
+) -> list[Warning]:
     out: list[Warning] = []
-    if card.has_sparse_indexer and not gpu.runs_sparse_mla_kernels:
+    if gpu.vendor == "amd":  # vLLM on ROCm: what this release cannot run (core.rocm)
+        problems = serving_problems(card, weights_dtype, vllm_version or NEWEST_READ)
+        out.extend(Warning(code, message, blocks_launch=True) for code, message in problems)
+    elif card.has_sparse_indexer and not gpu.runs_sparse_mla_kernels:
         label = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
         out.append(
             Warning(
@@ -102,9 +109,11 @@ def _gpu_rules(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> list[Warnin
     return out
 
 
-def gpu_supported(card: ModelCard, gpu: GpuSpec, weights_dtype: str) -> bool:
-    """False when vLLM cannot run this model on this GPU at all (whatever the layout)."""
-    return not any(w.blocks_launch for w in _gpu_rules(card, gpu, weights_dtype))
+def gpu_supported(
+    card: ModelCard, gpu: GpuSpec, weights_dtype: str, vllm_version: tuple[int, int] | None = None
+) -> bool:
+    """False when vLLM (this release, None: the newest modelled) cannot run this model on this GPU at all."""
+    return not any(w.blocks_launch for w in _gpu_rules(card, gpu, weights_dtype, vllm_version))
 
 
 def practice_tier(pipeline_parallel: int, data_parallel: int, pipeline_inside_nvlink_node: bool) -> int:
@@ -119,7 +128,7 @@ def practice_tier(pipeline_parallel: int, data_parallel: int, pipeline_inside_nv
 def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
     card, cluster = inputs.card, inputs.cluster
     tp, pp, dp = inputs.tensor_parallel, inputs.pipeline_parallel, inputs.data_parallel
-    out = _gpu_rules(card, cluster.gpu, inputs.weights_dtype)
+    out = _gpu_rules(card, cluster.gpu, inputs.weights_dtype, inputs.vllm_version)
     if tp > 1 and inputs.tensor_link is LinkClass.NETWORK:
         out.append(
             Warning(
@@ -203,7 +212,8 @@ def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
                 "RDMA fabric (and DeepEP all2all kernels for scale)",
             )
         )
-    if card.has_sparse_indexer and inputs.max_num_seqs > MLA_COMBINE_SAFE_MAX_SEQS:
+    # FlashMLA (CUDA) only: vLLM on ROCm runs V3.2 on ROCM_AITER_MLA_SPARSE, which has no mla_combine kernel.
+    if card.has_sparse_indexer and inputs.max_num_seqs > MLA_COMBINE_SAFE_MAX_SEQS and cluster.gpu.vendor != "amd":
         origin = (
             f"--max-num-seqs {inputs.max_num_seqs}"
             if inputs.max_num_seqs_from_user

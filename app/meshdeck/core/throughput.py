@@ -37,6 +37,7 @@ LINK_EFFICIENCY = 0.7
 COLLECTIVE_LATENCY_S = {
     LinkClass.LOCAL: 0.0,
     LinkClass.NVLINK: 8e-6,
+    LinkClass.INFINITY_FABRIC: 8e-6,  # assumed as NVLink's: direct links, custom all-reduce on gfx94x/95x
     LinkClass.PCIE: 15e-6,
     LinkClass.NETWORK: 30e-6,
 }
@@ -138,7 +139,7 @@ class DecodeModel:
         self.memory_bytes_per_s = gpu.hbm_bytes_per_s * HBM_EFFICIENCY
         tflops = gpu.fp8_tflops if (weights_fp8 and gpu.fp8_native and gpu.fp8_tflops) else gpu.bf16_tflops
         self.flops_per_s = tflops * 1e12 * TENSOR_EFFICIENCY if tflops else 0.0  # 0: no compute term
-        self._bandwidth: dict[LinkClass, float] = {}
+        self._bandwidth: dict[tuple[LinkClass, int], float] = {}
 
     def links(self, traffic: tuple[TrafficItem, ...]) -> LinkCosts:
         """What each in-stage collective and the PP hop of this traffic cost per token."""
@@ -146,9 +147,10 @@ class DecodeModel:
         bandwidths = self._bandwidth
         for item in traffic:
             link = item.link
-            bandwidth = bandwidths.get(link)
+            bandwidth = bandwidths.get((link, item.group_size))
             if bandwidth is None:
-                bandwidth = bandwidths[link] = self.cluster.link_bytes_per_s(link) * LINK_EFFICIENCY
+                bandwidth = self.cluster.link_bytes_per_s(link, item.group_size) * LINK_EFFICIENCY
+                bandwidths[(link, item.group_size)] = bandwidth
             latency = COLLECTIVE_LATENCY_S[link]
             if item.collective == "pp_send":
                 hop = latency + item.bytes_per_token / bandwidth

@@ -25,6 +25,7 @@ class TrafficItem:
     bytes_per_token: float  # sent by one GPU of the group, per generated token
     collectives_per_token: int  # separate collective calls (latency count) per token step
     link: LinkClass
+    group_size: int = 0  # GPUs in the collective (0: not known); Infinity Fabric's bandwidth depends on it
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -52,14 +53,22 @@ def decode_traffic(
     items: list[TrafficItem] = []
     if tensor_parallel > 1:
         per_reduce = 2 * (tensor_parallel - 1) / tensor_parallel * hidden
-        items.append(TrafficItem("tp_all_reduce", 2 * stage_layers * per_reduce, 2 * stage_layers, tensor_link))
+        items.append(
+            TrafficItem("tp_all_reduce", 2 * stage_layers * per_reduce, 2 * stage_layers, tensor_link, tensor_parallel)
+        )
     if data_parallel > 1 and stage_moe_layers:
         per_layer = 2 * (data_parallel - 1) * hidden
         items.append(
-            TrafficItem("moe_dispatch_combine", stage_moe_layers * per_layer, 2 * stage_moe_layers, expert_link)
+            TrafficItem(
+                "moe_dispatch_combine",
+                stage_moe_layers * per_layer,
+                2 * stage_moe_layers,
+                expert_link,
+                data_parallel * tensor_parallel,
+            )
         )
     if pipeline_parallel > 1:
-        items.append(TrafficItem("pp_send", 2 * hidden, 1, pipeline_link))
+        items.append(TrafficItem("pp_send", 2 * hidden, 1, pipeline_link, 2))
     return tuple(items)
 
 

@@ -26,6 +26,9 @@ ModelOpt recipe for DeepSeek (TensorRT-Model-Optimizer examples/deepseek/ptq.py:
 disabled, the MTP layer excluded): dense MLP, shared and routed experts NVFP4, MLA and indexer BF16.
 A checkpoint read from its config.json is priced as it declares (model_card / checkpoint_quant): the
 families its exclusion list leaves BF16, whole BF16 layers (an AWQ list naming `model.layers.60.`).
+On AMD GPUs (ShardShape.rocm_row_padding) vLLM re-allocates each FP8 block-quantized linear weight and each
+BF16 routed-expert weight 256 bytes wider per 512-byte-aligned row (VLLM_ROCM_FP8_PADDING / VLLM_ROCM_MOE_PADDING,
+see core.rocm): kept apart as `rocm_row_padding`.
 Bytes per format, as vLLM 0.33 allocates them (layers/quantization/):
 - NVFP4 (modelopt.py ModelOptNvFp4FusedMoE.create_weights, ModelOptLinearMethod): uint8 weight holding two
   e2m1 values (out × in/2), an fp8 e4m3 weight_scale per group of 16 inputs (out × in/16), and fp32
@@ -42,6 +45,7 @@ from functools import lru_cache
 
 from meshdeck.core.checkpoint_quant import FAMILIES
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
+from meshdeck.core.rocm import padding_bytes_per_row
 
 WEIGHTS_DTYPES = ("fp8", "bf16", "int4", "nvfp4")
 WEIGHTS_CONVENTIONS = {
@@ -130,6 +134,7 @@ class ShardShape:
     moe_ranks: int  # TP × DP: the group routed experts are spread over
     expert_parallel: bool
     weights_dtype: str
+    rocm_row_padding: bool = False  # vLLM on ROCm pads FP8 linear and BF16 expert weights (see core.rocm)
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class LayerBytes:
 
 @lru_cache(maxsize=1024)
 def _tensor_parallel_parts(
-    card: ModelCard, tensor_parallel: int, fmt: WeightFormat, moe: bool
+    card: ModelCard, tensor_parallel: int, fmt: WeightFormat, moe: bool, rocm_row_padding: bool = False
 ) -> tuple[tuple[tuple[str, int], ...], int]:
     """The parts of one layer that only TP splits (all but the routed experts), and their FP8 block scales.
 
@@ -162,6 +167,9 @@ def _tensor_parallel_parts(
         parts[name] = parts.get(name, 0) + cost.weight_bytes
         if dtype == "fp8":
             scales += cost.scale_bytes
+            if rocm_row_padding:
+                padding = out_features * padding_bytes_per_row(in_features, 1)
+                parts["rocm_row_padding"] = parts.get("rocm_row_padding", 0) + padding
         else:  # int4 / NVFP4 scales are part of the format
             parts[name] += cost.scale_bytes
 
@@ -203,7 +211,7 @@ def _tensor_parallel_parts(
 def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool, whole_layer_bf16: bool = False) -> LayerBytes:
     """Bytes one GPU holds for one decoder layer (dense or MoE) under `shape`; a checkpoint's BF16 layer whole."""
     fmt = weight_format(card, shape.weights_dtype, whole_layer_bf16)
-    tp_parts, scales = _tensor_parallel_parts(card, shape.tensor_parallel, fmt, moe)
+    tp_parts, scales = _tensor_parallel_parts(card, shape.tensor_parallel, fmt, moe, shape.rocm_row_padding)
     parts = dict(tp_parts)
     if moe:
         h = card.hidden_size
@@ -218,6 +226,9 @@ def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool, whole_layer_bf16:
         w13 = _linear(2 * local_inter, h, expert_dtype, fmt, 2)
         w2 = _linear(h, local_inter, expert_dtype, fmt)
         parts["routed_experts"] = local_experts * (w13.weight_bytes + w2.weight_bytes)
+        if shape.rocm_row_padding and expert_dtype == "bf16":  # _maybe_pad_weight of the Triton MoE backend
+            rows = 2 * local_inter * padding_bytes_per_row(h, BF16) + h * padding_bytes_per_row(local_inter, BF16)
+            parts["rocm_row_padding"] = parts.get("rocm_row_padding", 0) + local_experts * rows
         scale_bytes = local_experts * (w13.scale_bytes + w2.scale_bytes)
         if expert_dtype in ("int4", "nvfp4"):
             parts["routed_experts"] += scale_bytes  # group scales are part of the int4 / NVFP4 format
@@ -432,6 +443,7 @@ def stage_weights(
         "router",
         "routed_experts",
         "fp8_block_scales",
+        "rocm_row_padding",
         "rope_caches",
         "lm_head",
         "mtp_layer",

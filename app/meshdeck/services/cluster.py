@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 from meshdeck_agent.wire_inventory import Inventory
 
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, topology_from_codes
+from meshdeck.core.cluster import (
+    ClusterSpec,
+    default_inter_node_bytes_per_s,
+    default_intra_node_link,
+    topology_from_codes,
+)
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.inventory_facts import InventoryFacts
@@ -85,10 +90,9 @@ def cluster_from_inventories(
     else:
         notes = [f"GPU: {gpu.name} (given)"]
     if first.topology is not None:  # the matrix decides per pair; this flag only names the common case
-        has_nvlink = any(len(island) > 1 for island in first.topology.nvlink_islands)
+        link = "nvlink" if any(len(island) > 1 for island in first.topology.nvlink_islands) else "pcie"
     else:
-        has_nvlink = gpu.has_nvlink
-    link = "nvlink" if has_nvlink else "pcie"
+        link = default_intra_node_link(gpu)
     rdma = [f.rdma_bytes_per_s for f in facts.values()]
     if all(rdma):
         inter, assumed = float(min(r for r in rdma if r)), False

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, default_intra_node_link
 from meshdeck.core.gpu_spec import GpuSpec
 
 
 def make_cluster(gpu: GpuSpec, nodes: int = 1, gpus_per_node: int = 8, **kwargs: Any) -> ClusterSpec:
-    link = kwargs.pop("intra_node_link", "nvlink" if gpu.has_nvlink else "pcie")
+    link = kwargs.pop("intra_node_link", default_intra_node_link(gpu))
     inter = kwargs.pop("inter_node_bytes_per_s", default_inter_node_bytes_per_s(gpus_per_node, link))
     return ClusterSpec(nodes, gpus_per_node, gpu, link, inter, **kwargs)
 

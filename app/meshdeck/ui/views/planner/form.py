@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, default_intra_node_link
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest
@@ -68,7 +68,7 @@ class PlannerInputs:
             cluster = detected.cluster
         else:
             gpu = next(g for g in catalog if g.name == self.gpu_name)
-            link = "nvlink" if gpu.has_nvlink else "pcie"
+            link = default_intra_node_link(gpu)
             cluster = ClusterSpec(
                 nodes=self.nodes,
                 gpus_per_node=self.gpus_per_node,
