@@ -23,7 +23,10 @@ Weight padding (real memory, not published elsewhere that we found). With `VLLM_
 (the default, envs.py) every FP8 block-quantized linear weight goes through `_maybe_pad_fp8_weight`
 (0.11.0 quantization/utils/fp8_utils.py:737-747 from process_fp8_weight_block_strategy :900; 0.33.0
 fp8_utils.py:1279-1291 from :1533): when a row of the (out × in) weight is a multiple of 512 bytes the
-tensor is re-allocated 256 bytes wider per row and viewed back, so each output row costs 256 bytes more.
+tensor is re-allocated 256 bytes wider per row and viewed back, so each output row costs 256 bytes more
+(0.33.0 keeps that storage: the block kernels' process_weights_after_loading, kernels/linear/scaled_mm/
+BlockScaledMMLinearKernel.py:90-97, hands it to replace_parameter, which rebinds `.data` when the stride
+differs instead of copying, model_executor/utils.py:125-134).
 The routed experts of an FP8 checkpoint are not padded (Fp8MoEMethod has no such step). BF16 routed
 experts are, by `VLLM_ROCM_MOE_PADDING=1` (0.11.0 fused_moe/layer.py:399-416; 0.33.0
 unquantized_fused_moe_method.py:148-163, kept only on the default Triton MoE backend,
