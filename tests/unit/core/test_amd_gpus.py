@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from core_planner_inputs import make_cluster
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from meshdeck.core.cluster import ClusterSpec, LinkClass, default_inter_node_bytes_per_s
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import gpu_from_catalog_entry
@@ -17,12 +19,14 @@ from meshdeck.core.planner import plan
 from meshdeck.core.throughput import DecodeModel
 from meshdeck.core.traffic import TrafficItem
 from meshdeck.core.units import GB, GIB
-from meshdeck.services.catalog import detected_gpu
+from meshdeck.core.weights import WEIGHTS_DTYPES, ShardShape, invalid_shard_reason, stage_weights
+from meshdeck.services.catalog import detected_gpu, load_model
 
 NEWEST = (0, 33)
 TP8 = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
 # rocm-smi "VRAM Total Memory (B)" = torch's total on ROCm (resources/gpus-amd-SOURCES.md); MI325X derived.
 PUBLISHED_VRAM_BYTES = {"MI300X": 206141652992, "MI325X": 274861129728, "MI355X": 309220868096}
+MODELS = {name: load_model(name) for name in ("deepseek-v3", "deepseek-v3.2")}
 MI308_LOG = (
     Path("/work/shared/data/fixtures")
     / "vllm_log_v1-0.8.x_deepseek-v3_mi308_per-rank-kv-cache_vllm-issue15928_excerpt.txt"
@@ -238,3 +242,44 @@ def test_the_mi308_log_has_rocm_triton_mla_blocks_and_is_a_release_the_planner_r
     assert any(t % hopper_block for t in tokens)
     with pytest.raises(InputError, match=r"--vllm-version: 0\.8: releases before 0\.11 .* the planner models vLLM"):
         parse_vllm_version("0.8")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    model=st.sampled_from(["deepseek-v3", "deepseek-v3.2"]),
+    tensor_parallel=st.sampled_from([1, 2, 4, 8, 16]),
+    data_parallel=st.sampled_from([1, 2, 4, 8]),
+    expert_parallel=st.booleans(),
+    weights_dtype=st.sampled_from(WEIGHTS_DTYPES),
+    first_layer=st.integers(0, 60),
+    mtp=st.booleans(),
+)
+def test_rocm_weights_differ_from_cudas_by_exactly_the_row_padding(
+    model, tensor_parallel, data_parallel, expert_parallel, weights_dtype, first_layer, mtp
+):
+    card = MODELS[model]
+    shapes = [
+        ShardShape(
+            tensor_parallel, tensor_parallel * data_parallel, expert_parallel, weights_dtype, rocm_row_padding=pad
+        )
+        for pad in (False, True)
+    ]
+    assume(invalid_shard_reason(card, shapes[0]) is None)
+    cuda, rocm = (
+        stage_weights(card, shape, first_layer, 61, first_stage=first_layer == 0, last_stage=True, mtp=mtp,
+                      max_num_batched_tokens=8192)
+        for shape in shapes
+    )  # fmt: skip
+    rocm_parts, cuda_parts = rocm.as_dict(), cuda.as_dict()
+    # the MTP layer is one component: its own padded rows stay inside it
+    mtp_padding = rocm_parts.get("mtp_layer", 0) - cuda_parts.get("mtp_layer", 0)
+    padding = rocm_parts.pop("rocm_row_padding", 0)
+    assert rocm.total_bytes - cuda.total_bytes == padding + mtp_padding
+    assert {k: v for k, v in rocm_parts.items() if k != "mtp_layer"} == {
+        k: v for k, v in cuda_parts.items() if k != "mtp_layer"
+    }
+    assert padding % 256 == 0 and mtp_padding % 256 == 0 and mtp_padding >= 0
+    if weights_dtype in ("int4", "nvfp4"):  # no FP8 linear layers; int4 / NVFP4 experts are not padded
+        assert padding == 0
+    if weights_dtype == "fp8":
+        assert padding > 0  # fused_qkv_a's 7168-byte rows are always 512-aligned
