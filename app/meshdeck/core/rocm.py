@@ -165,7 +165,8 @@ def serving_problems(card: ModelCard, weights_dtype: str, vllm_version: tuple[in
             (
                 "rocm_sparse_block_size",
                 f"vLLM {release} runs V3.2 on ROCm only with --block-size 1 (ROCM_AITER_MLA_SPARSE asserts it before "
-                f"{_release(SPARSE_DEFAULT_BLOCK_FROM)}), a flag the launcher does not emit; the KV numbers assume it",
+                f"{_release(SPARSE_DEFAULT_BLOCK_FROM)}), a flag the launcher does not emit; the KV numbers assume it — "
+                f"plan with --vllm-version {_release(SPARSE_DEFAULT_BLOCK_FROM)} or newer",
             )
         )
     if weights_dtype == "nvfp4" and vllm_version < MODELOPT_FP4_FROM:
