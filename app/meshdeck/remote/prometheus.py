@@ -117,7 +117,14 @@ class PrometheusClient:
                 f"{step:g} s over {end - start:g} s is {range_points(start, end, step)} points per series; "
                 f"Prometheus answers at most {MAX_RANGE_POINTS}",
             )
-        params = [("query", query), ("start", _stamp(start)), ("end", _stamp(end)), ("step", f"{step:.3f}")]
+        # Prometheus reads times to the millisecond: round inwards, so no point falls outside [start, end]
+        first, last = math.ceil(start * 1000) / 1000, math.floor(end * 1000) / 1000
+        params = [
+            ("query", query),
+            ("start", _stamp(first)),
+            ("end", _stamp(max(first, last))),
+            ("step", f"{step:.3f}"),
+        ]
         data = self._get(url, params)
         return parse_matrix(data, url)
 

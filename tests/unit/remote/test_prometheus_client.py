@@ -194,3 +194,11 @@ def test_a_server_that_is_not_there_is_a_connection_error():
         url = fake.url
     with pytest.raises(PrometheusError, match=r"/api/v1/query_range: connection: "):
         PrometheusClient(url, timeout_s=2).query_range("up", 0, 10, 1)
+
+
+def test_the_range_is_rounded_inwards_to_prometheus_milliseconds_so_no_point_falls_outside_it():
+    """`%.3f` once rounded a start of x.0004 down to x.000, and Prometheus answered a point before it."""
+    with fake_prometheus(_power) as fake:
+        PrometheusClient(fake.url).query_range("up", 100.0004, 160.9996, 1)
+    ((_, params),) = fake.requests
+    assert (params["start"], params["end"]) == (["100.001"], ["160.999"])
