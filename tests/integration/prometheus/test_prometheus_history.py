@@ -165,6 +165,14 @@ def test_history_read_from_prometheus_is_what_the_two_agents_exported(fleet: dic
             assert set(series.mean) <= _exported(agent, gpu, POWER), f"{host} gpu{gpu}: a value the agent never had"
         memory = chart(source, host=host, metric="memory_total_bytes", since=begin, until=until)
         assert [set(r.mean) for r in memory] == [_exported(agent, gpu, MEMORY_TOTAL) for gpu in (0, 1)]
+        # Two points over two minutes: min / mean / max / count per 120 s step (`*_over_time` on the server).
+        (buckets, _) = chart(source, host=host, metric="power_w", since=until - 120, until=until, max_points=2)
+        assert buckets.tier == "range" and buckets.step_s == 120.0 and len(buckets) >= 1
+        assert all(1 <= n <= 121 for n in buckets.count)
+        assert all(
+            lo <= mean <= hi for lo, mean, hi in zip(buckets.minimum, buckets.mean, buckets.maximum, strict=True)
+        )
+        assert set(buckets.minimum) | set(buckets.maximum) <= _exported(agent, 0, POWER)
         links = chart(source, host=host, metric="nvlink_tx_bytes_per_s", since=begin, until=until)
         expected = {f"gpu{g.index}" for g in agent[-1].gpus}
         expected |= {f"gpu{g.index}/nvlink{link}" for g in agent[-1].gpus for link in range(len(g.nvlink_links))}
