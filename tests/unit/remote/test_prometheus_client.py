@@ -202,3 +202,23 @@ def test_the_range_is_rounded_inwards_to_prometheus_milliseconds_so_no_point_fal
         PrometheusClient(fake.url).query_range("up", 100.0004, 160.9996, 1)
     ((_, params),) = fake.requests
     assert (params["start"], params["end"]) == (["100.001"], ["160.999"])
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    labels=st.dictionaries(
+        st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,20}", fullmatch=True), st.text(max_size=30), max_size=6
+    ),
+    points=st.lists(
+        st.tuples(st.floats(0.001, 10.0), st.floats(allow_nan=False, allow_infinity=False)), min_size=0, max_size=40
+    ),
+)
+def test_any_well_formed_matrix_reads_back_exactly(labels: dict[str, str], points: list[tuple[float, float]]):
+    ts, values, now = [], [], 1.7e9
+    for gap, value in points:
+        now += round(gap, 3)
+        ts.append(round(now, 3))
+        values.append(value)
+    body = _matrix({"metric": labels, "values": [[t, repr(v)] for t, v in zip(ts, values, strict=True)]})
+    (series,) = parse_matrix(parse_reply(body, URL), URL)
+    assert dict(series.labels) == labels and series.ts == tuple(ts) and series.values == tuple(values)

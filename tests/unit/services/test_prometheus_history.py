@@ -10,6 +10,8 @@ import re
 
 import pytest
 from fake_prometheus import fake_prometheus, recorded  # tests/fakes is on sys.path (tests/conftest.py)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device
 from meshdeck.services import prometheus_history
@@ -213,3 +215,22 @@ def test_export_chunks_never_ask_more_than_prometheus_answers_and_cover_the_rang
     assert all(b[0] == a[1] + 1.0 for a, b in itertools.pairwise(steps))
     wide = list(prometheus_history._chunks(0.0, 3600.0, 1.0, 400, aligned=False))
     assert all((last - first + 1) * 400 <= prometheus_history.POINTS_PER_REQUEST for first, last in wide)
+
+
+_NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-./:", min_size=1, max_size=24)
+_DEVICES = st.one_of(
+    st.just(Device("host")),
+    st.integers(0, 9999).map(Device.gpu),
+    st.builds(Device.nvlink, st.integers(0, 9999), st.integers(0, 999)),
+    _NAMES.map(Device.nic),
+    st.builds(Device.worker, _NAMES, st.one_of(st.just(""), st.integers(0, 4095).map(str))),
+)
+
+
+@settings(deadline=None, max_examples=400)
+@given(device=_DEVICES)
+def test_the_labels_a_device_is_selected_by_map_back_to_that_device(device: Device):
+    # Prometheus drops a label whose value is empty: what a series of this device carries
+    labels = {name: value for name, value in prometheus_history._device_labels(device) if value}
+    assert device_of(labels) == device
+    assert Device.from_text(device.text) == device
