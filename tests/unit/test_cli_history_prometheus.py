@@ -44,6 +44,10 @@ def test_history_hosts_lists_the_hosts_prometheus_scrapes(capsys: pytest.Capture
             ],
             "--prometheus-host-label: 'a b' is not a Prometheus label name",
         ),
+        (
+            ["history", "hosts", "--source", "prometheus", "--prometheus-url", "http://h", "--prometheus-timeout", "0"],
+            "--prometheus-timeout: 0.0 must be between 0 and 600 seconds",
+        ),
     ],
 )
 def test_a_missing_or_bad_prometheus_option_is_one_line_naming_it(

@@ -90,12 +90,21 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         metavar="LABEL",
         help="the scrape config's label that names each host (default: host)",
     )
+    parser.add_argument(
+        "--prometheus-timeout",
+        type=float,
+        default=prometheus_history.DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds one request to Prometheus may take (default 15)",
+    )
 
 
 def _prometheus(args: argparse.Namespace) -> prometheus_history.PrometheusSource:
     if not args.prometheus_url:
         raise InputError("--prometheus-url", "required with --source prometheus (e.g. http://localhost:9090)")
-    return prometheus_history.PrometheusSource(args.prometheus_url, host_label=args.prometheus_host_label)
+    return prometheus_history.PrometheusSource(
+        args.prometheus_url, host_label=args.prometheus_host_label, timeout_s=args.prometheus_timeout
+    )
 
 
 def _prometheus_hosts(args: argparse.Namespace) -> int:

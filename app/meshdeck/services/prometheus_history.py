@@ -6,8 +6,8 @@ A fleet larger than one desktop is watched through Prometheus: it scrapes every 
 names and labels (meshdeck_agent.exporter) map back to meshdeck's own: `meshdeck_gpu_power_w{gpu="3"}`
 is metric `power_w` of device `gpu3`, `meshdeck_gpu_nvlink_link_tx_bytes_per_s{gpu="3",link="7"}`
 is `nvlink_tx_bytes_per_s` of `gpu3/nvlink7`, `{nic="mlx5_0/1"}` is `nic:mlx5_0/1`,
-`{worker="w1",engine="0"}` is `worker:w1/engine:0`, no device label is `host`. The host is the value
-of one label the scrape config sets (`host` by default: `static_configs: [{targets: [...], labels:
+`{worker="w1",engine="0"}` is `worker:w1/engine:0`, no device label is `host` (prometheus_names.py).
+The host is the value of one label the scrape config sets (`host` by default: `static_configs: [{targets: [...], labels:
 {host: gpu-a}}]`; `instance` works too, then hosts are named `address:port`).
 
 Charts get one point per step (at most `max_points`, never Prometheus' 11,000): below a minute the
@@ -19,7 +19,6 @@ Exports write the rows `export_history` writes for SQLite: raw is the value at e
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -28,13 +27,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
-from meshdeck_agent.exporter import exported_name
-from meshdeck_agent.metric_registry import COUNTER, METRICS, WORKER, describe
-
 from meshdeck.core.errors import InputError
-from meshdeck.core.samples import HOST, Device
+from meshdeck.core.samples import Device
 from meshdeck.remote.prometheus import (
-    DEFAULT_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S,  # the CLI shows it
+)
+from meshdeck.remote.prometheus import (
     MAX_RANGE_POINTS,
     PrometheusClient,
     PrometheusSeries,
@@ -43,6 +41,15 @@ from meshdeck.remote.prometheus import (
 )
 from meshdeck.services.history import check_export_format, export_writer, iso_time
 from meshdeck.services.metrics import series_unit
+from meshdeck.services.prometheus_names import (
+    AGENT_INFO,
+    ALL_METRICS,
+    device_labels,
+    device_of,
+    meshdeck_metric,
+    prometheus_names,
+    promql_string,
+)
 from meshdeck.store.query import Series, SeriesRange, tier_by_name
 
 log = logging.getLogger(__name__)
@@ -52,62 +59,7 @@ DEFAULT_HOST_LABEL = "host"
 MIN_CHART_STEP_S = 1.0  # the agents' default sample interval: a finer step repeats the same scrape
 ENVELOPE_FROM_S = 60.0  # steps this long or longer are drawn as min-max envelopes, as the 1-minute rollups are
 POINTS_PER_REQUEST = 200_000  # points (all series together) one export request asks for
-AGENT_INFO = "meshdeck_agent_info"
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_SCOPE_PREFIXES = ("meshdeck_gpu_nvlink_link_", "meshdeck_gpu_", "meshdeck_host_", "meshdeck_nic_", "meshdeck_worker_")
-ALL_METRICS = "meshdeck_(gpu|host|nic|worker)_.+"
-
-
-def _exposed_names() -> dict[str, str]:
-    """Prometheus name -> meshdeck metric, for every registered metric (a counter is exposed `*_total`)."""
-    names: dict[str, str] = {}
-    for metric in METRICS:
-        name = exported_name(metric)
-        if metric.kind == COUNTER and not name.endswith("_total"):
-            name += "_total"
-        names[name] = metric.name
-    return names
-
-
-EXPOSED_NAMES = _exposed_names()
-
-
-def meshdeck_metric(prometheus_name: str) -> str | None:
-    """The meshdeck metric a Prometheus series name stands for; a worker metric the registry lacks keeps
-    its exported name (as the exporter wrote it); None for a name meshdeck's exporter never writes."""
-    known = EXPOSED_NAMES.get(prometheus_name)
-    if known is not None:
-        return known
-    if prometheus_name.startswith("meshdeck_worker_") and len(prometheus_name) > len("meshdeck_worker_"):
-        return prometheus_name[len("meshdeck_worker_") :]
-    return None
-
-
-def prometheus_names(metric: str) -> list[str]:
-    """Every Prometheus name that carries meshdeck `metric` (a GPU's sum and its per-link series share one)."""
-    names = sorted(name for name, known in EXPOSED_NAMES.items() if known == metric)
-    if not names and re.fullmatch(r"[a-zA-Z0-9_:]+", metric):
-        names = [exported_name(describe(WORKER, metric))]  # a worker metric the registry lacks
-    return names
-
-
-def device_of(labels: Mapping[str, str]) -> Device | None:
-    """The meshdeck device of an exported series, from its labels; None when they name none meshdeck writes."""
-    try:
-        if "gpu" in labels:
-            index = int(labels["gpu"])
-            if not 0 <= index <= 9999:
-                return None
-            if "link" in labels:
-                return Device.nvlink(index, int(labels["link"]))
-            return Device.gpu(index)
-    except ValueError:  # a label from another exporter that happens to be called gpu / link
-        return None
-    if labels.get("nic"):
-        return Device.nic(labels["nic"])
-    if labels.get("worker"):
-        return Device.worker(labels["worker"], labels.get("engine", ""))
-    return HOST
 
 
 @dataclass(frozen=True)
@@ -131,30 +83,13 @@ class PrometheusSource:
     def selector(self, *, host: str, names: Sequence[str] | None = None, device: Device | None = None) -> str:
         """`{__name__=~"a|b", host="gpu-a", gpu="3"}`: the series of `host` (of `names`, of `device`)."""
         pattern = "|".join(names) if names else ALL_METRICS
-        matchers = [f"__name__=~{_quote(pattern)}", f"{self.host_label}={_quote(host)}"]
+        matchers = [f"__name__=~{promql_string(pattern)}", f"{self.host_label}={promql_string(host)}"]
         if device is not None:
-            matchers += [f"{name}={_quote(value)}" for name, value in _device_labels(device)]
+            matchers += [f"{name}={promql_string(value)}" for name, value in device_labels(device)]
         return "{" + ",".join(matchers) + "}"
 
     def host_of(self, labels: Mapping[str, str]) -> str | None:
         return labels.get(self.host_label) or None
-
-
-def _quote(text: str) -> str:
-    """A PromQL string literal (Go escapes; JSON's are a subset of them)."""
-    return json.dumps(text)
-
-
-def _device_labels(device: Device) -> list[tuple[str, str]]:
-    if device.kind == "gpu":
-        return [("gpu", str(device.index))]
-    if device.kind == "nvlink":
-        return [("gpu", str(device.index)), ("link", str(device.link))]
-    if device.kind == "nic":
-        return [("nic", device.name)]
-    if device.kind == "worker":
-        return [("worker", device.name), ("engine", device.engine)]
-    return [("gpu", ""), ("nic", ""), ("worker", "")]  # the host's own series carry none of them
 
 
 def _parse_device(text: str | None) -> Device | None:

@@ -15,14 +15,12 @@ from hypothesis import strategies as st
 from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device
 from meshdeck.services import prometheus_history
-from meshdeck.services.prometheus_history import (
+from meshdeck.services.prometheus_history import PrometheusSource, chart, export_history, prometheus_hosts
+from meshdeck.services.prometheus_names import (
     EXPOSED_NAMES,
-    PrometheusSource,
-    chart,
+    device_labels,
     device_of,
-    export_history,
     meshdeck_metric,
-    prometheus_hosts,
     prometheus_names,
 )
 from meshdeck_agent.metric_registry import COUNTER, METRICS
@@ -55,6 +53,7 @@ def test_every_registered_metric_maps_back_from_the_name_the_exporter_gives_it()
         ({"instance": "10.0.0.5:9400", "job": "meshdeck"}, Device("host")),
         ({"gpu": "GPU-7f"}, None),  # another exporter's gpu label
         ({"gpu": "3", "link": "x"}, None),
+        ({"gpu": "3", "link": "1000"}, None),  # beyond what a stored device name holds
     ],
 )
 def test_the_device_comes_from_the_exporters_labels(labels: dict[str, str], device: Device | None):
@@ -231,6 +230,6 @@ _DEVICES = st.one_of(
 @given(device=_DEVICES)
 def test_the_labels_a_device_is_selected_by_map_back_to_that_device(device: Device):
     # Prometheus drops a label whose value is empty: what a series of this device carries
-    labels = {name: value for name, value in prometheus_history._device_labels(device) if value}
+    labels = {name: value for name, value in device_labels(device) if value}
     assert device_of(labels) == device
     assert Device.from_text(device.text) == device
