@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_LAUNCHER := $(VLLM_VENV)/bin/vllm
-SYSTEM_PACKAGES := openssh-server openssh-client xvfb xauth
+# prometheus: the history tests read from a real Prometheus server they start on a free port (Debian's package,
+# 2.42 on bookworm); the service the package enables is stopped and disabled, the tests need none running.
+SYSTEM_PACKAGES := openssh-server openssh-client xvfb xauth prometheus
 # Qt's xcb platform plugin (the console under Xvfb or a real X server) needs these beside libxcb.
 QT_XCB_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxkbcommon-x11-0
 
@@ -39,11 +41,14 @@ system-deps:
 	command -v /usr/sbin/sshd >/dev/null 2>&1 || missing="$$missing openssh-server"; \
 	command -v ssh-keygen >/dev/null 2>&1 || missing="$$missing openssh-client"; \
 	command -v Xvfb >/dev/null 2>&1 || missing="$$missing xvfb xauth"; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	ldconfig -p | grep -q libxcb-cursor.so.0 && ldconfig -p | grep -q libxcb-icccm.so.4 || missing="$$missing $(QT_XCB_PACKAGES)"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) $(QT_XCB_PACKAGES) >/dev/null; \
+	    if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then \
+	      systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
 	  else \
 	    echo "missing Debian packages:$$missing (run 'sudo apt-get install $(SYSTEM_PACKAGES) $(QT_XCB_PACKAGES)'; tests needing them will skip)"; \
 	  fi; \

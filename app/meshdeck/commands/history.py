@@ -6,10 +6,18 @@
                             [--format csv|json] [--tier raw|1m|1h] [-o FILE]
     meshdeck history retention [--raw-days 7] [--minute-days 90] [--hour-days forever]
 
+    meshdeck history hosts|export --source prometheus --prometheus-url http://prometheus:9090
+                            [--prometheus-host-label host] [--step 1] ...
+
 `export` streams every point in the range (raw samples by default; `--tier 1m|1h` gives min, mean,
 max and count per bucket). Times are Unix seconds, ISO 8601 (UTC unless an offset is given), `now`,
 or an age such as `2h` / `7d`. With `-o FILE` a file appears complete or not at all; a pipe or a device
 such as /dev/null is written through, `-o -` is stdout (services/files.py).
+
+`--source prometheus` reads the same series from the operator's Prometheus, which scrapes every
+agent's exporter (`meshdeck-agent serve --prometheus`), through its HTTP API (services/prometheus_history.py):
+hosts are named by one label of the scrape config (`host` unless `--prometheus-host-label` says
+another), `export` writes the same columns, raw rows one per `--step` seconds.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import sys
 from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
 from meshdeck.services import history as history_service
+from meshdeck.services import prometheus_history
 from meshdeck.services.files import STDOUT, open_output, output_target
 from meshdeck.services.history import utc_stamp
 from meshdeck.store.database import open_database
@@ -33,6 +42,7 @@ def register(subparsers: Subparsers) -> None:
 
     hosts = commands.add_parser("hosts", help="hosts with recorded history")
     hosts.add_argument("--json", action="store_true", help="print JSON")
+    _add_source_options(hosts)
     hosts.set_defaults(func=_hosts)
 
     export = commands.add_parser("export", help="write a host's samples as CSV or JSON")
@@ -49,6 +59,10 @@ def register(subparsers: Subparsers) -> None:
         metavar="FILE",
         help="write to FILE (a regular file atomically; a pipe or device directly; - for stdout)",
     )
+    _add_source_options(export)
+    export.add_argument(
+        "--step", type=float, default=1.0, metavar="S", help="prometheus, raw tier: seconds between rows (default 1)"
+    )
     export.set_defaults(func=_export)
 
     retention = commands.add_parser("retention", help="show or set how long each resolution is kept")
@@ -62,7 +76,52 @@ def register(subparsers: Subparsers) -> None:
     retention.set_defaults(func=_retention)
 
 
+def _add_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source",
+        default="sqlite",
+        choices=prometheus_history.SOURCES,
+        help="this console's database (default) or a Prometheus server that scrapes the agents' exporters",
+    )
+    parser.add_argument("--prometheus-url", metavar="URL", help="with --source prometheus: e.g. http://localhost:9090")
+    parser.add_argument(
+        "--prometheus-host-label",
+        default=prometheus_history.DEFAULT_HOST_LABEL,
+        metavar="LABEL",
+        help="the scrape config's label that names each host (default: host)",
+    )
+    parser.add_argument(
+        "--prometheus-timeout",
+        type=float,
+        default=prometheus_history.DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds one request to Prometheus may take (default 15)",
+    )
+
+
+def _prometheus(args: argparse.Namespace) -> prometheus_history.PrometheusSource:
+    if not args.prometheus_url:
+        raise InputError("--prometheus-url", "required with --source prometheus (e.g. http://localhost:9090)")
+    return prometheus_history.PrometheusSource(
+        args.prometheus_url, host_label=args.prometheus_host_label, timeout_s=args.prometheus_timeout
+    )
+
+
+def _prometheus_hosts(args: argparse.Namespace) -> int:
+    source = _prometheus(args)
+    names = prometheus_history.prometheus_hosts(source)
+    if args.json:
+        print(json.dumps([{"host": name} for name in names], indent=2))
+    elif not names:
+        print(f"Prometheus at {source.url} has scraped no meshdeck agent in the last 7 days")
+    else:
+        print("\n".join(names))
+    return 0
+
+
 def _hosts(args: argparse.Namespace) -> int:
+    if args.source == "prometheus":
+        return _prometheus_hosts(args)
     with open_database(args.db) as db:
         rows = history_service.history_hosts(db)
     if args.json:
@@ -92,8 +151,13 @@ def _export(args: argparse.Namespace) -> int:
         "tier": args.tier,
     }
     target = output_target(args.output or STDOUT, option="-o")
-    with open_database(args.db) as db, open_output(target) as handle:
-        count = history_service.export_history(db, handle, **options)
+    if args.source == "prometheus":
+        source = _prometheus(args)
+        with open_output(target) as handle:
+            count = prometheus_history.export_history(source, handle, step_s=args.step, **options)
+    else:
+        with open_database(args.db) as db, open_output(target) as handle:
+            count = history_service.export_history(db, handle, **options)
     if target.path is not None:
         print(f"wrote {count} points to {args.output}", file=sys.stderr)
     return 0

@@ -213,6 +213,11 @@ def _out_of_range(ts: float) -> str:
     return f"out of range (ts {ts:g})"
 
 
+def check_export_format(fmt: str) -> None:
+    if fmt not in EXPORT_FORMATS:
+        raise InputError("--format", f"{fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+
+
 def export_history(
     db: Database,
     out: IO[str],
@@ -231,8 +236,7 @@ def export_history(
     with min, mean, max and count (the open bucket computed from the finer tier). `unit` is the metric
     registry's (meshdeck.services.metrics): empty for a unitless metric or one the registry lacks.
     """
-    if fmt not in EXPORT_FORMATS:
-        raise InputError("--format", f"{fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    check_export_format(fmt)
     chosen = tier_by_name(tier)
     matched = list_series(db, host=host, metric=metric, device=device)
     if not matched:
@@ -246,10 +250,7 @@ def export_history(
     end = time.time() + 86400 if until is None else until
     if end <= start:
         raise InputError("--until", f"must be after --since ({iso_time(start)})")
-    raw = chosen is RAW
-    header = ["time", "ts", "host", "device", "metric", "unit"]
-    header += ["value"] if raw else ["min", "mean", "max", "count"]
-    writer = _RowWriter(out, fmt, header)
+    writer = export_writer(out, fmt, raw=chosen is RAW)
     count = 0
     for series in matched:
         for row in _series_rows(db, series, chosen.name, start, end):
@@ -281,6 +282,14 @@ def _series_rows(db: Database, series: Series, tier: str, since: float, until: f
     (result,) = query_range(db, series_ids=[series.id], since=start, until=stop, tier=tier, max_points=points)
     for i, ts in enumerate(result.ts):
         yield [iso_time(ts), ts, *prefix, result.minimum[i], result.mean[i], result.maximum[i], result.count[i]]
+
+
+def export_writer(out: IO[str], fmt: str, *, raw: bool) -> _RowWriter:
+    """The writer of an export's rows (any source's): CSV or JSON with the columns of a raw or a bucketed
+    export. `fmt` was checked with `check_export_format` before anything was asked of the source."""
+    header = ["time", "ts", "host", "device", "metric", "unit"]
+    header += ["value"] if raw else ["min", "mean", "max", "count"]
+    return _RowWriter(out, fmt, header)
 
 
 class _RowWriter:

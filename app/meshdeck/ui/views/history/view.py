@@ -4,29 +4,38 @@ The store picks the tier by span (raw samples, 1-minute or 1-hour rollups) so a 
 more than about a thousand points per series; the query runs as a job (a new one cancels the old)
 and the tier it used is said above the charts. CSV export writes every point of the range, at the
 tier chosen, as `-o` writes (services/files.py: a temporary file renamed into place for a regular file).
+
+The source is this console's database or, for a fleet whose history lives in the operator's Prometheus
+(every agent's exporter scraped), a Prometheus server's URL and the label that names hosts in its
+scrape config (services/prometheus_history.py); the choice is kept in QSettings.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
-from PySide6.QtCore import QDateTime, Signal
+from PySide6.QtCore import QDateTime, QSettings, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDateTimeEdit,
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
+from meshdeck.core.errors import InputError
 from meshdeck.services import history as history_service
+from meshdeck.services import prometheus_history
 from meshdeck.services.files import open_output, output_target
-from meshdeck.services.history import HostHistory
+from meshdeck.services.history import SeriesRange
+from meshdeck.services.prometheus_history import PrometheusSource
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.dashboard.charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
@@ -45,6 +54,8 @@ RANGES: tuple[tuple[str, float], ...] = (
 )
 MAX_POINTS = 1000
 EXPORT_TIERS = ("raw", "1m", "1h")
+SOURCES = (("SQLite (this console)", "sqlite"), ("Prometheus", "prometheus"))
+ChartReader = Callable[..., list[SeriesRange]]  # history_service.chart or prometheus_history.chart, source bound
 
 
 def chart_metrics() -> list[str]:
@@ -85,10 +96,37 @@ class HistoryView(QWidget):
         self.export_button = QPushButton("Export CSV…")
         self.export_button.setObjectName("historyExport")
         self.export_button.clicked.connect(self.export_csv)
+        self.source = QComboBox()
+        self.source.setObjectName("historySource")
+        self.source.setAccessibleName("History source")
+        for label, key in SOURCES:
+            self.source.addItem(label, key)
+        self.prometheus_url = QLineEdit()
+        self.prometheus_url.setObjectName("historyPrometheusUrl")
+        self.prometheus_url.setPlaceholderText("http://localhost:9090")
+        self.prometheus_url.setAccessibleName("Prometheus URL")
+        self.prometheus_host_label = QLineEdit(prometheus_history.DEFAULT_HOST_LABEL)
+        self.prometheus_host_label.setObjectName("historyPrometheusHostLabel")
+        self.prometheus_host_label.setToolTip("The scrape config's label that names each host")
+        self.prometheus_host_label.setMaximumWidth(120)
+        self.source.currentIndexChanged.connect(self._source_changed)
+        self.prometheus_url.editingFinished.connect(self.reload_hosts)
+        self.prometheus_host_label.editingFinished.connect(self.reload_hosts)
         self.status = QLabel("Choose a host and a range.")
         self.status.setObjectName("historyStatus")
         self.status.setWordWrap(True)
 
+        source_bar = QHBoxLayout()
+        source_widgets: tuple[QWidget, ...] = (
+            QLabel("Source"),
+            self.source,
+            self.prometheus_url,
+            QLabel("host label"),
+            self.prometheus_host_label,
+        )
+        for source_widget in source_widgets:
+            source_bar.addWidget(source_widget)
+        source_bar.addStretch(1)
         bar = QHBoxLayout()
         for widget in (QLabel("Host"), self.host, self.reload_button, QLabel("Range"), self.range, self.since):
             bar.addWidget(widget)
@@ -100,11 +138,12 @@ class HistoryView(QWidget):
         bar.addWidget(self.export_button)
         scroll, self.charts = chart_grid(DASHBOARD_CHARTS, "history_")
         layout = QVBoxLayout(self)
+        layout.addLayout(source_bar)
         layout.addLayout(bar)
         layout.addWidget(self.status)
         layout.addWidget(scroll, 1)
         self._range_changed()
-        self.reload_hosts()
+        self._source_changed()
 
     # ------------------------------------------------------------------ inputs
 
@@ -125,29 +164,74 @@ class HistoryView(QWidget):
             return until - seconds, until
         return self.since.dateTime().toSecsSinceEpoch(), self.until.dateTime().toSecsSinceEpoch()
 
+    def _source_changed(self) -> None:
+        prometheus = self.source.currentData() == "prometheus"
+        self.prometheus_url.setEnabled(prometheus)
+        self.prometheus_host_label.setEnabled(prometheus)
+        self.host.clear()
+        self.reload_hosts()
+
+    def prometheus_source(self) -> PrometheusSource | None:
+        """The Prometheus chosen as the source (None: this console's database); InputError for a bad URL or label."""
+        if self.source.currentData() != "prometheus":
+            return None
+        return PrometheusSource(self.prometheus_url.text(), host_label=self.prometheus_host_label.text().strip())
+
     def reload_hosts(self) -> None:
-        db = self.context.db
-        if db is None:
+        try:
+            source = self.prometheus_source()
+        except InputError as exc:
+            self.status.setText(
+                str(exc) if self.prometheus_url.text().strip() else "Enter the Prometheus server's URL."
+            )
             return
-        job = self.context.jobs.start("history hosts", lambda _p: history_service.history_hosts(db))
+        if source is not None:
+            job = self.context.jobs.start("history hosts", lambda _p: prometheus_history.prometheus_hosts(source))
+            job.failed.connect(lambda message: self.status.setText(f"listing hosts failed: {message}"))
+        else:
+            db = self.context.db
+            if db is None:
+                return
+            job = self.context.jobs.start(
+                "history hosts", lambda _p: [h.host for h in history_service.history_hosts(db)]
+            )
         job.succeeded.connect(self._hosts_loaded)
 
-    def _hosts_loaded(self, hosts: list[HostHistory]) -> None:
+    def _hosts_loaded(self, names: list[str]) -> None:
         chosen = self.host.currentText()
-        names = [h.host for h in hosts]
         self.host.clear()
         self.host.addItems(names)
         if chosen in names:
             self.host.setCurrentText(chosen)
-        if not names:
+        if not names and self.source.currentData() == "prometheus":
+            self.status.setText("This Prometheus has scraped no meshdeck agent in the last 7 days.")
+        elif not names:
             self.status.setText("No history yet: samples are stored as hosts report them.")
+        else:
+            self.status.setText("Choose a host and a range.")
 
     # ------------------------------------------------------------------ query
 
+    def _reader(self) -> ChartReader | None:
+        """The chosen source's chart function, or None (the status says why)."""
+        try:
+            source = self.prometheus_source()
+        except InputError as exc:
+            self.status.setText(str(exc))
+            return None
+        if source is not None:
+            return lambda **query: prometheus_history.chart(source, **query)
+        db = self.context.db
+        if db is None:
+            return None
+        return lambda **query: history_service.chart(db, **query)
+
     def query(self) -> None:
-        db, host = self.context.db, self.host.currentText()
-        if db is None or not host:
-            self.status.setText("Choose a host with history first.")
+        host = self.host.currentText()
+        read = self._reader() if host else None
+        if read is None or not host:
+            if not host:
+                self.status.setText("Choose a host with history first.")
             return
         since, until = self.time_range()
         if until <= since:
@@ -161,9 +245,7 @@ class HistoryView(QWidget):
             for index, metric in enumerate(metrics):
                 progress.check()
                 progress.report(index / len(metrics), metric)
-                ranges += history_service.chart(
-                    db, host=host, metric=metric, since=since, until=until, max_points=MAX_POINTS
-                )
+                ranges += read(host=host, metric=metric, since=since, until=until, max_points=MAX_POINTS)
             return history_frame(host, ranges)
 
         job = self.context.jobs.start("history query", work)
@@ -187,8 +269,8 @@ class HistoryView(QWidget):
     # ------------------------------------------------------------------ export
 
     def export_csv(self) -> None:
-        db, host = self.context.db, self.host.currentText()
-        if db is None or not host:
+        host = self.host.currentText()
+        if (self.context.db is None and self.source.currentData() == "sqlite") or not host:
             self.status.setText("Choose a host with history first.")
             return
         since, until = self.time_range()
@@ -200,10 +282,19 @@ class HistoryView(QWidget):
 
     def export_to(self, target: str, host: str, since: float, until: float, tier: str) -> None:
         db = self.context.db
-        assert db is not None
+        try:
+            source = self.prometheus_source()
+        except InputError as exc:
+            self.status.setText(f"export failed: {exc}")
+            return
 
         def work(_progress: Progress) -> int:
             with open_output(output_target(target, option="export")) as out:
+                if source is not None:
+                    return prometheus_history.export_history(
+                        source, out, host=host, since=since, until=until, fmt="csv", tier=tier
+                    )
+                assert db is not None
                 return history_service.export_history(
                     db, out, host=host, since=since, until=until, fmt="csv", tier=tier
                 )
@@ -211,3 +302,20 @@ class HistoryView(QWidget):
         job = self.context.jobs.start("history export", work)
         job.succeeded.connect(lambda rows: self.status.setText(f"exported {rows:,} rows to {target}"))
         job.failed.connect(lambda message: self.status.setText(f"export failed: {message}"))
+
+    # ------------------------------------------------------------------ settings
+
+    def save_settings(self, settings: QSettings) -> None:
+        settings.setValue("history/source", self.source.currentData())
+        settings.setValue("history/prometheus_url", self.prometheus_url.text())
+        settings.setValue("history/prometheus_host_label", self.prometheus_host_label.text())
+
+    def restore_settings(self, settings: QSettings) -> None:
+        self.prometheus_url.setText(str(settings.value("history/prometheus_url", "") or ""))
+        label = str(settings.value("history/prometheus_host_label", "") or "")
+        self.prometheus_host_label.setText(label or prometheus_history.DEFAULT_HOST_LABEL)
+        index = self.source.findData(str(settings.value("history/source", "sqlite")))
+        if index >= 0 and index != self.source.currentIndex():
+            self.source.setCurrentIndex(index)  # reloads the hosts from it
+        elif index >= 0:
+            self.reload_hosts()

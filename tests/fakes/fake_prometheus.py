@@ -1,0 +1,76 @@
+"""A loopback HTTP server that answers Prometheus API requests with recorded replies (tests/fixtures/prometheus/).
+
+The reply to each request comes from `answer(path, params)` -> (HTTP status, body bytes): a test routes a
+query to the file Prometheus 2.42 really gave for it. Every request is kept (path and form fields, POST
+body or query string) so a test can check what was asked: the query, the range, the step.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "prometheus"
+
+Answer = Callable[[str, dict[str, list[str]]], tuple[int, bytes]]
+
+
+def recorded(name: str) -> bytes:
+    """A recorded reply body, byte for byte."""
+    return (FIXTURES / name).read_bytes()
+
+
+class FakePrometheus:
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.release = threading.Event()  # a `stall` answer waits on it
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, params: dict[str, list[str]]) -> None:
+                path = urllib.parse.urlsplit(self.path).path
+                fake.requests.append((path, params))
+                status, body = fake.answer(path, params)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._reply(urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query))
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                self._reply(urllib.parse.parse_qs(self.rfile.read(length).decode()))
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stall(self, _path: str, _params: dict[str, list[str]]) -> tuple[int, bytes]:
+        """An answer that never comes before the test releases it (a hung server)."""
+        self.release.wait(30)
+        return 503, b""
+
+
+@contextmanager
+def fake_prometheus(answer: Answer) -> Iterator[FakePrometheus]:
+    fake = FakePrometheus(answer)
+    thread = threading.Thread(target=fake.server.serve_forever, name="fake-prometheus", daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.release.set()
+        fake.server.shutdown()
+        fake.server.server_close()
+        thread.join(10)
