@@ -71,7 +71,7 @@ def _planned(layout: Any) -> dict[str, float]:
     return {
         "weights_gib": layout.weights_bytes_per_gpu / GIB,
         "kv_gib": layout.kv_budget_bytes_per_gpu / GIB,
-        "kv_tokens": layout.kv_tokens_per_replica,
+        "kv_tokens": layout.kv_tokens_logged_per_replica,
     }
 
 

@@ -41,6 +41,7 @@ from meshdeck.services.catalog import load_model
 from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.cpu_plan import cpu_planned_startup
 from meshdeck.services.inventory import fetch_inventory
+from meshdeck.services.vllm_release import vllm_release_for_hosts
 
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
@@ -104,6 +105,7 @@ def planned_startup(profile: Profile, inventories: Mapping[str, Inventory]) -> t
         pipeline_parallel=layout.pipeline_parallel,
         data_parallel=layout.data_parallel,
         expert_parallel=layout.expert_parallel,
+        vllm_version=vllm_release_for_hosts(inventories, profile.hosts),
     )
     try:
         layouts = plan_layouts(request).layouts
