@@ -8,7 +8,7 @@ built when someone looks at it (a 64-node cluster has hundreds of layouts; a tab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from meshdeck.core.kv_cache import kv_capacity_from_blocks
@@ -125,6 +125,9 @@ class LayoutEvaluator:
             shape=shape,
             totals=shard_totals(card, shape, mtp, settings.max_num_batched_tokens),
             reserve=layout_reserve(card, reserve_inputs),
+            parameter_totals=shard_totals(
+                card, replace(shape, weights_dtype="bf16"), mtp, settings.max_num_batched_tokens
+            ),
         )
 
     def stage_memory(self, sharding: Sharding, stage: StageKind, non_torch_bytes: int) -> StageMemory:
