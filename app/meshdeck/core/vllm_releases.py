@@ -79,7 +79,7 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         fused_moe_chunk_tokens=16384,
         tokens_logged=TOKENS_FROM_BLOCKS,
         summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens",
-        source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by "
+        source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
         "fused_moe/modular_kernel.py 1047 min(M, chunk); 0.13.0–0.16.0 utils/mem_utils.py memory_profiling "
         "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
         "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 too); 0.16.0 kv_cache_utils.py "
@@ -117,7 +117,7 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         summary=f"{INSIDE}; logged tokens = concurrency × max_model_len",
         source="0.21.0: gpu_worker.py determine_available_memory 409-447; kv_cache_utils.py "
         "_report_kv_cache_config 1708 (num_tokens = int(max_concurrency × max_model_len)), "
-        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0, 0.23.0, 0.25.0, 0.26.0 the same",
+        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0–0.26.0 the same",
     ),
     VllmAccounting(
         (0, 27),
@@ -129,8 +129,8 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         source="0.27.0 utils/mem_utils.py memory_profiling 317-326 (non_kv = total_consumed, the free-memory "
         "drop since the worker started, + transient peak headroom: the same terms once gpu_worker.py "
         "_scoped_allocator_max_split keeps the profile run's blocks releasable, so no term is added); "
-        "0.33.0 gpu_worker.py 753-757, kv_cache_utils.py get_kv_cache_capacity 1120-1128; 0.28.0, 0.30.0, "
-        "0.32.0 the same",
+        "0.33.0 gpu_worker.py 753-757, kv_cache_utils.py get_kv_cache_capacity 1120-1128; 0.28.0–0.32.0 "
+        "the same",
     ),
 )
 

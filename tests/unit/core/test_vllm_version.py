@@ -1,7 +1,7 @@
 """`--vllm-version` names a release whose memory accounting the planner reproduces, or it is refused.
 
 The ranges (core/vllm_releases.py) were read from the release wheels themselves (pip download
-vllm==X.Y.Z: 0.11.0–0.23.0, 0.25.0–0.28.0, 0.30.0, 0.32.0, 0.33.0):
+vllm==X.Y.Z, every release from 0.11.0 to 0.33.0):
 - 0.11.0 is the first release without the V0 engine (0.10.2 still ships vllm/worker/model_runner.py);
   V0 pads MLA entries and takes the smallest block count over ranks: not modelled, so 0.6–0.10 are refused.
 - VLLM_FUSED_MOE_CHUNK_SIZE: "32768" in 0.11.0, 16 * 1024 in 0.12.0–0.17.0, gone from 0.18.0
@@ -19,6 +19,8 @@ import itertools
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from meshdeck.cli import main
 from meshdeck.core.errors import InputError
 from meshdeck.core.plan_request import MODELLED_VLLM_RELEASES, parse_vllm_version
@@ -146,3 +148,16 @@ def test_cli_defaults_to_the_newest_modelled_release_and_says_so_in_json(capsys)
     assert main(["plan", "--gpu", "H200-SXM-141GB", "--max-model-len", "16384", "--top", "1", "--json"]) == 0
     settings = json.loads(capsys.readouterr().out)["settings"]
     assert (settings["vllm_accounting"], settings["vllm_accounting_range"]) == ("0.33", "0.27–0.33")
+
+
+@settings(deadline=None, max_examples=300)
+@given(major=st.integers(0, 3), minor=st.integers(0, 99))
+def test_every_release_maps_to_exactly_one_range_or_is_refused_naming_them_all(major, minor):
+    version = (major, minor)
+    holding = [accounting for accounting in VLLM_ACCOUNTINGS if accounting.holds(version)]
+    if (0, 11) <= version <= (0, 33):
+        assert len(holding) == 1 and accounting_for(version) is holding[0]
+    else:
+        assert not holding
+        with pytest.raises(InputError, match=RANGES):
+            accounting_for(version)
