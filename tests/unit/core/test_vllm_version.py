@@ -161,3 +161,19 @@ def test_every_release_maps_to_exactly_one_range_or_is_refused_naming_them_all(m
         assert not holding
         with pytest.raises(InputError, match=RANGES):
             accounting_for(version)
+
+
+@pytest.mark.parametrize(("version", "graphs_listed"), [((0, 19), False), ((0, 20), True)])
+def test_the_printed_reserve_lists_every_term_it_adds_up_cuda_graphs_when_inside_the_budget(
+    v32, request_for, version, graphs_listed
+):
+    import re
+
+    from meshdeck.core.plan_text import render_plan
+
+    text = render_plan(plan(request_for(v32, vllm_version=version, max_model_len=16384, **TP8)), top=1)
+    line = next(line for line in text.splitlines() if line.startswith("  per GPU:"))
+    total = float(re.search(r"reserve ([\d.]+) GiB", line).group(1))
+    parts = [float(v) for v in re.findall(r"(?:activations|sampler|non-torch|CUDA graphs) ([\d.]+)", line)]
+    assert ("CUDA graphs" in line) is graphs_listed
+    assert sum(parts) == pytest.approx(total, abs=0.02)
