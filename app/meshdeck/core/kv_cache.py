@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
-from meshdeck.core.vllm_releases import TOKENS_FROM_BLOCKS, TOKENS_FROM_CONCURRENCY
+from meshdeck.core.vllm_releases import TOKENS_FROM_BLOCKS, TOKENS_FROM_CONCURRENCY, TokensLogged
 
 # What `vllm serve --kv-cache-dtype` accepts for DeepSeek V3 / V3.2 on NVIDIA GPUs (vLLM 0.33.0): the CacheDType
 # values (vllm/config/cache.py) that some CUDA MLA backend lists in supported_kv_cache_dtypes. float16 is refused
@@ -121,7 +121,7 @@ class KvCapacity:
 
 
 def kv_capacity_from_blocks(
-    num_blocks: int, block_size: int, max_model_len: int, tokens_logged: str = TOKENS_FROM_BLOCKS
+    num_blocks: int, block_size: int, max_model_len: int, tokens_logged: TokensLogged = TOKENS_FROM_BLOCKS
 ) -> KvCapacity:
     """The capacity of `num_blocks` blocks, and what vLLM logs as "GPU KV cache size" for them: blocks ×
     block size up to 0.20, concurrency × max_model_len from 0.21 (fewer when max_model_len is not a whole

@@ -14,14 +14,16 @@ the non-KV memory is measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from meshdeck.core.errors import InputError
 
 Release = tuple[int, int]
 
 # how the logged "GPU KV cache size: N tokens" comes from the block count
-TOKENS_FROM_BLOCKS = "blocks"  # num_blocks // groups × block_size
-TOKENS_FROM_CONCURRENCY = "concurrency"  # int(num_blocks / ceil(max_model_len / block) × max_model_len)
+TokensLogged = Literal["blocks", "concurrency"]
+TOKENS_FROM_BLOCKS: TokensLogged = "blocks"  # num_blocks // groups × block_size
+TOKENS_FROM_CONCURRENCY: TokensLogged = "concurrency"  # int(num_blocks / ceil(max_model_len / block) × max_len)
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class VllmAccounting:
     last: Release
     cudagraph_in_budget: bool  # the CUDA-graph estimate is subtracted from the KV budget by default
     fused_moe_chunk_tokens: int  # the most MoE rows-before-top-k the profile run's workspace is sized for
-    tokens_logged: str  # TOKENS_FROM_BLOCKS or TOKENS_FROM_CONCURRENCY
+    tokens_logged: TokensLogged
     summary: str  # what the plan's note says about this range
     source: str  # where in the release's source each trait was read
 
@@ -52,10 +54,12 @@ def release_text(version: Release) -> str:
 
 OUTSIDE = "CUDA graphs captured after sizing, outside the KV budget"
 # From 0.18 VLLM_FUSED_MOE_CHUNK_SIZE is gone and fused_moe/modular_kernel.py sizes its workspaces for the
-# whole batch, which with DP + EP is every DP rank's gathered tokens (8 × 8192 on one node). Sized that way,
-# vLLM's own V3.2 recipe layout (DP8 + EP on 8×H200, default context) would not fit, yet it runs: the DP
-# dispatch of those releases is not read far enough to model it, so the planner keeps 0.11's 32768-token
-# bound there (a bound, not a value read from the source; it only matters when DP × batch exceeds it).
+# whole batch, which with DP + EP would be every DP rank's gathered tokens (8 × 8192 on one node). Sized
+# that way, the layout vLLM's V3.2 recipe recommends (DP8 + EP on 8×H200, default context) would not fit
+# (one public report, LMCache PR 2521, says TP1·DP8 ran out of memory on H200 — the evidence is mixed): the
+# DP dispatch of those releases was not read far enough to model it, so the planner keeps 0.11's
+# 32768-token bound there (a bound, not a value read from the source; it only matters when DP × batch
+# exceeds it).
 UNREAD_DP_GATHER_BOUND = 32768
 INSIDE = "CUDA graphs' profiled estimate subtracted from the KV budget"
 
@@ -82,7 +86,8 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
         "fused_moe/modular_kernel.py 1047 min(M, chunk); 0.13.0–0.16.0 utils/mem_utils.py memory_profiling "
         "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
-        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 too); 0.16.0 kv_cache_utils.py "
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 gpu_worker.py 407-408: requested − non_kv only); "
+        "0.16.0 kv_cache_utils.py "
         "_report_kv_cache_config 1290-1294 (num_blocks // groups × block)",
     ),
     VllmAccounting(
