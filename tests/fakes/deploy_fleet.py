@@ -1,6 +1,7 @@
 """Scripted fleets for launch and deployment tests: `FakeFleet` answers workers.* and checks.* like an
 agent, records calls, and delivers `worker` / `log` events the way the fleet does (from another thread);
-`InventoryFleet` answers only what preparing a launch asks (inventory, checks.route).
+`InventoryFleet` answers only what preparing a launch asks (inventory, checks.route, checks.versions).
+Both report vLLM 0.33.0 (the newest release the planner models) from `checks.versions` unless told otherwise.
 
 `workers.logs` answers as the agent's `workers.logs.read_log` does: at most `limit` characters (256 Ki by
 default, 512 Ki at most) from `offset`, or the last `limit` when no offset is given (the tail)."""
@@ -19,6 +20,15 @@ LOG_DEFAULT_LIMIT = 256 * 1024  # as meshdeck_agent.workers.logs
 LOG_MAX_LIMIT = 512 * 1024
 
 
+def _versions_answer(versions: dict[str, Any], host: str) -> Any:
+    answer = versions.get(
+        host, {"python": "3.11.7", "torch": "2.13.0", "vllm": "0.33.0", "nccl": "2.27.3", "ray": None}
+    )
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
 class FakeFleet:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
@@ -28,6 +38,7 @@ class FakeFleet:
         self.on_start: dict[str, Callable[[str, dict[str, Any]], None]] = {}  # command suffix -> behaviour
         self.fail_start: set[str] = set()
         self.routes: dict[str, Any] = {}  # host -> its checks.route answer, or an exception to raise
+        self.versions: dict[str, Any] = {}  # host -> its checks.versions answer, or an exception to raise
         self._subscribers: list[Callable[[Any], None]] = []
         self._lock = threading.Lock()
 
@@ -77,6 +88,8 @@ class FakeFleet:
             if isinstance(answer, Exception):
                 raise answer
             return answer
+        if method == "checks.versions":
+            return _versions_answer(self.versions, host)
         if method == "checks.tcp_connect":
             return {"ok": (host, params["port"]) in self.open_ports, "error": None, "rtt_ms": 0.1}
         raise AssertionError(f"unexpected call {method}")
@@ -151,8 +164,9 @@ class Recorder:
 class InventoryFleet:
     """Answers `inventory` per host and `checks.route`; anything else (starting a worker) fails the test."""
 
-    def __init__(self, inventories: dict[str, Any]) -> None:
+    def __init__(self, inventories: dict[str, Any], versions: dict[str, Any] | None = None) -> None:
         self.inventories = inventories
+        self.versions = versions or {}  # host -> its checks.versions answer, or an exception to raise
         self.calls: list[tuple[str, str]] = []
 
     def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
@@ -161,6 +175,8 @@ class InventoryFleet:
             return self.inventories[host]
         if method == "checks.route":
             return {"host": "10.0.0.1", "address": "10.0.0.1", "source": "10.0.0.2", "interface": "eth0", "error": None}
+        if method == "checks.versions":
+            return _versions_answer(self.versions, host)
         raise AssertionError(f"unexpected call {method} to {host}")
 
     def __enter__(self) -> InventoryFleet:

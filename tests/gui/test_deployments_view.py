@@ -60,11 +60,13 @@ def test_the_demo_launch_predicts_on_the_catalog_h200_the_planner_view_used(simu
     """What the simulated vLLM fakes and the planned-vs-measured table compares against is the planner's
     row for the chosen layout, planned on H200-SXM-141GB (not a GPU known by its memory alone)."""
     from meshdeck.services.deployments.targets import planned_startup
+    from meshdeck.services.vllm_release import vllm_release_for_hosts
 
     inventories = dict.fromkeys(DEMO_HOSTS, Inventory.from_wire(simulated_inventory))
     cluster = cluster_from_inventories(inventories, list(DEMO_HOSTS), load_gpu_catalog()).cluster
     assert cluster.gpu.name == "H200-SXM-141GB" and not cluster.gpu.assumed
-    result = plan(PlanRequest(model=load_model("deepseek-v3.2"), cluster=cluster))  # as the demo tour plans
+    release = vllm_release_for_hosts(inventories, list(DEMO_HOSTS))  # the agents' stand-in: vLLM 0.11's accounting
+    result = plan(PlanRequest(model=load_model("deepseek-v3.2"), cluster=cluster, vllm_version=release))
     layout = choose_demo_layout(result, len(DEMO_HOSTS))
     mapping = profile_mappings(layout, result, list(DEMO_HOSTS), "x", "deepseek-ai/DeepSeek-V3.2")[0]
 

@@ -34,6 +34,7 @@ from meshdeck.core.plan_request import GOALS, PlanRequest, TrainingSettings, par
 from meshdeck.core.plan_text import render_plan, render_training
 from meshdeck.core.planner import PlanResult, plan
 from meshdeck.core.units import GBIT
+from meshdeck.core.vllm_releases import NEWEST_MODELLED, modelled_ranges, release_text
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model, load_topology
 from meshdeck.services.cluster import cluster_from_inventories
@@ -107,9 +108,9 @@ def register(subparsers: Subparsers) -> None:
     add("--context-tokens", help="context length the decode estimate assumes (default min(max-model-len, 4096))")
     add(
         "--vllm-version",
-        default="0.16",
-        help="vLLM release whose memory accounting to follow: 0.11-0.20 (CUDA graphs outside the KV budget) "
-        "or 0.21-0.33 (inside); others are refused (default 0.16)",
+        help=f"vLLM release whose memory accounting to follow, one of the modelled ranges {modelled_ranges()} "
+        f"(CUDA graphs outside the KV budget before 0.20); others are refused "
+        f"(default {release_text(NEWEST_MODELLED)}, the newest modelled)",
     )
     add("--tensor-parallel", help="only layouts with this TP")
     add("--pipeline-parallel", help="only layouts with this PP")
@@ -236,7 +237,7 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
         mtp_speculative_tokens=_int(args.mtp_tokens, "--mtp-tokens") or 3,
         goal=args.goal,
         context_tokens=_int(args.context_tokens, "--context-tokens"),
-        vllm_version=parse_vllm_version(args.vllm_version),
+        vllm_version=NEWEST_MODELLED if args.vllm_version is None else parse_vllm_version(args.vllm_version),
         tensor_parallel=_int(args.tensor_parallel, "--tensor-parallel"),
         pipeline_parallel=_int(args.pipeline_parallel, "--pipeline-parallel"),
         data_parallel=_int(args.data_parallel, "--data-parallel"),

@@ -8,7 +8,7 @@ built when someone looks at it (a 64-node cluster has hundreds of layouts; a tab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from meshdeck.core.kv_cache import kv_capacity_from_blocks
@@ -30,6 +30,7 @@ from meshdeck.core.rules import practice_tier
 from meshdeck.core.throughput import DecodeModel
 from meshdeck.core.traffic import TrafficItem, decode_traffic
 from meshdeck.core.units import GIB
+from meshdeck.core.vllm_releases import accounting_for
 from meshdeck.core.weights import ShardShape, invalid_shard_reason, shard_totals, stage_total, stage_weights
 
 
@@ -42,7 +43,7 @@ class LayoutEstimate:
     bound: str
     batch_per_replica: int
     traffic: tuple[TrafficItem, ...]  # per token through the busiest stage
-    warnings: tuple[str, ...]  # CUDA graphs that do not fit the headroom (vLLM < 0.21)
+    warnings: tuple[str, ...]  # CUDA graphs that do not fit the headroom (vLLM < 0.20)
 
 
 NOT_ESTIMATED = LayoutEstimate(0.0, 0.0, "", 0, (), ())
@@ -83,6 +84,7 @@ class LayoutEvaluator:
             weights_fp8=settings.weights_dtype == "fp8",
             speculative_tokens=self.speculative_tokens,
         )
+        self.accounting = accounting_for(request.vllm_version)
         self.blocks_per_request = -(-settings.max_model_len // settings.kv.block_size)
         self.kv_block_bytes_per_layer = settings.kv.block_size * settings.kv.bytes_per_token_per_layer
         self._shardings: dict[tuple[int, int, bool], Sharding | str] = {}
@@ -127,6 +129,9 @@ class LayoutEvaluator:
             shape=shape,
             totals=shard_totals(card, shape, mtp, settings.max_num_batched_tokens),
             reserve=layout_reserve(card, reserve_inputs),
+            parameter_totals=shard_totals(
+                card, replace(shape, weights_dtype="bf16"), mtp, settings.max_num_batched_tokens
+            ),
         )
 
     def stage_memory(self, sharding: Sharding, stage: StageKind, non_torch_bytes: int) -> StageMemory:
@@ -172,7 +177,9 @@ class LayoutEvaluator:
         # stages of one kind hold the same bytes: each kind is computed once
         by_kind = tuple(self.stage_memory(sharding, kind, non_torch) for kind in pipeline.kinds)
         memory = PipelineMemory(pipeline, by_kind, kv_blocks=min(stage.kv_blocks for stage in by_kind))
-        kv = kv_capacity_from_blocks(memory.kv_blocks, settings.kv.block_size, settings.max_model_len)
+        kv = kv_capacity_from_blocks(
+            memory.kv_blocks, settings.kv.block_size, settings.max_model_len, self.accounting.tokens_logged
+        )
         fits = kv.num_blocks >= self.blocks_per_request and kv.num_blocks > 0
         # per-GPU figures are those of the busiest stage
         busiest = memory.busiest_stage
@@ -214,6 +221,7 @@ class LayoutEvaluator:
             * settings.kv.bytes_per_token_per_layer,
             kv_block_size=kv.block_size,
             kv_tokens_per_replica=kv.tokens,
+            kv_tokens_logged_per_replica=kv.logged_tokens,
             max_concurrency=kv.max_concurrency,
             est_decode_tokens_per_s=estimate.tokens_per_s,
             est_decode_tokens_per_s_per_request=estimate.tokens_per_s_per_request,
@@ -280,7 +288,7 @@ class LayoutEvaluator:
         headroom = self.request.cluster.gpu.torch_visible_bytes - settings.usable_bytes_per_gpu
         if outside > headroom:
             warnings = (
-                f"CUDA graphs (~{outside / GIB:.1f} GiB, captured after the KV cache in vLLM < 0.21) exceed the "
+                f"CUDA graphs (~{outside / GIB:.1f} GiB, captured after the KV cache in vLLM < 0.20) exceed the "
                 f"{headroom / GIB:.1f} GiB left by --gpu-memory-utilization: lower it or run --enforce-eager",
             )
         return LayoutEstimate(

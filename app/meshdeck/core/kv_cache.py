@@ -15,6 +15,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
 from meshdeck.core.rocm import NEWEST_READ, kv_dtype_problem, sparse_block_size
+from meshdeck.core.vllm_releases import TOKENS_FROM_BLOCKS, TOKENS_FROM_CONCURRENCY, TokensLogged
 
 # What `vllm serve --kv-cache-dtype` accepts for DeepSeek V3 / V3.2 on NVIDIA GPUs (vLLM 0.33.0): the CacheDType
 # values (vllm/config/cache.py) that some CUDA MLA backend lists in supported_kv_cache_dtypes. float16 is refused
@@ -138,12 +139,20 @@ class KvCapacity:
     block_size: int
     tokens: int
     max_concurrency: float  # requests of max_model_len that fit at once
+    logged_tokens: int  # the "GPU KV cache size" vLLM logs for them (vllm_releases.VllmAccounting.tokens_logged)
 
 
-def kv_capacity_from_blocks(num_blocks: int, block_size: int, max_model_len: int) -> KvCapacity:
+def kv_capacity_from_blocks(
+    num_blocks: int, block_size: int, max_model_len: int, tokens_logged: TokensLogged = TOKENS_FROM_BLOCKS
+) -> KvCapacity:
+    """The capacity of `num_blocks` blocks, and what vLLM logs as "GPU KV cache size" for them: blocks ×
+    block size up to 0.20, concurrency × max_model_len from 0.21 (fewer when max_model_len is not a whole
+    number of blocks: see core/vllm_releases.py)."""
     blocks_per_request = -(-max_model_len // block_size)
     concurrency = num_blocks / blocks_per_request if blocks_per_request else 0.0
-    return KvCapacity(num_blocks, block_size, num_blocks * block_size, concurrency)
+    tokens = num_blocks * block_size
+    logged = int(concurrency * max_model_len) if tokens_logged == TOKENS_FROM_CONCURRENCY else tokens
+    return KvCapacity(num_blocks, block_size, tokens, concurrency, logged)
 
 
 def kv_capacity(

@@ -16,7 +16,7 @@ from meshdeck.core.placement import GroupLinks, Placement
 from meshdeck.core.plan_request import ResolvedSettings
 from meshdeck.core.reserve import GroupMembership, LayoutReserve, Reserve
 from meshdeck.core.throughput import DecodeStepInputs
-from meshdeck.core.weights import ShardShape, ShardTotals
+from meshdeck.core.weights import BF16, ShardShape, ShardTotals, stage_total
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,7 @@ class Sharding:
     shape: ShardShape
     totals: ShardTotals
     reserve: LayoutReserve
+    parameter_totals: ShardTotals  # the same shard stored in BF16: bytes / 2 are its parameters
 
     def step_inputs(self, stage_bytes: int, stage: StageKind, attention_layers: int) -> DecodeStepInputs:
         """What one decode step of this stage reads and computes on one GPU holding `stage_bytes` of weights.
@@ -150,9 +151,11 @@ class Sharding:
         card, totals, shape = self.card, self.totals, self.shape
         dense_layers, moe_layers = stage.dense_layers, stage.moe_layers
         routed = moe_layers * totals.routed_per_moe_layer
-        scales = dense_layers * totals.scales_dense_layer + moe_layers * totals.scales_moe_layer
-        bytes_per_parameter = 1 if shape.weights_dtype == "fp8" else 2
-        dense_parameters = (stage_bytes - routed - scales) / bytes_per_parameter
+        # FLOPs follow the parameters, not their storage (4-bit formats store 2 parameters a byte): count
+        # them on the same shard in BF16, without the buffers every stage allocates
+        params = self.parameter_totals
+        bf16_bytes = stage_total(params, dense_layers, moe_layers, stage.first_stage, stage.last_stage)
+        dense_parameters = (bf16_bytes - moe_layers * params.routed_per_moe_layer - params.every_stage_extra) / BF16
         expert_parameters = 3 * card.hidden_size * card.moe_intermediate_size
         return DecodeStepInputs(
             non_expert_bytes=stage_bytes - routed,

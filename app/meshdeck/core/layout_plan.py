@@ -70,6 +70,7 @@ class LayoutPlan:
     kv_bytes_per_token_per_gpu: int = 0
     kv_block_size: int = 0
     kv_tokens_per_replica: int = 0
+    kv_tokens_logged_per_replica: int = 0  # "GPU KV cache size" as the chosen vLLM release logs it
     max_concurrency: float = 0.0
     est_decode_tokens_per_s: float = 0.0  # whole cluster (all instances, all DP ranks)
     est_decode_tokens_per_s_per_request: float = 0.0
@@ -209,6 +210,7 @@ class LayoutPlan:
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
             "kv_block_size": self.kv_block_size,
             "kv_tokens_per_replica": self.kv_tokens_per_replica,
+            "kv_tokens_logged_per_replica": self.kv_tokens_logged_per_replica,
             "kv_tokens_total": self.kv_tokens_total,
             "max_concurrency": round(self.max_concurrency, 2),
             "est_decode_tokens_per_s": round(self.est_decode_tokens_per_s, 1),

@@ -14,12 +14,13 @@ from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
+from meshdeck.core.vllm_releases import NEWEST_MODELLED, VLLM_ACCOUNTINGS, Release, accounting_for
 from meshdeck.core.weights import WEIGHTS_DTYPES
 
 GOALS = ("throughput", "latency", "context")
 ENGINES = ("vllm", "torch")
 MODES = ("serve", "train")
-DEFAULT_VLLM_VERSION = (0, 16)  # accounting of the calibration point: CUDA graphs outside the KV budget
+DEFAULT_VLLM_VERSION = NEWEST_MODELLED  # the issue's default when no host reports its vLLM: the newest modelled
 DEFAULT_ESTIMATE_CONTEXT = 4096
 
 
@@ -30,35 +31,15 @@ def _positive_int(value: object, flag: str, *, maximum: int | None = None) -> No
         raise InputError(flag, f"must be at most {maximum}, got {value}")
 
 
-# The vLLM releases whose memory accounting the reserve reproduces, each from that release's gpu_worker
-# determine_available_memory: 0.11 is the first with only the V1 engine (0.6–0.10 may run V0, which pads MLA
-# entries and takes the smallest block count over ranks: not modelled); before 0.21 CUDA graphs are captured
-# after the KV cache is sized, from 0.21 their profiled estimate is subtracted; 0.33 is the newest release read.
-MODELLED_VLLM_RELEASES: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = (((0, 11), (0, 20)), ((0, 21), (0, 33)))
+# The vLLM releases whose memory accounting the reserve reproduces: core/vllm_releases.py, one range per way
+# of sizing the KV cache, each read from that release's source.
+MODELLED_VLLM_RELEASES: tuple[tuple[Release, Release], ...] = tuple((a.first, a.last) for a in VLLM_ACCOUNTINGS)
 
 
-def _release(version: tuple[int, int]) -> str:
-    return f"{version[0]}.{version[1]}"
-
-
-def check_vllm_version(version: tuple[int, int]) -> tuple[int, int]:
-    """The version if the planner models its accounting, else an error naming the flag and the modelled ones."""
-    if any(first <= version <= last for first, last in MODELLED_VLLM_RELEASES):
-        return version
-    modelled = "; ".join(
-        f"{_release(first)}–{_release(last)} ({where})"
-        for (first, last), where in zip(
-            MODELLED_VLLM_RELEASES,
-            ("CUDA graphs outside the KV budget", "CUDA graphs inside the KV budget"),
-            strict=True,
-        )
-    )
-    why = (
-        "releases before 0.11 can run the V0 engine, whose accounting is not modelled"
-        if version < MODELLED_VLLM_RELEASES[0][0]
-        else "newer releases are not modelled yet"
-    )
-    raise InputError("--vllm-version", f"{_release(version)}: {why}; the planner models vLLM {modelled}")
+def check_vllm_version(version: Release) -> Release:
+    """The version if the planner models its accounting, else an error naming the flag and the modelled ranges."""
+    accounting_for(version)
+    return version
 
 
 def parse_vllm_version(text: str) -> tuple[int, int]:

@@ -139,10 +139,12 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
     if best is not None and best.valid:
         if best.reserve is not None:
             r = best.reserve
+            # from vLLM 0.20 the CUDA-graph estimate is part of what the reserve subtracts
+            graphs = f", CUDA graphs {r.cudagraph_bytes / GIB:.2f}" if r.cudagraph_in_budget else ""
             out.append(
                 f"  per GPU: weights {best.weights_gib_per_gpu:.2f} GiB + reserve {r.in_budget_bytes / GIB:.2f} GiB "
                 f"(activations {r.activation_peak_bytes / GIB:.2f}, sampler {r.sampler_bytes / GIB:.2f}, non-torch "
-                f"{r.non_torch_bytes / GIB:.2f}) + KV {best.kv_cache_gib_per_gpu:.2f} GiB of "
+                f"{r.non_torch_bytes / GIB:.2f}{graphs}) + KV {best.kv_cache_gib_per_gpu:.2f} GiB of "
                 f"{best.usable_bytes_per_gpu / GIB:.2f} GiB usable; KV {best.kv_bytes_per_token_per_gpu:,} B/token/GPU"
             )
         if best.fits:

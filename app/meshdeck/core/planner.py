@@ -43,6 +43,7 @@ from meshdeck.core.rules import (
 )
 from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
+from meshdeck.core.vllm_releases import accounting_for, release_text
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
 
 __all__ = [
@@ -280,6 +281,7 @@ class PlanResult:
                 "mtp": request.mtp,
                 "est_context_tokens": settings.context_tokens,
                 "vllm_accounting": ".".join(str(v) for v in request.vllm_version),
+                "vllm_accounting_range": accounting_for(request.vllm_version).label,
             },
             "top_reason": self.top_reason,
             "notes": list(self.notes),
@@ -289,6 +291,15 @@ class PlanResult:
                 layout.as_dict(include_rank_map=include_rank_map, rank_note=self.rank_note(layout)) for layout in chosen
             ],
         }
+
+
+def _accounting_note(version: tuple[int, int]) -> str:
+    """Which release's accounting the numbers follow, and how that release's range sizes the KV cache."""
+    accounting = accounting_for(version)
+    return (
+        f"memory accounting follows vLLM {release_text(version)} "
+        f"(releases {accounting.label}: {accounting.summary}; --vllm-version picks another)"
+    )
 
 
 def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings, top_note: str = "") -> str:
@@ -348,13 +359,7 @@ def plan(request: PlanRequest) -> PlanResult:
     notes: tuple[str, ...] = (
         "est_* numbers are estimates from bandwidth and FLOP models, not measurements",
         f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
-        "memory accounting follows vLLM "
-        + ".".join(str(v) for v in request.vllm_version)
-        + (
-            " (CUDA graphs subtracted from the KV budget)"
-            if request.vllm_version >= (0, 21)
-            else " (CUDA graphs captured after sizing, outside the KV budget; pass --vllm-version 0.21 for newer)"
-        ),
+        _accounting_note(request.vllm_version),
     )
     if request.cluster.gpu.vendor == "amd":
         notes += (rocm_note(request.cluster.gpu.arch, request.cluster.gpu.name),)

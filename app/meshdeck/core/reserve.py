@@ -15,9 +15,10 @@ Each term here is modelled from what drives it, not fitted as a percentage of th
 - non-torch: CUDA libraries' workspaces and loaded kernels, plus NCCL buffers per communicator the
   rank belongs to (vLLM opens a PyNccl and a torch NCCL communicator per group; NVLink SHARP adds
   288 MiB per rank on NVSwitch Hopper/Blackwell groups of more than 2 — NCCL's own log line);
-- CUDA graphs: captured after the KV cache is sized; vLLM ≥ 0.21 profiles and subtracts them
-  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default), older releases leave them outside
-  the budget (they then live in the 1 − gpu_memory_utilization headroom).
+- CUDA graphs: captured after the KV cache is sized; from vLLM 0.20 their profiled estimate is
+  subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default), older releases leave them
+  outside the budget (they then live in the 1 − gpu_memory_utilization headroom).
+What differs between releases (where graphs go, the fused-MoE chunk) comes from core/vllm_releases.py.
 Calibrated on the public point (vLLM 0.16.0, V3.2, TP8, 8×H200, 0.85, 16384): see tests/unit/core.
 """
 
@@ -28,9 +29,9 @@ from dataclasses import dataclass
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
 from meshdeck.core.units import MIB
+from meshdeck.core.vllm_releases import accounting_for
 
 BF16 = 2
-FUSED_MOE_CHUNK_TOKENS = 32768  # VLLM_FUSED_MOE_CHUNK_SIZE
 DEEP_GEMM_BLOCK_M = 128
 SAMPLER_BYTES_PER_LOGIT = 24
 CUDA_LIBRARIES_BYTES = (
@@ -41,7 +42,6 @@ NCCL_COMM_INTER_NODE_BYTES = 256 * MIB  # + network proxy/IB buffers
 NCCL_NVLS_PER_RANK_BYTES = 288 * MIB  # "nvlsPerRankSize 301989888" (NCCL on 8×H200, vLLM issue #9699)
 CUSTOM_ALL_REDUCE_BYTES = 32 * MIB  # vLLM custom all-reduce buffers (TP inside one NVLink node)
 CUDAGRAPH_BYTES_PER_GRAPH = 256 * 1024  # executable graph + pool growth per captured piece
-CUDAGRAPH_MIN_VLLM = (0, 21)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Reserve:
 
     @property
     def outside_budget_bytes(self) -> int:
-        """Memory needed beyond the budget (graphs captured after sizing in vLLM < 0.21)."""
+        """Memory needed beyond the budget (graphs captured after sizing in vLLM < 0.20)."""
         return 0 if self.cudagraph_in_budget else self.cudagraph_bytes
 
     def as_dict(self) -> dict[str, int | bool]:
@@ -103,8 +103,10 @@ class Reserve:
         }
 
 
-def _moe_workspace(card: ModelCard, tokens: int, local_intermediate: int, local_experts: int, deep_gemm: bool) -> int:
-    rows = min(tokens, FUSED_MOE_CHUNK_TOKENS) * card.num_experts_per_tok
+def _moe_workspace(
+    card: ModelCard, tokens: int, local_intermediate: int, local_experts: int, deep_gemm: bool, chunk: int
+) -> int:
+    rows = min(tokens, chunk) * card.num_experts_per_tok
     if deep_gemm:
         # DeepGEMM's contiguous grouped layout pads every local expert's rows to its 128-row tile
         rows += local_experts * (DEEP_GEMM_BLOCK_M - 1)
@@ -127,13 +129,16 @@ def activation_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     dense = tokens * 3 * (card.intermediate_size // tp) * BF16
     # With DP > 1 the MoE layers see every DP rank's tokens (vLLM's default all2all backend gathers them).
     moe_tokens = tokens * inputs.data_parallel
+    chunk = accounting_for(inputs.vllm_version).fused_moe_chunk_tokens
     gathered = moe_tokens * h * BF16 if inputs.data_parallel > 1 else 0
     if inputs.expert_parallel:
         local_experts = -(-card.n_routed_experts // inputs.moe_ranks)
-        workspace = _moe_workspace(card, moe_tokens, card.moe_intermediate_size, local_experts, inputs.deep_gemm_moe)
+        workspace = _moe_workspace(
+            card, moe_tokens, card.moe_intermediate_size, local_experts, inputs.deep_gemm_moe, chunk
+        )
     else:
         local_inter = card.moe_intermediate_size // inputs.moe_ranks
-        workspace = _moe_workspace(card, moe_tokens, local_inter, card.n_routed_experts, inputs.deep_gemm_moe)
+        workspace = _moe_workspace(card, moe_tokens, local_inter, card.n_routed_experts, inputs.deep_gemm_moe, chunk)
     moe = gathered + workspace
     return residual + max(attention, dense, moe)
 
@@ -189,7 +194,7 @@ class LayoutReserve:
             sampler_bytes=self.sampler_bytes if last_stage else 0,
             non_torch_bytes=non_torch_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
-            cudagraph_in_budget=self.inputs.vllm_version >= CUDAGRAPH_MIN_VLLM,
+            cudagraph_in_budget=accounting_for(self.inputs.vllm_version).cudagraph_in_budget,
         )
 
 

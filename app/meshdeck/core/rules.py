@@ -98,6 +98,19 @@ def _gpu_rules(
                     "through Marlin weight-only kernels (W8A16, BF16 math) — slower prefill than on Hopper",
                 )
             )
+    if weights_dtype == "nvfp4" and gpu.arch != "blackwell":
+        # vLLM 0.33: ModelOptNvFp4Config.get_min_capability() is 75 (quantization/modelopt.py) and
+        # select_nvfp4_moe_backend (fused_moe/oracle/nvfp4.py) falls back to MARLIN where the FlashInfer and
+        # CUTLASS FP4 kernels (SM100) are missing: the 4-bit weights are kept and dequantized to BF16
+        where = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
+        out.append(
+            Warning(
+                "nvfp4_weight_only",
+                f"NVFP4 needs Blackwell's FP4 tensor cores for W4A4; on {where} vLLM runs NVFP4 weights through "
+                "Marlin weight-only kernels (W4A16: 4-bit in memory, BF16 math) — the memory plan holds, prefill "
+                "is slower and the estimate assumes BF16 compute",
+            )
+        )
     if gpu.assumed:
         out.append(
             Warning(

@@ -20,6 +20,7 @@ def test_v32_tp8_h200_weights_within_3_percent_and_kv_tokens_within_5_percent(v3
         v32,
         max_model_len=16384,
         gpu_memory_utilization=0.85,
+        vllm_version=(0, 16),
         tensor_parallel=8,
         pipeline_parallel=1,
         data_parallel=1,
@@ -42,7 +43,9 @@ def test_kimi_k2_thinking_tp8_h200_available_kv_within_5_percent(kimi_k2, reques
     # with every memory setting at its default): "Available KV cache memory: 46.80 GiB",
     # "GPU KV cache size: 715,072 tokens". A different checkpoint format (int4 experts, BF16 rest), head
     # count, expert count and vocabulary than the V3.2 point: the same accounting must carry over.
-    request = request_for(kimi_k2, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False)
+    request = request_for(
+        kimi_k2, vllm_version=(0, 11), tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False
+    )
     layout = plan(request).layouts[0]
     assert layout.kv_budget_bytes_per_gpu / GIB == pytest.approx(46.80, rel=0.05)
     assert layout.kv_tokens_per_replica == pytest.approx(715_072, rel=0.05)
@@ -50,7 +53,9 @@ def test_kimi_k2_thinking_tp8_h200_available_kv_within_5_percent(kimi_k2, reques
 
 def test_every_reserve_term_is_positive_and_named(v32, request_for):
     layout = plan(
-        request_for(v32, tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False)
+        request_for(
+            v32, vllm_version=(0, 16), tensor_parallel=8, pipeline_parallel=1, data_parallel=1, expert_parallel=False
+        )
     ).layouts[0]
     reserve = layout.reserve
     assert reserve.activation_peak_bytes > 0 and reserve.sampler_bytes > 0 and reserve.non_torch_bytes > 0
@@ -60,7 +65,7 @@ def test_every_reserve_term_is_positive_and_named(v32, request_for):
 
 def test_newer_vllm_subtracts_cuda_graphs_from_the_kv_budget(v32, request_for):
     common = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
-    old = plan(request_for(v32, **common)).layouts[0]
+    old = plan(request_for(v32, vllm_version=(0, 16), **common)).layouts[0]
     new = plan(request_for(v32, vllm_version=(0, 21), **common)).layouts[0]
     assert new.reserve.cudagraph_in_budget
     assert old.kv_budget_bytes_per_gpu - new.kv_budget_bytes_per_gpu == new.reserve.cudagraph_bytes

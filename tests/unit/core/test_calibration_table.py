@@ -4,7 +4,13 @@ Each row: where the logged numbers come from, the settings of that run, what vLL
 tolerance. The planner's numbers and the error are computed; a miss fails with the whole table, so
 nothing is skipped. Target (issue 13): KV tokens within 2 % and weights within 1 % on current releases.
 Public logs that cannot make a row: vLLM issue 31903 (V3.2 TP8·PP4, 1,214,464 tokens) states neither the
-release, the GPU nor gpu_memory_utilization; vLLM issue 15928 is an AMD MI308 (not modelled).
+release, the GPU nor gpu_memory_utilization; vLLM issue 15928 is an AMD MI308 (not modelled); the Kimi-K2
+recipe's DCP8 run (same file, lines 199–201) multiplies tokens by decode context parallel, which the planner
+does not model; vLLM issue 14882 (R1 on 8×H200, PyTorch 2.5.1, March 2025) runs a pre-0.11 release (refused).
+Searched for more rows on 2026-12-01 (issues, pages and code corpora: "Available KV cache memory" /
+"GPU KV cache size" / "Maximum concurrency for 163,840 tokens per request" with DeepSeek V3, R1, V3.2,
+Kimi-K2 on H100, H200, B200, and the vllm-project/recipes history): no further log states its release,
+GPU, settings and logged numbers together, so no H100 or B200 row exists yet.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def _planned(layout: Any) -> dict[str, float]:
     return {
         "weights_gib": layout.weights_bytes_per_gpu / GIB,
         "kv_gib": layout.kv_budget_bytes_per_gpu / GIB,
-        "kv_tokens": layout.kv_tokens_per_replica,
+        "kv_tokens": layout.kv_tokens_logged_per_replica,
     }
 
 

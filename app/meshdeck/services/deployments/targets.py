@@ -25,6 +25,7 @@ from meshdeck_agent.wire_inventory import Inventory
 from meshdeck.core.errors import InputError
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
+from meshdeck.core.vllm_releases import Release
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import (
     HeadRoute,
@@ -41,10 +42,13 @@ from meshdeck.services.catalog import load_model
 from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.cpu_plan import cpu_planned_startup
 from meshdeck.services.inventory import fetch_inventory
+from meshdeck.services.preflight import versions_python
+from meshdeck.services.vllm_release import release_from_reports, vllm_release_for_hosts
 
 log = logging.getLogger(__name__)
 LOCAL_ADDRESS = "127.0.0.1"
 ROUTE_TIMEOUT_S = 30.0  # resolving a head given by name may wait on the node's DNS
+VERSIONS_TIMEOUT_S = 60.0  # the agent starts the profile's python to read its package metadata
 SIMULATED_VLLM_NOTE = (
     "these hosts simulate their GPUs (agents started with --simulate): each runs its vLLM stand-in for this "
     "argv, and the startup numbers it prints are the agent's estimate of what vLLM would measure, not vLLM's"
@@ -75,11 +79,15 @@ def bundled_model_for(model: str) -> str | None:
     return None
 
 
-def planned_startup(profile: Profile, inventories: Mapping[str, Inventory]) -> tuple[PlannedStartup | None, str]:
+def planned_startup(
+    profile: Profile, inventories: Mapping[str, Inventory], vllm_version: Release | None = None
+) -> tuple[PlannedStartup | None, str]:
     """The planner's numbers for exactly this profile's layout on its hosts, or (None, why).
 
     Planned on `cluster_from_inventories` of the profile's hosts: the cluster the console's planner
-    shows for the same hosts, so planned-vs-measured compares against the row the user chose."""
+    shows for the same hosts, so planned-vs-measured compares against the row the user chose; with the
+    accounting of `vllm_version` (the release the hosts run) or, without one, the release the console
+    planner would use for these hosts (services/vllm_release.py)."""
     if profile.engine != "vllm":
         return None, ""
     if not any(inventories[host].gpus for host in profile.hosts if host in inventories):
@@ -104,6 +112,7 @@ def planned_startup(profile: Profile, inventories: Mapping[str, Inventory]) -> t
         pipeline_parallel=layout.pipeline_parallel,
         data_parallel=layout.data_parallel,
         expert_parallel=layout.expert_parallel,
+        vllm_version=vllm_version or vllm_release_for_hosts(inventories, profile.hosts),
     )
     try:
         layouts = plan_layouts(request).layouts
@@ -159,9 +168,28 @@ def prepare_launch(
         node_network_from_inventory(host, addresses[host], found[host], head_route=routes.get(host))
         for host in profile.hosts
     ]
-    planned, note = planned_startup(profile, found)
+    release, release_note = (None, "") if is_simulated else hosts_vllm_release(fleet, profile)
+    planned, note = planned_startup(profile, found, release)
+    if planned is not None and release_note:
+        note = release_note
     plan = build_launch_plan(profile, nodes, run_id=run_id, planned=planned)
     return PreparedLaunch(plan, found, is_simulated, note)
+
+
+def hosts_vllm_release(fleet: Any, profile: Profile) -> tuple[Release | None, str]:
+    """The vLLM release the profile's hosts report (`checks.versions`), or (None, "") for a torch job, or
+    the newest modelled and why when they cannot say or disagree (services/vllm_release.py)."""
+    if profile.engine != "vllm":
+        return None, ""
+    params = {"python": versions_python(profile)}
+    reports: dict[str, Any] = {}
+    for host in profile.hosts:
+        try:
+            reports[host] = fleet.call(host, "checks.versions", params, timeout=VERSIONS_TIMEOUT_S)
+        except (RpcError, RpcTimeout) as exc:
+            log.info("%s: no checks.versions answer (%s); planning with the newest modelled vLLM", host, exc)
+            reports[host] = None
+    return release_from_reports(reports)
 
 
 def head_routes(fleet: Any, hosts: Sequence[str], head_address: str) -> dict[str, HeadRoute]:

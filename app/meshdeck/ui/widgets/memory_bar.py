@@ -3,7 +3,7 @@
 One bar per pipeline stage (all GPUs of a stage hold the same), left to right: weights, the
 reserve vLLM keeps out of the KV cache (activation peak, sampler, NCCL and CUDA context), the KV
 cache, what is left inside `gpu_memory_utilization`, CUDA graphs captured outside that budget
-(vLLM < 0.21), memory outside the utilization fraction, and what the driver keeps (nvidia-smi
+(vLLM < 0.20), memory outside the utilization fraction, and what the driver keeps (nvidia-smi
 total minus what torch sees). Hover a segment for its exact size.
 """
 

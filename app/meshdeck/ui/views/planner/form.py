@@ -34,10 +34,12 @@ from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, d
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest
+from meshdeck.core.vllm_releases import NEWEST_MODELLED
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model
 from meshdeck.services.cluster import DetectedCluster, cluster_from_inventories
 from meshdeck.services.inventory import Inventory, describe_gpus
+from meshdeck.services.vllm_release import vllm_release_for_hosts
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,11 @@ class PlannerInputs:
     def to_request(self) -> tuple[PlanRequest, DetectedCluster | None]:
         detected = None
         catalog = load_gpu_catalog()
+        release = NEWEST_MODELLED
         if self.use_detected:
             detected = cluster_from_inventories(self.inventories, self.hosts, catalog)
             cluster = detected.cluster
+            release = vllm_release_for_hosts(self.inventories, self.hosts)
         else:
             gpu = next(g for g in catalog if g.name == self.gpu_name)
             link = default_intra_node_link(gpu)
@@ -87,6 +91,7 @@ class PlannerInputs:
             gpu_memory_utilization=self.gpu_memory_utilization,
             max_num_seqs=self.max_num_seqs,
             mtp=self.mtp,
+            vllm_version=release,
         )
         return request, detected
 

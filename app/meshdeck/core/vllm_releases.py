@@ -1,0 +1,159 @@
+"""How each vLLM release sizes the KV cache, as ranges of releases read from their own source.
+
+`--vllm-version X.Y` picks the range holding X.Y; a release outside every range is refused with the
+list of ranges, so the plan never claims an accounting it does not reproduce. Every range names the
+files and functions of the release wheels (pip download vllm==X.Y.Z) it was read from. What is the
+same in all of them: KV budget = total × gpu_memory_utilization − non-KV memory measured around one
+dummy forward pass (gpu_worker.py determine_available_memory), and blocks = floor(budget / page size /
+layers) (kv_cache_utils.py get_num_blocks) — the reserve terms themselves live in core/reserve.py.
+What changes between ranges is below: where CUDA graphs go, the fused-MoE chunk that bounds the
+profile run's MoE workspace, how the logged "GPU KV cache size" is derived from the blocks, and how
+the non-KV memory is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from meshdeck.core.errors import InputError
+
+Release = tuple[int, int]
+
+# how the logged "GPU KV cache size: N tokens" comes from the block count
+TokensLogged = Literal["blocks", "concurrency"]
+TOKENS_FROM_BLOCKS: TokensLogged = "blocks"  # num_blocks // groups × block_size
+TOKENS_FROM_CONCURRENCY: TokensLogged = "concurrency"  # int(num_blocks / ceil(max_model_len / block) × max_len)
+
+
+@dataclass(frozen=True)
+class VllmAccounting:
+    """One range of releases that size the KV cache the same way."""
+
+    first: Release
+    last: Release
+    cudagraph_in_budget: bool  # the CUDA-graph estimate is subtracted from the KV budget by default
+    fused_moe_chunk_tokens: int  # the most MoE rows-before-top-k the profile run's workspace is sized for
+    tokens_logged: TokensLogged
+    summary: str  # what the plan's note says about this range
+    source: str  # where in the release's source each trait was read
+
+    def holds(self, version: Release) -> bool:
+        return self.first <= version <= self.last
+
+    @property
+    def label(self) -> str:
+        if self.first == self.last:
+            return release_text(self.first)
+        return f"{release_text(self.first)}–{release_text(self.last)}"
+
+
+def release_text(version: Release) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+OUTSIDE = "CUDA graphs captured after sizing, outside the KV budget"
+# From 0.18 VLLM_FUSED_MOE_CHUNK_SIZE is gone and fused_moe/modular_kernel.py sizes its workspaces for the
+# whole batch, which with DP + EP would be every DP rank's gathered tokens (8 × 8192 on one node). Sized
+# that way, the layout vLLM's V3.2 recipe recommends (DP8 + EP on 8×H200, default context) would not fit
+# (one public report, LMCache PR 2521, says TP1·DP8 ran out of memory on H200 — the evidence is mixed): the
+# DP dispatch of those releases was not read far enough to model it, so the planner keeps 0.11's
+# 32768-token bound there (a bound, not a value read from the source; it only matters when DP × batch
+# exceeds it).
+UNREAD_DP_GATHER_BOUND = 32768
+INSIDE = "CUDA graphs' profiled estimate subtracted from the KV budget"
+
+VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
+    VllmAccounting(
+        (0, 11),
+        (0, 11),
+        cudagraph_in_budget=False,
+        fused_moe_chunk_tokens=32768,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        summary=f"{OUTSIDE}; fused-MoE chunk 32768 tokens",
+        source="0.11.0: v1/worker/gpu_worker.py determine_available_memory 279-280 (requested − "
+        "non_kv_cache_memory; utils/__init__.py memory_profiling 2853-2859: weights + torch peak increase + "
+        "non-torch increase, no CUDA-graph term); envs.py 778 VLLM_FUSED_MOE_CHUNK_SIZE '32768'; "
+        "v1/core/kv_cache_utils.py get_num_blocks 824, logged tokens num_blocks // groups × block 1080",
+    ),
+    VllmAccounting(
+        (0, 12),
+        (0, 17),
+        cudagraph_in_budget=False,
+        fused_moe_chunk_tokens=16384,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens",
+        source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
+        "fused_moe/modular_kernel.py 1047 min(M, chunk); 0.13.0–0.16.0 utils/mem_utils.py memory_profiling "
+        "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 gpu_worker.py 407-408: requested − non_kv only); "
+        "0.16.0 kv_cache_utils.py "
+        "_report_kv_cache_config 1290-1294 (num_blocks // groups × block)",
+    ),
+    VllmAccounting(
+        (0, 18),
+        (0, 19),
+        cudagraph_in_budget=False,
+        fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        summary=f"{OUTSIDE} (estimated and logged, subtracted only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)",
+        source="0.18.0/0.19.0: gpu_worker.py determine_available_memory calls profile_cudagraph_memory and "
+        "applies it only if envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.18.0 gpu_worker.py 413, 437), "
+        "default '0' (0.18.0 envs.py 1636, 0.19.0 envs.py 1655); VLLM_FUSED_MOE_CHUNK_SIZE gone, "
+        "0.18.0 fused_moe/modular_kernel.py 1189-1193 allocates the workspaces for M_full",
+    ),
+    VllmAccounting(
+        (0, 20),
+        (0, 20),
+        cudagraph_in_budget=True,
+        fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        summary=f"{INSIDE}",
+        source="0.20.0: envs.py 1725 VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default '1'; gpu_worker.py "
+        "determine_available_memory 387-425 (torch peak taken before the graph profile; requested − "
+        "non_kv − estimate); kv_cache_utils.py get_num_blocks 930",
+    ),
+    VllmAccounting(
+        (0, 21),
+        (0, 26),
+        cudagraph_in_budget=True,
+        fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
+        tokens_logged=TOKENS_FROM_CONCURRENCY,
+        summary=f"{INSIDE}; logged tokens = concurrency × max_model_len",
+        source="0.21.0: gpu_worker.py determine_available_memory 409-447; kv_cache_utils.py "
+        "_report_kv_cache_config 1708 (num_tokens = int(max_concurrency × max_model_len)), "
+        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0–0.26.0 the same",
+    ),
+    VllmAccounting(
+        (0, 27),
+        (0, 33),
+        cudagraph_in_budget=True,
+        fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
+        tokens_logged=TOKENS_FROM_CONCURRENCY,
+        summary=f"{INSIDE}; non-KV memory measured as the drop in free memory",
+        source="0.27.0 utils/mem_utils.py memory_profiling 317-326 (non_kv = total_consumed, the free-memory "
+        "drop since the worker started, + transient peak headroom: the same terms once gpu_worker.py "
+        "_scoped_allocator_max_split keeps the profile run's blocks releasable, so no term is added); "
+        "0.33.0 gpu_worker.py 753-757, kv_cache_utils.py get_kv_cache_capacity 1120-1128; 0.28.0–0.32.0 "
+        "the same",
+    ),
+)
+
+NEWEST_MODELLED: Release = VLLM_ACCOUNTINGS[-1].last
+
+
+def modelled_ranges() -> str:
+    """The modelled ranges, as the refusal and `--help` name them."""
+    return ", ".join(accounting.label for accounting in VLLM_ACCOUNTINGS)
+
+
+def accounting_for(version: Release) -> VllmAccounting:
+    """The accounting of this release, or an error naming the flag and every modelled range."""
+    for accounting in VLLM_ACCOUNTINGS:
+        if accounting.holds(version):
+            return accounting
+    if version < VLLM_ACCOUNTINGS[0].first:
+        why = "releases before 0.11 can run the V0 engine, whose accounting is not modelled"
+    else:
+        why = "its source has not been read: newer releases are not modelled yet"
+    raise InputError("--vllm-version", f"{release_text(version)}: {why}; the planner models vLLM {modelled_ranges()}")
