@@ -94,7 +94,13 @@ def test_a_bad_amd_setting_exits_2_with_one_line_naming_the_flag(capsys, argv, m
         assert "MI300X, MI325X, MI355X" in err
 
 
-def test_the_default_release_says_v32_needs_block_size_1_on_rocm(capsys):
-    payload = _json(capsys, "--gpu", "MI300X")  # --vllm-version defaults to 0.16
+def test_a_release_before_0_18_says_v32_needs_block_size_1_on_rocm(capsys):
+    payload = _json(capsys, "--gpu", "MI300X", "--vllm-version", "0.16")
     assert payload["layouts"] and not any(layout["supported"] for layout in payload["layouts"])
     assert "rocm_sparse_block_size" in payload["layouts"][0]["warning_codes"]
+
+
+def test_the_default_release_runs_v32_on_rocm_without_block_size_1(capsys):
+    payload = _json(capsys, "--gpu", "MI300X")  # --vllm-version defaults to the newest modelled (0.33)
+    assert any(layout["supported"] for layout in payload["layouts"])
+    assert not any("rocm_sparse_block_size" in layout["warning_codes"] for layout in payload["layouts"])
