@@ -9,6 +9,7 @@ While paused the charts hold still and can be panned and zoomed; data keeps arri
 from __future__ import annotations
 
 import contextlib
+import html
 import math
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ import numpy as np
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device, SeriesKey
+from meshdeck.core.text import printable
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.views.dashboard.charts import (
@@ -24,12 +26,13 @@ from meshdeck.ui.views.dashboard.charts import (
     ChartDefinition,
     Selection,
     dashboard_metrics,
+    format_gpu_filter,
     parse_gpu_filter,
 )
 from meshdeck.ui.widgets.tables import chart_grid
 
 __all__ = ["WINDOWS", "DashboardView", "dashboard_metrics"]
-from PySide6.QtCore import QSettings, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -151,6 +154,36 @@ class DashboardView(QWidget):
         self.window_s = float(self.window_choice.currentData())
         self._drawn_generation = -1
 
+    def show_selection(self, selection: Selection) -> None:
+        """Show the hosts and GPUs picked elsewhere (the fleet view); `hosts` None shows all hosts again.
+
+        The pick is an entry of the host filter ("3 hosts selected in Fleet"), so it can be left and
+        chosen again like any host."""
+        index = next(
+            (i for i in range(1, self.host_filter.count()) if isinstance(self.host_filter.itemData(i), frozenset)), -1
+        )
+        self.host_filter.blockSignals(True)
+        if selection.hosts is None:
+            if index >= 0:
+                self.host_filter.removeItem(index)
+            self.host_filter.setCurrentIndex(0)
+            self.gpu_filter.setText("")
+        else:
+            hosts = sorted(selection.hosts)
+            label = f"{hosts[0]} (selected in Fleet)" if len(hosts) == 1 else f"{len(hosts)} hosts selected in Fleet"
+            if index < 0:
+                index = 1
+                self.host_filter.insertItem(index, label, selection.hosts)
+            else:
+                self.host_filter.setItemText(index, label)
+                self.host_filter.setItemData(index, selection.hosts)
+            shown = html.escape(printable(", ".join(hosts[:40]), 2000)) + (" …" if len(hosts) > 40 else "")
+            self.host_filter.setItemData(index, shown, Qt.ItemDataRole.ToolTipRole)
+            self.host_filter.setCurrentIndex(index)
+            self.gpu_filter.setText(format_gpu_filter(selection.gpus))
+        self.host_filter.blockSignals(False)
+        self._selection_changed()
+
     def _selection_changed(self) -> None:
         host = self.host_filter.currentData()
         try:
@@ -163,7 +196,8 @@ class DashboardView(QWidget):
         self.gpu_filter.setProperty("invalid", False)
         self.gpu_filter.setToolTip("GPU indices to show, e.g. 0-3,6; empty for all")
         self._restyle(self.gpu_filter)
-        self.selection = Selection(hosts=None if host is None else frozenset({host}), gpus=gpus)
+        hosts = host if isinstance(host, frozenset) else None if host is None else frozenset({host})
+        self.selection = Selection(hosts=hosts, gpus=gpus)
         self._drawn_generation = -1
 
     @staticmethod

@@ -239,6 +239,11 @@ class HostsView(QWidget):
             self.table.setItem(row, column, item)
         return item
 
+    def select_host(self, name: str) -> None:
+        """Select `name`'s row (when the view lists it)."""
+        if name in self._names:
+            self.table.selectRow(self._names.index(name))
+
     def selected(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()
         if not rows:
