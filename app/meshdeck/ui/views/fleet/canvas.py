@@ -16,13 +16,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from meshdeck.ui.views.fleet.layout import Group, Layout, cell_at, cells_in, compute_layout
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen, QPixmap, QResizeEvent
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QFont,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPixmap,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import QRubberBand, QSizePolicy, QToolTip, QWidget
+
+from meshdeck.ui.views.fleet.layout import Group, Layout, cell_at, cells_in, compute_layout
 
 HOST_LIVE, HOST_STALE, HOST_DISCONNECTED = 0, 1, 2
 DRAG_THRESHOLD_PX = 4
+STATE_BADGES = {HOST_STALE: "stale", HOST_DISCONNECTED: "offline"}  # the word over a block's cells
 STALE_COLOR = "#C62828"  # the label and dashed frame of a stale or disconnected host
 
 
@@ -54,7 +67,7 @@ class FleetCanvas(QWidget):
         self._hovered: int | None = None
         self.paints = 0
         self._hosts_layer: QPixmap | None = None
-        self._hosts_layer_key: tuple[object, ...] = ()
+        self._hosts_layer_key: tuple[object, ...] = ()  # what the layer shows (the layout by identity)
 
     # ------------------------------------------------------------------ inputs
 
@@ -156,7 +169,14 @@ class FleetCanvas(QWidget):
 
         Drawn into a pixmap kept until a label, a host's state, the layout or the palette changes: 278
         `drawText` calls cost more than all the cells, and labels rarely change between refreshes."""
-        key = (id(layout), tuple(self.host_labels), self.host_state.tobytes(), text.rgba(), self.devicePixelRatioF())
+        key = (
+            layout,
+            tuple(self.host_labels),
+            self.host_state.tobytes(),
+            text.rgba(),
+            self.devicePixelRatioF(),
+            self.size(),
+        )
         if self._hosts_layer is None or self._hosts_layer_key != key:
             self._hosts_layer = self._render_hosts_layer(layout, text)
             self._hosts_layer_key = key
@@ -172,23 +192,39 @@ class FleetCanvas(QWidget):
         metrics = painter.fontMetrics()
         hatch = QBrush(text, Qt.BrushStyle.BDiagPattern)
         warn = QColor(STALE_COLOR)
+        badge_font = self.font()
+        badge_font.setBold(True)
         for (x, y, width, height), host in zip(layout.block_rects.tolist(), layout.block_hosts.tolist(), strict=True):
             state = int(self.host_state[host]) if host < self.host_state.shape[0] else HOST_LIVE
             label = self.host_labels[host] if host < len(self.host_labels) else ""
             top, cells_height = y + layout.label_height, height - layout.label_height
-            if state != HOST_LIVE:
-                painter.setPen(Qt.PenStyle.NoPen)
-                painter.setBrush(hatch)
-                painter.drawRect(x, top, width, cells_height)
-                painter.setPen(QPen(warn, 1, Qt.PenStyle.DashLine))
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-                painter.drawRect(x - 1, top - 1, width + 1, cells_height + 1)
             painter.setPen(warn if state != HOST_LIVE else text)
-            painter.drawText(
-                x, y + metrics.ascent(), metrics.elidedText(label, Qt.TextElideMode.ElideMiddle, width + 6)
-            )
+            # the end of a name tells hosts apart (gpu-node-017): elide its start
+            painter.drawText(x, y + metrics.ascent(), metrics.elidedText(label, Qt.TextElideMode.ElideLeft, width + 6))
+            if state == HOST_LIVE:
+                continue
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(hatch)
+            painter.drawRect(x, top, width, cells_height)
+            painter.setPen(QPen(warn, 1, Qt.PenStyle.DashLine))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(x - 1, top - 1, width + 1, cells_height + 1)
+            self._draw_badge(painter, badge_font, QRect(x, top, width, cells_height), STATE_BADGES[state], warn)
         painter.end()
         return pixmap
+
+    def _draw_badge(self, painter: QPainter, font: QFont, area: QRect, word: str, colour: QColor) -> None:
+        """`word` (stale, offline) in a small box over a block's cells, when it fits."""
+        painter.setFont(font)
+        metrics = painter.fontMetrics()
+        box = metrics.boundingRect(word).adjusted(-3, -1, 3, 1)
+        if box.width() <= area.width() + 2 and box.height() <= area.height() + 2:
+            box.moveCenter(area.center())
+            painter.setPen(colour)
+            painter.setBrush(self.palette().color(QPalette.ColorRole.Base))
+            painter.drawRect(box)
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, word)
+        painter.setFont(self.font())
 
     # ------------------------------------------------------------------ mouse
 

@@ -35,7 +35,7 @@ class Group:
     blocks: tuple[Block, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: one per relayout
 class Layout:
     cell_size: int
     height: int

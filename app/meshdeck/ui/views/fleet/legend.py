@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshdeck.ui.views.fleet.canvas import STALE_COLOR
 from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from meshdeck.ui.views.fleet.canvas import STALE_COLOR
 
 BAR_WIDTH = 220
 SWATCH = 12

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from meshdeck.ui.charts import units
 from meshdeck.ui.charts.units import Unit
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.views.dashboard.charts import KV_USAGE_METRICS

@@ -21,6 +21,10 @@ from collections import deque
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QShowEvent
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
+
 from meshdeck.core.text import printable
 from meshdeck.services.events import AgentEvent
 from meshdeck.ui.charts import units
@@ -31,9 +35,6 @@ from meshdeck.ui.views.fleet.groups import deployment_groups, host_groups, worke
 from meshdeck.ui.views.fleet.legend import FleetLegend
 from meshdeck.ui.views.fleet.metrics import COLUMN, FLEET_METRICS, METRIC_BY_KEY, FleetMetric
 from meshdeck.ui.views.fleet.table import FleetTable
-from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QShowEvent
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 REFRESH_INTERVAL_MS = 1000
 STALE_AFTER_S = 10.0  # ten missed 1 Hz samples
@@ -60,13 +61,6 @@ def color_bins(values: np.ndarray, low: float, high: float, bins: int = COLOR_BI
     return out
 
 
-def stale_step(age_s: float) -> float:
-    """The largest of a few round ages below `age_s`: a stale host's label says "stale > 1 min" and so
-    changes a handful of times, not every second (labels are drawn once and kept until they change)."""
-    steps = (STALE_AFTER_S, 30.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86400.0)
-    return max((step for step in steps if step <= age_s), default=STALE_AFTER_S)
-
-
 def _text(value: object) -> str:
     """What a server sent, safe in a rich-text tooltip: one line, control characters escaped, markup inert."""
     return html.escape(printable(str(value), 200))
@@ -91,6 +85,7 @@ class FleetView(QWidget):
         self._values = np.empty(0)
         self.host_state = np.empty(0, dtype=np.int8)
         self.refreshes = 0
+        self._labels: list[str] = []
 
         colors = scale_colors()
         self.metric_choice = QComboBox()
@@ -235,6 +230,7 @@ class FleetView(QWidget):
 
     def _restructure(self) -> None:
         self._groups_dirty = False
+        self._labels = []
         self._structure_drawn = self.table.structure
         table = self.table
         if self.grouping == "deployment":
@@ -271,27 +267,23 @@ class FleetView(QWidget):
         self.status.setText(text)
 
     def _host_states(self) -> tuple[list[str], np.ndarray]:
-        """Each host's label and state: live, stale (connected, but no sample for STALE_AFTER_S) or
-        disconnected (any state but connected / degraded)."""
+        """Each host's label (its name, escaped) and state: live, stale (connected, but no sample for
+        STALE_AFTER_S) or disconnected (any state but connected / degraded)."""
         assert self.context.hosts is not None
         models = self.context.hosts.hosts
         now = time.time()
         ages = now - self.table.host_time
         states = np.full(len(self.table.hosts), HOST_LIVE, dtype=np.int8)
-        labels = []
         for h, host in enumerate(self.table.hosts):
             model = models.get(host)
             state = model.state if model is not None else "connected"  # samples without a state event: a test feed
-            age = float(ages[h])
             if state not in LIVE_STATES:
                 states[h] = HOST_DISCONNECTED
-                labels.append(f"{printable(host, 60)} · {state}")
-            elif age > STALE_AFTER_S:
+            elif ages[h] > STALE_AFTER_S:
                 states[h] = HOST_STALE
-                labels.append(f"{printable(host, 60)} · stale > {units.format_duration(stale_step(age))}")
-            else:
-                labels.append(printable(host, 60))
-        return labels, states
+        if len(self._labels) != len(self.table.hosts):
+            self._labels = [printable(host, 60) for host in self.table.hosts]
+        return self._labels, states
 
     # ------------------------------------------------------------------ cells
 
