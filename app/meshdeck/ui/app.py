@@ -31,6 +31,7 @@ from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
 from meshdeck.ui.views.dashboard.view import DashboardView
 from meshdeck.ui.views.deployments.view import DeploymentsView
+from meshdeck.ui.views.fleet.groups import deployment_of_host
 from meshdeck.ui.views.fleet.view import FleetView
 from meshdeck.ui.views.history.view import HistoryView
 from meshdeck.ui.views.hosts.view import HostsView
@@ -112,6 +113,10 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
     profiles.launch_requested.connect(deployments.choose_profile)
     assert context.deployments is not None
     context.deployments.planned_memory.connect(dashboard.set_planned_memory)  # whichever view is shown
+    deployments_model = context.deployments
+    deployments_model.changed.connect(
+        lambda _id: dashboard.set_deployment_of_host(deployment_of_host(deployments_model.snapshots.values()))
+    )
     views = [
         ViewEntry("hosts", "Hosts", HostsView(context)),
         ViewEntry("topology", "Topology", TopologyView(context)),

@@ -90,3 +90,13 @@ def worker_placement(snapshots: Iterable[DeploymentSnapshot]) -> dict[tuple[str,
             if gpus is not None:
                 placement[(worker.host, worker.worker_id)] = tuple(sorted(gpus))
     return placement
+
+
+def deployment_of_host(snapshots: Iterable[DeploymentSnapshot]) -> dict[str, str]:
+    """host -> the name of the running deployment on it (the newest where two share a host): the groups
+    of the dashboard's fleet-scale charts."""
+    named: dict[str, str] = {}
+    for snapshot in sorted((s for s in snapshots if not s.final), key=lambda s: s.started_at, reverse=True):
+        for host in _placed_gpus(snapshot):
+            named.setdefault(host, printable(snapshot.name, 80))
+    return named
