@@ -26,3 +26,12 @@ def connect_hosts(qtbot: Any, context: Any, inventories: dict[str, dict[str, Any
         context.bridge.post(HostStateChanged(host, "connected"))
         context.bridge.post(InventoryReceived(host, Inventory.from_wire(inventory)))
     qtbot.waitUntil(lambda: all(context.hosts.get(h).inventory is not None for h in inventories), timeout=30000)
+
+
+def shown(qtbot: Any, widget: QWidget, width: int, height: int) -> QWidget:
+    """`widget` at `width` x `height`, shown and exposed (painted at least once), closed after the test."""
+    qtbot.addWidget(widget)
+    widget.resize(width, height)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget

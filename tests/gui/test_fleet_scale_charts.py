@@ -8,6 +8,7 @@ import math
 import time
 
 import numpy as np
+from gui_helpers import shown
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from meshdeck.core.samples import Device, SampleBatch
@@ -39,10 +40,7 @@ def _metrics(hosts: int, gpus: int = 8, hot: tuple[str, int] | None = None) -> L
 
 def _dashboard(qtbot, metrics: LiveMetrics) -> DashboardView:
     view = DashboardView(metrics)
-    qtbot.addWidget(view)
-    view.resize(1200, 900)
-    view.show()
-    qtbot.waitExposed(view)
+    shown(qtbot, view, 1200, 900)
     view.refresh()
     return view
 

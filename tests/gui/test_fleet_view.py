@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from gui_helpers import connect_hosts
+from gui_helpers import connect_hosts, shown
 from meshdeck.remote.events import AgentEvent, HostStateChanged, SamplesReceived
 from meshdeck.services.deployments.events import DeploymentChanged
 from meshdeck.services.deployments.model import DeploymentSnapshot, PlannedNumbers, WorkerSnapshot
@@ -48,10 +48,7 @@ def _post(context, host: str, ts: float, *, gpus: int = 8, workers: int = 0, kv:
 @pytest.fixture
 def fleet(qtbot, console_context):
     view = FleetView(console_context)
-    qtbot.addWidget(view)
-    view.resize(1200, 800)
-    view.show()
-    qtbot.waitExposed(view)
+    shown(qtbot, view, 1200, 800)
     return view
 
 
