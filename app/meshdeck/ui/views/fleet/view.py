@@ -347,10 +347,6 @@ class FleetView(QWidget):
         gpus = None if whole else frozenset(table.cell_gpu[chosen].tolist())
         return Selection(hosts=frozenset(table.hosts[h] for h in hosts), gpus=gpus)
 
-    def select_hosts(self, hosts: set[str]) -> None:
-        cells = [i for i in range(self.table.cells) if self.table.hosts[self.table.cell_host[i]] in hosts]
-        self.canvas.select_cells(cells, add=False)
-
     def clear_selection(self) -> None:
         self.canvas.select_cells([], add=False)
 
