@@ -24,14 +24,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gui"))
 
+from gui_helpers import bare_context
 from meshdeck.core.samples import SampleBatch
 from meshdeck.remote.events import HostStateChanged
 from meshdeck.services.synthetic_samples import sample_batch
-from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.context import ConsoleContext
-from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.views.fleet.view import STALE_AFTER_S, FleetView
-from PySide6.QtCore import QSettings
 from wire_samples import wire_sample
 
 HOSTS = 278
@@ -62,13 +60,7 @@ def _feed(context: ConsoleContext, hosts: list[str], batches: list[SampleBatch],
 
 def _measure(qapp, hosts: int, tmp_path: Path, screenshot: str | None = None) -> tuple[list[float], list[float]]:
     """(refresh ms with one new sample per live host before each, refresh ms with nothing new)."""
-    context = ConsoleContext(
-        fleet=None,
-        db=None,
-        bridge=FleetBridge(),
-        jobs=JobRunner(),
-        settings=QSettings(str(tmp_path / f"console-{hosts}.ini"), QSettings.Format.IniFormat),
-    )
+    context = bare_context(str(tmp_path / f"console-{hosts}.ini"))
     try:
         names = [f"gpu-node-{h:03d}" for h in range(hosts)]
         stale = names[5 : 5 + STALE_HOSTS] if hosts > STALE_HOSTS + 5 else []

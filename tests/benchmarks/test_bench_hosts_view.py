@@ -21,27 +21,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gui"))
 
-from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from gui_helpers import bare_context, connect_all, simulated_inventory_wire
+from meshdeck.remote.events import HostStateChanged, SamplesReceived
 from meshdeck.services.synthetic_samples import sample_batch
-from meshdeck.ui.bridge import FleetBridge
-from meshdeck.ui.context import ConsoleContext
-from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.views.hosts.view import HostsView
 from meshdeck_agent.wire_inventory import Inventory
-from PySide6.QtCore import QSettings
 from wire_samples import wire_sample
 
 REPEATS = 10
 
 
 def _run(qapp, tmp_path: Path, inventory: Inventory, hosts: int) -> dict[str, float]:
-    context = ConsoleContext(
-        fleet=None,
-        db=None,
-        bridge=FleetBridge(),
-        jobs=JobRunner(),
-        settings=QSettings(str(tmp_path / f"hosts-{hosts}.ini"), QSettings.Format.IniFormat),
-    )
+    context = bare_context(str(tmp_path / f"hosts-{hosts}.ini"))
     try:
         view = HostsView(context)
         view.resize(1300, 900)
@@ -49,14 +40,9 @@ def _run(qapp, tmp_path: Path, inventory: Inventory, hosts: int) -> dict[str, fl
         qapp.processEvents()
         names = [f"gpu-node-{i:03d}" for i in range(hosts)]
         began, redraws = time.perf_counter(), view.redraws
-        for name in names:
-            context.bridge.post(HostStateChanged(name, "connecting"))
-            context.bridge.post(HostStateChanged(name, "connected"))
-            context.bridge.post(InventoryReceived(name, inventory))
-        while context.bridge.drain():
-            pass
+        connect_all(context, inventory, names)
         qapp.processEvents()
-        connect_all = time.perf_counter() - began
+        connected_in = time.perf_counter() - began
         full_redraws = view.redraws - redraws
         batch = sample_batch([wire_sample(1, time.time(), gpus=8, nvlinks=1, nics=1, workers=0)])
         for name in names:
@@ -85,7 +71,7 @@ def _run(qapp, tmp_path: Path, inventory: Inventory, hosts: int) -> dict[str, fl
         assert (view.redraws, view.rows_drawn) == (redraws, rows)
         view.close()
         return {
-            "connect_all_ms": 1000 * connect_all,
+            "connect_all_ms": 1000 * connected_in,
             "full_redraws": full_redraws,
             "age_tick_ms": 1000 * statistics.median(ticks),
             "state_change_ms": 1000 * statistics.median(changes),
@@ -97,17 +83,7 @@ def _run(qapp, tmp_path: Path, inventory: Inventory, hosts: int) -> dict[str, fl
 
 @pytest.mark.slow
 def test_bench_hosts_view_278_hosts(qapp, tmp_path) -> None:
-    import json
-    import subprocess
-
-    wire = subprocess.run(
-        [sys.executable, "-m", "meshdeck_agent", "inventory", "--simulate", "8xH200", "--json"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    inventory = Inventory.from_wire(json.loads(wire))
+    inventory = Inventory.from_wire(simulated_inventory_wire())
     fleet = _run(qapp, tmp_path, inventory, 278)
     few = _run(qapp, tmp_path, inventory, 8)
     print(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from gui_helpers import shown
-from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from gui_helpers import connect_all, shown
+from meshdeck.remote.events import HostStateChanged, SamplesReceived
 from meshdeck.services.synthetic_samples import sample_batch
 from meshdeck.ui.views.hosts.view import AGE_COLUMN, HostsView
 from meshdeck_agent.wire_inventory import Inventory
@@ -24,13 +24,7 @@ def _view(qtbot, context) -> HostsView:
 
 
 def _connect_all(context, inventory: dict, names: list[str]) -> None:
-    decoded = Inventory.from_wire(inventory)
-    for name in names:
-        context.bridge.post(HostStateChanged(name, "connecting"))
-        context.bridge.post(HostStateChanged(name, "connected"))
-        context.bridge.post(InventoryReceived(name, decoded))
-    while context.bridge.drain():
-        pass
+    connect_all(context, Inventory.from_wire(inventory), names)
 
 
 def test_hosts_that_connect_together_are_drawn_once_not_once_each(qtbot, console_context, simulated_inventory) -> None:
