@@ -20,7 +20,6 @@ import time
 from collections import deque
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
@@ -44,10 +43,17 @@ LIVE_STATES = ("connected", "degraded")
 GROUPINGS = (("host", "Host"), ("deployment", "Deployment"))
 
 
+# viridis (CC0) at nine even stops: perceptually even, colour-blind safe, readable on light and dark.
+# Written out rather than read from pyqtgraph's colour-map files, which the packaged app does not carry.
+VIRIDIS_STOPS = ("#440154", "#482878", "#3E4989", "#31688E", "#26828E", "#1F9E89", "#35B779", "#6DCD59", "#FDE725")
+
+
 def scale_colors(bins: int = COLOR_BINS) -> list[QColor]:
-    """The colour scale: viridis (perceptually even, colour-blind safe, readable light and dark)."""
-    table = pg.colormap.get("viridis").getLookupTable(0.0, 1.0, bins, alpha=False)
-    return [QColor(int(r), int(g), int(b)) for r, g, b in table]
+    """The colour scale, `bins` colours from low to high, interpolated between the viridis stops."""
+    stops = np.array([QColor(stop).getRgb()[:3] for stop in VIRIDIS_STOPS], dtype=float)
+    at = np.linspace(0.0, len(stops) - 1, bins)
+    rgb = np.column_stack([np.interp(at, np.arange(len(stops)), stops[:, channel]) for channel in range(3)])
+    return [QColor(r, g, b) for r, g, b in np.rint(rgb).astype(int).tolist()]
 
 
 def color_bins(values: np.ndarray, low: float, high: float, bins: int = COLOR_BINS) -> np.ndarray:
