@@ -83,3 +83,15 @@ def test_a_hidden_hosts_view_does_nothing_and_catches_up_once_when_shown(
     view.show()
     qtbot.waitUntil(lambda: view.table.rowCount() == HOSTS, timeout=10000)
     assert view.redraws == redraws + 1 and view._ages.isActive()
+
+
+def test_a_host_chosen_while_the_view_is_hidden_is_selected_when_it_is_shown(
+    qtbot, console_context, simulated_inventory
+) -> None:
+    view = _view(qtbot, console_context)
+    view.hide()
+    _connect_all(console_context, simulated_inventory, ["gpu-a", "gpu-b", "gpu-c"])
+    view.select_host("gpu-b")  # what a click in the fleet view does
+    view.show()
+    qtbot.waitUntil(lambda: view.table.rowCount() == 3, timeout=10000)
+    assert view.selected() == "gpu-b"

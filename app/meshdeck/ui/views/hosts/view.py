@@ -77,6 +77,7 @@ class HostsView(QWidget):
         self._fit_pending = False  # rows came: the columns are sized to them once events are absorbed
         self.redraws = 0  # how many times every row was drawn
         self.rows_drawn = 0  # rows drawn, one by one or all together
+        self._select_next: str | None = None  # a host to select once the rows are drawn (asked while hidden)
 
         self.table = row_table("hostsTable", COLUMNS, stretch_last=False)
         # Sized to the contents once per redraw of all rows, not on every changed cell: ResizeToContents
@@ -188,7 +189,7 @@ class HostsView(QWidget):
             return
         self._stale = False
         self.redraws += 1
-        selected = self.selected()
+        selected, self._select_next = self._select_next or self.selected(), None
         self._names = self.host_names()
         self._row_of = {name: row for row, name in enumerate(self._names)}
         self.table.setRowCount(len(self._names))
@@ -277,9 +278,11 @@ class HostsView(QWidget):
         return item
 
     def select_host(self, name: str) -> None:
-        """Select `name`'s row (when the view lists it)."""
-        if name in self._row_of:
+        """Select `name`'s row; hidden, or before its row is drawn, when the rows are next drawn."""
+        self._select_next = name
+        if name in self._row_of and not self._stale:
             self.table.selectRow(self._row_of[name])
+            self._select_next = None
 
     def selected(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()
