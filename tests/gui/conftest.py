@@ -83,34 +83,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def simulated_inventory() -> dict:
     """A real simulated agent's inventory (`meshdeck-agent inventory --simulate 8xH200 --json`)."""
-    import json
-    import subprocess
+    from gui_helpers import simulated_inventory_wire
 
-    out = subprocess.run(
-        [sys.executable, "-m", "meshdeck_agent", "inventory", "--simulate", "8xH200", "--json"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    return json.loads(out)
+    return simulated_inventory_wire()
 
 
 @pytest.fixture
 def console_context(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
     """A ConsoleContext without fleet or database: views fed by posting events to its bridge."""
-    from meshdeck.ui.bridge import FleetBridge
-    from meshdeck.ui.context import ConsoleContext
-    from meshdeck.ui.jobs import JobRunner
-    from PySide6.QtCore import QSettings
+    from gui_helpers import bare_context
 
-    context = ConsoleContext(
-        fleet=None,
-        db=None,
-        bridge=FleetBridge(),
-        jobs=JobRunner(),
-        settings=QSettings(str(tmp_path / "console.ini"), QSettings.Format.IniFormat),
-    )
+    context = bare_context(str(tmp_path / "console.ini"))
     yield context
     context.shutdown()
 

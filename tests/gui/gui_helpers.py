@@ -26,3 +26,55 @@ def connect_hosts(qtbot: Any, context: Any, inventories: dict[str, dict[str, Any
         context.bridge.post(HostStateChanged(host, "connected"))
         context.bridge.post(InventoryReceived(host, Inventory.from_wire(inventory)))
     qtbot.waitUntil(lambda: all(context.hosts.get(h).inventory is not None for h in inventories), timeout=30000)
+
+
+def shown(qtbot: Any, widget: QWidget, width: int, height: int) -> QWidget:
+    """`widget` at `width` x `height`, shown and exposed (painted at least once), closed after the test."""
+    qtbot.addWidget(widget)
+    widget.resize(width, height)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def simulated_inventory_wire() -> dict[str, Any]:
+    """A real simulated agent's inventory (`meshdeck-agent inventory --simulate 8xH200 --json`)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "meshdeck_agent", "inventory", "--simulate", "8xH200", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    return json.loads(out)
+
+
+def bare_context(settings_file: str) -> Any:
+    """A ConsoleContext without fleet or database (views fed by posting events to its bridge); the caller
+    shuts it down."""
+    from meshdeck.ui.bridge import FleetBridge
+    from meshdeck.ui.context import ConsoleContext
+    from meshdeck.ui.jobs import JobRunner
+    from PySide6.QtCore import QSettings
+
+    return ConsoleContext(
+        fleet=None,
+        db=None,
+        bridge=FleetBridge(),
+        jobs=JobRunner(),
+        settings=QSettings(settings_file, QSettings.Format.IniFormat),
+    )
+
+
+def connect_all(context: Any, inventory: Inventory, names: list[str]) -> None:
+    """Every host of `names` connecting, connected and reporting `inventory`, delivered at once."""
+    for name in names:
+        context.bridge.post(HostStateChanged(name, "connecting"))
+        context.bridge.post(HostStateChanged(name, "connected"))
+        context.bridge.post(InventoryReceived(name, inventory))
+    while context.bridge.drain():
+        pass

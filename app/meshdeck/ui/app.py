@@ -31,6 +31,8 @@ from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
 from meshdeck.ui.views.dashboard.view import DashboardView
 from meshdeck.ui.views.deployments.view import DeploymentsView
+from meshdeck.ui.views.fleet.groups import deployment_of_host
+from meshdeck.ui.views.fleet.view import FleetView
 from meshdeck.ui.views.history.view import HistoryView
 from meshdeck.ui.views.hosts.view import HostsView
 from meshdeck.ui.views.planner.view import PlannerView
@@ -60,8 +62,17 @@ def repaint_charts(window: MainWindow) -> None:
 
 
 def wire_window(window: MainWindow) -> None:
-    """Cross-view navigation that needs the window: Launch… in Profiles opens Deployments."""
+    """Cross-view navigation that needs the window: Launch… in Profiles opens Deployments; a GPU clicked
+    in Fleet opens its host (its row in Hosts, its topology shown)."""
     window.view_of(ProfilesView).launch_requested.connect(lambda _name: window.show_view("deployments"))
+    window.view_of(FleetView).host_opened.connect(lambda host: open_host(window, host))
+
+
+def open_host(window: MainWindow, host: str) -> None:
+    """Show one host: its row selected in Hosts and its GPUs, links and NICs in Topology (shown)."""
+    window.view_of(HostsView).select_host(host)
+    window.view_of(TopologyView).select_host(host)
+    window.show_view("topology")
 
 
 def application() -> QApplication:
@@ -76,7 +87,7 @@ def application() -> QApplication:
     return app
 
 
-VIEW_KEYS = ("hosts", "topology", "planner", "deployments", "dashboard", "history", "profiles")
+VIEW_KEYS = ("hosts", "topology", "planner", "deployments", "dashboard", "fleet", "history", "profiles")
 
 
 def drop_import_sources() -> None:
@@ -95,17 +106,24 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
     profiles = ProfilesView(context)
     deployments = DeploymentsView(context)
     dashboard = DashboardView(context.live)
+    fleet = FleetView(context)
+    fleet.selection_changed.connect(dashboard.show_selection)  # the GPUs picked in Fleet are the dashboard's
     planner.profiles_saved.connect(lambda names: profiles.reload(names[0] if names else None))
     planner.profiles_saved.connect(lambda names: deployments.reload_profiles(names[0] if names else None))
     profiles.launch_requested.connect(deployments.choose_profile)
     assert context.deployments is not None
     context.deployments.planned_memory.connect(dashboard.set_planned_memory)  # whichever view is shown
+    deployments_model = context.deployments
+    deployments_model.changed.connect(
+        lambda _id: dashboard.set_deployment_of_host(deployment_of_host(deployments_model.snapshots.values()))
+    )
     views = [
         ViewEntry("hosts", "Hosts", HostsView(context)),
         ViewEntry("topology", "Topology", TopologyView(context)),
         ViewEntry("planner", "Planner", planner),
         ViewEntry("deployments", "Deployments", deployments),
         ViewEntry("dashboard", "Dashboard", dashboard),
+        ViewEntry("fleet", "Fleet", fleet),
         ViewEntry("history", "History", HistoryView(context)),
         ViewEntry("profiles", "Profiles", profiles),
     ]

@@ -131,6 +131,28 @@ class LiveMetrics:
         series = self._hosts.get(host)
         return series.fine.latest((device, metric)) if series else math.nan
 
+    def series_count(self, host: str) -> int:
+        """How many series of `host` are kept (grows as devices appear; see `rows_of`)."""
+        series = self._hosts.get(host)
+        return series.fine.series_count if series else 0
+
+    def last_time(self, host: str) -> float:
+        """When `host`'s newest kept sample was taken (NaN: none yet)."""
+        series = self._hosts.get(host)
+        return series.fine.last_time if series else math.nan
+
+    def rows_of(self, host: str, keys: list[SeriesId]) -> np.ndarray:
+        """Where `keys` live in `host`'s ring (-1: not kept); valid until `series_count(host)` changes."""
+        series = self._hosts.get(host)
+        return series.fine.rows_of(keys) if series else np.full(len(keys), -1, dtype=np.intp)
+
+    def newest_column(self, host: str) -> np.ndarray | None:
+        """`host`'s newest sample, one value per ring row (`rows_of`), as a view; None before any sample.
+        The fleet view reads its 2,224 GPUs this way, one numpy gather per host: a Python call per value
+        would cost ~30 ms per refresh."""
+        series = self._hosts.get(host)
+        return series.fine.newest_column() if series else None
+
     def window(
         self, host: str, series_ids: list[SeriesId], window_s: float, end: float
     ) -> tuple[np.ndarray, np.ndarray]:

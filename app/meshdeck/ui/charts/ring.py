@@ -110,6 +110,22 @@ class SeriesRing(Generic[SeriesKey]):
             values[missing] = np.nan  # fancy indexing copied: safe to write
         return times[first:], values
 
+    @property
+    def series_count(self) -> int:
+        """How many series the ring holds; rows are never taken back, so row numbers stay valid."""
+        return len(self._rows)
+
+    def rows_of(self, keys: list[SeriesKey]) -> np.ndarray:
+        """The row of each key (-1: not held), for `newest_column`: a reader that asks for the same keys on
+        every refresh looks them up once and again only when `series_count` grew."""
+        return np.fromiter((self._rows.get(key, -1) for key in keys), dtype=np.intp, count=len(keys))
+
+    def newest_column(self) -> np.ndarray | None:
+        """Every series' value in the newest sample, by row (a view: read it, don't keep it); None when empty."""
+        if not self._count:
+            return None
+        return self._values[:, (self._head - 1) % self.capacity]
+
     def latest(self, key: SeriesKey) -> float:
         row = self._rows.get(key)
         if row is None or not self._count:

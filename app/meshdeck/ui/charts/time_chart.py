@@ -10,6 +10,7 @@ readout show magnitudes.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from meshdeck.core.samples import Device, SeriesKey
+from meshdeck.core.text import printable
 from meshdeck.ui import theme
+from meshdeck.ui.charts.band import Band, BandItem
 from meshdeck.ui.charts.multi_curve import CurveBatch, MultiCurveItem, y_bounds
 from meshdeck.ui.charts.units import Unit, nice_ceiling
 
@@ -92,8 +95,12 @@ class TimeChart(QWidget):
         self._settled = MultiCurveItem()
         self._settled.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self._tail = MultiCurveItem()
+        self._bands = BandItem()  # min–max of a group of series (fleet-scale charts), under the curves
+        self._bands.setZValue(-1)
+        item.addItem(self._bands)
         item.addItem(self._settled)
         item.addItem(self._tail)
+        self._legend_entries: list[tuple[str, str, bool]] = []
         self._batches: list[CurveBatch] = []
         self._settled_until = math.nan
         self._settled_range: tuple[float, float] | None = None
@@ -109,6 +116,12 @@ class TimeChart(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.plot_widget)
         layout.addWidget(self.readout)
+        self.legend = QLabel(self)
+        self.legend.setObjectName("chartLegend")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)
+        self.legend.setVisible(False)
+        layout.addWidget(self.legend)
         self._mouse_proxy = pg.SignalProxy(self.plot_widget.scene().sigMouseMoved, rateLimit=30, slot=self._on_mouse)
         self.set_title_suffix("")
         self.apply_palette()
@@ -203,13 +216,44 @@ class TimeChart(QWidget):
             tail.append(CurveBatch(batch.x[first:], batch.ys[:, first:], batch.pen_keys))
         self._tail.set_batches(tail)
 
+    def set_bands(self, bands: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, str, bool]]) -> None:
+        """Min–max bands (x, low, high in raw units, colour, mirrored) drawn under the curves."""
+        scaled = []
+        for x, low, high, color, mirrored in bands:
+            factor = -self.unit.scale if mirrored else self.unit.scale
+            a, b = low * factor, high * factor
+            scaled.append(Band(x, np.fmin(a, b), np.fmax(a, b), color))
+        self._bands.set_bands(scaled)
+
+    @property
+    def bands(self) -> list[Band]:
+        return self._bands.bands
+
+    def set_legend(self, entries: Sequence[tuple[str, str, bool]]) -> None:
+        """A legend of (label, colour, dashed) under the chart, where it hides no data; empty: none (the
+        readout names the curve under the cursor)."""
+        entries = list(entries)
+        if entries == self._legend_entries:
+            return
+        self._legend_entries = entries
+        parts = [
+            f'<span style="color:{html.escape(color)}">{"┅" if dashed else "■"}</span>&nbsp;{html.escape(printable(label, 120))}'
+            for label, color, dashed in entries
+        ]
+        self.legend.setText(" &nbsp; ".join(parts))
+        self.legend.setVisible(bool(entries))
+
+    @property
+    def legend_labels(self) -> list[str]:
+        return [label for label, _, _ in self._legend_entries]
+
     def _fit_y(self, x_start: float, x_end: float) -> None:
         """Zero-based y range rounded up to a nice number, symmetric when RX is mirrored below zero.
 
         Zero-based so a chart never exaggerates a small change; rounded so the range (and the
         axis, which pyqtgraph then redraws) changes only when the data crosses a step."""
-        bounds = y_bounds(self._batches, x_start, x_end)
-        low, high = bounds if bounds is not None else (0.0, 0.0)
+        found = [b for b in (y_bounds(self._batches, x_start, x_end), self._bands.y_bounds(x_start, x_end)) if b]
+        low, high = (min(b[0] for b in found), max(b[1] for b in found)) if found else (0.0, 0.0)
         high = max([high, *(line.value() for line in self._reference_lines)])
         magnitude = max(abs(low), abs(high))
         floor = max(self.unit.axis_floor, self._y_floor_raw * self.unit.scale)

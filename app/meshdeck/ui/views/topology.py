@@ -132,6 +132,12 @@ class TopologyView(QWidget):
         elif host and host == self.host.currentText():
             self.show_host(host)
 
+    def select_host(self, host: str) -> None:
+        """Choose `host` in the host list (it shows once its inventory came)."""
+        index = self.host.findText(host)
+        if index >= 0:
+            self.host.setCurrentIndex(index)
+
     def show_host(self, host: str) -> None:
         assert self.context.hosts is not None
         view = self.context.hosts.hosts.get(host)

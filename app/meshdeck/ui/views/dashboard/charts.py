@@ -54,6 +54,23 @@ def parse_gpu_filter(text: str) -> frozenset[int] | None:
     return frozenset(chosen)
 
 
+def format_gpu_filter(gpus: frozenset[int] | None) -> str:
+    """The text `parse_gpu_filter` reads back: None -> ""; {0, 1, 2, 3, 6} -> `0-3,6`."""
+    if gpus is None:
+        return ""
+    parts: list[str] = []
+    ordered = sorted(gpus)
+    start = previous = ordered[0] if ordered else 0
+    for index in [*ordered[1:], None]:
+        if index is not None and index == previous + 1:
+            previous = index
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if index is not None:
+            start = previous = index
+    return ",".join(parts) if ordered else ""
+
+
 @dataclass(frozen=True)
 class Pick:
     """Series of one device drawn as one or two curves (two: a TX/RX or solid/dashed pair)."""

@@ -9,6 +9,7 @@ While paused the charts hold still and can be panned and zoomed; data keeps arri
 from __future__ import annotations
 
 import contextlib
+import html
 import math
 import time
 from collections.abc import Mapping
@@ -17,19 +18,23 @@ import numpy as np
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device, SeriesKey
+from meshdeck.core.text import printable
 from meshdeck.ui.charts.live_metrics import LiveMetrics
+from meshdeck.ui.charts.time_chart import DataSource
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.views.dashboard.charts import (
     DASHBOARD_CHARTS,
     ChartDefinition,
     Selection,
     dashboard_metrics,
+    format_gpu_filter,
     parse_gpu_filter,
 )
+from meshdeck.ui.views.dashboard.fleet_scale import FleetScaleCharts
 from meshdeck.ui.widgets.tables import chart_grid
 
 __all__ = ["WINDOWS", "DashboardView", "dashboard_metrics"]
-from PySide6.QtCore import QSettings, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -68,6 +73,9 @@ class DashboardView(QWidget):
         self._last_refresh = 0.0
         self._built_for: tuple[int, Selection] | None = None
         self._planned_memory: dict[tuple[str, int], float] = {}
+        self._deployment_of_host: dict[str, str] = {}
+        self.fleet_scale = FleetScaleCharts()  # charts of too many curves draw medians, bands and outliers
+        self.aggregated: set[str] = set()  # the charts that do now
 
         self.host_filter = QComboBox()
         self.host_filter.setObjectName("hostFilter")
@@ -131,6 +139,13 @@ class DashboardView(QWidget):
         self._built_for = None  # lines depend on the selection: rebuild on the next refresh
         self._drawn_generation = -1
 
+    def set_deployment_of_host(self, deployments: Mapping[str, str]) -> None:
+        """host -> the running deployment on it: the groups of fleet-scale charts over many hosts."""
+        if dict(deployments) != self._deployment_of_host:
+            self._deployment_of_host = dict(deployments)
+            self._built_for = None
+            self._drawn_generation = -1
+
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
         self.pause_button.setText("Resume" if paused else "Pause")
@@ -151,6 +166,36 @@ class DashboardView(QWidget):
         self.window_s = float(self.window_choice.currentData())
         self._drawn_generation = -1
 
+    def show_selection(self, selection: Selection) -> None:
+        """Show the hosts and GPUs picked elsewhere (the fleet view); `hosts` None shows all hosts again.
+
+        The pick is an entry of the host filter ("3 hosts selected in Fleet"), so it can be left and
+        chosen again like any host."""
+        index = next(
+            (i for i in range(1, self.host_filter.count()) if isinstance(self.host_filter.itemData(i), frozenset)), -1
+        )
+        self.host_filter.blockSignals(True)
+        if selection.hosts is None:
+            if index >= 0:
+                self.host_filter.removeItem(index)
+            self.host_filter.setCurrentIndex(0)
+            self.gpu_filter.setText("")
+        else:
+            hosts = sorted(selection.hosts)
+            label = f"{hosts[0]} (selected in Fleet)" if len(hosts) == 1 else f"{len(hosts)} hosts selected in Fleet"
+            if index < 0:
+                index = 1
+                self.host_filter.insertItem(index, label, selection.hosts)
+            else:
+                self.host_filter.setItemText(index, label)
+                self.host_filter.setItemData(index, selection.hosts)
+            shown = html.escape(printable(", ".join(hosts[:40]), 2000)) + (" …" if len(hosts) > 40 else "")
+            self.host_filter.setItemData(index, shown, Qt.ItemDataRole.ToolTipRole)
+            self.host_filter.setCurrentIndex(index)
+            self.gpu_filter.setText(format_gpu_filter(selection.gpus))
+        self.host_filter.blockSignals(False)
+        self._selection_changed()
+
     def _selection_changed(self) -> None:
         host = self.host_filter.currentData()
         try:
@@ -163,7 +208,8 @@ class DashboardView(QWidget):
         self.gpu_filter.setProperty("invalid", False)
         self.gpu_filter.setToolTip("GPU indices to show, e.g. 0-3,6; empty for all")
         self._restyle(self.gpu_filter)
-        self.selection = Selection(hosts=None if host is None else frozenset({host}), gpus=gpus)
+        hosts = host if isinstance(host, frozenset) else None if host is None else frozenset({host})
+        self.selection = Selection(hosts=hosts, gpus=gpus)
         self._drawn_generation = -1
 
     @staticmethod
@@ -198,8 +244,20 @@ class DashboardView(QWidget):
 
     def _rebuild_curves(self) -> None:
         hosts = self.metrics.hosts
+        chosen = {
+            name: (
+                self._definitions[name],
+                self._definitions[name].curves(self.metrics.series_ids, hosts, self.selection),
+            )
+            for name in self.charts
+        }
+        self.aggregated = self.fleet_scale.plan(chosen, self._deployment_of_host)
         for name, chart in self.charts.items():
-            chart.set_curves(self._definitions[name].curves(self.metrics.series_ids, hosts, self.selection))
+            if name not in self.aggregated:  # aggregated charts get their curves with their data
+                chart.set_curves(chosen[name][1])
+                chart.set_bands([])
+                chart.set_legend([])
+                chart.set_title_suffix("")
         lines = sorted(
             {
                 planned
@@ -236,6 +294,19 @@ class DashboardView(QWidget):
         )
         self.simulated_badge.setVisible(simulated_shown or (mixed and bool(shown)))
 
+    def _draw_charts(self, source: DataSource, x_start: float, x_end: float) -> int:
+        """Hand every chart its data: its own curves, or (fleet scale) its aggregates."""
+        if self.aggregated:
+            self.fleet_scale.update(
+                lambda host, keys, since: self.metrics.window(host, keys, x_end - since, x_end), self.window_s, x_end
+            )
+        return sum(
+            self.fleet_scale.draw(name, chart, x_start, x_end)
+            if name in self.aggregated
+            else chart.update_data(source, x_start, x_end)
+            for name, chart in self.charts.items()
+        )
+
     def refresh(self) -> int:
         """Redraw every chart from the rings now. Returns the number of points handed to pyqtgraph."""
         self._sync_hosts()
@@ -254,7 +325,7 @@ class DashboardView(QWidget):
             return self.metrics.window(host, series_ids, self.window_s, x_end)
 
         self.charts["vram"].set_y_floor(self._largest_gpu_memory())
-        points = sum(chart.update_data(source, x_start, x_end) for chart in self.charts.values())
+        points = self._draw_charts(source, x_start, x_end)
         self._drawn_generation = self.metrics.generation
         self._last_refresh = time.monotonic()
         age = time.time() - end

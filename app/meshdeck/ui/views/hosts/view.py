@@ -12,6 +12,7 @@ run as jobs: they read ssh configs, write the database and wait for SSH threads.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Callable
@@ -71,10 +72,17 @@ class HostsView(QWidget):
         self.records: dict[str, HostRecord] = {}
         self.ssh_config_hosts: list[str] = []
         self._names: list[str] = []  # the hosts as the rows show them
+        self._row_of: dict[str, int] = {}
         self._stale = True  # something changed while hidden: redraw every row when shown
+        self._fit_pending = False  # rows came: the columns are sized to them once events are absorbed
         self.redraws = 0  # how many times every row was drawn
+        self.rows_drawn = 0  # rows drawn, one by one or all together
+        self._select_next: str | None = None  # a host to select once the rows are drawn (asked while hidden)
 
         self.table = row_table("hostsTable", COLUMNS, stretch_last=False)
+        # Sized to the contents once per redraw of all rows, not on every changed cell: ResizeToContents
+        # measures every row per change, and the age column changes every second (5 s a tick at 278 hosts).
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.table.itemSelectionChanged.connect(self._update_buttons)
 
@@ -181,30 +189,60 @@ class HostsView(QWidget):
             return
         self._stale = False
         self.redraws += 1
-        selected = self.selected()
+        selected, self._select_next = self._select_next or self.selected(), None
         self._names = self.host_names()
+        self._row_of = {name: row for row, name in enumerate(self._names)}
         self.table.setRowCount(len(self._names))
-        supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
+        supervised = self._supervised()
         for row, name in enumerate(self._names):
             self._draw_row(row, name, supervised)
-        if selected in self._names:
-            self.table.selectRow(self._names.index(selected))
+        self.table.resizeColumnsToContents()
+        if selected in self._row_of:
+            self.table.selectRow(self._row_of[selected])
         self._update_buttons()
 
+    def _supervised(self) -> set[str]:
+        return set(self.context.fleet.hosts()) if self.context.fleet else set()
+
     def _host_changed(self, name: str) -> None:
-        """The model has news of `name`: redraw its row (every row when a host came or went)."""
+        """The model has news of `name`: redraw its row; a host that came gets a row of its own at its
+        place (hundreds connecting together are not hundreds of redraws of every row); one that went
+        redraws every row."""
         if not self.isVisible():
             self._stale = True
             return
-        if self.host_names() != self._names:
-            self.refresh()
+        assert self.context.hosts is not None
+        row = self._row_of.get(name)
+        if row is None:
+            names = self.host_names()
+            if len(names) != len(self._names) + 1 or name not in names:
+                self.refresh()
+                return
+            row = bisect.bisect_left(self._names, name)
+            self.table.insertRow(row)
+            self._names.insert(row, name)
+            self._row_of = {host: index for index, host in enumerate(self._names)}
+            self._fit_columns_soon()
+        elif name not in self.context.hosts.hosts and name not in self.records:
+            self.refresh()  # it went
             return
-        supervised = set(self.context.fleet.hosts()) if self.context.fleet else set()
-        self._draw_row(self._names.index(name), name, supervised)
+        self._draw_row(row, name, self._supervised())
         self._update_buttons()
+
+    def _fit_columns_soon(self) -> None:
+        """Size the columns to their contents once the events of this pass are absorbed (measuring every
+        row is what made ResizeToContents slow)."""
+        if not self._fit_pending:
+            self._fit_pending = True
+            QTimer.singleShot(0, self._fit_columns)
+
+    def _fit_columns(self) -> None:
+        self._fit_pending = False
+        self.table.resizeColumnsToContents()
 
     def _draw_row(self, row: int, name: str, supervised: set[str]) -> None:
         assert self.context.hosts is not None
+        self.rows_drawn += 1
         view = self.context.hosts.hosts.get(name) or HostView(name)
         state = view.state if name in supervised or view.state != "disconnected" else "not connected"
         if state in BUSY_STATES:
@@ -238,6 +276,13 @@ class HostsView(QWidget):
             item = QTableWidgetItem()
             self.table.setItem(row, column, item)
         return item
+
+    def select_host(self, name: str) -> None:
+        """Select `name`'s row; hidden, or before its row is drawn, when the rows are next drawn."""
+        self._select_next = name
+        if name in self._row_of and not self._stale:
+            self.table.selectRow(self._row_of[name])
+            self._select_next = None
 
     def selected(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()

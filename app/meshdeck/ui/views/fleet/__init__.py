@@ -1,0 +1,1 @@
+"""The fleet view: every GPU of every host at once."""

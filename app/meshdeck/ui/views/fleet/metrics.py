@@ -1,0 +1,120 @@
+"""What a fleet cell can be coloured by, and how each of those numbers comes out of a GPU's raw readings.
+
+The fleet table keeps, per GPU, the newest value of the few series a cell can show (`RAW_METRICS`, in
+that column order) plus three numbers that are not a GPU's own series: the host's NIC throughput
+(InfiniBand / RoCE / Ethernet are per host, so every GPU of a host shows its host's), the KV-cache usage
+of the vLLM engine placed on the GPU, and the XID alerts the agent raised for it. Each `FleetMetric`
+turns those columns into one number per GPU in numpy, for all 2,224 GPUs at once; NaN means no data
+(the GPU never reported it), which a cell shows as "no data", never as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshdeck.ui.charts import units
+from meshdeck.ui.charts.units import Unit
+
+# Columns of the raw table, in order: the GPU series a fleet cell reads.
+RAW_METRICS: tuple[str, ...] = (
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "utilization_pct",
+    "power_w",
+    "temperature_c",
+    "nvlink_tx_bytes_per_s",
+    "nvlink_rx_bytes_per_s",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+)
+COLUMN = {name: i for i, name in enumerate(RAW_METRICS)}
+NIC_METRICS = ("tx_bytes_per_s", "rx_bytes_per_s")
+
+
+@dataclass(frozen=True)
+class FleetColumns:
+    """The per-GPU numbers a metric reads: `raw` (cells × RAW_METRICS), `network`, `kv_cache`, `xid`
+    (one per cell; NaN where nothing was reported)."""
+
+    raw: np.ndarray
+    network: np.ndarray
+    kv_cache: np.ndarray
+    xid: np.ndarray
+
+    def cell(self, index: int) -> FleetColumns:
+        """The columns of one GPU only (a tooltip reads every metric of one cell)."""
+        part = slice(index, index + 1)
+        return FleetColumns(self.raw[part], self.network[part], self.kv_cache[part], self.xid[part])
+
+
+def _present_sum(*columns: np.ndarray) -> np.ndarray:
+    """The sum of the columns that were reported; NaN only where none was (TX alone is still data)."""
+    stacked = np.vstack(columns)
+    total = np.nansum(stacked, axis=0)
+    total[np.isnan(stacked).all(axis=0)] = np.nan
+    return total
+
+
+def _vram_pct(c: FleetColumns) -> np.ndarray:
+    used, total = c.raw[:, COLUMN["memory_used_bytes"]], c.raw[:, COLUMN["memory_total_bytes"]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = 100.0 * used / total
+    share[~(total > 0)] = np.nan
+    return share
+
+
+@dataclass(frozen=True)
+class FleetMetric:
+    """One choice of the fleet view's colour: its key (settings, tests), title, unit and colour range
+    (`fixed`: always low..high; else 0 up to a round number above the largest value shown)."""
+
+    key: str
+    title: str
+    unit: Unit
+    low: float = 0.0
+    high: float | None = None  # None: from the data (nice_ceiling of the largest value)
+    note: str = ""  # shown under the legend: where the number comes from
+
+    def values(self, columns: FleetColumns) -> np.ndarray:
+        return _READERS[self.key](columns)
+
+    def scale(self, values: np.ndarray) -> tuple[float, float]:
+        """(low, high) of the colour scale for `values` (raw wire units)."""
+        if self.high is not None:
+            return self.low, self.high
+        finite = values[np.isfinite(values)]
+        top = float(finite.max()) if finite.size else 0.0
+        return self.low, units.nice_ceiling(top * self.unit.scale) / self.unit.scale if top > 0 else 1.0
+
+
+_READERS = {
+    "vram": _vram_pct,
+    "utilization": lambda c: c.raw[:, COLUMN["utilization_pct"]],
+    "power": lambda c: c.raw[:, COLUMN["power_w"]],
+    "temperature": lambda c: c.raw[:, COLUMN["temperature_c"]],
+    "kv_cache": lambda c: c.kv_cache,
+    "nvlink": lambda c: _present_sum(
+        c.raw[:, COLUMN["nvlink_tx_bytes_per_s"]], c.raw[:, COLUMN["nvlink_rx_bytes_per_s"]]
+    ),
+    "pcie": lambda c: _present_sum(c.raw[:, COLUMN["pcie_tx_bytes_per_s"]], c.raw[:, COLUMN["pcie_rx_bytes_per_s"]]),
+    "network": lambda c: c.network,
+    "xid": lambda c: c.xid,
+}
+
+FLEET_METRICS: tuple[FleetMetric, ...] = (
+    FleetMetric("vram", "VRAM used", units.PERCENT, 0.0, 100.0, "memory used / memory on the board"),
+    FleetMetric("utilization", "GPU utilization", units.PERCENT, 0.0, 100.0),
+    FleetMetric("power", "Power", units.WATTS),
+    FleetMetric("temperature", "Temperature", units.CELSIUS, 20.0, 100.0),
+    FleetMetric(
+        "kv_cache", "KV-cache usage (vLLM)", units.FRACTION_AS_PERCENT, 0.0, 1.0, "of the vLLM engine placed on the GPU"
+    ),
+    FleetMetric("nvlink", "NVLink throughput (TX + RX)", units.BYTES_PER_S),
+    FleetMetric("pcie", "PCIe throughput (TX + RX)", units.BYTES_PER_S),
+    FleetMetric("network", "InfiniBand / Ethernet (host, TX + RX)", units.BYTES_PER_S, note="per host: all its ports"),
+    FleetMetric("xid", "XID alerts", units.COUNT, note="XID events the agent reported since the console connected"),
+)
+METRIC_BY_KEY = {metric.key: metric for metric in FLEET_METRICS}
+assert set(METRIC_BY_KEY) == set(_READERS)

@@ -1,0 +1,114 @@
+"""Fleet view benchmark: refresh time (reading the newest values + painting) at 278 hosts × 8 GPUs.
+
+Prints (medians, no wall-time assertions; the issue's target is < 50 ms per refresh at 2,224 GPUs):
+- the refresh at 2,224 GPUs, one new sample per host between refreshes, 20 hosts stale;
+- the same view with one 8-GPU host (baseline: widgets, legend, one block) and the ratio;
+- the refresh when nothing new came (only the stale labels and the paint).
+
+The samples are the wire shape an agent sends (tests/gui/wire_samples), decoded and flattened by the
+sample gate's code once; each second's batch is that batch re-timed, so the benchmark measures the
+view, not the fabrication of samples. Set MESHDECK_FLEET_SCREENSHOT=path.png to also save the view.
+
+Run: `pytest tests/benchmarks/test_bench_fleet_view.py -s`.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gui"))
+
+from gui_helpers import bare_context
+from meshdeck.core.samples import SampleBatch
+from meshdeck.remote.events import HostStateChanged
+from meshdeck.services.synthetic_samples import sample_batch
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.views.fleet.view import STALE_AFTER_S, FleetView
+from wire_samples import wire_sample
+
+HOSTS = 278
+GPUS_PER_HOST = 8
+STALE_HOSTS = 20  # stop sending: hatched after STALE_AFTER_S
+DISCONNECTED_HOSTS = 3
+REFRESHES = 30
+SIZE = (1330, 900)  # the console's view area at its default window size
+
+
+def _batches(variants: int = 8) -> list[SampleBatch]:
+    """A few different 8-GPU samples (load phases, one vLLM engine, 4 IB ports, one NVLink link each: the
+    per-link series never reach the view), flattened once."""
+    return [
+        sample_batch([wire_sample(1, 1.7e9 + i, gpus=GPUS_PER_HOST, nvlinks=1, nics=4, workers=1, phase=0.7 * i)])
+        for i in range(variants)
+    ]
+
+
+def _at(batch: SampleBatch, ts: float) -> SampleBatch:
+    return SampleBatch(batch.seqs, (ts,), batch.series, batch.values, batch.simulated)
+
+
+def _feed(context: ConsoleContext, hosts: list[str], batches: list[SampleBatch], ts: float) -> None:
+    for h, host in enumerate(hosts):
+        context.live.ingest(host, _at(batches[(h + int(ts)) % len(batches)], ts))
+
+
+def _measure(qapp, hosts: int, tmp_path: Path, screenshot: str | None = None) -> tuple[list[float], list[float]]:
+    """(refresh ms with one new sample per live host before each, refresh ms with nothing new)."""
+    context = bare_context(str(tmp_path / f"console-{hosts}.ini"))
+    try:
+        names = [f"gpu-node-{h:03d}" for h in range(hosts)]
+        stale = names[5 : 5 + STALE_HOSTS] if hosts > STALE_HOSTS + 5 else []
+        gone = names[-DISCONNECTED_HOSTS:] if hosts > STALE_HOSTS + 5 else []
+        batches = _batches()
+        now = time.time()
+        _feed(context, names, batches, now - 3 * STALE_AFTER_S)
+        live = [n for n in names if n not in stale]
+        for host in names:
+            context.bridge.post(HostStateChanged(host, "connected"))
+        for host in gone:
+            context.bridge.post(HostStateChanged(host, "disconnected", "connection reset; retrying in 5 s"))
+        context.bridge.drain()
+        view = FleetView(context)
+        view.resize(*SIZE)
+        view.show()
+        qapp.processEvents()
+        ts = now - 5
+        shown = len(view.refresh_durations_ms())  # showing it refreshed once
+        for _ in range(REFRESHES + 3):
+            ts += 1.0
+            _feed(context, live, batches, ts)
+            view.refresh()
+        fed = view.refresh_durations_ms()[shown + 3 :]  # the first ones lay out and map every host
+        for _ in range(REFRESHES):
+            view.refresh()
+        idle = view.refresh_durations_ms()[-REFRESHES:]
+        if screenshot:
+            view.set_metric("utilization")
+            view.grab().save(screenshot, "PNG")
+        view.close()
+        return fed, idle
+    finally:
+        context.shutdown()
+
+
+@pytest.mark.slow
+def test_bench_fleet_view_2224_gpus(qapp, tmp_path) -> None:
+    fleet_fed, fleet_idle = _measure(qapp, HOSTS, tmp_path, os.environ.get("MESHDECK_FLEET_SCREENSHOT"))
+    one_fed, one_idle = _measure(qapp, 1, tmp_path)
+    fleet_median, one_median = statistics.median(fleet_fed), statistics.median(one_fed)
+    print(
+        f"\nfleet view, {HOSTS} hosts × {GPUS_PER_HOST} GPUs ({STALE_HOSTS} stale, {DISCONNECTED_HOSTS} disconnected):"
+        f"\n  refresh after one new sample per host: median {fleet_median:.1f} ms,"
+        f" p90 {statistics.quantiles(fleet_fed, n=10)[-1]:.1f} ms, max {max(fleet_fed):.1f} ms"
+        f"\n  refresh with nothing new: median {statistics.median(fleet_idle):.1f} ms"
+        f"\n  baseline, 1 host × {GPUS_PER_HOST} GPUs: median {one_median:.2f} ms"
+        f" (nothing new: {statistics.median(one_idle):.2f} ms)"
+        f"\n  ratio 2,224 GPUs / 8 GPUs: {fleet_median / one_median:.1f}×"
+    )
+    assert len(fleet_fed) == REFRESHES and len(one_fed) == REFRESHES
