@@ -337,6 +337,8 @@ class RpcClient:
         return True
 
     def _ended(self, reason: str) -> None:
+        if self._watch is not None:
+            self._watch.cancel()  # nothing more to read: the descriptor may be closed and reused
         self._noise.flush()
         tail = getattr(getattr(self.stream, "stderr", None), "tail", lambda: "")()
         self._fail_all(ConnectionLost(f"{self.host}: {reason}" + (f" (agent stderr: {tail})" if tail else "")))

@@ -90,12 +90,33 @@ def attach_outcome(stream: object, wait_s: float = 3.0) -> tuple[int | None, str
 
 
 class ChannelStream:
-    """An SSH exec channel running `python3 agent.pyz attach`; stderr drained on each read."""
+    """An SSH exec channel running `python3 agent.pyz attach`; stderr drained on each read.
+
+    Polled through the channel's `fileno()` (paramiko sets it when stdout or stderr has bytes, and for good
+    at the channel's end), so the read hub reads it: per host only paramiko's transport thread remains."""
 
     def __init__(self, channel: paramiko.Channel, host: str) -> None:
         self.channel = channel
         self.stderr = _StderrTail(host)
+        self._watch: Watch | None = None
+        self._on_closed: Callable[[], None] | None = None
         channel.settimeout(0.25)
+
+    def watch_with(self, hub: ReadHub, on_readable: Callable[[], bool], on_closed: Callable[[], None]) -> Watch:
+        """Have `hub` call `on_readable` when the channel has bytes (read them with `recv_nowait`)."""
+        self._watch = hub.watch(self.channel.fileno(), on_readable)
+        self._on_closed = on_closed
+        return self._watch
+
+    def recv_nowait(self, size: int) -> bytes | None:
+        """What stdout has now: None when nothing (yet), b"" at the channel's end (stderr read first)."""
+        self._drain_stderr()
+        if self.channel.recv_ready():
+            return self.channel.recv(size)
+        if self.channel.closed or self.channel.eof_received:
+            self._drain_stderr()
+            return b""
+        return None
 
     def _drain_stderr(self) -> None:
         while self.channel.recv_stderr_ready():
@@ -122,8 +143,12 @@ class ChannelStream:
         return self.channel.exit_status if self.channel.exit_status_ready() else None
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()  # waits for a read in progress before the channel (and its pipe) goes
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):  # the transport may be gone already
             self.channel.close()
+        if self._on_closed is not None:
+            self._on_closed()
 
 
 class PipeStream:
