@@ -38,9 +38,13 @@ What each number is (all measured in this run, none assumed):
 - `connect_all_s`: from adding the first host until every host delivered its first sample; null when some
   did not within `connect_timeout_s` (`hosts_connected` says how many did).
 
-Extra keys (beyond the contract): the agents' own CPU (daemons, and their `attach` relays, from
-/proc/<pid>/stat), the whole machine's busy CPU and load (other work on the machine shows there), the
-client's thread count, and what the run could not measure. Linux only (/proc).
+Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agents' own CPU over the window
+(their daemons, and the `attach` relays between them and this process, from /proc/<pid>/stat), and
+`machine_cpu_busy_pct`, every CPU's busy time from /proc/stat — all in % of one core like the client's
+(2 CPUs fully busy = 200), so other work on the machine shows as the difference; `machine.load_average_1m`;
+`client_threads` (this process's threads at the window's end, from /proc/self/task); the live samples
+delivered and those backfilled in the window; the writer's commits and inbox waits in the window; and
+the hosts left out of the counts, with why (`not_measured`). Linux only (/proc).
 """
 
 from __future__ import annotations
