@@ -66,7 +66,7 @@ class FleetSettings:
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
     # hosts bringing a connection up at once (connect, start the agent, hello, inventory); the rest wait
     # their turn before their hello timer starts (remote/supervisor.py ConnectSlots)
-    max_concurrent_connects: int = 16
+    max_concurrent_connects: int = 32
 
     def host_key_store(self) -> HostKeyStore:
         return HostKeyStore(Path(self.known_hosts).expanduser(), self.user_known_hosts)

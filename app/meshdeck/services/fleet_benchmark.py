@@ -43,7 +43,10 @@ Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agent
 `machine_cpu_busy_pct`, every CPU's busy time from /proc/stat — all in % of one core like the client's
 (2 CPUs fully busy = 200), so other work on the machine shows as the difference; `machine.load_average_1m`;
 `client_threads` (this process's threads at the window's end, from /proc/self/task); the live samples
-delivered and those backfilled in the window; the writer's commits and inbox waits in the window; and
+delivered and those backfilled in the window; `samples_undelivered`, the window's samples still waiting
+in the agents' rings when the drain ended (the client was behind: part of `samples_lost`, though the
+agents still hold them) and `samples_dropped_by_agents`, those the rings lost before they were read (the
+whole run); the writer's commits and inbox waits in the window; and
 the hosts left out of the counts, with why (`not_measured`). Linux only (/proc).
 """
 
@@ -173,9 +176,15 @@ class DeliveryMeter:
         self._delays = array("d")
         self._measuring = False
         self.backfilled = 0  # samples delivered as backfill while measuring
+        self.dropped = 0  # samples the agents' rings lost before they were read (the whole run)
 
     def __call__(self, event: FleetEvent) -> None:
-        if not isinstance(event, SamplesReceived) or not len(event.batch):
+        if not isinstance(event, SamplesReceived):
+            return
+        if event.dropped:
+            with self._lock:
+                self.dropped += event.dropped
+        if not len(event.batch):
             return
         now, now_mono = time.time(), time.monotonic()
         with self._lock:
@@ -270,6 +279,14 @@ class HostWindow:
     seq_start: int
     seq_end: int | None = None
     stored: int | None = None
+    delivered_seq: int | None = None  # the last seq delivered by the end of the drain
+
+    @property
+    def undelivered(self) -> int:
+        """Samples of the window still in the agent's ring when the drain ended (not lost: not read yet)."""
+        if self.seq_end is None:
+            return 0
+        return max(0, self.seq_end - max(self.seq_start, self.delivered_seq or 0))
 
     @property
     def produced(self) -> int:
@@ -291,6 +308,7 @@ class FleetBenchmark:
     machine_busy_pct: float
     delays_s: list[float]
     backfilled: int
+    dropped: int
     windows: dict[str, HostWindow]
     backlog_start: int
     backlog_end: int
@@ -340,6 +358,8 @@ class FleetBenchmark:
                 "not_measured": dict(self.not_measured),
                 "samples_delivered_live": len(self.delays_s),
                 "samples_backfilled": self.backfilled,
+                "samples_undelivered": sum(w.undelivered for w in self.windows.values()),
+                "samples_dropped_by_agents": self.dropped,
                 "gui_view": self.gui_view,
                 "gui_refreshes": len(self.refresh_ms),
                 "client_threads": self.client_threads,
@@ -570,6 +590,8 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
     if not run.writer.flush(timeout=settings.drain_timeout_s):
         log.warning("bench fleet: the final flush did not finish within %g s", settings.drain_timeout_s)
     stats_end = run.writer.stats()
+    for name, window in windows.items():
+        window.delivered_seq = run.fleet.supervisor(name).last_seq
     produced = {n: w for n, w in windows.items() if w.produced}
     firsts = run.sample_times(produced, lambda n: windows[n].seq_start)
     lasts = run.sample_times(produced, lambda n: (windows[n].seq_end or 1) - 1)
@@ -599,6 +621,7 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
         machine_busy_pct=100 * (busy_end - busy_start) / max(1, total_end - total_start) * (os.cpu_count() or 1),
         delays_s=delays,
         backfilled=backfilled,
+        dropped=run.meter.dropped,
         windows=windows,
         backlog_start=backlog_start,
         backlog_end=backlog_end,

@@ -62,6 +62,7 @@ def _check_contract(result: dict[str, object]) -> None:
     assert HOSTS * (SECONDS - 1) <= produced <= HOSTS * (SECONDS + 1)
     assert produced >= stored
     assert lost == produced - stored == 0
+    assert result["samples_undelivered"] == 0 and result["samples_dropped_by_agents"] == 0
     live = result["samples_delivered_live"]
     assert isinstance(live, int) and 0 < live <= produced + HOSTS
     p50, p99 = result["delay_p50_ms"], result["delay_p99_ms"]
