@@ -14,8 +14,8 @@ samples — so nothing is dropped here; answers to calls that came behind those 
 Requests in flight are bounded too. A malformed line from the agent is logged and skipped; end of
 stream fails every pending request with ConnectionLost.
 
-Who reads: a stream that can be polled (`watch_with`: local pipes, sockets) is read by the process's one
-read hub thread (read_hub.py) for every host at once; any other stream (an SSH channel) by a reader
+Who reads: a stream that can be polled (`watch_with`: local pipes, sockets, SSH channels) is read by the
+process's one read hub thread (read_hub.py) for every host at once; any other stream by a reader
 thread of its own. Futures' callbacks run on the reader (the hub: every host's): keep them short and
 never block in them.
 
