@@ -7,7 +7,8 @@
 
 Why: a fleet of 278 hosts had three threads per host (supervisor, RPC reader, stderr pump). The RPC
 client and the local agent's pipes register their descriptors here instead: one `selectors` thread for
-the whole fleet, whatever its size.
+the whole fleet, whatever its size. The thread runs only while something is watched: it ends with the
+last watch and the next watch starts it again.
 
 `on_readable` must not block: it reads what is there (non-blocking) and returns True to be called again,
 False to pause the watch until `resume()` (back-pressure: the consumer's queue is full, so the agent's
@@ -58,12 +59,14 @@ class ReadHub:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._thread: threading.Thread | None = None  # runs while something is watched
 
     @property
-    def thread(self) -> threading.Thread:
-        return self._thread
+    def thread(self) -> threading.Thread | None:
+        """The hub's thread while it has something to watch; None when idle (it ends with the last watch)."""
+        with self._lock:
+            return self._thread
 
     def watch(self, fd: int, on_readable: Callable[[], bool]) -> Watch:
         """Call `on_readable()` on the hub's thread whenever `fd` has something to read (or its end)."""
@@ -73,6 +76,9 @@ class ReadHub:
                 raise ValueError(f"file descriptor {fd} is already watched")
             self._watches[fd] = watch
             self._selector.register(fd, selectors.EVENT_READ, watch)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
         self._wake()
         return watch
 
@@ -110,6 +116,7 @@ class ReadHub:
                 if watch.armed:
                     self._selector.unregister(watch.fd)
             watch.armed = False
+        self._wake()  # the last watch gone: the thread ends now, not at its next timeout
         if threading.current_thread() is not self._thread:
             with watch.lock:  # a callback running now finishes before the caller closes the fd
                 pass
@@ -122,6 +129,10 @@ class ReadHub:
 
     def _run(self) -> None:
         while True:
+            with self._lock:
+                if not self._watches:  # nothing left to read: the thread ends (the next watch starts one)
+                    self._thread = None
+                    return
             ready = self._selector.select(IDLE_WAIT_S)
             for key, _events in ready:
                 watch = key.data
@@ -155,7 +166,7 @@ _shared_lock = threading.Lock()
 
 
 def shared_hub() -> ReadHub:
-    """The process's hub (started at the first call; its thread is a daemon that idles in select)."""
+    """The process's hub (made at the first call; its thread runs while it watches something)."""
     global _shared
     with _shared_lock:
         if _shared is None:

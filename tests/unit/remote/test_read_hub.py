@@ -30,12 +30,21 @@ def test_many_agent_connections_are_read_by_the_one_hub_thread_not_a_thread_each
         assert _reader_threads() == []
         assert hub.watching() == HOSTS
         assert all(client.call("agent.time", timeout=10) is not None for client in clients)
+        thread = hub.thread
+        assert thread is not None and thread.is_alive()
     finally:
         for client in clients:
             client.close()
         for _, agent in pairs:
             agent.close()
     assert hub.watching() == 0
+    thread.join(10)
+    assert not thread.is_alive() and hub.thread is None  # no connection left: no thread left
+    sock, agent = fake_agent_pair()  # the next connection starts it again
+    with RpcClient(SocketStream(sock), host="gpu-again", hub=hub) as client:
+        client.start(timeout=10)
+        assert client.call("agent.time", timeout=10) is not None
+    agent.close()
 
 
 def test_a_host_whose_consumer_is_full_pauses_alone_and_keeps_its_answers_until_drained():
