@@ -290,19 +290,60 @@ def _metric_values(
     return tuple(metrics.get(name) for name in index)
 
 
+_GPU_BOUNDS = tuple((m.name, m.low, m.high) for m in GPU_METRICS)
+_TX_LOW, _TX_HIGH = NVLINK_METRICS[0].low, NVLINK_METRICS[0].high
+_RX_LOW, _RX_HIGH = NVLINK_METRICS[1].low, NVLINK_METRICS[1].high
+
+
+def _gpu_values(data: Dict[str, Any], field: str) -> Tuple[Optional[float], ...]:
+    """GPU_METRICS of one GPU in order. The common case (a plain int or float in range, or null) is checked
+    inline; anything else goes through `_number`, which accepts or names the field (same verdicts)."""
+    values: List[Optional[float]] = []
+    for name, low, high in _GPU_BOUNDS:
+        value = data.get(name)
+        kind = type(value)
+        if value is None:
+            values.append(None)
+        elif (kind is float or kind is int) and low <= value <= high:  # NaN fails the range check
+            values.append(float(value))
+        else:
+            values.append(_number(value, "%s.%s" % (field, name), low, high))
+    return tuple(values)
+
+
+def _nvlink_link(pair: Any, field: str, link: int) -> Tuple[Optional[float], Optional[float]]:
+    where = "%s.nvlink_links[%d]" % (field, link)
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise SampleError(where, "must be a [tx, rx] pair")
+    tx, rx = (_number(v, "%s[%d]" % (where, i), m.low, m.high) for i, (v, m) in enumerate(zip(pair, NVLINK_METRICS)))
+    return tx, rx
+
+
+def _nvlink_links(raw: Any, field: str) -> List[Tuple[Optional[float], Optional[float]]]:
+    """Every [tx, rx] pair: plain numbers in range pass inline (18 links x 8 GPUs a sample), the rest go
+    through `_nvlink_link`, which accepts them (nulls) or names the field."""
+    links = []
+    for link, pair in enumerate(_list(raw, field + ".nvlink_links", MAX_NVLINK_LINKS)):
+        if type(pair) is list and len(pair) == 2:
+            tx, rx = pair
+            tx_kind, rx_kind = type(tx), type(rx)
+            if (
+                (tx_kind is int or tx_kind is float)
+                and (rx_kind is int or rx_kind is float)
+                and _TX_LOW <= tx <= _TX_HIGH
+                and _RX_LOW <= rx <= _RX_HIGH
+            ):
+                links.append((float(tx), float(rx)))
+                continue
+        links.append(_nvlink_link(pair, field, link))
+    return links
+
+
 def _gpu(raw: Any, field: str) -> GpuSample:
     data = _object(raw, field)
     index = _int(data.get("index"), field + ".index", 0, MAX_GPUS - 1)
-    values = tuple(_number(data.get(m.name), "%s.%s" % (field, m.name), m.low, m.high) for m in GPU_METRICS)
-    links = []
-    for link, pair in enumerate(_list(data.get("nvlink_links"), field + ".nvlink_links", MAX_NVLINK_LINKS)):
-        where = "%s.nvlink_links[%d]" % (field, link)
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise SampleError(where, "must be a [tx, rx] pair")
-        tx, rx = (
-            _number(v, "%s[%d]" % (where, i), m.low, m.high) for i, (v, m) in enumerate(zip(pair, NVLINK_METRICS))
-        )
-        links.append((tx, rx))
+    values = _gpu_values(data, field)
+    links = _nvlink_links(data.get("nvlink_links"), field)
     xids = []
     for i, event in enumerate(_list(data.get("xid_events"), field + ".xid_events", MAX_XID_EVENTS)):
         where = "%s.xid_events[%d]" % (field, i)

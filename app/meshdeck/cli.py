@@ -95,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_gui(args)  # a plain `meshdeck` on a desktop opens the console
         parser.print_help()
         return 0
+    if getattr(args, "console", False) and "offscreen_console" in vars(args):
+        from meshdeck.console_entry import offscreen_console  # Qt only for a command run with --console
+
+        args.offscreen_console = offscreen_console
     try:
         return int(func(args) or 0)
     except InputError as exc:

@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from meshdeck.core.errors import InputError
+
+if TYPE_CHECKING:
+    from meshdeck.services.fleet_benchmark import ConsoleProbe
 
 
 def desktop_session() -> bool:
@@ -53,3 +57,11 @@ def run_gui(args: argparse.Namespace) -> int:
     except InputError as exc:
         print(f"meshdeck: error: {exc}", file=sys.stderr)
         return 2
+
+
+def offscreen_console() -> ConsoleProbe:
+    """The console's window offscreen beside a CLI measurement (`meshdeck bench fleet --console`)."""
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a measurement never opens a window on the desktop
+    from meshdeck.ui.fleet_benchmark import OffscreenConsole
+
+    return OffscreenConsole()

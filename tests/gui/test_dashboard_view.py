@@ -140,3 +140,20 @@ def test_gpu_filter_spelling(text: str, expected) -> None:
 def test_gpu_filter_rejects_what_is_not_an_index_or_range(text: str) -> None:
     with pytest.raises(InputError, match="GPU filter"):
         parse_gpu_filter(text)
+
+
+def test_each_refresh_keeps_its_update_and_paint_time_in_a_bounded_record(console_context, dashboard) -> None:
+    now = time.time()
+    console_context.live.ingest("demo-a", wire_batch(30, now - 30, gpus=2))
+    dashboard.timer.stop()  # only the refreshes this test asks for
+    before = len(dashboard.refresh_durations_ms())
+    dashboard.refresh()
+    dashboard.refresh()
+    durations = dashboard.refresh_durations_ms()
+    assert len(durations) == before + 2
+    assert all(ms > 0 for ms in durations[-2:])
+    kept = dashboard._refresh_ms.maxlen
+    assert kept == 4096
+    for _ in range(kept - len(durations) + 5):
+        dashboard._refresh_ms.append(1.0)
+    assert len(dashboard.refresh_durations_ms()) == kept  # the oldest go first: memory stays bounded

@@ -29,6 +29,7 @@ from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT, Hello
 from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
 from meshdeck.remote.errors import AgentVersionConflict, BootstrapError, ConnectError, ConnectionLost
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
+from meshdeck.remote.read_hub import shared_hub
 from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.ssh import SshConnection, SshOptions, connect
 from meshdeck.remote.sshconfig import SshRoute
@@ -202,4 +203,4 @@ class LocalConnector:
                 f"{self.name}: cannot start the local agent ({argv[0]}): {exc.strerror or exc}"
             ) from None
         details = {"python": self.python, "argv": argv, "pid": process.pid}
-        return AgentLink(PipeStream(process, self.name), details)
+        return AgentLink(PipeStream(process, self.name, hub=shared_hub()), details)

@@ -6,12 +6,18 @@
     future = client.call_async("workers.list")  # concurrent.futures.Future; add_done_callback for a callback
     event = client.next_event(timeout=1.0)      # protocol.Event (samples, worker, log, alert) or None
 
-One reader thread parses lines, completes pending requests and puts notifications on a queue
-bounded by count and by the bytes of the lines they came from (`max_event_bytes`: a hostile agent's
-4 MiB lines cannot pile up). When that queue is full the reader waits — TCP/SSH flow control then holds the agent back,
-whose ring buffer keeps the samples — so nothing is dropped here. Requests in flight are bounded
-too. A malformed line from the agent is logged and skipped; end of stream fails every pending
-request with ConnectionLost. Futures' callbacks run on the reader thread: keep them short.
+The reader parses lines, completes pending requests and puts notifications on a queue bounded by
+count and by the bytes of the lines they came from (`max_event_bytes`: a hostile agent's 4 MiB lines
+cannot pile up). When that queue is full the reader stops reading this connection until the consumer
+takes an event — pipe, TCP or SSH flow control then holds the agent back, whose ring buffer keeps the
+samples — so nothing is dropped here; answers to calls that came behind those events wait with them.
+Requests in flight are bounded too. A malformed line from the agent is logged and skipped; end of
+stream fails every pending request with ConnectionLost.
+
+Who reads: a stream that can be polled (`watch_with`: local pipes, sockets, SSH channels) is read by the
+process's one read hub thread (read_hub.py) for every host at once; any other stream by a reader
+thread of its own. Futures' callbacks run on the reader (the hub: every host's): keep them short and
+never block in them.
 
 What the agent says is bounded before anyone sees it: its version (AGENT_VERSION_LIMIT characters) and
 error messages (ERROR_TEXT_LIMIT) are escaped and cut (core.text.printable); complaints about its
@@ -38,6 +44,7 @@ from meshdeck import __version__
 from meshdeck.core.text import printable
 from meshdeck.remote.errors import ConnectionLost, ProtocolMismatch, RpcError, RpcTimeout
 from meshdeck.remote.peer_log import PeerLog
+from meshdeck.remote.read_hub import ReadHub, Watch, shared_hub
 from meshdeck.remote.streams import ByteStream
 
 log = logging.getLogger(__name__)
@@ -74,7 +81,9 @@ class RpcClient:
         max_event_bytes: int = MAX_EVENT_BYTES,
         max_in_flight: int = MAX_IN_FLIGHT,
         client_version: str = __version__,
+        hub: ReadHub | None = None,
     ) -> None:
+        """`hub`: the read hub for a stream that can be polled (default: the process's shared hub)."""
         self.stream = stream
         self.host = host
         self.client_version = client_version
@@ -92,6 +101,11 @@ class RpcClient:
         self._closed = threading.Event()
         self._close_reason: ConnectionLost | None = None
         self._noise = PeerLog(log, host)
+        self._buffer = bytearray()  # bytes read and not yet dispatched (a partial line, or lines held back)
+        self._paused = False  # an event found the queue full: reading waits for the consumer (under _room)
+        self._feed_lock = threading.Lock()  # one feeder at a time: the reader, or a consumer resuming it
+        self._watch: Watch | None = None
+        self._hub = (hub or shared_hub()) if callable(getattr(stream, "watch_with", None)) else None
         self._reader = threading.Thread(target=self._read_loop, name=f"meshdeck-rpc-{host}", daemon=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -99,7 +113,11 @@ class RpcClient:
     def start(self, timeout: float = 15.0) -> protocol.Hello:
         """Send our hello, start reading, wait for the agent's hello. Raises ProtocolMismatch / ConnectionLost."""
         self._send(protocol.hello(self.client_version))
-        self._reader.start()
+        if self._hub is not None:
+            watch_with = self.stream.watch_with  # type: ignore[attr-defined]
+            self._watch = watch_with(self._hub, self._on_readable, self._on_stream_closed)
+        else:
+            self._reader.start()
         try:
             hello = self._hello.result(timeout)
         except FutureTimeout:
@@ -122,6 +140,8 @@ class RpcClient:
     def close(self, reason: str = "closed by the client") -> None:
         """Close the stream; pending requests fail with ConnectionLost. Idempotent."""
         self._fail_all(ConnectionLost(f"{self.host}: {reason}"))
+        if self._watch is not None:
+            self._watch.cancel()  # waits for a read in progress: the stream's descriptors are closed next
         try:
             self.stream.close()
         except (OSError, EOFError) as exc:
@@ -193,7 +213,10 @@ class RpcClient:
             line, size = item
             with self._room:
                 self._queued_bytes -= size
+                resume, self._paused = self._paused, False
                 self._room.notify_all()
+            if resume and self._watch is not None:
+                self._resume_feed()
             event = self._event_of(line)
             if event is not None:
                 return event
@@ -248,24 +271,27 @@ class RpcClient:
             if not future.done():
                 future.set_exception(self._close_reason)
 
-    def _queue_event(self, line: bytes) -> None:
-        """Queue an event's line for `next_event`: bounded in bytes and in count; wait for the consumer,
-        never drop (the agent's ring holds what waits behind)."""
+    def _queue_event(self, line: bytes) -> bool:
+        """Queue an event's line for `next_event`, bounded in bytes and in count. False when there is no
+        room: reading pauses (`_paused`) until the consumer takes one, and the line is offered again —
+        never dropped (the agent's ring holds what waits behind)."""
         size = len(line)
         with self._room:
-            while (
-                not self._closed.is_set() and self._queued_bytes and self._queued_bytes + size > self._max_event_bytes
-            ):
-                self._room.wait(0.5)
-            self._queued_bytes += size
-        while not self._closed.is_set():
+            if self._closed.is_set():
+                return True  # nobody will read it
+            if self._queued_bytes and self._queued_bytes + size > self._max_event_bytes:
+                self._paused = True
+                return False
             try:
-                self._events.put((line, size), timeout=0.5)
-                return
+                self._events.put_nowait((line, size))
             except queue.Full:
-                continue
+                self._paused = True
+                return False
+            self._queued_bytes += size
+            return True
 
-    def _handle(self, message: protocol.Message, line: bytes = b"") -> None:
+    def _handle(self, message: protocol.Message, line: bytes = b"") -> bool:
+        """Act on one message; False only for an event the queue has no room for yet."""
         if not self._hello.done():
             if isinstance(message, protocol.Hello):
                 message = replace(message, agent=printable(message.agent, AGENT_VERSION_LIMIT))
@@ -276,53 +302,120 @@ class RpcClient:
             except protocol.ProtocolError as exc:
                 reason = printable(str(exc), ERROR_TEXT_LIMIT)
                 self._hello.set_exception(ConnectionLost(f"{self.host}: bad first line from the agent: {reason}"))
-            return
+            return True
         if isinstance(message, protocol.Response):
             self._resolve(message.id, result=message.result)
         elif isinstance(message, protocol.ErrorReply):
             code = printable(message.code, ERROR_CODE_LIMIT)
             if message.id is None:
                 self._noise.report(f"agent reported {code}", message.message)
-                return
+                return True
             with self._pending_lock:
                 method = self._pending.get(message.id, ("?", None))[0]
             text = printable(message.message, ERROR_TEXT_LIMIT)
             self._resolve(message.id, error=RpcError(self.host, method, code, text))
         elif isinstance(message, protocol.Event):  # an event line not in the agent's own key order
-            self._queue_event(line)
+            return self._queue_event(line)
         else:
             self._noise.report(f"unexpected {type(message).__name__} from the agent ignored")
+        return True
+
+    def _take_lines(self) -> bool:
+        """Dispatch every complete line in the buffer, in order. False when an event found the queue full:
+        it and the lines after it stay in the buffer for `_resume_feed`. Raises _LineTooLong."""
+        buffer, start = self._buffer, 0
+        try:
+            while (newline := buffer.find(b"\n", start)) >= 0:
+                line = bytes(buffer[start:newline])
+                if line.strip() and not self._dispatch_line(line):
+                    return False
+                start = newline + 1
+        finally:
+            del buffer[:start]
+        if len(buffer) > protocol.MAX_LINE_BYTES:
+            raise _LineTooLong(f"the agent sent a line over {protocol.MAX_LINE_BYTES} bytes")
+        return True
+
+    def _ended(self, reason: str) -> None:
+        if self._watch is not None:
+            self._watch.cancel()  # nothing more to read: the descriptor may be closed and reused
+        self._noise.flush()
+        tail = getattr(getattr(self.stream, "stderr", None), "tail", lambda: "")()
+        self._fail_all(ConnectionLost(f"{self.host}: {reason}" + (f" (agent stderr: {tail})" if tail else "")))
+
+    # -- reading on the hub ----------------------------------------------------------------------
+
+    def _on_readable(self) -> bool:
+        """The hub's call: read what the stream has (never blocking) and dispatch it; False pauses the watch."""
+        with self._feed_lock:
+            if self._closed.is_set():
+                return False
+            try:
+                chunk = self.stream.recv_nowait(_READ_SIZE)  # type: ignore[attr-defined]
+                if chunk is None:  # nothing after all
+                    return True
+                if not chunk:
+                    self._ended("the agent closed the connection")
+                    return False
+                self._buffer += chunk
+                return self._take_lines()
+            except _LineTooLong as exc:
+                self._ended(str(exc))
+            except (OSError, EOFError) as exc:
+                self._ended(f"connection lost: {exc or type(exc).__name__}")
+            except Exception:  # a bug here must not leave callers waiting forever
+                log.exception("%s: RPC reader failed", self.host)
+                self._ended("internal error in the RPC reader (see log)")
+            return False
+
+    def _on_stream_closed(self) -> None:
+        """The stream was closed under the watch (by whoever holds the link): the connection is over."""
+        self._ended("connection closed")
+
+    def _resume_feed(self) -> None:
+        """The consumer made room: dispatch the lines held back, then read again (on the consumer's thread)."""
+        watch = self._watch
+        with self._feed_lock:
+            if self._closed.is_set() or watch is None:
+                return
+            try:
+                if not self._take_lines():
+                    return  # full again: the next event taken resumes
+            except _LineTooLong as exc:
+                self._ended(str(exc))
+                return
+        watch.resume()
+
+    # -- reading on a thread of its own ----------------------------------------------------------
 
     def _read_loop(self) -> None:
-        buffer = bytearray()
         reason = "the agent closed the connection"
         try:
             while not self._closed.is_set():
+                with self._feed_lock:
+                    paused = not self._take_lines()
+                if paused:
+                    with self._room:
+                        while self._paused and not self._closed.is_set():
+                            self._room.wait(0.5)
+                    continue
                 chunk = self.stream.recv(_READ_SIZE)
                 if not chunk:
                     break
-                buffer += chunk
-                while (newline := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:newline])
-                    del buffer[: newline + 1]
-                    if line.strip():
-                        self._dispatch_line(line)
-                if len(buffer) > protocol.MAX_LINE_BYTES:
-                    reason = f"the agent sent a line over {protocol.MAX_LINE_BYTES} bytes"
-                    break
+                self._buffer += chunk
+        except _LineTooLong as exc:
+            reason = str(exc)
         except (OSError, EOFError) as exc:
             reason = f"connection lost: {exc or type(exc).__name__}"
         except Exception:  # a bug here must not leave callers waiting forever
             log.exception("%s: RPC reader failed", self.host)
             reason = "internal error in the RPC reader (see log)"
-        self._noise.flush()
-        tail = getattr(getattr(self.stream, "stderr", None), "tail", lambda: "")()
-        self._fail_all(ConnectionLost(f"{self.host}: {reason}" + (f" (agent stderr: {tail})" if tail else "")))
+        self._ended(reason)
 
-    def _dispatch_line(self, line: bytes) -> None:
+    def _dispatch_line(self, line: bytes) -> bool:
+        """Act on one line; False only for an event the queue has no room for yet (offered again later)."""
         if line.startswith(_EVENT_PREFIX) and self._hello.done():
-            self._queue_event(line)  # decoded by next_event: a flood of events waits here as bytes
-            return
+            return self._queue_event(line)  # decoded by next_event: a flood of events waits here as bytes
         try:
             message = protocol.decode(line)
         except protocol.ProtocolError as exc:
@@ -331,7 +424,11 @@ class RpcClient:
                 self._hello.set_exception(
                     ConnectionLost(f"{self.host}: the agent's first line is not a hello: {reason}")
                 )
-                return
+                return True
             self._noise.report("skipping malformed line from the agent", exc.message)
-            return
-        self._handle(message, line)
+            return True
+        return self._handle(message, line)
+
+
+class _LineTooLong(Exception):
+    """The agent's line passed protocol.MAX_LINE_BYTES without a newline: the connection is dropped."""

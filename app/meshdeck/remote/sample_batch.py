@@ -21,7 +21,6 @@ _GPU_NAMES = tuple(m.name for m in GPU_METRICS)
 _LINK_TX, _LINK_RX = (m.name for m in NVLINK_METRICS)  # the (tx, rx) pair of each link
 _NIC_TX, _NIC_RX = (m.name for m in NIC_METRICS)
 _HOST_KEYS = tuple((HOST, m.name) for m in HOST_METRICS)
-_NAN = array("d", [math.nan])
 
 
 @lru_cache(maxsize=4096)
@@ -75,28 +74,99 @@ def reported_values(sample: Sample) -> Iterator[tuple[SeriesKey, float]]:
             yield (device, metric), value
 
 
+Shape = tuple[tuple[tuple[int, int], ...], bool, tuple[str, ...], tuple[tuple[str, str, tuple[str, ...]], ...]]
+
+
+def _shape(sample: Sample) -> Shape:
+    """What decides a sample's series keys and their order: its GPUs (index, NVLink links), whether it has
+    host values, its NICs, its workers' metrics. Samples of one host nearly always share it."""
+    return (
+        tuple((gpu.index, len(gpu.nvlink_links)) for gpu in sample.gpus),
+        sample.host is not None,
+        tuple(nic.name for nic in sample.nics),
+        tuple((w.id, w.engine, tuple(metric for metric, _ in w.metrics)) for w in sample.workers),
+    )
+
+
+@lru_cache(maxsize=1024)
+def _shape_keys(shape: Shape) -> tuple[SeriesKey, ...]:
+    """The series keys of every value a sample of `shape` has (reported or null), in `_values` order."""
+    gpus, has_host, nics, workers = shape
+    keys: list[SeriesKey] = []
+    for index, links in gpus:
+        keys += _gpu_keys(index)
+        keys += _gpu_link_keys(index, links)
+    if has_host:
+        keys += _HOST_KEYS
+    for name in nics:
+        keys += _nic_keys(name)
+    for worker_id, engine, metrics in workers:
+        device = _worker_device(worker_id, engine)
+        keys += ((device, metric) for metric in metrics)
+    return tuple(keys)
+
+
+def _values(sample: Sample) -> list[float | None]:
+    """Every value of a sample in `_shape_keys` order, None where it reported none."""
+    values: list[float | None] = []
+    for gpu in sample.gpus:
+        values += gpu.values
+        for pair in gpu.nvlink_links:
+            values += pair
+    if sample.host is not None:
+        values += sample.host.values
+    for nic in sample.nics:
+        values.append(nic.tx_bytes_per_s)
+        values.append(nic.rx_bytes_per_s)
+    for worker in sample.workers:
+        values += (value for _, value in worker.metrics)
+    return values
+
+
+@lru_cache(maxsize=4096)
+def _gpu_link_keys(index: int, links: int) -> tuple[SeriesKey, ...]:
+    return tuple(key for link in range(links) for key in _link_keys(index, link))
+
+
 def batch_from_samples(samples: Sequence[Sample]) -> SampleBatch:
-    """One batch of `samples` (already in seq order): a column per series any of them reported."""
-    columns: dict[SeriesKey, int] = {}
-    cells: list[list[tuple[int, float]]] = []
-    for sample in samples:
-        row = []
-        for key, value in reported_values(sample):
-            column = columns.get(key)
-            if column is None:
-                column = columns[key] = len(columns)
-            row.append((column, value))
-        cells.append(row)
-    width = len(columns)
-    values = _NAN * (width * len(samples))
-    for i, row in enumerate(cells):
-        base = i * width
-        for column, value in row:
-            values[base + column] = value
+    """One batch of `samples` (already in seq order): a column per series any of them reported.
+
+    The columns come from the samples' shape (`_shape`, worked out once per shape and cached): when every
+    sample has the one shape, the columns are its keys and the values are copied in whole; otherwise each
+    shape's keys are mapped onto the union. A series no sample reported gets no column."""
+    shapes = [_shape(sample) for sample in samples]
+    if shapes and all(shape == shapes[0] for shape in shapes):
+        series = _shape_keys(shapes[0])
+        flat = [value for sample in samples for value in _values(sample)]
+    else:
+        columns: dict[SeriesKey, int] = {}
+        placed = [
+            ([columns.setdefault(key, len(columns)) for key in _shape_keys(shape)], _values(sample))
+            for shape, sample in zip(shapes, samples, strict=True)
+        ]
+        series = tuple(columns)
+        flat = [None] * (len(series) * len(samples))
+        for i, (row_columns, values) in enumerate(placed):
+            base = i * len(series)
+            for column, value in zip(row_columns, values, strict=True):
+                if value is not None:
+                    flat[base + column] = value
+    width = len(series)
+    if None in flat:
+        unreported = [
+            c
+            for c in sorted({i % width for i, value in enumerate(flat) if value is None})
+            if all(flat[i * width + c] is None for i in range(len(samples)))
+        ]
+        if unreported:  # a series every sample left null: no column, as if it was never named
+            kept = sorted(set(range(width)).difference(unreported))
+            flat = [flat[i * width + c] for i in range(len(samples)) for c in kept]
+            series = tuple(series[c] for c in kept)
+        flat = [math.nan if value is None else value for value in flat]
     return SampleBatch(
         seqs=tuple(s.seq for s in samples),
         times=tuple(s.ts for s in samples),
-        series=tuple(columns),
-        values=values,
+        series=series,
+        values=array("d", flat),  # type: ignore[arg-type]
         simulated=any(s.simulated for s in samples),
     )

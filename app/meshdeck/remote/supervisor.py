@@ -6,6 +6,12 @@ States (events.HOST_STATES): disconnected → connecting → bootstrapping → c
 (unknown/changed host key, auth, no python3, protocol mismatch) until `retry()` is called.
 Transient failures are retried with exponential backoff and jitter.
 
+Bringing a connection up (connect, start the agent, hello, inventory) is the expensive part, and a
+whole fleet does it at once when the console starts: 278 hosts starting together on a busy machine left
+216 of them waiting past the hello timeout. A fleet shares `ConnectSlots`: at most that many hosts bring
+a connection up at the same time, the others wait their turn ("connecting", the reason says so) before
+their hello timer starts.
+
 Agent versions (DESIGN §3): `attach` itself replaces a daemon of another version on the server. If it
 cannot (it exits with protocol.ATTACH_EXIT_VERSION_CONFLICT) the host fails with attach's message, which
 names both versions. If the agent answers in another protocol major anyway, the connector is asked to
@@ -62,6 +68,30 @@ class Backoff:
         return base / 2 + rng.uniform(0, base / 2)
 
 
+class ConnectSlots:
+    """At most `limit` hosts of a fleet bringing a connection up at once (see the module doc). Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"connect slots: the limit must be at least 1, got {limit}")
+        self.limit = limit
+        self._free = threading.BoundedSemaphore(limit)
+
+    def try_take(self) -> bool:
+        """A slot if one is free now, without waiting."""
+        return self._free.acquire(blocking=False)
+
+    def take(self, stopped: Callable[[], bool], poll_s: float = 0.25) -> bool:
+        """Wait for a slot; False when `stopped()` first."""
+        while not self._free.acquire(timeout=poll_s):
+            if stopped():
+                return False
+        return True
+
+    def give_back(self) -> None:
+        self._free.release()
+
+
 @dataclass(frozen=True)
 class SupervisorSettings:
     hello_timeout_s: float = 20.0
@@ -85,6 +115,7 @@ class HostSupervisor:
         since_epoch: str | None = None,
         settings: SupervisorSettings | None = None,
         rng: random.Random | None = None,
+        connect_slots: ConnectSlots | None = None,
     ) -> None:
         self.name = name
         self.connector = connector
@@ -113,6 +144,8 @@ class HostSupervisor:
         self._wake = threading.Event()
         self._last_sample_at = 0.0
         self._stall_after_s = self.settings.stall_after_s
+        self._slots = connect_slots
+        self._holds_slot = False
         self._thread = threading.Thread(target=self._run, name=f"meshdeck-host-{name}", daemon=True)
 
     # -- public API --------------------------------------------------------------------------------
@@ -172,6 +205,8 @@ class HostSupervisor:
     # -- state -------------------------------------------------------------------------------------
 
     def _set_state(self, state: str, reason: str = "", error: Exception | None = None) -> None:
+        if state in ("failed", "disconnected"):
+            self._give_back_slot()  # a failed host waits for retry() without holding a turn
         if state == self._state and reason == self._reason:
             return
         self._state, self._reason, self._error = state, reason, error
@@ -194,8 +229,10 @@ class HostSupervisor:
         reinstalled = False  # one re-upload per protocol mismatch, until a connection works again
         while not self._stop.is_set():
             self._wake.clear()
+            self._set_state("connecting")
+            if not self._take_slot():
+                break  # stopped while waiting for its turn
             try:
-                self._set_state("connecting")
                 link = self.connector.open(self._progress)
             except RemoteError as exc:
                 if exc.permanent:
@@ -249,10 +286,28 @@ class HostSupervisor:
                 self._wait_backoff(attempt, f"unexpected error: {exc}", exc)
                 attempt += 1
             finally:
+                self._give_back_slot()
                 self._close_link()
+        self._give_back_slot()
         self._set_state("disconnected", "stopped")
 
+    def _take_slot(self) -> bool:
+        if self._slots is None:
+            return True
+        if not self._slots.try_take():
+            self._set_state("connecting", f"waiting for its turn ({self._slots.limit} hosts connect at a time)")
+            if not self._slots.take(self._stop.is_set):
+                return False
+        self._holds_slot = True
+        return True
+
+    def _give_back_slot(self) -> None:
+        if self._holds_slot and self._slots is not None:
+            self._holds_slot = False
+            self._slots.give_back()
+
     def _wait_backoff(self, attempt: int, reason: str, error: Exception) -> None:
+        self._give_back_slot()  # nobody waits behind a host that waits
         delay = self.settings.backoff.delay(attempt, self._rng)
         self._set_state("disconnected", f"{reason} (retrying in {delay:.1f} s)", error)
         self._wake.wait(delay)
@@ -277,6 +332,7 @@ class HostSupervisor:
         self.agent_version = hello.agent
         self._gate.adopt_epoch(hello.epoch)
         self.inventory = decode_inventory(self.name, client.call("inventory", {}, self.settings.call_timeout_s))
+        self._give_back_slot()  # up: the next host's turn
         self._sink(InventoryReceived(self.name, self.inventory))
         self._gate.backfill(client)
         params: dict[str, Any] = {}

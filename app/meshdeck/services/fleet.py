@@ -37,7 +37,7 @@ from meshdeck.remote.events import FleetEvent
 from meshdeck.remote.hostkeys import HostKeyInfo, HostKeyPrompt, HostKeyStore
 from meshdeck.remote.ssh import SshOptions
 from meshdeck.remote.sshconfig import resolve_route
-from meshdeck.remote.supervisor import HostSupervisor, SupervisorSettings
+from meshdeck.remote.supervisor import ConnectSlots, HostSupervisor, SupervisorSettings
 from meshdeck.services.subscribers import Subscribers
 from meshdeck.store.hosts import HostRecord
 
@@ -64,6 +64,9 @@ class FleetSettings:
     pythons: tuple[str, ...] = DEFAULT_PYTHONS
     ssh: SshOptions = field(default_factory=SshOptions)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
+    # hosts bringing a connection up at once (connect, start the agent, hello, inventory); the rest wait
+    # their turn before their hello timer starts (remote/supervisor.py ConnectSlots)
+    max_concurrent_connects: int = 32
 
     def host_key_store(self) -> HostKeyStore:
         return HostKeyStore(Path(self.known_hosts).expanduser(), self.user_known_hosts)
@@ -152,6 +155,7 @@ class FleetService:
         self.settings = settings or FleetSettings()
         self.host_keys = self.settings.host_key_store()
         self._supervisors: dict[str, HostSupervisor] = {}
+        self._connect_slots = ConnectSlots(self.settings.max_concurrent_connects)
         self._subscribers = Subscribers[FleetEvent]("fleet")
         self._lock = threading.Lock()
         self._closed = False
@@ -184,6 +188,7 @@ class FleetService:
                 since_seq=since_seq,
                 since_epoch=since_epoch,
                 settings=self.settings.supervisor,
+                connect_slots=self._connect_slots,
             )
             self._supervisors[name] = supervisor
         supervisor.start()

@@ -199,6 +199,11 @@ class SampleWriter:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def inbox_held(self) -> int:
+        """Values (batch cells, rows) waiting in the inbox now: the writer's backlog (`meshdeck bench fleet`)."""
+        return self._inbox.held
+
     # -- submitting ------------------------------------------------------------------------------
 
     def _put(self, item: Any, cost: int, key: str | None) -> None:

@@ -4,6 +4,7 @@ holds have contiguous seq — none lost, none duplicated."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def test_twenty_second_drop_loses_no_sample_and_keeps_the_worker(
         )
         supervisor = fleet.add_host("gpu-a", connector)
         got.wait_for(lambda: len(got.seqs("gpu-a")) >= 3, timeout=90)
+        # read by the one read hub (issue 14: a reader thread per host): the host's own thread is its supervisor
+        assert [t.name for t in threading.enumerate() if t.name.endswith("-gpu-a")] == ["meshdeck-host-gpu-a"]
         spec = WorkerSpec(argv=("sleep", "600"), id="steady").to_wire()
         assert fleet.call("gpu-a", "workers.start", {"spec": spec})["state"] in ("starting", "running")
         worker = _wait_running(fleet, "steady")

@@ -76,3 +76,20 @@ def test_local_agent_reattaches_after_its_attach_process_dies(fleet: FleetServic
     seqs = got.seqs("demo-a")
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
     assert supervisor.details["pid"] != first_pid
+
+
+@pytest.mark.slow
+def test_each_local_host_costs_one_thread_its_supervisor_the_reading_is_shared(fleet: FleetService, short_dir: Path):
+    """Issue 14: three threads per host (supervisor, RPC reader, stderr pump) were 838 threads at 278 hosts."""
+    import threading
+
+    got = Recorder()
+    fleet.subscribe(got)
+    hosts = [f"demo-{i}" for i in range(4)]
+    for name in hosts:
+        fleet.add_local(name, simulate="1xH100", socket=str(short_dir / f"{name}.sock"), interval_s=0.2)
+    got.wait_for(lambda: all(len(got.seqs(h)) >= 3 for h in hosts), timeout=120)
+    names = [t.name for t in threading.enumerate()]
+    per_host = {h: [n for n in names if n.endswith(f"-{h}")] for h in hosts}
+    assert per_host == {h: [f"meshdeck-host-{h}"] for h in hosts}
+    assert fleet.call("demo-0", "workers.list", timeout=30) == {"workers": []}  # calls are still answered

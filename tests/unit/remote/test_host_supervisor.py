@@ -396,3 +396,61 @@ def test_an_attach_that_crashed_otherwise_is_retried():
         assert "failed" not in recorder.states()
     finally:
         supervisor.stop()
+
+
+class _GatedConnector(FakeConnector):
+    """open() waits for `gate` and counts how many opens run at the same time."""
+
+    running = 0
+    most = 0
+    guard = threading.Lock()
+
+    def __init__(self, gate: threading.Event, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gate = gate
+
+    def open(self, progress):  # type: ignore[override]
+        with _GatedConnector.guard:
+            _GatedConnector.running += 1
+            _GatedConnector.most = max(_GatedConnector.most, _GatedConnector.running)
+        try:
+            assert self.gate.wait(30)
+            return super().open(progress)
+        finally:
+            with _GatedConnector.guard:
+                _GatedConnector.running -= 1
+
+
+def test_a_fleet_brings_up_at_most_its_connect_slots_at_once_and_every_host_gets_its_turn():
+    """Issue 14: all 278 hosts connecting at once overran the hello timeout of 216 of them."""
+    from meshdeck.remote.supervisor import ConnectSlots
+
+    slots = ConnectSlots(3)
+    gate = threading.Event()
+    failing = FakeConnector()
+    failing.failures = [AuthFailed("gpu-x: permission denied (publickey)")]  # failed for good: gives its turn back
+    recorder = Recorder()
+    connectors = [_GatedConnector(gate) for _ in range(8)]
+    supervisors = [HostSupervisor("gpu-x", failing, recorder, settings=FAST, connect_slots=slots)]
+    supervisors += [
+        HostSupervisor(f"gpu-{i}", c, recorder, settings=FAST, connect_slots=slots) for i, c in enumerate(connectors)
+    ]
+    _GatedConnector.running = _GatedConnector.most = 0
+    try:
+        for supervisor in supervisors:
+            supervisor.start()
+
+        def waiting() -> list[HostSupervisor]:
+            return [s for s in supervisors[1:] if s.state == "connecting" and "its turn" in s.reason]
+
+        recorder.wait_for(lambda: _GatedConnector.running == 3 and len(waiting()) == 5)
+        gate.set()
+        recorder.wait_for(lambda: all(s.state == "connected" for s in supervisors[1:]))
+        assert _GatedConnector.most == 3
+        assert supervisors[0].state == "failed"
+    finally:
+        gate.set()
+        for supervisor in supervisors:
+            supervisor.stop()
+        for connector in connectors:
+            connector.close_all()

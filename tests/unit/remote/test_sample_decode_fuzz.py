@@ -177,6 +177,10 @@ def test_the_one_flatten_keeps_every_reported_value_under_its_series(raws: list[
         assert dict(batch.row(i)) == _expected_values(sample)
     for device, _ in batch.series:
         assert Device.from_text(device.text) == device  # the store's name reads back as the same device
+    width = batch.width
+    for column, key in enumerate(batch.series):  # a column only for a series some sample reported
+        assert any(not math.isnan(v) for v in batch.values[column::width]), key
+    assert len(set(batch.series)) == width
 
 
 @FUZZ

@@ -16,26 +16,19 @@ import json
 from pathlib import Path
 
 from meshdeck.commands import Subparsers
+from meshdeck.commands.bench._arguments import positive_int
 from meshdeck.core.errors import InputError
 from meshdeck.services.ingest_benchmark import run_ingest_benchmark
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("ingest", help="store ingest rate vs plain sqlite3 executemany (same schema)")
-    parser.add_argument("--rows", type=_positive, default=1_000_000, help="sample rows per round (default 1,000,000)")
-    parser.add_argument("--hosts", type=_positive, default=8, help="8-GPU hosts the rows come from (default 8)")
-    parser.add_argument("--batch-rows", type=_positive, default=100_000, help="rows per commit (default 100,000)")
-    parser.add_argument("--repeat", type=_positive, default=3, help="rounds; medians are reported (default 3)")
+    parser.add_argument(
+        "--rows", type=positive_int, default=1_000_000, help="sample rows per round (default 1,000,000)"
+    )
+    parser.add_argument("--hosts", type=positive_int, default=8, help="8-GPU hosts the rows come from (default 8)")
+    parser.add_argument("--batch-rows", type=positive_int, default=100_000, help="rows per commit (default 100,000)")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="rounds; medians are reported (default 3)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=_run)
 

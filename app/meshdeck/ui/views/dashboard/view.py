@@ -12,6 +12,7 @@ import contextlib
 import html
 import math
 import time
+from collections import deque
 from collections.abc import Mapping
 
 import numpy as np
@@ -34,7 +35,7 @@ from meshdeck.ui.views.dashboard.fleet_scale import FleetScaleCharts
 from meshdeck.ui.widgets.tables import chart_grid
 
 __all__ = ["WINDOWS", "DashboardView", "dashboard_metrics"]
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -48,6 +49,7 @@ from PySide6.QtWidgets import (
 
 WINDOWS: tuple[tuple[str, float], ...] = (("5 min", 300.0), ("1 h", 3600.0), ("24 h", 86400.0))
 REFRESH_INTERVAL_MS = 500  # at most two redraws a second
+REFRESH_TIMES_KEPT = 4096  # refresh durations kept for `refresh_durations_ms` (about half an hour of redraws)
 
 
 def min_redraw_interval_s(window_s: float) -> float:
@@ -76,6 +78,7 @@ class DashboardView(QWidget):
         self._deployment_of_host: dict[str, str] = {}
         self.fleet_scale = FleetScaleCharts()  # charts of too many curves draw medians, bands and outliers
         self.aggregated: set[str] = set()  # the charts that do now
+        self._refresh_ms: deque[float] = deque(maxlen=REFRESH_TIMES_KEPT)
 
         self.host_filter = QComboBox()
         self.host_filter.setObjectName("hostFilter")
@@ -307,8 +310,30 @@ class DashboardView(QWidget):
             for name, chart in self.charts.items()
         )
 
+    def refresh_durations_ms(self) -> list[float]:
+        """How long each recent `refresh()` took, update and paint, in milliseconds, oldest first (the last
+        REFRESH_TIMES_KEPT; `meshdeck bench fleet --console` reads them)."""
+        return list(self._refresh_ms)
+
     def refresh(self) -> int:
-        """Redraw every chart from the rings now. Returns the number of points handed to pyqtgraph."""
+        """Redraw every chart from the rings now and paint them. Returns the number of points handed to
+        pyqtgraph. Its duration is kept (`refresh_durations_ms`)."""
+        started = time.perf_counter()
+        points = self._update_charts()
+        if self.isVisible():
+            self._paint_now()
+        self._refresh_ms.append((time.perf_counter() - started) * 1e3)
+        return points
+
+    def _paint_now(self) -> None:
+        """Paint the charts now instead of at the next expose: each chart's scene first takes in its items'
+        changes (a queued call it would run next anyway), then one synchronous repaint clears what is dirty,
+        so the paint the event loop would do is not done twice."""
+        for chart in self.charts.values():
+            QCoreApplication.sendPostedEvents(chart.plot_widget.scene(), QEvent.Type.MetaCall)
+        self.repaint()
+
+    def _update_charts(self) -> int:
         self._sync_hosts()
         if self._built_for != (self.metrics.version, self.selection):
             self._rebuild_curves()

@@ -1,0 +1,81 @@
+"""`meshdeck bench fleet`: the console's sample path against N real simulated agents on this machine.
+
+    meshdeck bench fleet --hosts 32 --gpus-per-host 8 --seconds 60 [--console] --json
+    -> {"hosts": 32, "gpus": 256, "seconds": 60, "client_cpu_pct": ..., "samples_lost": 0, ...}
+
+Each host is its own `meshdeck-agent --simulate {G}xH200` daemon with its own socket and state dir in a
+temporary folder, reached through its own `attach` process and protocol session; the console's services
+record every sample into a temporary SQLite database. `--console` also runs the console's window offscreen
+in this process (QT_QPA_PLATFORM=offscreen), showing the fleet view (the dashboard where this build has
+none; `gui_view` says which). Exactly what each number means: `meshdeck.services.fleet_benchmark`.
+Everything started is stopped and the folder removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+from meshdeck.commands import Subparsers
+from meshdeck.commands.bench._arguments import positive_int, positive_seconds
+from meshdeck.core.errors import InputError
+from meshdeck.services.fleet_benchmark import (
+    CONTRACT_KEYS,
+    ConsoleProbe,
+    FleetBenchmarkSettings,
+    run_fleet_benchmark,
+)
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "fleet", help="N simulated agents through the fleet and the store (and the console offscreen)"
+    )
+    parser.add_argument("--hosts", type=positive_int, required=True, help="agents to run, one per host")
+    parser.add_argument("--gpus-per-host", type=positive_int, default=8, help="simulated GPUs per host (default 8)")
+    parser.add_argument("--seconds", type=positive_seconds, default=60.0, help="the measuring window (default 60)")
+    parser.add_argument(
+        "--console", action="store_true", help="also run the console's window offscreen, showing the fleet view"
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=positive_seconds,
+        default=600.0,
+        help="seconds to wait for every host's first sample before measuring anyway (default 600)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    # cli.py fills this in (from console_entry) when --console is given: the command layer has no Qt
+    parser.set_defaults(func=_run, offscreen_console=None)
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = FleetBenchmarkSettings(
+        hosts=args.hosts,
+        gpus_per_host=args.gpus_per_host,
+        seconds=args.seconds,
+        connect_timeout_s=args.connect_timeout,
+    )
+    console: ConsoleProbe | None = None
+    if args.console:
+        make: Callable[[], ConsoleProbe] | None = args.offscreen_console
+        if make is None:
+            raise InputError("--console", "this build of meshdeck has no console (PySide6 is missing)")
+        console = make()
+    document = run_fleet_benchmark(settings, console).as_dict()
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    width = max(len(key) for key in CONTRACT_KEYS)
+    print(f"meshdeck bench fleet: {settings.hosts} hosts x {settings.simulate}, {settings.seconds:g} s window")
+    for key in CONTRACT_KEYS:
+        value = document[key]
+        print(f"  {key:<{width}}  {'-' if value is None else value}")
+    print(
+        f"  agents' CPU {document['agents_cpu_pct']} % of a core (their attach relays {document['relays_cpu_pct']} %), "
+        f"the whole machine {document['machine_cpu_busy_pct']} % ({document['machine']['cpus']} CPUs); "  # type: ignore[index]
+        f"client threads {document['client_threads']}; view {document['gui_view'] or 'none'}"
+    )
+    if document["not_measured"]:
+        print(f"  not measured: {document['not_measured']}")
+    return 0

@@ -1,0 +1,82 @@
+"""The console's window beside `meshdeck bench fleet --console`: the real window, offscreen, in this process.
+
+Built the way `ui/app.py` builds the console on its services (bridge, context, every view, the window), on
+the benchmark's `ConsoleServices`, with its settings in a throwaway folder. The view "fleet" is shown, or the
+dashboard in a build without it. While the benchmark waits, the GUI's event loop runs (`wait`), so the
+bridge drains and the shown view refreshes as in the console; `refresh_durations_ms` are that view's own
+update + paint times. Implements `meshdeck.services.fleet_benchmark.ConsoleProbe`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEventLoop, QSettings, QTimer
+
+from meshdeck.services.console import ConsoleServices
+from meshdeck.ui.app import application, build_views, drop_import_sources
+from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.context import ConsoleContext
+from meshdeck.ui.jobs import JobRunner
+from meshdeck.ui.main_window import MainWindow
+
+WAIT_SLICE_MS = 100  # the event loop runs this long between checks of what the benchmark waits for
+PREFERRED_VIEW = "fleet"
+FALLBACK_VIEW = "dashboard"
+
+
+class OffscreenConsole:
+    def __init__(self) -> None:
+        self.view_key = PREFERRED_VIEW
+        self._folder = Path(tempfile.mkdtemp(prefix="meshdeck-bench-console-"))
+        self._context: ConsoleContext | None = None
+        self._window: MainWindow | None = None
+        self._view: Any = None
+
+    def attach(self, services: ConsoleServices) -> None:
+        self._app = application()
+        bridge = FleetBridge()
+        settings = QSettings(str(self._folder / "console.ini"), QSettings.Format.IniFormat)
+        context = ConsoleContext(
+            fleet=services.fleet, db=services.db, bridge=bridge, jobs=JobRunner(), settings=settings
+        )
+        context.use_deploy(services.deploy)
+        context.on_shutdown.append(services.fleet.subscribe(bridge.post))
+        self._context = context
+        window = MainWindow(context, build_views(context))
+        window.resize(1500, 950)
+        window.show()
+        if PREFERRED_VIEW not in window.view_keys():
+            self.view_key = FALLBACK_VIEW
+        self._view = window.show_view(self.view_key)
+        self._window = window
+        drop_import_sources()
+
+    def wait(self, ready: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        loop = QEventLoop()
+        while not ready():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            QTimer.singleShot(max(1, min(WAIT_SLICE_MS, int(left * 1000))), loop.quit)
+            loop.exec()
+        return True
+
+    def refresh_durations_ms(self) -> list[float]:
+        return [] if self._view is None else list(self._view.refresh_durations_ms())
+
+    def close(self) -> None:
+        if self._window is not None:
+            self._window.close()
+            self._window.deleteLater()
+            self._window = None
+        if self._context is not None:
+            self._context.shutdown()
+            self._context = None
+        shutil.rmtree(self._folder, ignore_errors=True)
