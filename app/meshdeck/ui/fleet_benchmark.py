@@ -1,8 +1,8 @@
 """The console's window beside `meshdeck bench fleet --console`: the real window, offscreen, in this process.
 
 Built the way `ui/app.py` builds the console on its services (bridge, context, every view, the window), on
-the benchmark's `ConsoleServices`, with its settings in a throwaway folder. The view "fleet" is shown, or the
-dashboard in a build without it. While the benchmark waits, the GUI's event loop runs (`wait`), so the
+the benchmark's `ConsoleServices`, with its settings in a throwaway folder. The fleet view (key "fleet") is shown.
+While the benchmark waits, the GUI's event loop runs (`wait`), so the
 bridge drains and the shown view refreshes as in the console; `refresh_durations_ms` are that view's own
 update + paint times. Implements `meshdeck.services.fleet_benchmark.ConsoleProbe`.
 """
@@ -26,13 +26,12 @@ from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.main_window import MainWindow
 
 WAIT_SLICE_MS = 100  # the event loop runs this long between checks of what the benchmark waits for
-PREFERRED_VIEW = "fleet"
-FALLBACK_VIEW = "dashboard"
+SHOWN_VIEW = "fleet"
 
 
 class OffscreenConsole:
     def __init__(self) -> None:
-        self.view_key = PREFERRED_VIEW
+        self.view_key = SHOWN_VIEW
         self._folder = Path(tempfile.mkdtemp(prefix="meshdeck-bench-console-"))
         self._context: ConsoleContext | None = None
         self._window: MainWindow | None = None
@@ -51,8 +50,6 @@ class OffscreenConsole:
         window = MainWindow(context, build_views(context))
         window.resize(1500, 950)
         window.show()
-        if PREFERRED_VIEW not in window.view_keys():
-            self.view_key = FALLBACK_VIEW
         self._view = window.show_view(self.view_key)
         self._window = window
         drop_import_sources()

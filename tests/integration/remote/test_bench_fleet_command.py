@@ -88,7 +88,7 @@ def test_bench_fleet_runs_real_agents_into_the_store_and_accounts_for_every_samp
 def test_bench_fleet_with_the_console_offscreen_times_the_shown_views_refreshes():
     result = _bench("--console")
     _check_contract(result)
-    assert result["gui_view"] in ("fleet", "dashboard")
+    assert result["gui_view"] == "fleet"
     refreshes, median, p99 = result["gui_refreshes"], result["gui_refresh_ms_median"], result["gui_refresh_ms_p99"]
     assert isinstance(refreshes, int) and refreshes > 0
     assert isinstance(median, float) and isinstance(p99, float) and 0 < median <= p99

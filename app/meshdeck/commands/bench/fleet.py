@@ -6,8 +6,7 @@
 Each host is its own `meshdeck-agent --simulate {G}xH200` daemon with its own socket and state dir in a
 temporary folder, reached through its own `attach` process and protocol session; the console's services
 record every sample into a temporary SQLite database. `--console` also runs the console's window offscreen
-in this process (QT_QPA_PLATFORM=offscreen), showing the fleet view (the dashboard where this build has
-none; `gui_view` says which). Exactly what each number means: `meshdeck.services.fleet_benchmark`.
+in this process (QT_QPA_PLATFORM=offscreen), showing the fleet view (`gui_view` names it). Exactly what each number means: `meshdeck.services.fleet_benchmark`.
 Everything started is stopped and the folder removed afterwards.
 """
 
