@@ -26,6 +26,7 @@ counted in `WriterStats.refused_rows` and logged at most once a minute per host 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
 from meshdeck.store.ingest import CommitAck, HostPosition, SampleIngest, SampleRow
+from meshdeck.store.raw_tier import RawTierSize, enforce_raw_budget, raw_tier_size
 from meshdeck.store.refusal_log import RefusalLog
 from meshdeck.store.retention import RetentionPolicy, apply_retention, load_policy
 from meshdeck.store.sample_checks import Refused
@@ -52,7 +54,13 @@ class WriterSettings:
     max_commit_interval_s: float = 30.0
     wal_autocheckpoint_pages: int = 20_000  # checkpoint every ~80 MB of WAL: a page rewritten by several
     # commits reaches the database file once per checkpoint
-    max_batch_rows: int = 100_000  # staged rows that force a commit (bounds the commit's working set)
+    # Staged rows that force a commit: None sizes it to the series (1.5 commit intervals of 1 Hz samples,
+    # within the two bounds below) so that the interval, not the cap, sets how often a large fleet commits
+    # (a fixed 100,000 made 278 hosts commit every second: each commit rewrites a leaf page per series, so
+    # disk writes grew with the square of the fleet). A number fixes it.
+    max_batch_rows: int | None = None
+    min_batch_rows: int = 100_000
+    max_staged_rows: int = 4_000_000  # staged as the batches' floats (8 bytes a value), ~32 MB
     # The writer connection's page cache holds every series' last leaf pages (samples and rollups): it is
     # sized to the series stored, `cache_kib_per_series` each, between the two bounds (a page cache that
     # only grows would hold 128 MiB for a one-host console).
@@ -83,11 +91,33 @@ class WriterStats:
     inbox_waits: int = 0  # submits that waited for room: the writer was behind
     refused_rows: int = 0  # rows refused when staged (unstorable seq, time or value), never committed
     refused_by_host: Mapping[str, int] = field(default_factory=dict)
+    raw_tier_rows: int = 0  # rows in the raw table now (every writer run, every host)
+    raw_tier_bytes: int = 0  # what they take in the file (raw_tier.py), measured after each commit
+    raw_bytes_per_row: float = 0.0
+    raw_rows_over_budget: int = 0  # raw rows deleted to keep the raw tier under its size budget
+
+    @property
+    def rows_per_sample(self) -> float:
+        """Raw rows per sample committed by this writer (`rows` / `samples`): a 8-GPU sample's 133 rows."""
+        return self.rows / self.samples if self.samples else 0.0
+
+    @property
+    def raw_bytes_per_sample(self) -> float:
+        """Bytes a committed sample takes in the raw tier: rows per sample x bytes per row."""
+        return self.rows_per_sample * self.raw_bytes_per_row
 
 
 def cache_kib_for(series: int, settings: WriterSettings) -> int:
     """The writer's page cache for `series` series, within [min_cache_kib, cache_kib]."""
     return max(settings.min_cache_kib, min(settings.cache_kib, series * settings.cache_kib_per_series))
+
+
+def batch_rows_for(series: int, interval_s: float, settings: WriterSettings) -> int:
+    """Staged rows that force a commit: fixed, or 1.5 intervals of every series at 1 Hz, within bounds."""
+    if settings.max_batch_rows is not None:
+        return settings.max_batch_rows
+    wanted = math.ceil(series * interval_s * 1.5)
+    return min(settings.max_staged_rows, max(settings.min_batch_rows, wanted))
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -139,7 +169,11 @@ class SampleWriter:
         self._cpu = 0.0
         self._last_error: str | None = None
         self._commit_interval = self.settings.commit_interval_s or self.settings.min_commit_interval_s
+        self._batch_rows = batch_rows_for(0, self._commit_interval, self.settings)
         self._cache_kib = self.settings.min_cache_kib
+        self._raw_size = RawTierSize(0, 0.0)
+        self._over_budget = 0
+        self._policy = retention or RetentionPolicy()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -253,6 +287,10 @@ class SampleWriter:
                 inbox_waits=self._inbox.waits,
                 refused_rows=sum(self._refused.values()),
                 refused_by_host=dict(self._refused),
+                raw_tier_rows=self._raw_size.rows,
+                raw_tier_bytes=self._raw_size.bytes,
+                raw_bytes_per_row=self._raw_size.bytes_per_row,
+                raw_rows_over_budget=self._over_budget,
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -263,6 +301,8 @@ class SampleWriter:
             connection.execute(f"PRAGMA wal_autocheckpoint = {int(self.settings.wal_autocheckpoint_pages)}")
             ingest = SampleIngest(connection)
             self._size_cache(connection, ingest)
+            self._policy = self._retention or load_policy(self.db)
+            self._measure_raw(connection)
         except BaseException as exc:
             self._start_error = self.db.problem(exc) or exc
             self._ready.set()
@@ -304,7 +344,7 @@ class SampleWriter:
                     flushes.append(item)
                 else:
                     self._stage(ingest, item)
-                if ingest.pending_rows >= settings.max_batch_rows:
+                if ingest.pending_rows >= self._batch_rows:
                     break
                 try:
                     item = self._inbox.get(timeout=0)
@@ -316,11 +356,12 @@ class SampleWriter:
             if seal:
                 ingest.seal()
             due = deadline is not None and now >= deadline
-            if ingest.has_pending and (due or flushes or stopping or ingest.pending_rows >= settings.max_batch_rows):
+            if ingest.has_pending and (due or flushes or stopping or ingest.pending_rows >= self._batch_rows):
                 ok = self._commit(ingest)
                 deadline = None if ok else now + settings.retry_s
                 if ok:
                     self._size_cache(connection, ingest)
+                    self._keep_raw_budget(connection)
                 if ok or stopping:
                     for token in flushes:
                         token.ok = ok
@@ -344,10 +385,36 @@ class SampleWriter:
             connection.execute(f"PRAGMA cache_size = -{wanted}")
             self._cache_kib = wanted
 
+    def _measure_raw(self, connection: Any) -> None:
+        try:
+            size = raw_tier_size(connection)
+        except Exception as exc:  # dbstat missing from this SQLite build, a read error: the size stays unknown
+            log.debug("the raw tier's size could not be measured (%s)", exc)
+            return
+        with self._lock:
+            self._raw_size = size
+
+    def _keep_raw_budget(self, connection: Any) -> None:
+        """After a commit: measure the raw tier and, over its budget, delete its oldest samples (one pass)."""
+        self._measure_raw(connection)
+        budget = self._policy.raw_max_bytes
+        if budget is None or self._raw_size.bytes <= budget:
+            return
+        try:
+            deleted = enforce_raw_budget(connection, budget)
+        except Exception as exc:
+            log.warning("keeping the raw tier under its budget failed (%s); will retry", exc)
+            return
+        with self._lock:
+            self._over_budget += deleted
+        self._measure_raw(connection)
+
     def _interval(self, ingest: SampleIngest) -> float:
         interval = commit_interval_for(ingest.series_count(), self.settings)
+        batch_rows = batch_rows_for(ingest.all_series_count(), interval, self.settings)
         with self._lock:
             self._commit_interval = interval
+            self._batch_rows = batch_rows
         return interval
 
     def commit_interval(self) -> float:
@@ -435,10 +502,15 @@ class SampleWriter:
             if not self._commit(ingest):
                 return
         try:
-            result = apply_retention(connection, self._retention or load_policy(self.db), now)
+            self._policy = self._retention or load_policy(self.db)
+            result = apply_retention(connection, self._policy, now)
         except Exception as exc:
             log.warning("retention failed (%s); will retry", exc)
             return
+        self._measure_raw(connection)
+        if result.over_budget:
+            with self._lock:
+                self._over_budget += result.over_budget
         if result.samples or result.rollup_1m or result.rollup_1h:
             log.info(
                 "retention deleted %d raw samples, %d minute and %d hour rollups",
