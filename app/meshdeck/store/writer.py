@@ -15,7 +15,10 @@ B-tree leaf page per series however few rows each got. The default interval is t
 / `series_per_commit_second`, between 2 and 30 s: a 1-host fleet commits every 2 s, 64 hosts × 96
 series every 30 s, and the WAL traffic stays near 200 pages a second instead of growing with the
 fleet. Measured at 64 hosts: 2.4 MB/s of disk writes committing every 10 s, 0.45 MB/s every 30 s
-with the larger auto-checkpoint below (tests/benchmarks/test_bench_store.py prints it).
+with the larger auto-checkpoint below (tests/benchmarks/test_bench_store.py prints it). The cap on staged
+rows, the page cache and the WAL's checkpoint size follow the series too, so at 278 hosts the interval
+still sets the cadence, a commit's pages stay in the cache and a checkpoint spans about two commits
+(tests/benchmarks/test_bench_fleet_store.py prints that fleet's numbers).
 
 A failed commit (disk full, a lock held too long) keeps the batch staged and retries after
 `retry_s`; nothing is acknowledged until it is durable. A row that no commit could take (a time
@@ -52,8 +55,14 @@ class WriterSettings:
     series_per_commit_second: float = 200.0
     min_commit_interval_s: float = 2.0
     max_commit_interval_s: float = 30.0
-    wal_autocheckpoint_pages: int = 20_000  # checkpoint every ~80 MB of WAL: a page rewritten by several
-    # commits reaches the database file once per checkpoint
+    # Checkpoint the WAL every this many pages: a page rewritten by several commits (each series' last leaf
+    # page is, until it is full) reaches the database file once per checkpoint. None sizes it to about two
+    # commits of the series stored (`wal_pages_per_series` each), within the bounds: at 278 hosts a commit
+    # writes ~32,000 pages, and a WAL smaller than one commit checkpointed every page of every commit.
+    wal_autocheckpoint_pages: int | None = None
+    wal_pages_per_series: int = 2
+    min_wal_pages: int = 20_000  # ~80 MB
+    max_wal_pages: int = 131_072  # 512 MB of WAL file at most
     # Staged rows that force a commit: None sizes it to the series (1.5 commit intervals of 1 Hz samples,
     # within the two bounds below) so that the interval, not the cap, sets how often a large fleet commits
     # (a fixed 100,000 made 278 hosts commit every second: each commit rewrites a leaf page per series, so
@@ -62,11 +71,14 @@ class WriterSettings:
     min_batch_rows: int = 100_000
     max_staged_rows: int = 4_000_000  # staged as the batches' floats (8 bytes a value), ~32 MB
     # The writer connection's page cache holds every series' last leaf pages (samples and rollups): it is
-    # sized to the series stored, `cache_kib_per_series` each, between the two bounds (a page cache that
-    # only grows would hold 128 MiB for a one-host console).
-    cache_kib: int = 128 * 1024
+    # sized to the series stored, `cache_kib_per_series` each (a rollup-only series has one rollup page,
+    # `cache_kib_per_rollup_series`), between the two bounds (a page cache that only grows would hold the
+    # maximum for a one-host console). At 278 hosts the commit's pages no longer fit 128 MiB: the writer
+    # thread took 64 % of a core per second of data with it, 20 % with 512 MiB.
+    cache_kib: int = 384 * 1024
     min_cache_kib: int = 8 * 1024
     cache_kib_per_series: int = 12
+    cache_kib_per_rollup_series: int = 4
     retention_every_s: float = 600.0
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
@@ -107,9 +119,18 @@ class WriterStats:
         return self.rows_per_sample * self.raw_bytes_per_row
 
 
-def cache_kib_for(series: int, settings: WriterSettings) -> int:
-    """The writer's page cache for `series` series, within [min_cache_kib, cache_kib]."""
-    return max(settings.min_cache_kib, min(settings.cache_kib, series * settings.cache_kib_per_series))
+def cache_kib_for(series: int, settings: WriterSettings, rollup_series: int = 0) -> int:
+    """The writer's page cache for `series` raw-kept and `rollup_series` rollup-only series, within
+    [min_cache_kib, cache_kib]."""
+    wanted = series * settings.cache_kib_per_series + rollup_series * settings.cache_kib_per_rollup_series
+    return max(settings.min_cache_kib, min(settings.cache_kib, wanted))
+
+
+def wal_pages_for(series: int, settings: WriterSettings) -> int:
+    """WAL pages between checkpoints for `series` series (all kinds): fixed, or sized within bounds."""
+    if settings.wal_autocheckpoint_pages is not None:
+        return settings.wal_autocheckpoint_pages
+    return max(settings.min_wal_pages, min(settings.max_wal_pages, series * settings.wal_pages_per_series))
 
 
 def batch_rows_for(series: int, interval_s: float, settings: WriterSettings) -> int:
@@ -171,6 +192,7 @@ class SampleWriter:
         self._commit_interval = self.settings.commit_interval_s or self.settings.min_commit_interval_s
         self._batch_rows = batch_rows_for(0, self._commit_interval, self.settings)
         self._cache_kib = self.settings.min_cache_kib
+        self._wal_pages = wal_pages_for(0, self.settings)
         self._raw_size = RawTierSize(0, 0.0)
         self._over_budget = 0
         self._policy = retention or RetentionPolicy()
@@ -298,7 +320,7 @@ class SampleWriter:
     def _run(self) -> None:
         try:
             connection = self.db.raw_connection(cache_kib=self.settings.min_cache_kib)
-            connection.execute(f"PRAGMA wal_autocheckpoint = {int(self.settings.wal_autocheckpoint_pages)}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {wal_pages_for(0, self.settings)}")
             ingest = SampleIngest(connection)
             self._size_cache(connection, ingest)
             self._policy = self._retention or load_policy(self.db)
@@ -379,11 +401,16 @@ class SampleWriter:
                 self._cpu += time.thread_time() - cpu_start
 
     def _size_cache(self, connection: Any, ingest: SampleIngest) -> None:
-        """Fit the page cache to the series stored (changed only when it is a quarter off)."""
-        wanted = cache_kib_for(ingest.series_count(), self.settings)
+        """Fit the page cache and the WAL to the series stored (changed only when a quarter off)."""
+        raw, everything = ingest.series_count(), ingest.all_series_count()
+        wanted = cache_kib_for(raw, self.settings, everything - raw)
         if abs(wanted - self._cache_kib) * 4 > self._cache_kib:
             connection.execute(f"PRAGMA cache_size = -{wanted}")
             self._cache_kib = wanted
+        pages = wal_pages_for(everything, self.settings)
+        if abs(pages - self._wal_pages) * 4 > self._wal_pages:
+            connection.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            self._wal_pages = pages
 
     def _measure_raw(self, connection: Any) -> None:
         try:
