@@ -34,9 +34,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-from meshdeck.core.samples import SampleBatch
+from meshdeck.core.samples import Device, SampleBatch
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
@@ -547,13 +548,22 @@ class SampleWriter:
             )
 
 
+@lru_cache(maxsize=65_536)
+def _device_text(device: Device) -> str:
+    """Device.text, remembered: the keys of a batch are interned, and formatting the name of each of a
+    278-host fleet's 117,000 columns every second cost ~15 % of the writer thread."""
+    return device.text
+
+
 class BatchRows(Sequence[SampleRow]):
     """A batch seen as the store's rows, made as they are read: staging a batch costs its floats, not a
-    tuple per row. The device is named as its series is (Device.text), once per column."""
+    tuple per row. The device is named as its series is (Device.text), once per column and batch (the
+    rows are read twice: checked when staged, converted when committed)."""
 
     def __init__(self, batch: SampleBatch) -> None:
         self.batch = batch
         self._reported = sum(1 for value in batch.values if value == value)  # not NaN
+        self._names: list[tuple[str, str]] | None = None
 
     def __len__(self) -> int:
         return self._reported
@@ -563,7 +573,9 @@ class BatchRows(Sequence[SampleRow]):
 
     def __iter__(self) -> Iterator[SampleRow]:
         batch = self.batch
-        names = [(device.text, metric) for device, metric in batch.series]
+        if self._names is None:
+            self._names = [(_device_text(device), metric) for device, metric in batch.series]
+        names = self._names
         width = len(names)
         values = batch.values
         for i, (seq, ts) in enumerate(zip(batch.seqs, batch.times, strict=True)):
