@@ -183,8 +183,16 @@ def chart(
     device: str | None = None,
     max_points: int = 1000,
 ) -> list[SeriesRange]:
-    """One chart's worth of history (every device of `host` reporting `metric`), tier chosen by span."""
-    return query_range(db, host=host, metric=metric, device=device, since=since, until=until, max_points=max_points)
+    """One chart's worth of history (every device of `host` reporting `metric`), tier chosen by span.
+
+    The charts draw per-GPU NVLink sums, so per-link series (kept by the minute only, store/link_minutes.py)
+    are read only when one is asked for by `device`: mixed in, they would give one chart two resolutions."""
+    if device is not None:
+        return query_range(db, host=host, metric=metric, device=device, since=since, until=until, max_points=max_points)
+    drawn = [s.id for s in list_series(db, host=host, metric=metric) if not rollup_only(s.device)]
+    if not drawn:
+        return []
+    return query_range(db, series_ids=drawn, since=since, until=until, max_points=max_points)
 
 
 # -- times ------------------------------------------------------------------------------------------
