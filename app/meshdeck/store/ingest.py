@@ -5,6 +5,8 @@ produces them, `(seq, ts_seconds, device, metric, value)`, per host. A re-delive
 overlapping what is stored, a replay after a restart) is harmless: the raw table's primary key
 (series, ts) ignores the row, and rollups are recomputed from raw, never incremented. A sample that
 lands in a minute already rolled up (a gap filled late, a clock stepped back) re-rolls that minute.
+Per-link NVLink rows are the exception: they are not stored raw but summed into their minute
+(`link_minutes.py`, which counts each sample once), so an 8-GPU sample is 112 raw rows, not 400.
 
 Per host the ingest keeps a position: the last seq (what the fleet resumes from; a lower seq with a
 later time means the agent restarted and counts from 1 again), the agent's sequence epoch that seq
@@ -14,9 +16,10 @@ Rows are checked as they are staged (`sample_checks.py`): a row SQLite could not
 beyond int64, a non-finite value) would otherwise fail the one transaction of every host, at each retry.
 `add_rows` keeps the storable rows of a batch and says what it refused; the writer counts and logs that.
 
-Everything a commit does — new series, samples, the rollups of buckets that closed, the positions and
-events — is one SQLite transaction: after a crash the database holds all of it or none of it, and
-`CommitAck` reports exactly what became durable.
+Everything a commit does — new series, samples, the per-link minutes, the rollups of buckets that
+closed, the positions (with the raw rows each host gained) and events — is one SQLite transaction: after
+a crash the database holds all of it or none of it, and `CommitAck` reports exactly what became durable.
+A commit inserts one host at a time, its rows in key order.
 """
 
 from __future__ import annotations
