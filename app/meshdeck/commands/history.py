@@ -4,7 +4,7 @@
     meshdeck history export --host gpu-a [--metric memory_used_bytes] [--device gpu3]
                             [--since 2h | 2025-11-30T06:00Z | 1764482400] [--until now]
                             [--format csv|json] [--tier raw|1m|1h] [-o FILE]
-    meshdeck history retention [--raw-days 7] [--minute-days 90] [--hour-days forever]
+    meshdeck history retention [--raw-days 7] [--minute-days 90] [--hour-days forever] [--raw-max-size 50GB]
 
     meshdeck history hosts|export --source prometheus --prometheus-url http://prometheus:9090
                             [--prometheus-host-label host] [--step 1] ...
@@ -18,6 +18,10 @@ such as /dev/null is written through, `-o -` is stdout (services/files.py).
 agent's exporter (`meshdeck-agent serve --prometheus`), through its HTTP API (services/prometheus_history.py):
 hosts are named by one label of the scrape config (`host` unless `--prometheus-host-label` says
 another), `export` writes the same columns, raw rows one per `--step` seconds.
+
+`--raw-max-size` bounds the raw tier (`none` lifts the bound): once over it, the writer deletes the
+oldest raw samples first and keeps the rollups. `retention` and `hosts` show what the raw tier takes.
+Per-link NVLink series are kept as 1-minute rollups: export them with `--tier 1m` (or `1h`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from meshdeck.services import history as history_service
 from meshdeck.services import prometheus_history
 from meshdeck.services.files import STDOUT, open_output, output_target
 from meshdeck.services.history import utc_stamp
+from meshdeck.services.sizes import format_size, parse_size
 from meshdeck.store.database import open_database
 from meshdeck.store.retention import RetentionPolicy, load_policy, save_policy
 
@@ -72,6 +77,11 @@ def register(subparsers: Subparsers) -> None:
         ("--hour-days", "1-hour rollups"),
     ):
         retention.add_argument(flag, metavar="DAYS", help=f"days to keep {tier}, or 'forever'")
+    retention.add_argument(
+        "--raw-max-size",
+        metavar="SIZE",
+        help="the raw tier's size budget, e.g. 50GB, 500MiB, or 'none'; the oldest raw samples go first",
+    )
     retention.add_argument("--json", action="store_true", help="print JSON")
     retention.set_defaults(func=_retention)
 
@@ -130,10 +140,14 @@ def _hosts(args: argparse.Namespace) -> int:
     if not rows:
         print("no history recorded yet")
         return 0
-    print(f"{'HOST':<24} {'SERIES':>7} {'SAMPLES':>10} {'LOST':>6} {'LAST SEQ':>10}  LAST SAMPLE")
+    print(
+        f"{'HOST':<24} {'SERIES':>7} {'SAMPLES':>10} {'LOST':>6} {'LAST SEQ':>10} {'RAW ROWS':>12} {'RAW SIZE':>9} "
+        f"{'B/SAMPLE':>8}  LAST SAMPLE"
+    )
     for row in rows:
         print(
-            f"{row.host:<24} {row.series:>7} {row.samples:>10} {row.dropped:>6} {row.last_seq:>10}  {utc_stamp(row.last_ts)}"
+            f"{row.host:<24} {row.series:>7} {row.samples:>10} {row.dropped:>6} {row.last_seq:>10} {row.raw_rows:>12} "
+            f"{format_size(row.raw_bytes):>9} {row.bytes_per_sample:>8.0f}  {utc_stamp(row.last_ts)}"
         )
     return 0
 
@@ -175,18 +189,31 @@ def _days(text: str | None, flag: str, current: float | None) -> float | None:
 
 
 def _retention(args: argparse.Namespace) -> int:
+    changes = (args.raw_days, args.minute_days, args.hour_days, args.raw_max_size)
     with open_database(args.db) as db:
         policy = load_policy(db)
-        if args.raw_days is not None or args.minute_days is not None or args.hour_days is not None:
-            policy = RetentionPolicy(
-                raw_days=_days(args.raw_days, "--raw-days", policy.raw_days),
-                minute_days=_days(args.minute_days, "--minute-days", policy.minute_days),
-                hour_days=_days(args.hour_days, "--hour-days", policy.hour_days),
-            )
+        if any(change is not None for change in changes):
+            budget = policy.raw_max_bytes
+            if args.raw_max_size is not None:
+                budget = parse_size(args.raw_max_size, field="--raw-max-size")
+            try:
+                policy = RetentionPolicy(
+                    raw_days=_days(args.raw_days, "--raw-days", policy.raw_days),
+                    minute_days=_days(args.minute_days, "--minute-days", policy.minute_days),
+                    hour_days=_days(args.hour_days, "--hour-days", policy.hour_days),
+                    raw_max_bytes=budget,
+                )
+            except InputError as error:
+                if error.field == "retention.raw_max_bytes":
+                    raise InputError("--raw-max-size", error.problem) from None
+                raise
             save_policy(db, policy)
+        size = history_service.raw_tier(db)
     if args.json:
-        print(json.dumps(policy.__dict__))
+        print(json.dumps({**policy.__dict__, "raw_tier_bytes": size.bytes, "raw_tier_rows": size.rows}))
     else:
         for name, days in (("raw", policy.raw_days), ("1m", policy.minute_days), ("1h", policy.hour_days)):
             print(f"{name:<4} {'forever' if days is None else f'{days:g} days'}")
+        budget_text = "none" if policy.raw_max_bytes is None else format_size(policy.raw_max_bytes)
+        print(f"raw size budget {budget_text}; raw tier now {format_size(size.bytes)} ({size.rows} rows)")
     return 0

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,8 +33,10 @@ from meshdeck.services.metrics import series_unit
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.ingest import ingest_positions
+from meshdeck.store.link_minutes import rollup_only
 from meshdeck.store.query import Series, list_series, query_range, raw_points, stored_span, tier_by_name
 from meshdeck.store.query import SeriesRange as SeriesRange  # the console's history charts read it
+from meshdeck.store.raw_tier import RawTierSize, raw_tier_size
 from meshdeck.store.rollups import RAW
 from meshdeck.store.writer import SampleWriter
 
@@ -118,17 +121,48 @@ class HostHistory:
     dropped: int  # lost by the agent's ring before meshdeck read them
     last_seq: int
     last_ts: float
+    raw_rows: int = 0  # rows of the host in the raw tier now
+    raw_bytes: int = 0  # what they take in the file (store/raw_tier.py)
+    bytes_per_sample: float = 0.0  # raw bytes one sample of the host takes: its raw series x bytes per row
 
 
 def history_hosts(db: Database) -> list[HostHistory]:
     positions = ingest_positions(db)
     counts: dict[str, int] = {}
+    raw_kept: dict[str, int] = {}
     for series in list_series(db):
         counts[series.host] = counts.get(series.host, 0) + 1
+        if not rollup_only(series.device):
+            raw_kept[series.host] = raw_kept.get(series.host, 0) + 1
+    per_row = raw_tier(db).bytes_per_row
+    rows = raw_rows_by_host(db)
     return [
-        HostHistory(host, counts.get(host, 0), p.samples, p.dropped, p.last_seq, p.last_ts_ms / 1000)
+        HostHistory(
+            host,
+            counts.get(host, 0),
+            p.samples,
+            p.dropped,
+            p.last_seq,
+            p.last_ts_ms / 1000,
+            rows.get(host, 0),
+            round(rows.get(host, 0) * per_row),
+            raw_kept.get(host, 0) * per_row,
+        )
         for host, p in sorted(positions.items())
     ]
+
+
+def raw_tier(db: Database) -> RawTierSize:
+    """The raw tier now: rows, bytes per row, bytes (what `--raw-max-size` is compared with)."""
+    with db.read() as connection:
+        raw = connection.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
+        return raw_tier_size(raw)
+
+
+def raw_rows_by_host(db: Database) -> dict[str, int]:
+    with db.read() as connection:
+        return {host: int(rows) for host, rows in connection.exec_driver_sql("SELECT host, raw_rows FROM ingest_state")}
 
 
 def host_metrics(db: Database, host: str) -> dict[str, list[str]]:
@@ -149,8 +183,16 @@ def chart(
     device: str | None = None,
     max_points: int = 1000,
 ) -> list[SeriesRange]:
-    """One chart's worth of history (every device of `host` reporting `metric`), tier chosen by span."""
-    return query_range(db, host=host, metric=metric, device=device, since=since, until=until, max_points=max_points)
+    """One chart's worth of history (every device of `host` reporting `metric`), tier chosen by span.
+
+    The charts draw per-GPU NVLink sums, so per-link series (kept by the minute only, store/link_minutes.py)
+    are read only when one is asked for by `device`: mixed in, they would give one chart two resolutions."""
+    if device is not None:
+        return query_range(db, host=host, metric=metric, device=device, since=since, until=until, max_points=max_points)
+    drawn = [s.id for s in list_series(db, host=host, metric=metric) if not rollup_only(s.device)]
+    if not drawn:
+        return []
+    return query_range(db, series_ids=drawn, since=since, until=until, max_points=max_points)
 
 
 # -- times ------------------------------------------------------------------------------------------
@@ -232,7 +274,8 @@ def export_history(
 ) -> int:
     """Write every point of the matching series in [since, until) to `out`; returns the number of points.
 
-    raw: one row per sample (time, ts, host, device, metric, unit, value). 1m / 1h: one row per bucket
+    raw: one row per sample (time, ts, host, device, metric, unit, value); per-link NVLink series, kept as
+    rollups only, are left out (asked for alone, the error says to use 1m). 1m / 1h: one row per bucket
     with min, mean, max and count (the open bucket computed from the finer tier). `unit` is the metric
     registry's (meshdeck.services.metrics): empty for a unitless metric or one the registry lacks.
     """
@@ -246,6 +289,15 @@ def export_history(
                 "--host", f"no history for host {host!r} (hosts with history: {', '.join(known) or 'none'})"
             )
         raise InputError("--metric", f"host {host!r} has no series matching metric={metric!r} device={device!r}")
+    if chosen is RAW:
+        kept = [series for series in matched if not rollup_only(series.device)]
+        if not kept:
+            raise InputError(
+                "--tier",
+                f"{matched[0].device} {matched[0].metric} is kept as 1-minute rollups, not raw samples "
+                "(per-link NVLink detail; the GPU's sum is kept raw): use --tier 1m or 1h",
+            )
+        matched = kept
     start = 0.0 if since is None else since
     end = time.time() + 86400 if until is None else until
     if end <= start:

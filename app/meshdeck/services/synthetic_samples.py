@@ -5,7 +5,9 @@ protocol's `Sample.from_wire` and flattened by the sample gate's `batch_from_sam
 measured is what the app ingests.
 Every sample is marked `"simulated": true`. The shape is the one an 8-GPU server reports: per GPU the
 twelve scalar metrics below, with plausible H200 magnitudes (141 GB of HBM, 700 W, ~1980 MHz) that
-vary from second to second, deterministic for a given seed.
+vary from second to second, deterministic for a given seed. With `nvlink_links=18` each GPU also reports
+its 18 NVLink links (tx, rx) and their per-GPU sums, as `meshdeck-agent --simulate 8xH200` does: 8 x
+(14 + 36) = 400 rows, the GPU part of the 421-row sample of issue 14's fleet measurements.
 """
 
 from __future__ import annotations
@@ -32,18 +34,30 @@ def host_name(index: int) -> str:
     return f"gpu-{index:02d}"
 
 
-def wire_sample(seq: int, ts: float, *, gpus: int = 8, rng: random.Random | None = None) -> dict[str, Any]:
+def wire_sample(
+    seq: int, ts: float, *, gpus: int = 8, rng: random.Random | None = None, nvlink_links: int = 0
+) -> dict[str, Any]:
     """One SAMPLE as an agent sends it: its records (the agent's, wire_sample.py) serialised as the agent's
-    ring serialises them, `gpus` GPUs with the twelve GPU_METRICS each."""
+    ring serialises them, `gpus` GPUs with the twelve GPU_METRICS each (and, with `nvlink_links`, that many
+    links per GPU plus the two per-GPU NVLink sums)."""
     rng = rng or random.Random(seq)
     phase = math.sin(ts / 300.0)
     devices = []
     for index in range(gpus):
         load = min(100.0, max(0.0, 70.0 + 25.0 * phase + rng.uniform(-5.0, 5.0)))
+        links = [(round(rng.uniform(1e8, 2e9)), round(rng.uniform(1e8, 2e9))) for _ in range(nvlink_links)]
+        sums = {}
+        if links:
+            sums = {
+                "nvlink_tx_bytes_per_s": float(sum(tx for tx, _ in links)),
+                "nvlink_rx_bytes_per_s": float(sum(rx for _, rx in links)),
+            }
         devices.append(
             GpuSample.of(
                 index,
                 f"GPU-simulated-{index}",
+                nvlink_links=links,
+                **sums,
                 memory_used_bytes=int(H200_MEMORY_BYTES * (0.80 + 0.1 * phase)) + rng.randrange(1 << 20),
                 memory_total_bytes=H200_MEMORY_BYTES,
                 memory_reserved_bytes=512 * 1024**2,
@@ -67,12 +81,19 @@ def sample_batch(samples: list[dict[str, Any]]) -> SampleBatch:
 
 
 def fleet_batches(
-    hosts: int, seconds: int, *, start_ts: float, gpus: int = 8, first_seq: int = 1, seed: int = 0
+    hosts: int,
+    seconds: int,
+    *,
+    start_ts: float,
+    gpus: int = 8,
+    first_seq: int = 1,
+    seed: int = 0,
+    nvlink_links: int = 0,
 ) -> Iterator[tuple[str, list[SampleRow]]]:
     """(host, flattened rows of one sample) for every second and host, in arrival order (second by second)."""
     rng = random.Random(seed)
     for second in range(seconds):
         seq = first_seq + second
         for index in range(hosts):
-            sample = wire_sample(seq, start_ts + second, gpus=gpus, rng=rng)
+            sample = wire_sample(seq, start_ts + second, gpus=gpus, rng=rng, nvlink_links=nvlink_links)
             yield host_name(index), list(BatchRows(sample_batch([sample])))

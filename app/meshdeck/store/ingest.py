@@ -5,6 +5,8 @@ produces them, `(seq, ts_seconds, device, metric, value)`, per host. A re-delive
 overlapping what is stored, a replay after a restart) is harmless: the raw table's primary key
 (series, ts) ignores the row, and rollups are recomputed from raw, never incremented. A sample that
 lands in a minute already rolled up (a gap filled late, a clock stepped back) re-rolls that minute.
+Per-link NVLink rows are the exception: they are not stored raw but summed into their minute
+(`link_minutes.py`, which counts each sample once), so an 8-GPU sample is 112 raw rows, not 400.
 
 Per host the ingest keeps a position: the last seq (what the fleet resumes from; a lower seq with a
 later time means the agent restarted and counts from 1 again), the agent's sequence epoch that seq
@@ -14,9 +16,10 @@ Rows are checked as they are staged (`sample_checks.py`): a row SQLite could not
 beyond int64, a non-finite value) would otherwise fail the one transaction of every host, at each retry.
 `add_rows` keeps the storable rows of a batch and says what it refused; the writer counts and logs that.
 
-Everything a commit does — new series, samples, the rollups of buckets that closed, the positions and
-events — is one SQLite transaction: after a crash the database holds all of it or none of it, and
-`CommitAck` reports exactly what became durable.
+Everything a commit does — new series, samples, the per-link minutes, the rollups of buckets that
+closed, the positions (with the raw rows each host gained) and events — is one SQLite transaction: after
+a crash the database holds all of it or none of it, and `CommitAck` reports exactly what became durable.
+A commit inserts one host at a time, its rows in key order.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from operator import itemgetter
 
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, insert_events
+from meshdeck.store.link_minutes import LinkMinutes, LinkMinuteWork, rollup_only
 from meshdeck.store.rollups import HOUR_MS, MINUTE_MS, roll_up
 from meshdeck.store.sample_checks import MAX_SQLITE_INTEGER, Refused, epoch_problem, loss_count_problem, storable_rows
 
@@ -40,10 +44,17 @@ SampleRow = tuple[int, float, str, str, float]
 
 _INSERT_SAMPLE = "INSERT OR IGNORE INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
 _INSERT_SERIES = "INSERT INTO series (host, device, metric, labels) VALUES (?, ?, ?, '')"
+# An upsert, not a replace: `raw_rows` (the host's rows in the raw table) moves by what each commit adds
+# and what retention deletes, in their own transactions.
 _SAVE_POSITION = """
-INSERT OR REPLACE INTO ingest_state
-    (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at, seq_epoch)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO ingest_state
+    (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at, seq_epoch, raw_rows)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (host) DO UPDATE SET
+    last_seq = excluded.last_seq, last_ts = excluded.last_ts, open_minute = excluded.open_minute,
+    open_hour = excluded.open_hour, samples = excluded.samples, dropped = excluded.dropped,
+    updated_at = excluded.updated_at, seq_epoch = excluded.seq_epoch,
+    raw_rows = ingest_state.raw_rows + excluded.raw_rows
 """
 _SELECT_POSITIONS = "SELECT host, last_seq, last_ts, open_minute, samples, dropped, seq_epoch FROM ingest_state"
 
@@ -95,11 +106,14 @@ class SampleIngest:
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
-        self._series: dict[str, dict[tuple[str, str], int]] = {}
+        self._series: dict[str, dict[tuple[str, str], int]] = {}  # kept raw
+        self._link_series: dict[str, dict[tuple[str, str], int]] = {}  # kept as minute rollups (link_minutes.py)
         for series_id, host, device, metric in connection.execute(
             "SELECT id, host, device, metric FROM series WHERE labels = ''"
         ):
-            self._series.setdefault(host, {})[(device, metric)] = series_id
+            kind = self._link_series if rollup_only(device) else self._series
+            kind.setdefault(host, {})[(device, metric)] = series_id
+        self._link_minutes = LinkMinutes()
         self._positions = load_positions(connection)
         self._batches: list[tuple[str, Sequence[SampleRow], str | None]] = []
         self._dropped: dict[str, int] = {}
@@ -113,7 +127,12 @@ class SampleIngest:
         return bool(self._batches or self._dropped or self._events or self._seal or self._seal_all)
 
     def series_count(self) -> int:
+        """Series kept raw: what a commit writes a row (and touches a leaf page) for."""
         return sum(len(ids) for ids in self._series.values())
+
+    def all_series_count(self) -> int:
+        """Series staged rows can belong to: kept raw, or summed into minutes (link_minutes.py)."""
+        return self.series_count() + sum(len(ids) for ids in self._link_series.values())
 
     def positions(self) -> dict[str, HostPosition]:
         return dict(self._positions)
@@ -168,31 +187,51 @@ class SampleIngest:
         if not self.has_pending:
             return None
         connection = self._connection
-        params: list[tuple[int, int, float]] = []
+        inserted = 0
         minutes: list[tuple[str, int]] = []
         hours: list[tuple[str, int]] = []
         updated: dict[str, HostPosition] = {}
         ranges: dict[str, CommittedRange] = {}
         created: list[tuple[str, tuple[str, str]]] = []
+        raw_added: dict[str, int] = {}
         duplicates = 0
+        by_host: dict[str, list[tuple[Sequence[SampleRow], str | None]]] = {}
+        for host, rows, epoch in self._batches:
+            by_host.setdefault(host, []).append((rows, epoch))
         connection.execute("BEGIN IMMEDIATE")
+        links = self._link_minutes.begin(connection, self._link_series, self._series)
         try:
-            for host, rows, epoch in self._batches:
-                position = updated.get(host) or self._positions.get(host, NEW_HOST)
-                if epoch != position.epoch:  # another sequence: its seqs do not continue the held one
-                    position = replace(position, last_seq=-1 if epoch is not None else position.last_seq, epoch=epoch)
-                position, accepted = self._convert(host, rows, position, params, minutes, hours, created)
-                updated[host] = position
-                if accepted is not None:
-                    low, high, count = accepted
-                    before = ranges.get(host)
-                    ranges[host] = (
-                        CommittedRange(host, low, high, count)
-                        if before is None
-                        else CommittedRange(
-                            host, min(low, before.first_seq), max(high, before.last_seq), before.samples + count
+            for host, batches in by_host.items():
+                # One host at a time, its rows sorted by series: each series' rows land on its last leaf
+                # page one after another (~1.4x fewer CPU-seconds per row than time order; the sort is
+                # stable, so ts stays ascending), and the host's rows added are counted for its raw_rows.
+                params: list[tuple[int, int, float]] = []
+                position = self._positions.get(host, NEW_HOST)
+                for rows, epoch in batches:
+                    if epoch != position.epoch:  # another sequence: its seqs do not continue the held one
+                        position = replace(
+                            position, last_seq=-1 if epoch is not None else position.last_seq, epoch=epoch
                         )
-                    )
+                    position, accepted = self._convert(host, rows, position, params, minutes, hours, created, links)
+                    if accepted is not None:
+                        low, high, count = accepted
+                        before = ranges.get(host)
+                        ranges[host] = (
+                            CommittedRange(host, low, high, count)
+                            if before is None
+                            else CommittedRange(
+                                host, min(low, before.first_seq), max(high, before.last_seq), before.samples + count
+                            )
+                        )
+                updated[host] = position
+                if params:
+                    params.sort(key=itemgetter(0))
+                    changes_before = connection.total_changes
+                    connection.executemany(_INSERT_SAMPLE, params)
+                    added = connection.total_changes - changes_before
+                    raw_added[host] = added
+                    duplicates += len(params) - added
+                    inserted += len(params)
             for host in (set(self._positions) | set(updated)) if self._seal_all else self._seal:
                 sealed = updated.get(host) or self._positions.get(host)
                 if sealed is None or sealed.open_minute is None:
@@ -203,19 +242,25 @@ class SampleIngest:
             for host, count in self._dropped.items():
                 position = updated.get(host) or self._positions.get(host, NEW_HOST)
                 updated[host] = replace(position, dropped=min(position.dropped + count, MAX_SQLITE_INTEGER))
-            if params:
-                # Key order: each series' rows land on its last leaf page one after another (measured
-                # ~1.4x fewer CPU-seconds per row than time order); the sort is stable, so ts stays ascending.
-                params.sort(key=itemgetter(0))
-                changes_before = connection.total_changes
-                connection.executemany(_INSERT_SAMPLE, params)
-                duplicates = len(params) - (connection.total_changes - changes_before)
+            open_minutes = {host: p.open_minute for host, p in (self._positions | updated).items()}
+            links.write(open_minutes, minutes)
             roll_up(connection, minutes, hours)
             now = time.time()
             connection.executemany(
                 _SAVE_POSITION,
                 [
-                    (host, p.last_seq, p.last_ts_ms, p.open_minute, p.open_hour, p.samples, p.dropped, now, p.epoch)
+                    (
+                        host,
+                        p.last_seq,
+                        p.last_ts_ms,
+                        p.open_minute,
+                        p.open_hour,
+                        p.samples,
+                        p.dropped,
+                        now,
+                        p.epoch,
+                        raw_added.get(host, 0),
+                    )
                     for host, p in updated.items()
                 ],
             )
@@ -226,11 +271,13 @@ class SampleIngest:
                 connection.execute("ROLLBACK")
             for host, key in created:
                 self._series.get(host, {}).pop(key, None)
+                self._link_series.get(host, {}).pop(key, None)
             raise
+        links.kept(open_minutes)
         self._positions.update(updated)
         self._batches, self._dropped, self._events, self._seal, self._seal_all = [], {}, [], set(), False
         self.pending_rows = 0
-        return CommitAck(tuple(ranges.values()), len(params), events, duplicates, now)
+        return CommitAck(tuple(ranges.values()), inserted, events, duplicates, now)
 
     def _convert(
         self,
@@ -241,21 +288,28 @@ class SampleIngest:
         minutes: list[tuple[str, int]],
         hours: list[tuple[str, int]],
         created: list[tuple[str, tuple[str, str]]],
+        links: LinkMinuteWork,
     ) -> tuple[HostPosition, tuple[int, int, int] | None]:
         """The hot loop: one pass over the rows, with per-sample work only when the seq changes.
 
+        Rows of rollup-only series (per-link NVLink) are added to their minute's sums instead of `params`.
         Returns the new position and (lowest seq, highest seq, samples) seen, or None for no rows.
         """
         ids = self._series.setdefault(host, {})
+        link_ids = self._link_series.setdefault(host, {})
+        stored_until = self._positions.get(host, NEW_HOST).last_ts_ms
         append = params.append
         last_seq, last_ts, open_minute = position.last_seq, position.last_ts_ms, position.open_minute
         current: int | None = None
-        ts_ms = 0
+        ts_ms = minute = 0
+        sample_links: dict[int, list[float]] | None = None
+        links_found = False
         low = high = -1
         count = 0
         for seq, ts, device, metric, value in rows:
             if seq != current:
                 current = seq
+                links_found = False
                 ts_ms = round(ts * 1000)
                 if count == 0 or seq < low:
                     low = seq
@@ -284,15 +338,44 @@ class SampleIngest:
             key = (device, metric)
             series_id = ids.get(key)
             if series_id is None:
-                series_id = self._connection.execute(_INSERT_SERIES, (host, device, metric)).lastrowid
-                assert series_id is not None
-                ids[key] = series_id
-                created.append((host, key))
+                link_id = link_ids.get(key)
+                if link_id is None and rollup_only(device):
+                    link_id = self._new_series(host, key, link_ids, created)
+                if link_id is not None:
+                    if not links_found:
+                        sample_links = links.sums_for_sample(host, minute, ts_ms, stored_until)
+                        links_found = True
+                    if sample_links is not None:
+                        entry = sample_links.get(link_id)
+                        if entry is None:
+                            sample_links[link_id] = [value, value, value, 1]
+                        else:
+                            if value < entry[0]:
+                                entry[0] = value
+                            if value > entry[1]:
+                                entry[1] = value
+                            entry[2] += value
+                            entry[3] += 1
+                    continue
+                series_id = self._new_series(host, key, ids, created)
             append((series_id, ts_ms, value))
         new_position = HostPosition(
             last_seq, last_ts, open_minute, position.samples + count, position.dropped, position.epoch
         )
         return new_position, (None if count == 0 else (low, high, count))
+
+    def _new_series(
+        self,
+        host: str,
+        key: tuple[str, str],
+        ids: dict[tuple[str, str], int],
+        created: list[tuple[str, tuple[str, str]]],
+    ) -> int:
+        series_id = self._connection.execute(_INSERT_SERIES, (host, *key)).lastrowid
+        assert series_id is not None
+        ids[key] = series_id
+        created.append((host, key))
+        return series_id
 
 
 def ingest_positions(db: Database) -> dict[str, HostPosition]:

@@ -180,6 +180,32 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    Migration(
+        5,
+        "fleet-sized history: per-link series kept as 1-minute rollups (their open minute in open_rollup_1m) "
+        "and each host's raw row count (the raw tier's size budget is enforced from it)",
+        (
+            # The open minute of each rollup-only series (per-link NVLink): one row per series, replaced at
+            # every commit, moved to rollup_1m when the minute closes. Same columns as rollup_1m, so the
+            # queries read it as the finest tier of those series.
+            """CREATE TABLE open_rollup_1m (
+                series_id INTEGER NOT NULL PRIMARY KEY,
+                bucket INTEGER NOT NULL,
+                vmin REAL NOT NULL,
+                vmax REAL NOT NULL,
+                vsum REAL NOT NULL,
+                n INTEGER NOT NULL
+            )""",
+            "ALTER TABLE ingest_state ADD COLUMN raw_rows INTEGER NOT NULL DEFAULT 0",
+            """UPDATE ingest_state SET raw_rows = (
+                SELECT count(*) FROM samples
+                WHERE samples.series_id IN (SELECT id FROM series WHERE series.host = ingest_state.host)
+            )""",
+        ),
+    ),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

@@ -8,6 +8,9 @@ Points are grouped into steps that are whole multiples of the tier's bucket, ali
 
 Buckets a host has not closed yet (the current minute and hour) are not in the rollup tables; they are
 read from the finer tier, so the right edge of a chart is never missing.
+
+Per-link NVLink series are kept as rollups only (link_minutes.py): their finest tier is the minute, whose
+open bucket is in open_rollup_1m. A chart that reads raw samples reads those series by the minute.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sqlalchemy import Select, select
 from meshdeck.core.errors import InputError
 from meshdeck.store import schema
 from meshdeck.store.database import Database
+from meshdeck.store.link_minutes import rollup_only
 from meshdeck.store.retention import RetentionPolicy, load_policy
 from meshdeck.store.rollups import HOUR, HOUR_MS, MINUTE, MINUTE_MS, RAW, Tier
 
@@ -97,19 +101,22 @@ def _step_ms(tier: Tier, span_ms: float, max_points: int) -> int:
     return tier.bucket_ms * max(1, math.ceil(width / tier.bucket_ms))
 
 
-def _segments(tier: Tier, open_minute: int | None, lo: int, hi: int) -> list[tuple[str, int, int]]:
-    """(source, start, end) pieces covering [lo, hi): closed buckets from the tier, open ones from finer."""
+def _segments(
+    tier: Tier, open_minute: int | None, lo: int, hi: int, *, finest: str = "samples"
+) -> list[tuple[str, int, int]]:
+    """(source, start, end) pieces covering [lo, hi): closed buckets from the tier, open ones from finer.
+    `finest` is where the open minute is read: the raw samples, or open_rollup_1m for a rollup-only series."""
     if tier is RAW:
         return [("samples", lo, hi)]
     if open_minute is None:
         return [(tier.table, lo, hi)]
     if tier is MINUTE:
-        return [("rollup_1m", lo, min(hi, open_minute)), ("samples", max(lo, open_minute), hi)]
+        return [("rollup_1m", lo, min(hi, open_minute)), (finest, max(lo, open_minute), hi)]
     open_hour = open_minute - open_minute % HOUR_MS
     return [
         ("rollup_1h", lo, min(hi, open_hour)),
         ("rollup_1m", max(lo, open_hour), min(hi, open_minute)),
-        ("samples", max(lo, open_minute), hi),
+        (finest, max(lo, open_minute), hi),
     ]
 
 
@@ -117,6 +124,7 @@ _SOURCE_COLUMNS = {
     "samples": ("ts", "min(ts), min(value), max(value), sum(value), count(*)"),
     "rollup_1m": ("bucket", "min(bucket), min(vmin), max(vmax), sum(vsum), sum(n)"),
     "rollup_1h": ("bucket", "min(bucket), min(vmin), max(vmax), sum(vsum), sum(n)"),
+    "open_rollup_1m": ("bucket", "min(bucket), min(vmin), max(vmax), sum(vsum), sum(n)"),
 }
 
 
@@ -130,6 +138,19 @@ def _source_sql(source: str, series_ids: Sequence[int]) -> str:
     )
 
 
+def _plans(series: Sequence[Series], tier: Tier, step: int, lo: int) -> list[tuple[list[Series], Tier, int, int, str]]:
+    """How to read one host's series: (series, tier, step, start, where the open minute is). Raw-kept
+    series at `tier`; rollup-only ones at the minute tier or coarser (one minute per point at least)."""
+    kept = [s for s in series if not rollup_only(s.device)]
+    rolled = [s for s in series if rollup_only(s.device)]
+    plans = [(kept, tier, step, lo, "samples")] if kept else []
+    if rolled:
+        coarse = MINUTE if tier is RAW else tier
+        coarse_step = coarse.bucket_ms * max(1, math.ceil(step / coarse.bucket_ms))
+        plans.append((rolled, coarse, coarse_step, lo - lo % coarse.bucket_ms, "open_rollup_1m"))
+    return plans
+
+
 def _read_host(
     connection: sqlite3.Connection,
     series: Sequence[Series],
@@ -138,11 +159,12 @@ def _read_host(
     open_minute: int | None,
     lo: int,
     hi: int,
+    finest: str,
 ) -> list[SeriesRange]:
-    """Every series of one host over [lo, hi). Segments come in time order, so only the step at a
-    boundary between two segments can need merging."""
+    """Series of one host over [lo, hi). Segments come in time order, so only the step at a boundary
+    between two segments can need merging."""
     points: dict[int, list[tuple[Any, ...]]] = {s.id: [] for s in series}
-    for source, start, end in _segments(tier, open_minute, lo, hi):
+    for source, start, end in _segments(tier, open_minute, lo, hi, finest=finest):
         if start >= end:
             continue
         for row in connection.execute(_source_sql(source, list(points)), (step, start, end)):
@@ -230,7 +252,7 @@ def query_range(
         for series in matched:
             by_host.setdefault(series.host, []).append(series)
         open_minutes: dict[str, int | None] = {}
-        if by_host and chosen is not RAW:
+        if by_host and (chosen is not RAW or any(rollup_only(s.device) for s in matched)):
             state = schema.ingest_state
             query = select(state.c.host, state.c.open_minute).where(state.c.host.in_(sorted(by_host)))
             open_minutes = {host_name: minute for host_name, minute in connection.execute(query)}
@@ -238,8 +260,10 @@ def query_range(
         assert isinstance(raw, sqlite3.Connection)
         found: dict[int, SeriesRange] = {}
         for host_name, host_series in by_host.items():
-            for result in _read_host(raw, host_series, chosen, step, open_minutes.get(host_name), lo, hi):
-                found[result.series.id] = result
+            for group, tier_read, step_read, start, finest in _plans(host_series, chosen, step, lo):
+                open_minute = open_minutes.get(host_name)
+                for result in _read_host(raw, group, tier_read, step_read, open_minute, start, hi, finest):
+                    found[result.series.id] = result
     return [found[series.id] for series in matched]
 
 
@@ -254,12 +278,12 @@ def raw_points(db: Database, series_id: int, since: float, until: float) -> Iter
 
 
 def stored_span(db: Database, series_id: int, tier: str) -> tuple[int, int] | None:
-    """(first, last) ms a series has data at in the raw table or the rollup `tier` ("1m" / "1h"), each edge
-    a seek on a primary key; None when it has none."""
+    """(first, last) ms a series has data at in the raw table, the rollup `tier` ("1m" / "1h") or its open
+    minute (a rollup-only series), each edge a seek on a primary key; None when it has none."""
     table = "rollup_1m" if tier == "1m" else "rollup_1h"
     edges = ", ".join(
         f"(SELECT {edge}({column}) FROM {source} WHERE series_id = :sid)"
-        for source, column in (("samples", "ts"), (table, "bucket"))
+        for source, column in (("samples", "ts"), (table, "bucket"), ("open_rollup_1m", "bucket"))
         for edge in ("min", "max")
     )
     with db.read() as connection:

@@ -1,9 +1,13 @@
 """How long each resolution of history is kept, and the deletion that enforces it.
 
-Defaults: raw samples 7 days, 1-minute rollups 90 days, 1-hour rollups forever. The policy lives in
-the `settings` table so the CLI and the console change it for the writer. Deletion walks the series
-one by one (`series_id = ? AND ts < ?` is a seek on the primary key, where a bare `ts < ?` would scan
-the whole table) in short transactions, so readers and the writer are never held up for long.
+Defaults: raw samples 7 days, 1-minute rollups 90 days, 1-hour rollups forever, and no size budget for
+the raw tier. The policy lives in the `settings` table so the CLI and the console change it for the
+writer. Deletion walks the series one by one (`series_id = ? AND ts < ?` is a seek on the primary key,
+where a bare `ts < ?` would scan the whole table) in short transactions, so readers and the writer are
+never held up for long; each transaction also takes the rows it deleted off their hosts' `raw_rows`.
+
+`raw_max_bytes` bounds the raw tier (a 278-host fleet writes ~37,000 rows a second; 7 days of that is
+hundreds of GB): once the raw tier is over it, its oldest samples go first (raw_tier.py), the rollups stay.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from meshdeck.core.errors import InputError
 from meshdeck.store import schema
 from meshdeck.store.database import Database
+from meshdeck.store.raw_tier import delete_raw_before, enforce_raw_budget, raw_series
 
 DAY_S = 86_400.0
+MIN_RAW_BYTES = 1024**2  # a budget below a few seconds of a fleet's writes is a typo
 _SETTINGS_KEY = "retention"
+_FIELDS = ("raw_days", "minute_days", "hour_days", "raw_max_bytes")
 
 
 @dataclass(frozen=True)
@@ -32,8 +39,14 @@ class RetentionPolicy:
     raw_days: float | None = 7.0
     minute_days: float | None = 90.0
     hour_days: float | None = None
+    raw_max_bytes: int | None = None  # the raw tier's size budget; None: bounded by raw_days alone
 
     def __post_init__(self) -> None:
+        budget = self.raw_max_bytes
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+            raise InputError("retention.raw_max_bytes", f"{budget!r} must be a whole number of bytes or null (none)")
+        if budget is not None and budget < MIN_RAW_BYTES:
+            raise InputError("retention.raw_max_bytes", f"{budget} bytes is below the minimum of 1 MiB")
         minimum = {"raw_days": 1 / 24, "minute_days": 1.0, "hour_days": 1.0}
         for name, smallest in minimum.items():
             value = getattr(self, name)
@@ -74,7 +87,7 @@ def load_policy(db: Database) -> RetentionPolicy:
     if value is None:
         return RetentionPolicy()
     data = json.loads(value)
-    return RetentionPolicy(**{k: data.get(k) for k in ("raw_days", "minute_days", "hour_days")})
+    return RetentionPolicy(**{k: data.get(k) for k in _FIELDS})
 
 
 def save_policy(db: Database, policy: RetentionPolicy) -> None:
@@ -89,20 +102,24 @@ class RetentionResult:
     samples: int
     rollup_1m: int
     rollup_1h: int
+    over_budget: int = 0  # raw samples deleted (of the `samples` above) to bring the raw tier under its budget
 
 
 def apply_retention(
     connection: sqlite3.Connection, policy: RetentionPolicy, now_s: float, *, series_per_transaction: int = 512
 ) -> RetentionResult:
     """Delete what the policy no longer keeps. Runs its own short transactions on a raw connection."""
-    series_ids = [row[0] for row in connection.execute("SELECT id FROM series ORDER BY id")]
+    series = raw_series(connection)
+    series_ids = [series_id for _, series_id in series]
     deleted: dict[str, int] = {}
     for table, cutoff in policy.cutoffs_ms(now_s).items():
         deleted[table] = 0
         if cutoff is None:
             continue
-        column = "ts" if table == "samples" else "bucket"
-        statement = f"DELETE FROM {table} WHERE series_id = ? AND {column} < ?"
+        if table == "samples":
+            deleted[table] = delete_raw_before(connection, series, cutoff, series_per_transaction)
+            continue
+        statement = f"DELETE FROM {table} WHERE series_id = ? AND bucket < ?"
         for start in range(0, len(series_ids), series_per_transaction):
             chunk = series_ids[start : start + series_per_transaction]
             connection.execute("BEGIN IMMEDIATE")
@@ -115,4 +132,9 @@ def apply_retention(
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
                 raise
-    return RetentionResult(deleted["samples"], deleted["rollup_1m"], deleted["rollup_1h"])
+    over_budget = 0
+    if policy.raw_max_bytes is not None:
+        over_budget = enforce_raw_budget(
+            connection, policy.raw_max_bytes, series_per_transaction=series_per_transaction
+        )
+    return RetentionResult(deleted["samples"] + over_budget, deleted["rollup_1m"], deleted["rollup_1h"], over_budget)

@@ -15,7 +15,10 @@ B-tree leaf page per series however few rows each got. The default interval is t
 / `series_per_commit_second`, between 2 and 30 s: a 1-host fleet commits every 2 s, 64 hosts × 96
 series every 30 s, and the WAL traffic stays near 200 pages a second instead of growing with the
 fleet. Measured at 64 hosts: 2.4 MB/s of disk writes committing every 10 s, 0.45 MB/s every 30 s
-with the larger auto-checkpoint below (tests/benchmarks/test_bench_store.py prints it).
+with the larger auto-checkpoint below (tests/benchmarks/test_bench_store.py prints it). The cap on staged
+rows, the page cache and the WAL's checkpoint size follow the series too, so at 278 hosts the interval
+still sets the cadence, a commit's pages stay in the cache and a checkpoint spans about two commits
+(tests/benchmarks/test_bench_fleet_store.py prints that fleet's numbers).
 
 A failed commit (disk full, a lock held too long) keeps the batch staged and retries after
 `retry_s`; nothing is acknowledged until it is durable. A row that no commit could take (a time
@@ -26,17 +29,20 @@ counted in `WriterStats.refused_rows` and logged at most once a minute per host 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-from meshdeck.core.samples import SampleBatch
+from meshdeck.core.samples import SampleBatch, SeriesKey
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
 from meshdeck.store.ingest import CommitAck, HostPosition, SampleIngest, SampleRow
+from meshdeck.store.raw_tier import RawTierSize, enforce_raw_budget, raw_tier_size
 from meshdeck.store.refusal_log import RefusalLog
 from meshdeck.store.retention import RetentionPolicy, apply_retention, load_policy
 from meshdeck.store.sample_checks import Refused
@@ -50,15 +56,30 @@ class WriterSettings:
     series_per_commit_second: float = 200.0
     min_commit_interval_s: float = 2.0
     max_commit_interval_s: float = 30.0
-    wal_autocheckpoint_pages: int = 20_000  # checkpoint every ~80 MB of WAL: a page rewritten by several
-    # commits reaches the database file once per checkpoint
-    max_batch_rows: int = 100_000  # staged rows that force a commit (bounds the commit's working set)
+    # Checkpoint the WAL every this many pages: a page rewritten by several commits (each series' last leaf
+    # page is, until it is full) reaches the database file once per checkpoint. None sizes it to about two
+    # commits of the series stored (`wal_pages_per_series` each), within the bounds: at 278 hosts a commit
+    # writes ~32,000 pages, and a WAL smaller than one commit checkpointed every page of every commit.
+    wal_autocheckpoint_pages: int | None = None
+    wal_pages_per_series: int = 2
+    min_wal_pages: int = 20_000  # ~80 MB
+    max_wal_pages: int = 131_072  # 512 MB of WAL file at most
+    # Staged rows that force a commit: None sizes it to the series (1.5 commit intervals of 1 Hz samples,
+    # within the two bounds below) so that the interval, not the cap, sets how often a large fleet commits
+    # (a fixed 100,000 made 278 hosts commit every second: each commit rewrites a leaf page per series, so
+    # disk writes grew with the square of the fleet). A number fixes it.
+    max_batch_rows: int | None = None
+    min_batch_rows: int = 100_000
+    max_staged_rows: int = 4_000_000  # staged as the batches' floats (8 bytes a value), ~32 MB
     # The writer connection's page cache holds every series' last leaf pages (samples and rollups): it is
-    # sized to the series stored, `cache_kib_per_series` each, between the two bounds (a page cache that
-    # only grows would hold 128 MiB for a one-host console).
-    cache_kib: int = 128 * 1024
+    # sized to the series stored, `cache_kib_per_series` each (a rollup-only series has one rollup page,
+    # `cache_kib_per_rollup_series`), between the two bounds (a page cache that only grows would hold the
+    # maximum for a one-host console). At 278 hosts the commit's pages no longer fit 128 MiB: the writer
+    # thread took 64 % of a core per second of data with it, 20 % with 512 MiB.
+    cache_kib: int = 384 * 1024
     min_cache_kib: int = 8 * 1024
     cache_kib_per_series: int = 12
+    cache_kib_per_rollup_series: int = 4
     retention_every_s: float = 600.0
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
@@ -83,11 +104,42 @@ class WriterStats:
     inbox_waits: int = 0  # submits that waited for room: the writer was behind
     refused_rows: int = 0  # rows refused when staged (unstorable seq, time or value), never committed
     refused_by_host: Mapping[str, int] = field(default_factory=dict)
+    raw_tier_rows: int = 0  # rows in the raw table now (every writer run, every host)
+    raw_tier_bytes: int = 0  # what they take in the file (raw_tier.py), measured after each commit
+    raw_bytes_per_row: float = 0.0
+    raw_rows_over_budget: int = 0  # raw rows deleted to keep the raw tier under its size budget
+
+    @property
+    def rows_per_sample(self) -> float:
+        """Raw rows per sample committed by this writer (`rows` / `samples`): a 8-GPU sample's 133 rows."""
+        return self.rows / self.samples if self.samples else 0.0
+
+    @property
+    def raw_bytes_per_sample(self) -> float:
+        """Bytes a committed sample takes in the raw tier: rows per sample x bytes per row."""
+        return self.rows_per_sample * self.raw_bytes_per_row
 
 
-def cache_kib_for(series: int, settings: WriterSettings) -> int:
-    """The writer's page cache for `series` series, within [min_cache_kib, cache_kib]."""
-    return max(settings.min_cache_kib, min(settings.cache_kib, series * settings.cache_kib_per_series))
+def cache_kib_for(series: int, settings: WriterSettings, rollup_series: int = 0) -> int:
+    """The writer's page cache for `series` raw-kept and `rollup_series` rollup-only series, within
+    [min_cache_kib, cache_kib]."""
+    wanted = series * settings.cache_kib_per_series + rollup_series * settings.cache_kib_per_rollup_series
+    return max(settings.min_cache_kib, min(settings.cache_kib, wanted))
+
+
+def wal_pages_for(series: int, settings: WriterSettings) -> int:
+    """WAL pages between checkpoints for `series` series (all kinds): fixed, or sized within bounds."""
+    if settings.wal_autocheckpoint_pages is not None:
+        return settings.wal_autocheckpoint_pages
+    return max(settings.min_wal_pages, min(settings.max_wal_pages, series * settings.wal_pages_per_series))
+
+
+def batch_rows_for(series: int, interval_s: float, settings: WriterSettings) -> int:
+    """Staged rows that force a commit: fixed, or 1.5 intervals of every series at 1 Hz, within bounds."""
+    if settings.max_batch_rows is not None:
+        return settings.max_batch_rows
+    wanted = math.ceil(series * interval_s * 1.5)
+    return min(settings.max_staged_rows, max(settings.min_batch_rows, wanted))
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -139,7 +191,12 @@ class SampleWriter:
         self._cpu = 0.0
         self._last_error: str | None = None
         self._commit_interval = self.settings.commit_interval_s or self.settings.min_commit_interval_s
+        self._batch_rows = batch_rows_for(0, self._commit_interval, self.settings)
         self._cache_kib = self.settings.min_cache_kib
+        self._wal_pages = wal_pages_for(0, self.settings)
+        self._raw_size = RawTierSize(0, 0.0)
+        self._over_budget = 0
+        self._policy = retention or RetentionPolicy()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -258,6 +315,10 @@ class SampleWriter:
                 inbox_waits=self._inbox.waits,
                 refused_rows=sum(self._refused.values()),
                 refused_by_host=dict(self._refused),
+                raw_tier_rows=self._raw_size.rows,
+                raw_tier_bytes=self._raw_size.bytes,
+                raw_bytes_per_row=self._raw_size.bytes_per_row,
+                raw_rows_over_budget=self._over_budget,
             )
 
     # -- the thread ------------------------------------------------------------------------------
@@ -265,9 +326,11 @@ class SampleWriter:
     def _run(self) -> None:
         try:
             connection = self.db.raw_connection(cache_kib=self.settings.min_cache_kib)
-            connection.execute(f"PRAGMA wal_autocheckpoint = {int(self.settings.wal_autocheckpoint_pages)}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {wal_pages_for(0, self.settings)}")
             ingest = SampleIngest(connection)
             self._size_cache(connection, ingest)
+            self._policy = self._retention or load_policy(self.db)
+            self._measure_raw(connection)
         except BaseException as exc:
             self._start_error = self.db.problem(exc) or exc
             self._ready.set()
@@ -309,7 +372,7 @@ class SampleWriter:
                     flushes.append(item)
                 else:
                     self._stage(ingest, item)
-                if ingest.pending_rows >= settings.max_batch_rows:
+                if ingest.pending_rows >= self._batch_rows:
                     break
                 try:
                     item = self._inbox.get(timeout=0)
@@ -321,11 +384,12 @@ class SampleWriter:
             if seal:
                 ingest.seal()
             due = deadline is not None and now >= deadline
-            if ingest.has_pending and (due or flushes or stopping or ingest.pending_rows >= settings.max_batch_rows):
+            if ingest.has_pending and (due or flushes or stopping or ingest.pending_rows >= self._batch_rows):
                 ok = self._commit(ingest)
                 deadline = None if ok else now + settings.retry_s
                 if ok:
                     self._size_cache(connection, ingest)
+                    self._keep_raw_budget(connection)
                 if ok or stopping:
                     for token in flushes:
                         token.ok = ok
@@ -343,16 +407,47 @@ class SampleWriter:
                 self._cpu += time.thread_time() - cpu_start
 
     def _size_cache(self, connection: Any, ingest: SampleIngest) -> None:
-        """Fit the page cache to the series stored (changed only when it is a quarter off)."""
-        wanted = cache_kib_for(ingest.series_count(), self.settings)
+        """Fit the page cache and the WAL to the series stored (changed only when a quarter off)."""
+        raw, everything = ingest.series_count(), ingest.all_series_count()
+        wanted = cache_kib_for(raw, self.settings, everything - raw)
         if abs(wanted - self._cache_kib) * 4 > self._cache_kib:
             connection.execute(f"PRAGMA cache_size = -{wanted}")
             self._cache_kib = wanted
+        pages = wal_pages_for(everything, self.settings)
+        if abs(pages - self._wal_pages) * 4 > self._wal_pages:
+            connection.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            self._wal_pages = pages
+
+    def _measure_raw(self, connection: Any) -> None:
+        try:
+            size = raw_tier_size(connection)
+        except Exception as exc:  # dbstat missing from this SQLite build, a read error: the size stays unknown
+            log.debug("the raw tier's size could not be measured (%s)", exc)
+            return
+        with self._lock:
+            self._raw_size = size
+
+    def _keep_raw_budget(self, connection: Any) -> None:
+        """After a commit: measure the raw tier and, over its budget, delete its oldest samples (one pass)."""
+        self._measure_raw(connection)
+        budget = self._policy.raw_max_bytes
+        if budget is None or self._raw_size.bytes <= budget:
+            return
+        try:
+            deleted = enforce_raw_budget(connection, budget)
+        except Exception as exc:
+            log.warning("keeping the raw tier under its budget failed (%s); will retry", exc)
+            return
+        with self._lock:
+            self._over_budget += deleted
+        self._measure_raw(connection)
 
     def _interval(self, ingest: SampleIngest) -> float:
         interval = commit_interval_for(ingest.series_count(), self.settings)
+        batch_rows = batch_rows_for(ingest.all_series_count(), interval, self.settings)
         with self._lock:
             self._commit_interval = interval
+            self._batch_rows = batch_rows
         return interval
 
     def commit_interval(self) -> float:
@@ -440,10 +535,15 @@ class SampleWriter:
             if not self._commit(ingest):
                 return
         try:
-            result = apply_retention(connection, self._retention or load_policy(self.db), now)
+            self._policy = self._retention or load_policy(self.db)
+            result = apply_retention(connection, self._policy, now)
         except Exception as exc:
             log.warning("retention failed (%s); will retry", exc)
             return
+        self._measure_raw(connection)
+        if result.over_budget:
+            with self._lock:
+                self._over_budget += result.over_budget
         if result.samples or result.rollup_1m or result.rollup_1h:
             log.info(
                 "retention deleted %d raw samples, %d minute and %d hour rollups",
@@ -453,9 +553,17 @@ class SampleWriter:
             )
 
 
+@lru_cache(maxsize=65_536)
+def _series_name(key: SeriesKey) -> tuple[str, str]:
+    """(Device.text, metric) of a series key, remembered: a batch's keys are interned, and formatting the
+    device of each of a 278-host fleet's 117,000 columns every second (twice: rows are read when checked
+    and when converted) cost ~15 % of the writer thread. One pair per series, shared by every batch."""
+    return key[0].text, key[1]
+
+
 class BatchRows(Sequence[SampleRow]):
     """A batch seen as the store's rows, made as they are read: staging a batch costs its floats, not a
-    tuple per row. The device is named as its series is (Device.text), once per column."""
+    tuple per row. The device is named as its series is (Device.text), remembered per series."""
 
     def __init__(self, batch: SampleBatch) -> None:
         self.batch = batch
@@ -469,7 +577,7 @@ class BatchRows(Sequence[SampleRow]):
 
     def __iter__(self) -> Iterator[SampleRow]:
         batch = self.batch
-        names = [(device.text, metric) for device, metric in batch.series]
+        names = [_series_name(key) for key in batch.series]
         width = len(names)
         values = batch.values
         for i, (seq, ts) in enumerate(zip(batch.seqs, batch.times, strict=True)):

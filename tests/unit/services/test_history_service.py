@@ -14,6 +14,7 @@ from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceiv
 from meshdeck.services.files import atomic_output
 from meshdeck.services.history import (
     HistoryRecorder,
+    chart,
     export_history,
     history_hosts,
     host_metrics,
@@ -160,3 +161,14 @@ def test_an_interrupted_atomic_output_leaves_nothing_behind(tmp_path: Path) -> N
     with atomic_output(target) as handle:
         handle.write("complete\n")
     assert target.read_text() == "complete\n"
+
+
+def test_a_chart_of_nvlink_reads_the_per_gpu_sums_and_a_link_only_when_asked_for(db: Database) -> None:
+    with SampleWriter(db) as writer:
+        samples = [wire_sample(s, HOUR_START + s, gpus=2, nvlink_links=4) for s in range(1, 91)]
+        writer.submit_samples("gpu-a", sample_batch(samples))
+    span = {"since": HOUR_START, "until": HOUR_START + 120}
+    drawn = chart(db, host="gpu-a", metric="nvlink_tx_bytes_per_s", **span)
+    assert sorted(r.series.device for r in drawn) == ["gpu0", "gpu1"]
+    (link,) = chart(db, host="gpu-a", metric="nvlink_tx_bytes_per_s", device="gpu1/nvlink2", **span)
+    assert link.tier in ("1m", "1h") and sum(link.count) == 90

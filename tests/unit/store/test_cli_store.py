@@ -97,9 +97,55 @@ def test_history_export_and_retention(tmp_path: Path, capsys: pytest.CaptureFixt
     code, out, _ = _run(capsys, "--db", str(path), "history", "export", "--host", "gpu-a", "--format", "json")
     assert len(json.loads(out)) == 10
     code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-days", "3", "--hour-days", "forever")
-    assert out.splitlines() == ["raw  3 days", "1m   90 days", "1h   forever"]
+    assert out.splitlines()[:3] == ["raw  3 days", "1m   90 days", "1h   forever"]
+    assert out.splitlines()[3].startswith("raw size budget none; raw tier now ") and "(10 rows)" in out
     code, _, err = _run(capsys, "--db", str(path), "history", "retention", "--raw-days", "200")
     assert code == 2 and "retention.raw_days" in err
+
+
+def test_history_retention_sets_a_raw_size_budget_and_names_the_option_when_it_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.db"
+    code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-max-size", "50GB")
+    assert code == 0 and out.splitlines()[3].startswith("raw size budget 50.0GB; raw tier now 0B (0 rows)")
+    code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-days", "3", "--json")
+    assert json.loads(out)["raw_max_bytes"] == 50 * 10**9 and json.loads(out)["raw_days"] == 3
+    for bad, problem in (("lots", "is not a size"), ("10KB", "below the minimum")):
+        code, _, err = _run(capsys, "--db", str(path), "history", "retention", "--raw-max-size", bad)
+        assert code == 2 and err.startswith("meshdeck: error: --raw-max-size: ") and problem in err
+    code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-max-size", "none", "--json")
+    assert json.loads(out)["raw_max_bytes"] is None and json.loads(out)["raw_days"] == 3
+
+
+def test_history_hosts_shows_raw_rows_size_and_bytes_per_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.db"
+    rows = [(s, 1_764_482_400.0 + s, f"gpu{g}", "power_w", 300.5 + s) for s in range(1, 601) for g in range(4)]
+    with open_database(path) as db, SampleWriter(db) as writer:
+        writer.submit_rows("gpu-a", rows)
+    code, out, _ = _run(capsys, "--db", str(path), "history", "hosts")
+    header, line = out.splitlines()
+    assert code == 0 and header.split()[6:10] == ["RAW", "ROWS", "RAW", "SIZE"]
+    fields = line.split()
+    assert fields[0] == "gpu-a" and fields[5] == "2400"
+    assert 4 * 10 < float(fields[7]) < 4 * 40  # 4 rows a sample, 10 to 40 bytes a row
+
+
+def test_a_raw_export_of_a_link_series_says_to_export_its_minutes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.db"
+    with open_database(path) as db, SampleWriter(db) as writer:
+        writer.submit_rows(
+            "gpu-a", [(s, 1_764_482_400.0 + s, "gpu0/nvlink3", "nvlink_tx_bytes_per_s", 1e9) for s in range(1, 90)]
+        )
+    base = ("--db", str(path), "history", "export", "--host", "gpu-a", "--device", "gpu0/nvlink3")
+    code, _, err = _run(capsys, *base)
+    assert code == 2 and err.startswith("meshdeck: error: --tier: ") and "use --tier 1m" in err
+    code, out, _ = _run(capsys, *base, "--tier", "1m")
+    assert code == 0 and [line.split(",")[-1] for line in out.splitlines()[1:]] == ["59", "30"]
 
 
 @pytest.mark.slow

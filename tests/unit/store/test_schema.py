@@ -70,7 +70,7 @@ def test_every_recorded_version_is_still_what_its_migrations_create(tmp_path: Pa
 
 
 def test_the_query_tables_have_the_columns_keys_and_defaults_the_migrations_give(db_path: Path) -> None:
-    assert [c.name for c in schema.ingest_state.columns][-1] == "seq_epoch"  # added by migration 4, after the rest
+    assert [c.name for c in schema.ingest_state.columns][-2:] == ["seq_epoch", "raw_rows"]  # migrations 4 and 5
     assert [c.name for c in schema.samples.primary_key] == ["series_id", "ts"]
     assert not schema.series.c.labels.nullable and schema.series.c.labels.server_default is not None
     assert {fk.target_fullname for fk in schema.deployment_nodes.foreign_keys} == {"deployments.id"}
@@ -81,3 +81,30 @@ def test_the_query_tables_have_the_columns_keys_and_defaults_the_migrations_give
     finally:
         connection.close()
     assert set(schema.metadata.tables) == on_disk
+
+
+def test_an_upgrade_to_version_5_counts_each_hosts_raw_rows(db_path: Path) -> None:
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        migrations.apply_migrations(connection, target=4)
+        connection.executemany(
+            "INSERT INTO series (id, host, device, metric) VALUES (?, ?, 'gpu0', ?)",
+            [(1, "gpu-a", "power_w"), (2, "gpu-a", "temperature_c"), (3, "gpu-b", "power_w")],
+        )
+        connection.executemany(
+            "INSERT INTO samples (series_id, ts, value) VALUES (?, ?, 1.0)",
+            [(series_id, ts) for series_id, count in ((1, 5), (2, 4), (3, 2)) for ts in range(count)],
+        )
+        connection.executemany(
+            "INSERT INTO ingest_state (host, last_seq, last_ts, updated_at) VALUES (?, 1, 1, 0)",
+            [("gpu-a",), ("gpu-b",), ("gpu-c",)],
+        )
+    finally:
+        connection.close()
+    open_database(db_path).close()
+    connection = sqlite3.connect(db_path)
+    try:
+        counted = dict(connection.execute("SELECT host, raw_rows FROM ingest_state").fetchall())
+    finally:
+        connection.close()
+    assert counted == {"gpu-a": 9, "gpu-b": 2, "gpu-c": 0}
