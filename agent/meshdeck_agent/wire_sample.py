@@ -322,7 +322,7 @@ def _nvlink_link(pair: Any, field: str, link: int) -> Tuple[Optional[float], Opt
 def _nvlink_links(raw: Any, field: str) -> List[Tuple[Optional[float], Optional[float]]]:
     """Every [tx, rx] pair: plain numbers in range pass inline (18 links x 8 GPUs a sample), the rest go
     through `_nvlink_link`, which accepts them (nulls) or names the field."""
-    links = []
+    links: List[Tuple[Optional[float], Optional[float]]] = []
     for link, pair in enumerate(_list(raw, field + ".nvlink_links", MAX_NVLINK_LINKS)):
         if type(pair) is list and len(pair) == 2:
             tx, rx = pair

@@ -439,8 +439,8 @@ class _Run:
                 future.cancel()
                 answers[name] = TimeoutError(f"no answer to {method} within {CALL_TIMEOUT_S:g} s")
                 continue
-            exc = future.exception()
-            answers[name] = exc if exc is not None else future.result()
+            error = future.exception()
+            answers[name] = error if error is not None else future.result()
         return answers
 
     def newest_seqs(self, names: Iterable[str]) -> dict[str, int | Exception]:
@@ -583,7 +583,9 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
 
     # -- what reached SQLite: every sample of the window delivered, then flushed
     def delivered() -> bool:
-        return all((run.fleet.supervisor(n).last_seq or 0) >= w.seq_end for n, w in windows.items())
+        return all(
+            w.seq_end is None or (run.fleet.supervisor(n).last_seq or 0) >= w.seq_end for n, w in windows.items()
+        )
 
     if not run.wait(delivered, settings.drain_timeout_s):
         log.warning("bench fleet: not every sample of the window was delivered within %g s", settings.drain_timeout_s)

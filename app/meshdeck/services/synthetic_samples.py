@@ -46,18 +46,15 @@ def wire_sample(
     for index in range(gpus):
         load = min(100.0, max(0.0, 70.0 + 25.0 * phase + rng.uniform(-5.0, 5.0)))
         links = [(round(rng.uniform(1e8, 2e9)), round(rng.uniform(1e8, 2e9))) for _ in range(nvlink_links)]
-        sums = {}
-        if links:
-            sums = {
-                "nvlink_tx_bytes_per_s": float(sum(tx for tx, _ in links)),
-                "nvlink_rx_bytes_per_s": float(sum(rx for _, rx in links)),
-            }
+        tx_sum = float(sum(tx for tx, _ in links)) if links else None
+        rx_sum = float(sum(rx for _, rx in links)) if links else None
         devices.append(
             GpuSample.of(
                 index,
                 f"GPU-simulated-{index}",
                 nvlink_links=links,
-                **sums,
+                nvlink_tx_bytes_per_s=tx_sum,
+                nvlink_rx_bytes_per_s=rx_sum,
                 memory_used_bytes=int(H200_MEMORY_BYTES * (0.80 + 0.1 * phase)) + rng.randrange(1 << 20),
                 memory_total_bytes=H200_MEMORY_BYTES,
                 memory_reserved_bytes=512 * 1024**2,

@@ -99,7 +99,7 @@ class FleetAggregate:
         self.first_bucket = 0  # the bucket number of column 0
         self.values = np.empty((len(self.series), 0), dtype=np.float32)
         self.stats = GroupStats(*(np.empty((slots, 0), dtype=np.float32) for _ in range(3)))
-        self._centers = np.empty(0)
+        self._centers: np.ndarray = np.empty(0)
         self._strays = np.empty(0, dtype=np.float32)  # per row: its largest distance from its slot's median
 
     @property
@@ -148,7 +148,7 @@ class FleetAggregate:
         with np.errstate(invalid="ignore"):
             distance = np.abs(self.values - self.stats.median[self.slot_of_row])
         distance[~np.isfinite(distance)] = -np.inf
-        score = distance.max(axis=1)
+        score: np.ndarray = distance.max(axis=1)
         sizes = np.asarray([rows.size for rows in self._rows_of_group])
         score[sizes[self.slot_of_row] < 2] = -np.inf
         return score

@@ -258,7 +258,9 @@ class FleetCanvas(QWidget):
         if self._band.isVisible():
             self._band.hide()
             point = event.position().toPoint()
-            touched = cells_in(self.layout_, press.x(), press.y(), point.x(), point.y()) if self.layout_ else []
+            touched: np.ndarray | list[int] = (
+                cells_in(self.layout_, press.x(), press.y(), point.x(), point.y()) if self.layout_ else []
+            )
             self.select_cells(touched, add=adding)
             return
         cell = self._cell_at(press)

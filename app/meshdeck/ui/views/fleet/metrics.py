@@ -10,6 +10,7 @@ turns those columns into one number per GPU in numpy, for all 2,224 GPUs at once
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +53,7 @@ class FleetColumns:
 def _present_sum(*columns: np.ndarray) -> np.ndarray:
     """The sum of the columns that were reported; NaN only where none was (TX alone is still data)."""
     stacked = np.vstack(columns)
-    total = np.nansum(stacked, axis=0)
+    total: np.ndarray = np.nansum(stacked, axis=0)
     total[np.isnan(stacked).all(axis=0)] = np.nan
     return total
 
@@ -60,7 +61,7 @@ def _present_sum(*columns: np.ndarray) -> np.ndarray:
 def _vram_pct(c: FleetColumns) -> np.ndarray:
     used, total = c.raw[:, COLUMN["memory_used_bytes"]], c.raw[:, COLUMN["memory_total_bytes"]]
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = 100.0 * used / total
+        share: np.ndarray = 100.0 * used / total
     share[~(total > 0)] = np.nan
     return share
 
@@ -89,7 +90,7 @@ class FleetMetric:
         return self.low, units.nice_ceiling(top * self.unit.scale) / self.unit.scale if top > 0 else 1.0
 
 
-_READERS = {
+_READERS: dict[str, Callable[[FleetColumns], np.ndarray]] = {
     "vram": _vram_pct,
     "utilization": lambda c: c.raw[:, COLUMN["utilization_pct"]],
     "power": lambda c: c.raw[:, COLUMN["power_w"]],

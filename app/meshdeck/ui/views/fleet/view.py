@@ -50,7 +50,9 @@ VIRIDIS_STOPS = ("#440154", "#482878", "#3E4989", "#31688E", "#26828E", "#1F9E89
 
 def scale_colors(bins: int = COLOR_BINS) -> list[QColor]:
     """The colour scale, `bins` colours from low to high, interpolated between the viridis stops."""
-    stops = np.array([QColor(stop).getRgb()[:3] for stop in VIRIDIS_STOPS], dtype=float)
+    stops = np.array(
+        [[QColor(stop).red(), QColor(stop).green(), QColor(stop).blue()] for stop in VIRIDIS_STOPS], dtype=np.float64
+    )
     at = np.linspace(0.0, len(stops) - 1, bins)
     rgb = np.column_stack([np.interp(at, np.arange(len(stops)), stops[:, channel]) for channel in range(3)])
     return [QColor(r, g, b) for r, g, b in np.rint(rgb).astype(int).tolist()]
@@ -117,12 +119,12 @@ class FleetView(QWidget):
         self.canvas.describe = self.describe_cell
         self.canvas.cell_clicked.connect(self._cell_clicked)
         self.canvas.selection_changed.connect(self._canvas_selection_changed)
-        self.scroll = QScrollArea()
-        self.scroll.setObjectName("fleetScroll")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setWidget(self.canvas)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll.viewport().installEventFilter(self)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setObjectName("fleetScroll")
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setWidget(self.canvas)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.viewport().installEventFilter(self)
 
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Colour by"))
@@ -134,7 +136,7 @@ class FleetView(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.legend)
-        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.scroll_area, 1)
 
         assert context.hosts is not None and context.deployments is not None
         context.hosts.changed.connect(self._hosts_changed)
@@ -206,8 +208,10 @@ class FleetView(QWidget):
         self.refresh()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.scroll.viewport() and event.type() == QEvent.Type.Resize:
-            self.canvas.set_viewport_height(self.scroll.viewport().height())  # cells shrink to fit before it scrolls
+        if watched is self.scroll_area.viewport() and event.type() == QEvent.Type.Resize:
+            self.canvas.set_viewport_height(
+                self.scroll_area.viewport().height()
+            )  # cells shrink to fit before it scrolls
         return super().eventFilter(watched, event)
 
     def _on_timer(self) -> None:
