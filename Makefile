@@ -48,7 +48,8 @@ system-deps:
 	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) $(QT_XCB_PACKAGES) >/dev/null; \
 	    if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then \
-	      systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
+	      systemctl disable --now prometheus >/dev/null 2>&1 || true; \
+	    elif [ -x /etc/init.d/prometheus ]; then /etc/init.d/prometheus stop >/dev/null 2>&1 || true; fi; \
 	  else \
 	    echo "missing Debian packages:$$missing (run 'sudo apt-get install $(SYSTEM_PACKAGES) $(QT_XCB_PACKAGES)'; tests needing them will skip)"; \
 	  fi; \

@@ -169,5 +169,4 @@ def test_bench_the_writer_at_278_hosts_with_a_prefilled_database(tmp_path: Path)
         f"disk written per sample: store {store_bytes / 1e3:.1f} kB, plain sqlite3 {baseline_bytes / 1e3:.1f} kB "
         f"(ratio {store_bytes / baseline_bytes:.2f}); raw rows per sample {rows_per_sample:.0f} of 400 reported"
     )
-    assert store_cpu < 0.5
-    assert store_bytes < 4 * baseline_bytes
+    assert store_bytes < 4 * baseline_bytes  # a ratio to plain sqlite3 in the same run; no time is asserted
