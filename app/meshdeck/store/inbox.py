@@ -12,6 +12,11 @@ Tokens (a flush, a stop) are barriers: one is handed out only once everything pu
 "everything submitted before this flush is committed" still holds. `close()` makes every waiting and later
 `put` raise `InboxClosed` at once (the app is stopping: what was not committed is read again from the
 agents' rings next time).
+
+Waking is targeted: the writer waits on its own condition (woken by a put or a token), and a waiting
+`put` on its key's (woken when its key's queue empties, or when the inbox drains to half its capacity).
+At fleet size every host's supervisor may be waiting here at once; waking all of them on every item
+taken (278 threads per take, each going back to sleep) cost more CPU than the writing itself.
 """
 
 from __future__ import annotations
@@ -43,7 +48,10 @@ class BoundedInbox:
         self._held = 0
         self._items = 0
         self._closed = False
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # the writer's: something was put
+        self._room: dict[Hashable, threading.Condition] = {}  # key -> its waiting putters' (same lock)
+        self._waiting: dict[Hashable, int] = {}
         self.waits = 0  # puts that had to wait: back-pressure that reached the producers
 
     @property
@@ -66,14 +74,33 @@ class BoundedInbox:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"the sample writer's inbox stayed full for {timeout:g} s")
                 waited = True
-                self._cond.wait(remaining)
+                self._wait_for_room(key, remaining)
             if self._closed:
                 raise InboxClosed("the sample writer is stopping")
             self.waits += waited
             self._queues.setdefault(key, deque()).append((next(self._order), item, cost))
             self._held += cost
             self._items += 1
-            self._cond.notify_all()
+            self._cond.notify()
+
+    def _wait_for_room(self, key: Hashable, timeout: float | None) -> None:
+        room = self._room.get(key)
+        if room is None:
+            room = self._room[key] = threading.Condition(self._lock)
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            room.wait(timeout)
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key], self._room[key]
+
+    def _wake_room(self, key: Hashable | None = None) -> None:
+        """Wake the putters of `key` (None: of every key)."""
+        for waiting in [key] if key is not None else list(self._room):
+            room = self._room.get(waiting)
+            if room is not None:
+                room.notify_all()
 
     def put_token(self, token: Any, *, control: bool = False) -> None:
         """A barrier (a flush; with `control`, the writer's own stop, taken even when closed): handed out
@@ -82,7 +109,7 @@ class BoundedInbox:
             if self._closed and not control:
                 raise InboxClosed("the sample writer is stopping")
             self._tokens.append((next(self._order), token))
-            self._cond.notify_all()
+            self._cond.notify()
 
     def get(self, timeout: float | None = None) -> Any:
         """The next item: a token once nothing older waits, else the next key's oldest item in turn;
@@ -92,7 +119,6 @@ class BoundedInbox:
             while True:
                 taken = self._take()
                 if taken is not None:
-                    self._cond.notify_all()
                     return taken[0]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -101,17 +127,20 @@ class BoundedInbox:
 
     def _take(self) -> tuple[Any] | None:
         barrier = self._tokens[0][0] if self._tokens else None
-        for key in list(self._queues):  # round-robin: the key served goes to the back
-            queue = self._queues[key]
-            order, item, cost = queue[0]
-            if barrier is not None and order > barrier:
+        for key, queue in self._queues.items():  # round-robin: the key served goes to the back
+            if barrier is not None and queue[0][0] > barrier:
                 continue
-            queue.popleft()
-            self._queues.move_to_end(key)
-            if not queue:
-                del self._queues[key]
+            _, item, cost = queue.popleft()
+            was_full = self._held >= self.capacity // 2
             self._held -= cost
             self._items -= 1
+            if queue:
+                self._queues.move_to_end(key)
+            else:
+                del self._queues[key]
+                self._wake_room(key)  # its putter may always queue one item now
+            if was_full and self._held < self.capacity // 2:
+                self._wake_room()  # drained to half: whoever fits may put
             return (item,)
         if self._tokens:  # nothing older than the first token waits
             return (self._tokens.popleft()[1],)
@@ -121,6 +150,7 @@ class BoundedInbox:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._wake_room()
 
     def discard(self, keep: Callable[[Any], bool]) -> int:
         """Drop every queued item and token `keep` does not accept; returns the cost dropped."""
@@ -141,4 +171,5 @@ class BoundedInbox:
             self._tokens = deque(entry for entry in self._tokens if keep(entry[1]))
             self._held -= dropped
             self._cond.notify_all()
+            self._wake_room()
             return dropped

@@ -155,3 +155,52 @@ def test_a_quick_stop_commits_what_was_staged_and_leaves_the_queue_to_the_agents
     release.set()
     stopper.join(30)
     assert writer.committed_seq("gpu-a") == 3  # the resume point: seqs 4..6 come again from the agent
+
+
+class _CountingCondition(threading.Condition):
+    entered = 0  # waits begun
+    wakeups = 0  # waits returned
+    guard = threading.Lock()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with _CountingCondition.guard:
+            _CountingCondition.entered += 1
+        result = super().wait(timeout)
+        with _CountingCondition.guard:
+            _CountingCondition.wakeups += 1
+        return result
+
+
+def _until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_taking_an_item_wakes_only_the_putters_it_lets_in_not_every_waiting_host(monkeypatch) -> None:
+    """At fleet size every host's supervisor can be waiting at once: one take must not wake them all."""
+    monkeypatch.setattr("meshdeck.store.inbox.threading.Condition", _CountingCondition)
+    hosts, cost = 40, 10
+    inbox = BoundedInbox(hosts * cost)
+    for index in range(hosts):  # full, and every host has one item queued
+        inbox.put(("first", index), cost, key=index)
+    _CountingCondition.entered = _CountingCondition.wakeups = 0
+    threads = [
+        threading.Thread(target=inbox.put, args=(("second", index), cost), kwargs={"key": index, "timeout": 30})
+        for index in range(hosts)
+    ]
+    for thread in threads:
+        thread.start()
+    _until(lambda: _CountingCondition.entered >= hosts)  # every putter waits
+    _CountingCondition.wakeups = 0
+    taken = []
+    for _ in range(hosts):  # one take at a time, as the writer takes; its host's putter then gets in
+        taken.append(inbox.get(timeout=5))
+        _until(lambda: len(inbox) >= hosts)
+    for thread in threads:
+        thread.join(5)
+    assert sorted(taken) == [("first", index) for index in range(hosts)]
+    assert sorted(inbox.get(timeout=0) for _ in range(hosts)) == [("second", index) for index in range(hosts)]
+    # one wake per host let in (a few spurious at most); waking every waiting host on each take was ~hosts²/2
+    assert _CountingCondition.wakeups <= 2 * hosts
