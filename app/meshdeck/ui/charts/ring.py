@@ -138,7 +138,7 @@ class SeriesRing(Generic[SeriesKey]):
 
 
 class BucketRing(Generic[SeriesKey]):
-    """Per-bucket min and max of many series over a long window (e.g. 24 h in 30 s buckets)."""
+    """Per-bucket min and max of many series over a long window (e.g. 24 h in 1-minute buckets)."""
 
     def __init__(self, bucket_s: float, capacity: int, initial_rows: int = 16) -> None:
         if bucket_s <= 0:
