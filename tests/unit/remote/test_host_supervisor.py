@@ -113,8 +113,9 @@ def test_after_a_drop_it_reconnects_and_backfills_without_loss_or_duplicates(har
 def test_backlog_that_repeats_delivered_samples_is_deduplicated(harness):
     def careless_subscribe(params):  # an agent that resends its whole ring on subscribe
         agent = harness_connector[0].agent
-        agent.send({"event": "samples", "data": {"samples": list(agent.ring), "dropped": 0}})
-        agent.subscribed_since = 0
+        with agent._stream_lock:  # as the real agent: a sample is in the resent ring or sent live, never neither
+            agent.send({"event": "samples", "data": {"samples": list(agent.ring), "dropped": 0}})
+            agent.subscribed_since = 0
         agent.subscribed.set()
         return {"subscribed": True}
 
@@ -124,6 +125,7 @@ def test_backlog_that_repeats_delivered_samples_is_deduplicated(harness):
     connector.emit_offline(6)
     supervisor.start()
     recorder.wait_for(lambda: supervisor.last_seq == 6)
+    assert connector.agent.subscribed.wait(10)
     connector.agent.emit(2)
     recorder.wait_for(lambda: supervisor.last_seq == 8)
     assert recorder.seqs() == [4, 5, 6, 7, 8]
