@@ -74,3 +74,45 @@ def test_windows_up_to_an_hour_read_every_sample_and_the_day_window_reads_min_ma
     day_x, day_y = metrics.window("h", [MEMORY], 86400, end)
     assert len(day_x) == 2 * 120  # 2 h of 60 s buckets, min and max each
     assert np.nanmax(day_y) == np.float32(140 * GIB)  # the spike survives the buckets
+
+
+def test_batches_ingested_column_wise_give_the_same_windows_as_sample_by_sample_dicts() -> None:
+    """The layout fast path against the rings' own dict appends, with values missing at random, series
+    appearing late, a layout change and a clock step back."""
+    from array import array
+
+    from meshdeck.core.samples import SampleBatch
+    from meshdeck.ui.charts.ring import BucketRing, SeriesRing
+
+    rng = np.random.default_rng(5)
+    metrics = LiveMetrics(fine_capacity=64, coarse_bucket_s=10.0, coarse_capacity=32)
+    fine: SeriesRing = SeriesRing(64)
+    coarse: BucketRing = BucketRing(10.0, 32)
+    wide = wire_batch(1, T0, gpus=2)
+    narrow = wire_batch(1, T0, gpus=1)
+    last = -math.inf
+    t = T0
+    for step in range(120):
+        template = narrow if step % 40 < 10 else wide
+        t += 1.0 if step != 70 else -5.0  # one step back: dropped by both
+        values = np.asarray(template.values, dtype=np.float64).copy()
+        values[rng.random(values.size) < (0.9 if step < 15 else 0.2)] = np.nan
+        batch = SampleBatch((step + 1,), (t,), template.series, array("d", values.tolist()))
+        metrics.ingest("h", batch)
+        if t > last:
+            row = {
+                key: v for key, v in zip(template.series, values.tolist(), strict=True) if v == v and metrics.wants(key)
+            }
+            fine.append(t, row)
+            coarse.append(t, row)
+            last = t
+    keys = sorted(set(fine.keys), key=repr)
+    assert sorted(metrics.series_ids("h"), key=repr) == keys
+    times, got = metrics.window("h", keys, 60, last)
+    want_times, want = fine.matrix(keys, last - 60)
+    np.testing.assert_array_equal(times, want_times)
+    np.testing.assert_array_equal(got, want)
+    times, got = metrics.window("h", keys, 86_400, last)
+    want_times, want = coarse.envelope(keys, last - 86_400)
+    np.testing.assert_array_equal(times, want_times)
+    np.testing.assert_array_equal(got, want)

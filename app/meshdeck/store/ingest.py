@@ -30,7 +30,24 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from operator import itemgetter
+from typing import Any, cast
 
+import numpy as np
+
+from meshdeck.core.samples import SampleBatch, SeriesKey
+from meshdeck.store.batch_columns import (
+    BatchRows,
+    Block,
+    Layout,
+    add_link_sums,
+    columns_storable,
+    make_layout,
+    raw_rows,
+    reported_count,
+    series_name,
+    values_of,
+)
+from meshdeck.store.bulk_insert import insert_flat
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, insert_events
 from meshdeck.store.link_minutes import LinkMinutes, LinkMinuteWork, rollup_only
@@ -42,7 +59,7 @@ log = logging.getLogger(__name__)
 SampleRow = tuple[int, float, str, str, float]
 """(seq, ts in Unix seconds, device, metric, value): the shape `writer.BatchRows` yields from a sample batch."""
 
-_INSERT_SAMPLE = "INSERT OR IGNORE INTO samples (series_id, ts, value) VALUES (?, ?, ?)"
+_INSERT_SAMPLES = "INSERT OR IGNORE INTO samples (series_id, ts, value)"
 _INSERT_SERIES = "INSERT INTO series (host, device, metric, labels) VALUES (?, ?, ?, '')"
 # An upsert, not a replace: `raw_rows` (the host's rows in the raw table) moves by what each commit adds
 # and what retention deletes, in their own transactions.
@@ -115,7 +132,8 @@ class SampleIngest:
             kind.setdefault(host, {})[(device, metric)] = series_id
         self._link_minutes = LinkMinutes()
         self._positions = load_positions(connection)
-        self._batches: list[tuple[str, Sequence[SampleRow], str | None]] = []
+        self._batches: list[tuple[str, Sequence[SampleRow] | SampleBatch, str | None]] = []
+        self._layouts: dict[str, Layout] = {}  # per host, the layout of its last batch (batch_columns.py)
         self._dropped: dict[str, int] = {}
         self._events: list[EventRecord] = []
         self._seal: set[str] = set()
@@ -148,6 +166,20 @@ class SampleIngest:
             self._batches.append((host, kept, epoch))
             self.pending_rows += len(kept)
         return refused
+
+    def add_batch(self, host: str, batch: SampleBatch, epoch: str | None = None) -> Refused | None:
+        """Stage a batch as it came (the column path); one with a value, seq or time that cannot be stored
+        goes the row path instead, which keeps the storable rows and says what it refused."""
+        problem = epoch_problem(epoch)
+        if problem is not None:
+            return Refused(reported_count(batch), problem) if len(batch) else None
+        if not columns_storable(batch):
+            return self.add_rows(host, BatchRows(batch), epoch)
+        rows = reported_count(batch)
+        if rows:
+            self._batches.append((host, batch, epoch))
+            self.pending_rows += rows
+        return None
 
     def add_dropped(self, host: str, count: int) -> str | None:
         """Add to the samples `host`'s agent lost; returns why the count was refused (None: added)."""
@@ -195,7 +227,7 @@ class SampleIngest:
         created: list[tuple[str, tuple[str, str]]] = []
         raw_added: dict[str, int] = {}
         duplicates = 0
-        by_host: dict[str, list[tuple[Sequence[SampleRow], str | None]]] = {}
+        by_host: dict[str, list[tuple[Sequence[SampleRow] | SampleBatch, str | None]]] = {}
         for host, rows, epoch in self._batches:
             by_host.setdefault(host, []).append((rows, epoch))
         connection.execute("BEGIN IMMEDIATE")
@@ -206,13 +238,17 @@ class SampleIngest:
                 # page one after another (~1.4x fewer CPU-seconds per row than time order; the sort is
                 # stable, so ts stays ascending), and the host's rows added are counted for its raw_rows.
                 params: list[tuple[int, int, float]] = []
+                arrays: list[tuple[Any, ...]] = []
                 position = self._positions.get(host, NEW_HOST)
-                for rows, epoch in batches:
+                for epoch, part in self._blocks(host, batches, created):
                     if epoch != position.epoch:  # another sequence: its seqs do not continue the held one
                         position = replace(
                             position, last_seq=-1 if epoch is not None else position.last_seq, epoch=epoch
                         )
-                    position, accepted = self._convert(host, rows, position, params, minutes, hours, created, links)
+                    if isinstance(part, Block):
+                        position, accepted = self._convert_block(host, part, position, arrays, minutes, hours, links)
+                    else:
+                        position, accepted = self._convert(host, part, position, params, minutes, hours, created, links)
                     if accepted is not None:
                         low, high, count = accepted
                         before = ranges.get(host)
@@ -224,14 +260,15 @@ class SampleIngest:
                             )
                         )
                 updated[host] = position
-                if params:
-                    params.sort(key=itemgetter(0))
+                flat = _sorted_rows(params, arrays)
+                if flat:
                     changes_before = connection.total_changes
-                    connection.executemany(_INSERT_SAMPLE, params)
+                    insert_flat(connection, _INSERT_SAMPLES, 3, flat)
                     added = connection.total_changes - changes_before
                     raw_added[host] = added
-                    duplicates += len(params) - added
-                    inserted += len(params)
+                    rows_in = len(flat) // 3
+                    duplicates += rows_in - added
+                    inserted += rows_in
             for host in (set(self._positions) | set(updated)) if self._seal_all else self._seal:
                 sealed = updated.get(host) or self._positions.get(host)
                 if sealed is None or sealed.open_minute is None:
@@ -269,6 +306,7 @@ class SampleIngest:
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
+            self._layouts.clear()  # they may name series the rollback took back
             for host, key in created:
                 self._series.get(host, {}).pop(key, None)
                 self._link_series.get(host, {}).pop(key, None)
@@ -278,6 +316,29 @@ class SampleIngest:
         self._batches, self._dropped, self._events, self._seal, self._seal_all = [], {}, [], set(), False
         self.pending_rows = 0
         return CommitAck(tuple(ranges.values()), inserted, events, duplicates, now)
+
+    def _blocks(
+        self,
+        host: str,
+        batches: list[tuple[Sequence[SampleRow] | SampleBatch, str | None]],
+        created: list[tuple[str, tuple[str, str]]],
+    ) -> list[tuple[str | None, Block | Sequence[SampleRow]]]:
+        """The host's staged items in order, consecutive batches of one layout and epoch joined in a Block."""
+        parts: list[tuple[str | None, Block | Sequence[SampleRow]]] = []
+        for item, epoch in batches:
+            if not isinstance(item, SampleBatch):
+                parts.append((epoch, item))
+                continue
+            layout = self._layout(host, item.series, created)
+            last = parts[-1] if parts else None
+            if last is not None and last[0] == epoch and isinstance(last[1], Block) and last[1].layout is layout:
+                block = last[1]
+                block.seqs.extend(item.seqs)
+                block.times.extend(item.times)
+                block.values.append(values_of(item))
+            else:
+                parts.append((epoch, Block(layout, list(item.seqs), list(item.times), [values_of(item)])))
+        return parts
 
     def _convert(
         self,
@@ -290,7 +351,8 @@ class SampleIngest:
         created: list[tuple[str, tuple[str, str]]],
         links: LinkMinuteWork,
     ) -> tuple[HostPosition, tuple[int, int, int] | None]:
-        """The hot loop: one pass over the rows, with per-sample work only when the seq changes.
+        """The row path (rows submitted as rows, or a batch the column path would not take): one pass over
+        the rows, with per-sample work only when the seq changes.
 
         Rows of rollup-only series (per-link NVLink) are added to their minute's sums instead of `params`.
         Returns the new position and (lowest seq, highest seq, samples) seen, or None for no rows.
@@ -299,42 +361,16 @@ class SampleIngest:
         link_ids = self._link_series.setdefault(host, {})
         stored_until = self._positions.get(host, NEW_HOST).last_ts_ms
         append = params.append
-        last_seq, last_ts, open_minute = position.last_seq, position.last_ts_ms, position.open_minute
+        cursor = _Cursor(host, position, minutes, hours)
         current: int | None = None
         ts_ms = minute = 0
         sample_links: dict[int, list[float]] | None = None
         links_found = False
-        low = high = -1
-        count = 0
         for seq, ts, device, metric, value in rows:
             if seq != current:
                 current = seq
                 links_found = False
-                ts_ms = round(ts * 1000)
-                if count == 0 or seq < low:
-                    low = seq
-                if count == 0 or seq > high:
-                    high = seq
-                count += 1
-                if ts_ms > last_ts:  # a newer sample (possibly from a restarted agent with a lower seq)
-                    last_ts = ts_ms
-                    last_seq = seq
-                elif seq > last_seq:
-                    last_seq = seq
-                minute = ts_ms - ts_ms % MINUTE_MS
-                if minute != open_minute:
-                    if open_minute is None or minute > open_minute:
-                        if open_minute is not None:
-                            minutes.append((host, open_minute))
-                            open_hour = open_minute - open_minute % HOUR_MS
-                            if minute - minute % HOUR_MS != open_hour:
-                                hours.append((host, open_hour))
-                        open_minute = minute
-                    else:  # a late sample: its minute (and maybe its hour) was rolled up already
-                        minutes.append((host, minute))
-                        hour = minute - minute % HOUR_MS
-                        if hour != open_minute - open_minute % HOUR_MS:
-                            hours.append((host, hour))
+                ts_ms, minute = cursor.sample(seq, ts)
             key = (device, metric)
             series_id = ids.get(key)
             if series_id is None:
@@ -359,10 +395,73 @@ class SampleIngest:
                     continue
                 series_id = self._new_series(host, key, ids, created)
             append((series_id, ts_ms, value))
-        new_position = HostPosition(
-            last_seq, last_ts, open_minute, position.samples + count, position.dropped, position.epoch
+        return cursor.result(position)
+
+    def _convert_block(
+        self,
+        host: str,
+        block: Block,
+        position: HostPosition,
+        arrays: list[tuple[Any, ...]],
+        minutes: list[tuple[str, int]],
+        hours: list[tuple[str, int]],
+        links: LinkMinuteWork,
+    ) -> tuple[HostPosition, tuple[int, int, int] | None]:
+        """The column path (batch_columns.py): per-sample bookkeeping in Python, the values with numpy.
+        Appends (series ids, times ms, values) arrays of the raw rows to `arrays`."""
+        layout = block.layout
+        values = block.matrix()
+        reported = ~np.isnan(values)
+        has_any = cast(list[bool], reported.any(axis=1).tolist())
+        has_link = (
+            cast(list[bool], reported[:, layout.link_columns].any(axis=1).tolist())
+            if layout.link_ids
+            else [False] * len(has_any)
         )
-        return new_position, (None if count == 0 else (low, high, count))
+        stored_until = self._positions.get(host, NEW_HOST).last_ts_ms
+        cursor = _Cursor(host, position, minutes, hours)
+        ts_list: list[int] = []
+        link_rows: dict[int, tuple[dict[int, list[float]], list[int]]] = {}
+        for row, (seq, ts) in enumerate(zip(block.seqs, block.times, strict=True)):
+            if not has_any[row]:  # nothing reported: the row path never sees the sample either
+                ts_list.append(0)
+                continue
+            ts_ms, minute = cursor.sample(seq, ts)
+            ts_list.append(ts_ms)
+            if has_link[row]:
+                sample_links = links.sums_for_sample(host, minute, ts_ms, stored_until)
+                if sample_links is not None:
+                    link_rows.setdefault(id(sample_links), (sample_links, []))[1].append(row)
+        for sample_links, rows in link_rows.values():
+            add_link_sums(layout, values, rows, sample_links)
+        keep = np.array(has_any, dtype=bool)
+        if layout.raw_ids.size and keep.any():
+            arrays.append(raw_rows(layout, values, np.array(ts_list, dtype=np.int64), keep))
+        return cursor.result(position)
+
+    def _layout(self, host: str, series: tuple[SeriesKey, ...], created: list[tuple[str, tuple[str, str]]]) -> Layout:
+        """The host's layout for these series (made once per layout, new series created in the commit)."""
+        known = self._layouts.get(host)
+        if known is not None and (known.series is series or known.series == series):
+            return known
+        ids = self._series.setdefault(host, {})
+        link_ids = self._link_series.setdefault(host, {})
+
+        def series_id(key: SeriesKey) -> tuple[int, bool]:
+            name = series_name(key)
+            found = ids.get(name)
+            if found is not None:
+                return found, False
+            found = link_ids.get(name)
+            if found is not None:
+                return found, True
+            if rollup_only(name[0]):
+                return self._new_series(host, name, link_ids, created), True
+            return self._new_series(host, name, ids, created), False
+
+        layout = make_layout(series, series_id)
+        self._layouts[host] = layout
+        return layout
 
     def _new_series(
         self,
@@ -376,6 +475,82 @@ class SampleIngest:
         ids[key] = series_id
         created.append((host, key))
         return series_id
+
+
+def _sorted_rows(params: list[tuple[int, int, float]], arrays: list[tuple[Any, ...]]) -> list[Any]:
+    """One host's raw rows, flat (series id, ts ms, value, ...), sorted by series id (stably: ts ascending)."""
+    if arrays and not params:
+        ids = np.concatenate([a[0] for a in arrays])
+        order = np.argsort(ids, kind="stable")
+        flat: list[Any] = [None] * (3 * len(order))
+        flat[0::3] = ids[order].tolist()
+        flat[1::3] = np.concatenate([a[1] for a in arrays])[order].tolist()
+        flat[2::3] = np.concatenate([a[2] for a in arrays])[order].tolist()
+        return flat
+    for ids_array, times_array, values_array in arrays:
+        params.extend(zip(ids_array.tolist(), times_array.tolist(), values_array.tolist(), strict=True))
+    params.sort(key=itemgetter(0))
+    return [value for row in params for value in row]
+
+
+class _Cursor:
+    """One host's position advanced sample by sample (both conversion paths): the last seq and time, the
+    open minute, the minutes and hours that closed (or were reopened by a late sample), and the seqs seen."""
+
+    __slots__ = ("count", "high", "host", "hours", "last_seq", "last_ts", "low", "minutes", "open_minute")
+
+    def __init__(
+        self, host: str, position: HostPosition, minutes: list[tuple[str, int]], hours: list[tuple[str, int]]
+    ) -> None:
+        self.host = host
+        self.minutes = minutes
+        self.hours = hours
+        self.last_seq, self.last_ts, self.open_minute = position.last_seq, position.last_ts_ms, position.open_minute
+        self.low = self.high = -1
+        self.count = 0
+
+    def sample(self, seq: int, ts: float) -> tuple[int, int]:
+        """Count one sample; returns its time in ms and its minute."""
+        ts_ms = round(ts * 1000)
+        if self.count == 0 or seq < self.low:
+            self.low = seq
+        if self.count == 0 or seq > self.high:
+            self.high = seq
+        self.count += 1
+        if ts_ms > self.last_ts:  # a newer sample (possibly from a restarted agent with a lower seq)
+            self.last_ts = ts_ms
+            self.last_seq = seq
+        elif seq > self.last_seq:
+            self.last_seq = seq
+        minute = ts_ms - ts_ms % MINUTE_MS
+        open_minute = self.open_minute
+        if minute != open_minute:
+            host = self.host
+            if open_minute is None or minute > open_minute:
+                if open_minute is not None:
+                    self.minutes.append((host, open_minute))
+                    open_hour = open_minute - open_minute % HOUR_MS
+                    if minute - minute % HOUR_MS != open_hour:
+                        self.hours.append((host, open_hour))
+                self.open_minute = minute
+            else:  # a late sample: its minute (and maybe its hour) was rolled up already
+                self.minutes.append((host, minute))
+                hour = minute - minute % HOUR_MS
+                if hour != open_minute - open_minute % HOUR_MS:
+                    self.hours.append((host, hour))
+        return ts_ms, minute
+
+    def result(self, position: HostPosition) -> tuple[HostPosition, tuple[int, int, int] | None]:
+        """The new position and (lowest seq, highest seq, samples) seen, or None for no samples."""
+        new_position = HostPosition(
+            self.last_seq,
+            self.last_ts,
+            self.open_minute,
+            position.samples + self.count,
+            position.dropped,
+            position.epoch,
+        )
+        return new_position, (None if self.count == 0 else (self.low, self.high, self.count))
 
 
 def ingest_positions(db: Database) -> dict[str, HostPosition]:

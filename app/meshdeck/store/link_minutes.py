@@ -26,13 +26,14 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from meshdeck.store.bulk_insert import insert_rows
 from meshdeck.store.rollups import MINUTE_MS
 
 _ROLLUP_ONLY_DEVICE = re.compile(r"^gpu\d+/nvlink\d+$")
 
-_SAVE_OPEN = "INSERT OR REPLACE INTO open_rollup_1m (series_id, bucket, vmin, vmax, vsum, n) VALUES (?, ?, ?, ?, ?, ?)"
-_SAVE_CLOSED = "INSERT OR REPLACE INTO rollup_1m (series_id, bucket, vmin, vmax, vsum, n) VALUES (?, ?, ?, ?, ?, ?)"
-_CLEAR_OPEN = "DELETE FROM open_rollup_1m WHERE series_id = ? AND bucket = ?"
+_SAVE_OPEN = "INSERT OR REPLACE INTO open_rollup_1m (series_id, bucket, vmin, vmax, vsum, n)"
+_SAVE_CLOSED = "INSERT OR REPLACE INTO rollup_1m (series_id, bucket, vmin, vmax, vsum, n)"
+_CLEAR_OPEN_IDS = 500  # series ids per DELETE of a closed minute's open rows
 
 
 def rollup_only(device: str) -> bool:
@@ -148,11 +149,21 @@ class LinkMinuteWork:
         for (host, minute), sums in self.touched.items():
             rows = [(series_id, minute, *entry) for series_id, entry in sums.sums.items()]
             (opened if open_minutes.get(host) == minute else closed).extend(rows)  # type: ignore[arg-type]
+        # Multi-row statements (bulk_insert.py): at 278 hosts a commit rewrites ~80,000 open sums.
         if opened:
-            self._connection.executemany(_SAVE_OPEN, opened)
+            insert_rows(self._connection, _SAVE_OPEN, 6, opened)
         if closed:
-            self._connection.executemany(_SAVE_CLOSED, closed)
-            self._connection.executemany(_CLEAR_OPEN, [(row[0], row[1]) for row in closed])
+            insert_rows(self._connection, _SAVE_CLOSED, 6, closed)
+            by_minute: dict[int, list[int]] = {}
+            for row in closed:
+                by_minute.setdefault(row[1], []).append(row[0])
+            for minute, ids in by_minute.items():
+                for start in range(0, len(ids), _CLEAR_OPEN_IDS):
+                    self._connection.execute(
+                        f"DELETE FROM open_rollup_1m WHERE bucket = ? AND series_id IN "
+                        f"({_id_list(ids[start : start + _CLEAR_OPEN_IDS])})",
+                        (minute,),
+                    )
 
     def kept(self, open_minutes: Mapping[str, int | None]) -> None:
         """The commit is durable: the held minutes become what it summed."""

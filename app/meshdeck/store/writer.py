@@ -32,12 +32,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
-from meshdeck.core.samples import SampleBatch, SeriesKey
+from meshdeck.core.samples import SampleBatch
+from meshdeck.store.batch_columns import BatchRows as BatchRows  # where the fleet's callers find it
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord
 from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
@@ -84,10 +84,14 @@ class WriterSettings:
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
     max_pending_rows: int = 5_000_000  # beyond this, a failing database makes the writer drop (and log) data
-    # Values (batch cells, rows) the inbox holds before submitters wait: ~2 MB of batches, a few seconds of
-    # a 64-host fleet, drained in about a second, so a stop is quick however far behind the writer is
-    # (the rest is read from the agents again).
+    # Values (batch cells, rows) the inbox holds before submitters wait. It is sized to what every series
+    # sends over one commit interval at 1 Hz, within the two bounds: while a commit runs (at 278 hosts,
+    # 30 s of data, several seconds under load) the thread takes nothing from the inbox, and an inbox of
+    # a couple of seconds made every host's supervisor wait for the commit — the fleet's delivery stalled
+    # with it (delay p99 31-42 s at 278). A value costs 8 bytes: the maximum is ~32 MB of batches. A quick
+    # stop (`commit_queued=False`, the console's) drops what waits; the agents send it again.
     inbox_cells: int = 250_000
+    max_inbox_cells: int = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,11 @@ def batch_rows_for(series: int, interval_s: float, settings: WriterSettings) -> 
         return settings.max_batch_rows
     wanted = math.ceil(series * interval_s * 1.5)
     return min(settings.max_staged_rows, max(settings.min_batch_rows, wanted))
+
+
+def inbox_cells_for(series: int, interval_s: float, settings: WriterSettings) -> int:
+    """The inbox's capacity: `series` values a second over one commit interval, within bounds."""
+    return min(settings.max_inbox_cells, max(settings.inbox_cells, math.ceil(series * interval_s)))
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -444,7 +453,9 @@ class SampleWriter:
 
     def _interval(self, ingest: SampleIngest) -> float:
         interval = commit_interval_for(ingest.series_count(), self.settings)
-        batch_rows = batch_rows_for(ingest.all_series_count(), interval, self.settings)
+        every = ingest.all_series_count()
+        batch_rows = batch_rows_for(every, interval, self.settings)
+        self._inbox.resize(inbox_cells_for(every, interval, self.settings))
         with self._lock:
             self._commit_interval = interval
             self._batch_rows = batch_rows
@@ -460,7 +471,7 @@ class SampleWriter:
         try:
             if kind == "samples":
                 _, host, batch, dropped, epoch = item
-                self._refuse(host, ingest.add_rows(host, BatchRows(batch), epoch))
+                self._refuse(host, ingest.add_batch(host, batch, epoch))
                 if dropped:
                     problem = ingest.add_dropped(host, dropped)
                     if problem is not None:
@@ -551,38 +562,3 @@ class SampleWriter:
                 result.rollup_1m,
                 result.rollup_1h,
             )
-
-
-@lru_cache(maxsize=65_536)
-def _series_name(key: SeriesKey) -> tuple[str, str]:
-    """(Device.text, metric) of a series key, remembered: a batch's keys are interned, and formatting the
-    device of each of a 278-host fleet's 117,000 columns every second (twice: rows are read when checked
-    and when converted) cost ~15 % of the writer thread. One pair per series, shared by every batch."""
-    return key[0].text, key[1]
-
-
-class BatchRows(Sequence[SampleRow]):
-    """A batch seen as the store's rows, made as they are read: staging a batch costs its floats, not a
-    tuple per row. The device is named as its series is (Device.text), remembered per series."""
-
-    def __init__(self, batch: SampleBatch) -> None:
-        self.batch = batch
-        self._reported = sum(1 for value in batch.values if value == value)  # not NaN
-
-    def __len__(self) -> int:
-        return self._reported
-
-    def __getitem__(self, index: Any) -> Any:
-        raise TypeError("BatchRows is read in order, not indexed")
-
-    def __iter__(self) -> Iterator[SampleRow]:
-        batch = self.batch
-        names = [_series_name(key) for key in batch.series]
-        width = len(names)
-        values = batch.values
-        for i, (seq, ts) in enumerate(zip(batch.seqs, batch.times, strict=True)):
-            base = i * width
-            for column, (device, metric) in enumerate(names):
-                value = values[base + column]
-                if value == value:  # reported
-                    yield seq, ts, device, metric, value

@@ -70,8 +70,12 @@ class SeriesRing(Generic[SeriesKey]):
     def append(self, ts: float, values: Mapping[SeriesKey, float]) -> None:
         """One sample: series missing from `values` get NaN (a gap) at this time."""
         rows = [self.row_of(key) for key in values]  # may grow the buffer: map keys first
+        self.append_rows(ts, np.array(rows, dtype=np.intp), np.array(list(values.values()), dtype=VALUE_DTYPE))
+
+    def append_rows(self, ts: float, rows: np.ndarray, values: np.ndarray) -> None:
+        """One sample given as rows (from `row_of`) and their values; every other row gets NaN."""
         column = np.full(self._values.shape[0], np.nan, dtype=VALUE_DTYPE)
-        column[rows] = list(values.values())
+        column[rows] = values
         head = self._head
         self._times[head] = self._times[head + self.capacity] = ts
         self._values[:, head] = column
@@ -147,32 +151,51 @@ class BucketRing(Generic[SeriesKey]):
         self._mins: SeriesRing[SeriesKey] = SeriesRing(capacity, initial_rows)
         self._maxs: SeriesRing[SeriesKey] = SeriesRing(capacity, initial_rows)
         self._open_bucket = math.nan  # start time of the bucket being filled
-        self._open_min: dict[SeriesKey, float] = {}
-        self._open_max: dict[SeriesKey, float] = {}
+        # The open bucket's min and max per row (rows as in both rings: keys are always added to both).
+        self._open_min = np.full(max(1, initial_rows), np.nan, dtype=VALUE_DTYPE)
+        self._open_max = np.full(max(1, initial_rows), np.nan, dtype=VALUE_DTYPE)
+        self._open_any = False
+
+    def row_of(self, key: SeriesKey) -> int:
+        """The row of `key` in both rings and the open bucket (added if new)."""
+        row = self._mins.row_of(key)
+        self._maxs.row_of(key)
+        if row >= self._open_min.shape[0]:
+            grown = max(row + 1, self._open_min.shape[0] + max(16, self._open_min.shape[0] // 4))
+            self._open_min = np.concatenate([self._open_min, np.full(grown - self._open_min.shape[0], np.nan)]).astype(
+                VALUE_DTYPE
+            )
+            self._open_max = np.concatenate([self._open_max, np.full(grown - self._open_max.shape[0], np.nan)]).astype(
+                VALUE_DTYPE
+            )
+        return row
 
     def append(self, ts: float, values: Mapping[SeriesKey, float]) -> None:
+        rows = [self.row_of(key) for key, value in values.items() if value == value]  # NaN: nothing to fold in
+        kept = [value for value in values.values() if value == value]
+        self.append_rows(ts, np.array(rows, dtype=np.intp), np.array(kept, dtype=VALUE_DTYPE))
+
+    def append_rows(self, ts: float, rows: np.ndarray, values: np.ndarray) -> None:
+        """One sample as rows (from `row_of`) and values; NaN values are not folded in."""
         bucket = math.floor(ts / self.bucket_s) * self.bucket_s
         if bucket != self._open_bucket:
             self._close()
             self._open_bucket = bucket
-        for key, value in values.items():
-            if value != value:  # NaN: nothing to fold in
-                continue
-            low = self._open_min.get(key)
-            if low is None:
-                self._open_min[key] = self._open_max[key] = value
-            else:
-                if value < low:
-                    self._open_min[key] = value
-                if value > self._open_max[key]:
-                    self._open_max[key] = value
+        if rows.size:
+            self._open_min[rows] = np.fmin(self._open_min[rows], values)
+            self._open_max[rows] = np.fmax(self._open_max[rows], values)
+            self._open_any = self._open_any or not bool(np.isnan(values).all())
 
     def _close(self) -> None:
-        if self._open_bucket == self._open_bucket and self._open_min:
+        if self._open_bucket == self._open_bucket and self._open_any:
             middle = self._open_bucket + self.bucket_s / 2
-            self._mins.append(middle, self._open_min)
-            self._maxs.append(middle, self._open_max)
-        self._open_min, self._open_max = {}, {}
+            rows = self._mins.series_count
+            every = np.arange(rows, dtype=np.intp)
+            self._mins.append_rows(middle, every, self._open_min[:rows])
+            self._maxs.append_rows(middle, every, self._open_max[:rows])
+        self._open_min.fill(np.nan)
+        self._open_max.fill(np.nan)
+        self._open_any = False
 
     def envelope(self, keys: list[SeriesKey], since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
         """(times, values[len(keys), 2n]): each bucket as its min then its max at the bucket's middle.
@@ -181,11 +204,16 @@ class BucketRing(Generic[SeriesKey]):
         times, lows = self._mins.matrix(keys, since)
         _, highs = self._maxs.matrix(keys, since)
         middle = self._open_bucket + self.bucket_s / 2
-        if self._open_min and middle >= since:
+        if self._open_any and middle >= since:
             times = np.append(times, middle)
-            nan = float("nan")
-            lows = np.column_stack([lows, [self._open_min.get(k, nan) for k in keys]]) if keys else lows
-            highs = np.column_stack([highs, [self._open_max.get(k, nan) for k in keys]]) if keys else highs
+            rows = self._mins.rows_of(keys)
+            known = rows >= 0
+            open_lows = np.full(len(keys), np.nan, dtype=VALUE_DTYPE)
+            open_highs = np.full(len(keys), np.nan, dtype=VALUE_DTYPE)
+            open_lows[known] = self._open_min[rows[known]]
+            open_highs[known] = self._open_max[rows[known]]
+            lows = np.column_stack([lows, open_lows]) if keys else lows
+            highs = np.column_stack([highs, open_highs]) if keys else highs
         x = np.repeat(times, 2)
         y = np.empty((len(keys), x.shape[0]), dtype=VALUE_DTYPE)
         y[:, 0::2] = lows
