@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from meshdeck.remote.open_files import raise_open_files_limit
 from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.history import HistoryRecorder, resume_points
@@ -64,6 +65,7 @@ class ConsoleServices:
         registry and the history writer. Hosts are connected by `connect_hosts`, once the caller listens.
         `real_vllm` (the demo only): the vLLM executable the demo's real-engine profile runs."""
         stops: list[Callable[[], None]] = []
+        raise_open_files_limit()  # a few hundred hosts' pipes and sockets pass the usual soft limit of 1,024
         demo_cluster = None
         if demo:
             from meshdeck.services.demo import DemoCluster
