@@ -4,8 +4,8 @@ A connector's `open()` returns an `AgentLink`: a byte stream carrying the protoc
 learned on the way (host key, python, architecture, where the agent lives). The supervisor calls it
 again after every drop, so a connector keeps no connection state of its own.
 
-- `SshConnector`: `python3 -I <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]` on an
-  exec channel; the command line is an argv list joined with shlex.join.
+- `SshConnector`: `python3 -I <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]
+  [--prometheus HOST:PORT]` on an exec channel; the command line is an argv list joined with shlex.join.
 - `LocalConnector`: `sys.executable -m meshdeck_agent attach ...` over pipes, for the machine
   meshdeck runs on and for `meshdeck --demo`.
 
@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT, Hello
 
+from meshdeck.core.host_address import parse_listen_address
 from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
 from meshdeck.remote.errors import AgentVersionConflict, BootstrapError, ConnectError, ConnectionLost
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
@@ -44,8 +45,8 @@ Progress = Callable[[str], None]
 class AgentOptions:
     """Flags for `attach`: which daemon (socket) to reach, and how that daemon runs if attach starts it.
 
-    `interval_s`, `simulate`, `seed` and `state_dir` apply only when no daemon answers on the socket
-    yet (attach then starts one with them); a running daemon keeps its own settings.
+    `interval_s`, `simulate`, `seed`, `state_dir` and `prometheus` apply only when no daemon answers on the
+    socket yet (attach then starts one with them); a running daemon keeps its own settings.
     """
 
     socket: str | None = None  # default: the agent's own ($XDG_RUNTIME_DIR or ~/.cache/meshdeck)
@@ -53,6 +54,11 @@ class AgentOptions:
     simulate: str | None = None  # e.g. "8xH200": a simulated server, labelled simulated everywhere
     seed: int | None = None
     interval_s: float | None = None  # seconds between samples (the agent's default is 1)
+    prometheus: str | None = None  # HOST:PORT: the daemon also serves Prometheus metrics there
+
+    def __post_init__(self) -> None:
+        if self.prometheus is not None:
+            parse_listen_address(self.prometheus, "agent.prometheus")
 
     def attach_args(self) -> list[str]:
         args = ["attach"]
@@ -66,6 +72,8 @@ class AgentOptions:
             args += ["--seed", str(self.seed)]
         if self.interval_s is not None:
             args += ["--interval", repr(float(self.interval_s))]
+        if self.prometheus is not None:
+            args += ["--prometheus", self.prometheus]
         return args
 
 
