@@ -236,6 +236,11 @@ def render_probe(name: str, report: host_service.ProbeReport) -> str:
         f" ({'uploaded' if report.uploaded else 'already there'})",
         f"  server    {inv.hostname or '?'}{simulated}, driver {inv.driver or '-'}, CUDA {inv.cuda or '-'}",
     ]
+    if report.daemon is not None:
+        exporter = report.daemon.prometheus
+        lines.append(f"  exporter  {'Prometheus on ' + exporter if exporter else 'off'}")
+    if report.note:
+        lines.append(f"  note      {report.note}")
     if inv.gpus:
         lines.append(f"  GPUs      {len(inv.gpus)}{simulated}")
         for gpu in inv.gpus:

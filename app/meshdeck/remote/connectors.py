@@ -46,7 +46,8 @@ class AgentOptions:
     """Flags for `attach`: which daemon (socket) to reach, and how that daemon runs if attach starts it.
 
     `interval_s`, `simulate`, `seed`, `state_dir` and `prometheus` apply only when no daemon answers on the
-    socket yet (attach then starts one with them); a running daemon keeps its own settings.
+    socket yet (attach then starts one with them); a running daemon keeps its own settings (its hello says
+    where its exporter listens; daemon_settings.py compares).
     """
 
     socket: str | None = None  # default: the agent's own ($XDG_RUNTIME_DIR or ~/.cache/meshdeck)
@@ -79,11 +80,13 @@ class AgentOptions:
 
 @dataclass
 class AgentLink:
-    """An open byte stream to an agent and how it was reached."""
+    """An open byte stream to an agent, how it was reached, and the options attach was run with (None: a
+    link that did not run attach); a daemon that was already running may run otherwise (daemon_settings.py)."""
 
     stream: ByteStream
     details: dict[str, Any] = field(default_factory=dict)
     _close: Callable[[], None] | None = None
+    options: AgentOptions | None = None
 
     def close(self) -> None:
         try:
@@ -168,7 +171,7 @@ class SshConnector:
             "uploaded": placed.uploaded,
             "route": self.route.describe(),
         }
-        return AgentLink(ChannelStream(channel, self.route.target.alias), details, conn.close)
+        return AgentLink(ChannelStream(channel, self.route.target.alias), details, conn.close, self.agent)
 
 
 @dataclass
@@ -211,4 +214,4 @@ class LocalConnector:
                 f"{self.name}: cannot start the local agent ({argv[0]}): {exc.strerror or exc}"
             ) from None
         details = {"python": self.python, "argv": argv, "pid": process.pid}
-        return AgentLink(PipeStream(process, self.name, hub=shared_hub()), details)
+        return AgentLink(PipeStream(process, self.name, hub=shared_hub()), details, options=self.agent)

@@ -9,7 +9,9 @@ that is not HOST:PORT is an error at `hosts add` (the CLI and the console's add-
 the first connect.
 
 `probe` connects once (host key, login, bootstrap, attach, hello, inventory) and reports what it
-found; `attach` starts the agent daemon if none runs, and the daemon keeps running afterwards.
+found; `attach` starts the agent daemon if none runs, and the daemon keeps running afterwards (with the
+settings it was started with: the report says where its Prometheus exporter listens and, when that is
+not what was asked, a note saying so).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshdeck_agent.gpu.catalog import SimulateSpecError, parse_simulate
+from meshdeck_agent.protocol import DaemonSettings
 from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.core.errors import InputError
 from meshdeck.remote.connectors import say_hello
+from meshdeck.remote.daemon_settings import exporter_note
 from meshdeck.remote.errors import HostKeyChanged as HostKeyChanged  # what the console asks the user about
 from meshdeck.remote.errors import HostKeyUnknown as HostKeyUnknown
 from meshdeck.remote.hostkeys import HostKeyPrompt
@@ -121,6 +125,8 @@ class ProbeReport:
     protocol: int
     inventory: Inventory
     seconds: float
+    daemon: DaemonSettings | None = None  # how the agent runs, as its hello said (None: it did not say)
+    note: str = ""  # how it runs otherwise than asked (daemon_settings.exporter_note), escaped
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +143,8 @@ class ProbeReport:
             "protocol": self.protocol,
             "seconds": round(self.seconds, 3),
             "inventory": self.inventory.to_wire(),
+            "daemon": None if self.daemon is None else self.daemon.to_wire(),
+            "note": self.note,
         }
 
 
@@ -195,6 +203,8 @@ def probe(
         protocol=hello.protocol,
         inventory=inventory,
         seconds=time.monotonic() - started,
+        daemon=hello.daemon,
+        note=exporter_note(prometheus, hello),
     )
 
 

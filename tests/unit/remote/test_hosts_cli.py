@@ -179,3 +179,25 @@ def test_probe_refuses_a_bad_exporter_address_before_connecting(capsys, tmp_path
     )
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("meshdeck: error: host.prometheus: host 10.255.255.1: '10.0.0.5': expected HOST:PORT")
+
+
+def test_probe_shows_where_the_agent_exports_and_what_differs_from_the_host_settings() -> None:
+    from dataclasses import replace
+
+    from meshdeck_agent.protocol import DaemonSettings
+
+    base = ProbeReport(
+        target="gpu-a", route="root@gpu-a:22", host_key="ssh-ed25519 SHA256:abc", auth="publickey",
+        python="/usr/bin/python3", python_version="3.11.4", machine="x86_64", agent_path="/a.pyz",
+        uploaded=False, agent_version="0.1.0", protocol=1, seconds=1.0,
+        inventory=Inventory.from_wire({"hostname": "gpu-a", "gpus": [], "nics": []}),
+    )  # fmt: skip
+    assert "exporter" not in render_probe("gpu-a", base)  # an agent that does not say
+    running = replace(base, daemon=DaemonSettings(prometheus="127.0.0.1:9400"))
+    assert "  exporter  Prometheus on 127.0.0.1:9400" in render_probe("gpu-a", running).splitlines()
+    off = replace(base, daemon=DaemonSettings(), note="Prometheus exporter off, not on 10.0.0.5:9400: ...")
+    lines = render_probe("gpu-a", off).splitlines()
+    assert "  exporter  off" in lines and "  note      Prometheus exporter off, not on 10.0.0.5:9400: ..." in lines
+    shown = off.to_json()
+    assert shown["daemon"] == {"prometheus": None} and shown["note"].startswith("Prometheus exporter off")
+    assert base.to_json()["daemon"] is None and base.to_json()["note"] == ""
