@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from meshdeck.remote.events import InventoryReceived
 from meshdeck.remote.supervisor import Backoff, SupervisorSettings
 from meshdeck.services.fleet import FleetService, FleetSettings
 from prometheus_client.parser import text_string_to_metric_families
+from remote_agent_fixtures import short_temp_dir
 from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 from sshd import free_port
 
@@ -26,8 +26,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
-    """Agent sockets need short paths (sun_path is 108 bytes); pytest's tmp_path can be too long."""
-    path = Path(tempfile.mkdtemp(prefix="mdx-", dir="/tmp"))
+    path = short_temp_dir("mdx-")  # agent sockets need short paths
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
