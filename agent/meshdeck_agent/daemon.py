@@ -1,7 +1,9 @@
 """The agent daemon: one per server user and socket, serving the NDJSON protocol on a Unix socket.
 
 It owns the sampler (machine -> ring), the worker supervisor, the optional Prometheus exporter and the
-client sessions. Only one daemon serves a socket: an exclusive lock on `<socket>.lock` decides, so a
+client sessions. An exporter that cannot listen (its address in use, not on this server) is logged and
+left off: the daemon serves its socket all the same and its hello says why (`settings()`), so the app
+can tell the operator instead of seeing an agent that died at start. Only one daemon serves a socket: an exclusive lock on `<socket>.lock` decides, so a
 second `serve` (or a racing `attach`) fails cleanly instead of stealing the socket. The socket is 0600
 in a 0700 directory (paths.py) and a peer with another uid is refused (SO_PEERCRED).
 
@@ -136,6 +138,7 @@ class Daemon:
             self.machine, self.ring, config.interval_s, workers=self.supervisor.sample_entries, on_sample=self._sampled
         )
         self.exporter: Any = None
+        self.exporter_error: Optional[str] = None  # why the exporter asked for is not running
         self._listener: Optional[socket.socket] = None
         self._pid_path = os.path.join(self.state_dir, "agent.pid")
 
@@ -175,10 +178,7 @@ class Daemon:
         self.supervisor.start()
         self.sampler.start()
         if self.config.prometheus:
-            from .exporter import Exporter
-
-            self.exporter = Exporter(self.ring, self.machine)
-            self.exporter.start(self.config.prometheus)
+            self._start_exporter(self.config.prometheus)
         log.info(
             "meshdeck-agent serving %s (simulate=%s, interval %.3gs, state %s)",
             self.socket_path,
@@ -186,6 +186,24 @@ class Daemon:
             self.config.interval_s,
             self.state_dir,
         )
+
+    def _start_exporter(self, listen: str) -> None:
+        from .exporter import Exporter
+
+        exporter = Exporter(self.ring, self.machine)
+        try:
+            exporter.start(listen)
+        except OSError as exc:  # in use, not an address of this server, a name that does not resolve
+            reason = exc.strerror or str(exc)
+            self.exporter_error = ("cannot listen on %s: %s" % (listen, reason))[:500]  # hello bounds it
+            log.error("Prometheus exporter: %s; serving without it", self.exporter_error)
+            return
+        self.exporter = exporter
+
+    def settings(self) -> protocol.DaemonSettings:
+        """How this daemon runs, for its hello: where its exporter listens, or why the one asked for does not."""
+        listening = self.exporter.listening() if self.exporter is not None else None
+        return protocol.DaemonSettings(prometheus=listening, prometheus_error=self.exporter_error)
 
     def serve_forever(self) -> None:
         if self._listener is None:

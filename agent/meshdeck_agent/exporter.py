@@ -131,6 +131,13 @@ class Exporter:
         self._server = server
         self.address = (host, server.server_address[1])
 
+    def listening(self) -> Optional[str]:
+        """Where it serves, as HOST:PORT (an IPv6 host in brackets); None before start()."""
+        if self.address is None:
+            return None
+        host, port = self.address
+        return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

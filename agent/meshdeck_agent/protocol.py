@@ -3,7 +3,8 @@
 One JSON object per line, UTF-8, at most MAX_LINE_BYTES per line (newline included).
 
     hello         {"hello": {"protocol": 1, "agent": "0.2.0"}}            first line, both ways
-                  (the agent's also has "epoch": "<sample sequence epoch>", see below)
+                  (the agent's also has "epoch": "<sample sequence epoch>", see below, and
+                  "daemon": {"prometheus": "127.0.0.1:9400" | null, "prometheus_error"?: "..."}, see below)
     request       {"id": 7, "method": "workers.start", "params": {...}}
     response      {"id": 7, "result": {...}}
     error reply   {"id": 7, "error": {"code": "bad_params", "message": "..."}}
@@ -41,6 +42,14 @@ client compares it with the epoch of the seq it remembers and, when they differ,
 of the ring instead of after that seq. An agent without the key (older) has no epoch: fall back to
 comparing seqs. Added compatibly within protocol 1: peers ignore keys they do not know.
 
+Daemon settings: a running daemon keeps the settings it was started with, whatever flags a later `attach`
+carries, so the agent's hello says how it runs: `daemon.prometheus` is where its Prometheus exporter
+listens (HOST:PORT, IPv6 in brackets) or null when it serves none; `daemon.prometheus_error` (only when
+there is one) says why the exporter it was asked for is not running (e.g. its address is in use). The
+app compares them with what it asked for. Added compatibly within protocol 1: a hello without `daemon`
+(an older agent, or the app's own hello) decodes to `daemon=None`; keys inside it a peer does not know
+are ignored.
+
 Per vLLM worker there is one entry per `engine` label (DP rank) and one with engine "" that sums them
 (KV usage capacity-weighted); what they carry is meshdeck_agent/scrape.py's. Byte rates are kept to 4
 significant digits, per-link NVLink rates to 3 (meshdeck_agent/quantize.py).
@@ -77,6 +86,9 @@ EXCERPT_CHARS = 120
 MAX_ERROR_MESSAGE_CHARS = 2000
 # hello.agent (a version) and hello.epoch (16 hex digits today) are short; a longer one is refused.
 MAX_HELLO_FIELD_CHARS = 64
+# hello.daemon.prometheus is HOST:PORT (a DNS name is at most 253 characters); hello.daemon.prometheus_error is
+# at most MAX_ERROR_MESSAGE_CHARS.
+MAX_LISTEN_CHARS = 300
 # Python's own default bound on the digits of an integer read from text (since 3.9.14 / 3.10.7 / 3.11).
 MAX_INT_DIGITS = 4300
 
@@ -193,10 +205,25 @@ class VersionMismatch(Exception):
 
 
 @dataclass(frozen=True)
+class DaemonSettings:
+    """How the daemon that answered runs (its own settings; see "Daemon settings" in the module doc)."""
+
+    prometheus: Optional[str] = None  # where its exporter listens, HOST:PORT; None: it serves none
+    prometheus_error: Optional[str] = None  # why the exporter it was asked for is not running
+
+    def to_wire(self) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"prometheus": self.prometheus}
+        if self.prometheus_error is not None:
+            body["prometheus_error"] = self.prometheus_error
+        return body
+
+
+@dataclass(frozen=True)
 class Hello:
     protocol: int
     agent: str
     epoch: Optional[str] = None  # the agent's sample sequence epoch (None from a client or an older agent)
+    daemon: Optional[DaemonSettings] = None  # None from a client or an agent that predates the report
 
 
 @dataclass(frozen=True)
@@ -253,10 +280,12 @@ def encode(obj: Dict[str, Any]) -> bytes:
     return line
 
 
-def hello(agent_version: str, epoch: Optional[str] = None) -> Dict[str, Any]:
+def hello(agent_version: str, epoch: Optional[str] = None, daemon: Optional[DaemonSettings] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"protocol": PROTOCOL_VERSION, "agent": agent_version}
     if epoch is not None:
         body["epoch"] = epoch
+    if daemon is not None:
+        body["daemon"] = daemon.to_wire()
     return {"hello": body}
 
 
@@ -347,7 +376,8 @@ def _classify(obj: Dict[str, Any]) -> Message:
             raise ProtocolError(
                 BAD_REQUEST, "hello.epoch must be a string of at most %d characters" % MAX_HELLO_FIELD_CHARS
             )
-        return Hello(protocol=body["protocol"], agent=agent, epoch=epoch)
+        daemon = _daemon_settings(body["daemon"]) if "daemon" in body else None
+        return Hello(protocol=body["protocol"], agent=agent, epoch=epoch, daemon=daemon)
     if "event" in obj:
         name, data = obj["event"], obj.get("data", {})
         if not isinstance(name, str) or name not in EVENTS:
@@ -377,6 +407,33 @@ def _classify(obj: Dict[str, Any]) -> Message:
             raise ProtocolError(BAD_REQUEST, "error must be an object with string code and message", request_id)
         return ErrorReply(id=request_id, code=err["code"], message=err["message"])
     raise ProtocolError(BAD_REQUEST, "object is none of hello, request, response, error or event", request_id)
+
+
+def _daemon_settings(body: Any) -> DaemonSettings:
+    """hello.daemon, checked: an object whose `prometheus` is null or a printable HOST:PORT-sized string
+    without spaces, and whose `prometheus_error` (optional) is null or a bounded string."""
+    if not isinstance(body, dict):
+        raise ProtocolError(BAD_REQUEST, "hello.daemon must be an object, got %s" % type(body).__name__)
+    listen = body.get("prometheus")
+    if listen is not None and (
+        not isinstance(listen, str)
+        or not 0 < len(listen) <= MAX_LISTEN_CHARS
+        or not listen.isprintable()
+        or " " in listen
+    ):
+        raise ProtocolError(
+            BAD_REQUEST,
+            "hello.daemon.prometheus must be null or HOST:PORT (at most %d printable characters, no spaces), got %s"
+            % (MAX_LISTEN_CHARS, excerpt(listen)),
+        )
+    error = body.get("prometheus_error")
+    if error is not None and (not isinstance(error, str) or len(error) > MAX_ERROR_MESSAGE_CHARS):
+        raise ProtocolError(
+            BAD_REQUEST,
+            "hello.daemon.prometheus_error must be null or a string of at most %d characters, got %s"
+            % (MAX_ERROR_MESSAGE_CHARS, excerpt(error)),
+        )
+    return DaemonSettings(prometheus=listen, prometheus_error=error)
 
 
 def check_hello(msg: Message) -> Hello:

@@ -136,7 +136,8 @@ class Session:
 
     def run(self) -> None:
         self._writer.start()
-        self.reply(protocol.encode(protocol.hello(__version__, epoch=self.daemon.seqs.epoch)))
+        hello = protocol.hello(__version__, epoch=self.daemon.seqs.epoch, daemon=self.daemon.settings())
+        self.reply(protocol.encode(hello))
         try:
             for kind, line in iter_lines(self._recv):
                 if self._closed:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from meshdeck.remote.connectors import AgentLink
+from meshdeck.remote.connectors import AgentLink, AgentOptions
 from meshdeck.remote.events import HostStateChanged, SamplesReceived, SequenceReset
 from meshdeck.remote.streams import SocketStream
 from meshdeck_agent import protocol
@@ -49,9 +49,11 @@ class FakeAgent:
         handlers: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
         interval_s: float = 1.0,
         epoch: str | None = None,
+        daemon: dict[str, Any] | None = None,
     ) -> None:
         self.sock = sock
         self.epoch = epoch  # None: an agent from before sequence epochs
+        self.daemon = daemon  # hello.daemon (how it runs); None: an agent from before that report
         self.ring: list[dict[str, Any]] = ring if ring is not None else []
         self.capacity = capacity
         self.protocol_version = protocol_version
@@ -177,6 +179,8 @@ class FakeAgent:
         hello: dict[str, Any] = {"protocol": self.protocol_version, "agent": self.agent_version}
         if self.epoch is not None:
             hello["epoch"] = self.epoch
+        if self.daemon is not None:
+            hello["daemon"] = self.daemon
         self.send({"hello": hello})
         buffer = b""
         with contextlib.suppress(OSError):
@@ -201,6 +205,7 @@ class FakeConnector:
         self.reinstalls = 0
         self.reinstall_fixes = True  # reinstall() makes the next agents speak our protocol
         self.steps: list[str] = []  # reported through progress() after "connecting", as SshConnector does
+        self.options: AgentOptions | None = None  # what its links say attach was asked for (None: nothing)
         self.lock = threading.Lock()
 
     @property
@@ -220,7 +225,7 @@ class FakeConnector:
                 raise self.failures.pop(0)
         client, server = socket.socketpair()
         self.agents.append(FakeAgent(server, ring=self.ring, capacity=self.capacity, **self.agent_kwargs))
-        return AgentLink(SocketStream(client))
+        return AgentLink(SocketStream(client), options=self.options)
 
     def reinstall(self) -> None:
         """The supervisor asks for the agent to be uploaded again (it answered in another protocol)."""

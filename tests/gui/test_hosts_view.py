@@ -11,8 +11,9 @@ import pytest
 from meshdeck.remote.errors import HostKeyChanged, HostKeyUnknown
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.store.database import open_database
-from meshdeck.ui.views.hosts.dialogs import HostKeyDialog, NewHost
+from meshdeck.ui.views.hosts.dialogs import AddHostDialog, HostKeyDialog, NewHost
 from meshdeck.ui.views.hosts.view import HostsView
+from PySide6.QtWidgets import QDialogButtonBox
 from sshd import SshdServer, generate_key
 
 
@@ -74,6 +75,40 @@ def test_a_host_with_a_bad_simulate_spec_is_refused_naming_the_field_and_the_for
     qtbot.waitUntil(lambda: view.message.text() != "", timeout=30000)
     assert "host.simulate" in view.message.text() and "COUNTxTYPE such as 8xH200" in view.message.text()
     assert "sim" not in view.records and "sim" not in view.context.fleet.hosts()
+
+
+def test_the_add_host_dialog_checks_the_exporter_address_as_it_is_typed(qtbot) -> None:
+    dialog = AddHostDialog([])
+    qtbot.addWidget(dialog)
+    dialog.target.setCurrentText("10.0.0.5")  # suggests the name "10.0.0.5"
+    dialog.name.setText("gpu-a")
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    assert ok.isEnabled() and dialog.new_host().prometheus is None  # empty: no exporter
+    qtbot.keyClicks(dialog.prometheus, "10.0.0.5:99999")
+    assert not ok.isEnabled() and not dialog.prometheus_error.isHidden()
+    assert dialog.prometheus_error.objectName() == "fieldError"
+    assert dialog.prometheus_error.text().startswith("Prometheus exporter (host gpu-a): '10.0.0.5:99999': the port")
+    dialog.prometheus.setText("10.0.0.5:9400")
+    assert ok.isEnabled() and dialog.prometheus_error.isHidden()
+    assert dialog.new_host() == NewHost("gpu-a", "10.0.0.5", None, None, None, None, prometheus="10.0.0.5:9400")
+
+
+def test_a_host_added_with_an_exporter_keeps_it_and_its_row_says_where(qtbot, hosts_view, tmp_path) -> None:
+    view = hosts_view(FleetSettings(known_hosts=str(tmp_path / "known_hosts"), user_known_hosts=(), ssh_config=None))
+    view.add(NewHost("gpu-x", "127.0.0.1", 9, None, None, None, prometheus="127.0.0.1:9400"))
+    qtbot.waitUntil(lambda: "gpu-x" in view.records, timeout=15000)
+    assert view.records["gpu-x"].prometheus == "127.0.0.1:9400"
+    qtbot.waitUntil(lambda: _row_text(view, "gpu-x", 1) == "127.0.0.1:9 (exporter 127.0.0.1:9400)", timeout=30000)
+
+
+def test_a_bad_exporter_address_that_reaches_the_service_is_refused_naming_the_field_and_host(
+    qtbot, hosts_view, tmp_path
+) -> None:
+    view = hosts_view(FleetSettings(known_hosts=str(tmp_path / "known_hosts"), user_known_hosts=(), ssh_config=None))
+    view.add(NewHost("gpu-y", "10.0.0.7", None, None, None, None, prometheus=":9400"))
+    qtbot.waitUntil(lambda: view.message.text() != "", timeout=30000)
+    assert view.message.text().startswith("host.prometheus: host gpu-y: ':9400': expected HOST:PORT")
+    assert "gpu-y" not in view.records and "gpu-y" not in view.context.fleet.hosts()
 
 
 def _add_sshd_host(qtbot, view: HostsView, sshd: SshdServer, key: Path) -> HostKeyUnknown | HostKeyChanged:

@@ -1,6 +1,6 @@
 """`meshdeck hosts add|list|remove|probe`: the servers meshdeck manages, and a one-shot connection check.
 
-    meshdeck hosts add gpu-a ubuntu@10.0.0.5 -J bastion -i ~/.ssh/id_ed25519
+    meshdeck hosts add gpu-a ubuntu@10.0.0.5 -J bastion -i ~/.ssh/id_ed25519 [--prometheus 10.0.0.5:9400]
     meshdeck hosts list [--json]
     meshdeck hosts remove gpu-a
     meshdeck hosts probe gpu-a [--accept-new] [--json]     # a stored name, an ssh alias or user@host
@@ -76,6 +76,12 @@ def _connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--identity-file", metavar="KEY", help="private key file")
     parser.add_argument("-J", "--jump", metavar="JUMP", help="jump host(s): [user@]host[:port][,...]")
     parser.add_argument("--simulate", metavar="SPEC", help="run the agent's simulated GPUs, e.g. 8xH200")
+    parser.add_argument(
+        "--prometheus",
+        metavar="HOST:PORT",
+        help="the agent also serves Prometheus metrics there, on the server (e.g. 10.0.0.5:9400; applies when "
+        "meshdeck starts the agent: one already running keeps its own settings)",
+    )
 
 
 def _port(args: argparse.Namespace) -> int | None:
@@ -98,13 +104,14 @@ def _add(args: argparse.Namespace) -> int:
             identity_file=args.identity_file,
             jump=args.jump,
             simulate=args.simulate,
+            prometheus=args.prometheus,
         ),
     )
     via = f" via {record.jump}" if record.jump else ""
     port = f" port {record.port}" if record.port else ""
-    print(
-        f"added {record.name}: {record.target}{port}{via}{' (simulated ' + record.simulate + ')' if record.simulate else ''}"
-    )
+    simulated = f" (simulated {record.simulate})" if record.simulate else ""
+    exporter = f" (Prometheus exporter on {record.prometheus})" if record.prometheus else ""
+    print(f"added {record.name}: {record.target}{port}{via}{simulated}{exporter}")
     return 0
 
 
@@ -116,9 +123,10 @@ def _list(args: argparse.Namespace) -> int:
     if not records:
         print("no hosts yet; add one with `meshdeck hosts add NAME [user@]host`")
         return 0
-    rows: list[tuple[str, ...]] = [("NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE")]
+    rows: list[tuple[str, ...]] = [("NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS")]
     rows += [
-        (r.name, r.target, str(r.port or ""), r.jump or "", r.identity_file or "", r.simulate or "") for r in records
+        (r.name, r.target, str(r.port or ""), r.jump or "", r.identity_file or "", r.simulate or "", r.prometheus or "")
+        for r in records
     ]
     rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -135,6 +143,7 @@ def _record_json(record: HostRecord) -> dict[str, Any]:
         "identity_file": record.identity_file,
         "jump": record.jump,
         "simulate": record.simulate,
+        "prometheus": record.prometheus,
         "added_at": record.added_at,
     }
 
@@ -172,6 +181,7 @@ def _probe(args: argparse.Namespace) -> int:
     if args.ssh_config:
         settings = with_overrides(settings, ssh_config=args.ssh_config)
     target, port, identity, jump, simulate = args.target, _port(args), args.identity_file, args.jump, args.simulate
+    prometheus = args.prometheus
     stored = _stored_host(args)
     if stored is not None:
         target = stored.target
@@ -179,6 +189,7 @@ def _probe(args: argparse.Namespace) -> int:
         identity = identity or stored.identity_file
         jump = jump or stored.jump
         simulate = simulate or stored.simulate
+        prometheus = prometheus or stored.prometheus
 
     def accept(info: HostKeyInfo) -> bool:
         if args.accept_new:
@@ -195,6 +206,7 @@ def _probe(args: argparse.Namespace) -> int:
             identity_file=identity,
             jump=jump,
             simulate=simulate,
+            prometheus=prometheus,
             settings=settings,
             host_key_prompt=accept,
             timeout=timeout,
@@ -224,6 +236,11 @@ def render_probe(name: str, report: host_service.ProbeReport) -> str:
         f" ({'uploaded' if report.uploaded else 'already there'})",
         f"  server    {inv.hostname or '?'}{simulated}, driver {inv.driver or '-'}, CUDA {inv.cuda or '-'}",
     ]
+    if report.daemon is not None:
+        exporter = report.daemon.prometheus
+        lines.append(f"  exporter  {'Prometheus on ' + exporter if exporter else 'off'}")
+    if report.note:
+        lines.append(f"  note      {report.note}")
     if inv.gpus:
         lines.append(f"  GPUs      {len(inv.gpus)}{simulated}")
         for gpu in inv.gpus:

@@ -27,12 +27,12 @@ from typing import Any
 from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.host_address import check_host_address, is_ip_address
 
 IpInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
 _HCA = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?$")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 IB_KINDS = ("infiniband", "roce")
 
@@ -78,27 +78,7 @@ class NodeNetwork:
     head_route: HeadRoute | None = None  # None: the agent was not asked (single node, dry run, older agent)
 
     def __post_init__(self) -> None:
-        check_address(self.address, f"host {self.host}: address")
-
-
-def check_address(address: str, field: str) -> str:
-    """An IP literal or a DNS name; anything else (spaces, quotes, newlines, '-x') is refused by name."""
-    try:
-        ipaddress.ip_address(address)
-        return address
-    except ValueError:
-        pass
-    if not _HOSTNAME.match(address):
-        raise InputError(field, f"{address!r} is neither an IP address nor a host name")
-    return address
-
-
-def is_ip_address(address: str) -> bool:
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return True
+        check_host_address(self.address, f"host {self.host}: address")
 
 
 def route_interface(node: NodeNetwork, head_address: str) -> str | None:

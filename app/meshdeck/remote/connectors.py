@@ -4,8 +4,8 @@ A connector's `open()` returns an `AgentLink`: a byte stream carrying the protoc
 learned on the way (host key, python, architecture, where the agent lives). The supervisor calls it
 again after every drop, so a connector keeps no connection state of its own.
 
-- `SshConnector`: `python3 -I <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]` on an
-  exec channel; the command line is an argv list joined with shlex.join.
+- `SshConnector`: `python3 -I <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]
+  [--prometheus HOST:PORT]` on an exec channel; the command line is an argv list joined with shlex.join.
 - `LocalConnector`: `sys.executable -m meshdeck_agent attach ...` over pipes, for the machine
   meshdeck runs on and for `meshdeck --demo`.
 
@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT, Hello
 
+from meshdeck.core.host_address import parse_listen_address
 from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
 from meshdeck.remote.errors import AgentVersionConflict, BootstrapError, ConnectError, ConnectionLost
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
@@ -44,8 +45,9 @@ Progress = Callable[[str], None]
 class AgentOptions:
     """Flags for `attach`: which daemon (socket) to reach, and how that daemon runs if attach starts it.
 
-    `interval_s`, `simulate`, `seed` and `state_dir` apply only when no daemon answers on the socket
-    yet (attach then starts one with them); a running daemon keeps its own settings.
+    `interval_s`, `simulate`, `seed`, `state_dir` and `prometheus` apply only when no daemon answers on the
+    socket yet (attach then starts one with them); a running daemon keeps its own settings (its hello says
+    where its exporter listens; daemon_settings.py compares).
     """
 
     socket: str | None = None  # default: the agent's own ($XDG_RUNTIME_DIR or ~/.cache/meshdeck)
@@ -53,6 +55,11 @@ class AgentOptions:
     simulate: str | None = None  # e.g. "8xH200": a simulated server, labelled simulated everywhere
     seed: int | None = None
     interval_s: float | None = None  # seconds between samples (the agent's default is 1)
+    prometheus: str | None = None  # HOST:PORT: the daemon also serves Prometheus metrics there
+
+    def __post_init__(self) -> None:
+        if self.prometheus is not None:
+            parse_listen_address(self.prometheus, "agent.prometheus")
 
     def attach_args(self) -> list[str]:
         args = ["attach"]
@@ -66,16 +73,20 @@ class AgentOptions:
             args += ["--seed", str(self.seed)]
         if self.interval_s is not None:
             args += ["--interval", repr(float(self.interval_s))]
+        if self.prometheus is not None:
+            args += ["--prometheus", self.prometheus]
         return args
 
 
 @dataclass
 class AgentLink:
-    """An open byte stream to an agent and how it was reached."""
+    """An open byte stream to an agent, how it was reached, and the options attach was run with (None: a
+    link that did not run attach); a daemon that was already running may run otherwise (daemon_settings.py)."""
 
     stream: ByteStream
     details: dict[str, Any] = field(default_factory=dict)
     _close: Callable[[], None] | None = None
+    options: AgentOptions | None = None
 
     def close(self) -> None:
         try:
@@ -160,7 +171,7 @@ class SshConnector:
             "uploaded": placed.uploaded,
             "route": self.route.describe(),
         }
-        return AgentLink(ChannelStream(channel, self.route.target.alias), details, conn.close)
+        return AgentLink(ChannelStream(channel, self.route.target.alias), details, conn.close, self.agent)
 
 
 @dataclass
@@ -203,4 +214,4 @@ class LocalConnector:
                 f"{self.name}: cannot start the local agent ({argv[0]}): {exc.strerror or exc}"
             ) from None
         details = {"python": self.python, "argv": argv, "pid": process.pid}
-        return AgentLink(PipeStream(process, self.name, hub=shared_hub()), details)
+        return AgentLink(PipeStream(process, self.name, hub=shared_hub()), details, options=self.agent)

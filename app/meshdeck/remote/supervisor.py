@@ -18,6 +18,10 @@ names both versions. If the agent answers in another protocol major anyway, the 
 `reinstall()` (upload the matching agent again) and the connection is retried once at once; a second
 mismatch fails the host naming both versions.
 
+A running agent keeps the settings it was started with (connectors.AgentOptions): when its hello says its
+Prometheus exporter differs from what this host asks for, the host's reason says so while it is
+connected (daemon_settings.exporter_note), instead of the difference passing unseen.
+
 After each (re)connect: hello, `inventory` (decoded; InventoryReceived; a malformed one fails the host
 with InventoryInvalid naming the field), then, if a last seq is known, the
 gap is paged in with `samples.read {since_seq, limit}` (SamplesReceived backfill=True), then
@@ -37,11 +41,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshdeck_agent.protocol import Event
+from meshdeck_agent.protocol import DaemonSettings, Event
 from meshdeck_agent.wire_inventory import Inventory
 from meshdeck_agent.wire_sample import SampleError, decode_samples_message, iter_event_samples
 
 from meshdeck.remote.connectors import AgentLink, Connector, say_hello
+from meshdeck.remote.daemon_settings import exporter_note
 from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
 from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
 from meshdeck.remote.inventory import decode_inventory
@@ -139,6 +144,8 @@ class HostSupervisor:
         self._link: AgentLink | None = None
         self.inventory: Inventory | None = None
         self.agent_version: str | None = None
+        self.daemon: DaemonSettings | None = None  # how the agent runs, from its last hello (None: not said)
+        self._note = ""  # how it runs otherwise than asked: the reason shown while connected
         self.details: dict[str, Any] = {}
         self.connects = 0
         self._wake = threading.Event()
@@ -329,7 +336,10 @@ class HostSupervisor:
         client = RpcClient(link.stream, host=self.name)
         self._client = client
         hello = say_hello(client, link, self.name, self.settings.hello_timeout_s)
-        self.agent_version = hello.agent
+        self.agent_version, self.daemon = hello.agent, hello.daemon
+        self._note = exporter_note(link.options.prometheus, hello) if link.options is not None else ""
+        if self._note:
+            log.warning("%s: %s", self.name, self._note)
         self._gate.adopt_epoch(hello.epoch)
         self.inventory = decode_inventory(self.name, client.call("inventory", {}, self.settings.call_timeout_s))
         self._give_back_slot()  # up: the next host's turn
@@ -347,7 +357,7 @@ class HostSupervisor:
         self._stall_after_s = max(self.settings.stall_after_s, 3 * max(intervals))
         self.connects += 1
         self._last_sample_at = time.monotonic()
-        self._set_state("connected")
+        self._set_state("connected", self._note)
         self._pump(client)
 
     def _pump(self, client: RpcClient) -> None:
@@ -365,7 +375,7 @@ class HostSupervisor:
             if isinstance(event, SamplesLine) or event.event == "samples":
                 self._last_sample_at = time.monotonic()
                 if self._state == "degraded":
-                    self._set_state("connected")
+                    self._set_state("connected", self._note)
                 self._take_samples(client, event)
             else:
                 self._sink(AgentEvent(self.name, event.event, dict(event.data)))

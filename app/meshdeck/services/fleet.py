@@ -4,7 +4,7 @@
     unsubscribe = fleet.subscribe(recorder.handle)           # called on each host's supervisor thread
     point = resume_points(db)["gpu-a"]                      # services/history.py: last seq + its epoch
     fleet.add_record(get_host(db, "gpu-a"), since_seq=point.seq, since_epoch=point.epoch)
-    fleet.add_local("demo-a", simulate="8xH200", socket="/tmp/meshdeck-demo/a.sock")
+    fleet.add_local("demo-a", simulate="8xH200", socket="/tmp/meshdeck-demo/a.sock", prometheus="127.0.0.1:9400")
     fleet.call("gpu-a", "workers.list")                      # or call_async -> Future
     fleet.close()
 
@@ -80,17 +80,21 @@ def ssh_connector(
     identity_file: str | None = None,
     jump: str | None = None,
     simulate: str | None = None,
+    prometheus: str | None = None,
     host_keys: HostKeyStore | None = None,
     host_key_prompt: HostKeyPrompt | None = None,
 ) -> SshConnector:
-    """An SSH connector for TARGET resolved through the ssh config; raises InputError for bad input."""
+    """An SSH connector for TARGET resolved through the ssh config; raises InputError for bad input.
+    `prometheus` (HOST:PORT) starts the agent's exporter there, if attach starts the daemon."""
     route = resolve_route(target, port=port, identity_file=identity_file, jump=jump, config_path=settings.ssh_config)
     return SshConnector(
         route=route,
         host_keys=host_keys or settings.host_key_store(),
         agent_pyz=settings.agent_pyz,
         options=settings.ssh,
-        agent=AgentOptions(socket=settings.agent_socket, state_dir=settings.agent_state_dir, simulate=simulate),
+        agent=AgentOptions(
+            socket=settings.agent_socket, state_dir=settings.agent_state_dir, simulate=simulate, prometheus=prometheus
+        ),
         cache_dir=settings.remote_cache_dir,
         pythons=settings.pythons,
         host_key_prompt=host_key_prompt,
@@ -123,6 +127,7 @@ class RecordConnector:
                 identity_file=self.record.identity_file,
                 jump=self.record.jump,
                 simulate=self.record.simulate,
+                prometheus=self.record.prometheus,
                 host_keys=self.host_keys,
                 host_key_prompt=self.host_key_prompt,
             )
@@ -217,9 +222,13 @@ class FleetService:
         since_seq: int | None = None,
         since_epoch: str | None = None,
         interval_s: float | None = None,
+        prometheus: str | None = None,
     ) -> HostSupervisor:
-        """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones)."""
-        options = AgentOptions(socket=socket, state_dir=state_dir, simulate=simulate, interval_s=interval_s)
+        """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones);
+        `prometheus` (HOST:PORT) starts its exporter there if no daemon runs on that socket yet."""
+        options = AgentOptions(
+            socket=socket, state_dir=state_dir, simulate=simulate, interval_s=interval_s, prometheus=prometheus
+        )
         return self.add_host(name, LocalConnector(name, options), since_seq=since_seq, since_epoch=since_epoch)
 
     def remove_host(self, name: str) -> None:

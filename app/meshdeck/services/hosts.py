@@ -4,11 +4,14 @@
 through here. A record is checked before it is saved: by `HostRecord` itself (its fields end up in an
 ssh argv), by resolving it against the ssh config the way a connection would, and its `simulate` spec
 by the agent's own parser (`meshdeck_agent.gpu.catalog.parse_simulate`, stored in its canonical form),
-so a malformed jump, a missing key file or a spec the agent would refuse is an error at `hosts add`
-(the CLI and the console's add-host dialog alike), not at the first connect.
+so a malformed jump, a missing key file, a spec the agent would refuse or a Prometheus exporter address
+that is not HOST:PORT is an error at `hosts add` (the CLI and the console's add-host dialog alike), not at
+the first connect.
 
 `probe` connects once (host key, login, bootstrap, attach, hello, inventory) and reports what it
-found; `attach` starts the agent daemon if none runs, and the daemon keeps running afterwards.
+found; `attach` starts the agent daemon if none runs, and the daemon keeps running afterwards (with the
+settings it was started with: the report says where its Prometheus exporter listens and, when that is
+not what was asked, a note saying so).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshdeck_agent.gpu.catalog import SimulateSpecError, parse_simulate
+from meshdeck_agent.protocol import DaemonSettings
 from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.core.errors import InputError
 from meshdeck.remote.connectors import say_hello
+from meshdeck.remote.daemon_settings import exporter_note
 from meshdeck.remote.errors import HostKeyChanged as HostKeyChanged  # what the console asks the user about
 from meshdeck.remote.errors import HostKeyUnknown as HostKeyUnknown
 from meshdeck.remote.hostkeys import HostKeyPrompt
@@ -64,13 +69,23 @@ def add_host(
     identity_file: str | None = None,
     jump: str | None = None,
     simulate: str | None = None,
+    prometheus: str | None = None,
     settings: FleetSettings | None = None,
 ) -> HostRecord:
-    """Validate and store a host; raises InputError naming the field (bad target, jump, missing key file, duplicate)."""
+    """Validate and store a host; raises InputError naming the field (bad target, jump, missing key file,
+    exporter address, duplicate). `prometheus` (HOST:PORT) is where its agent serves Prometheus metrics."""
     if identity_file:
         identity_file = os.path.abspath(os.path.expanduser(identity_file))
     simulate = simulate_spec(simulate)
-    record = HostRecord(name=name, target=target, port=port, identity_file=identity_file, jump=jump, simulate=simulate)
+    record = HostRecord(
+        name=name,
+        target=target,
+        port=port,
+        identity_file=identity_file,
+        jump=jump,
+        simulate=simulate,
+        prometheus=prometheus,
+    )
     ssh_connector(
         settings or FleetSettings(), target, port=port, identity_file=identity_file, jump=jump
     )  # resolves the route: raises InputError now rather than at connect time
@@ -110,6 +125,8 @@ class ProbeReport:
     protocol: int
     inventory: Inventory
     seconds: float
+    daemon: DaemonSettings | None = None  # how the agent runs, as its hello said (None: it did not say)
+    note: str = ""  # how it runs otherwise than asked (daemon_settings.exporter_note), escaped
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +143,8 @@ class ProbeReport:
             "protocol": self.protocol,
             "seconds": round(self.seconds, 3),
             "inventory": self.inventory.to_wire(),
+            "daemon": None if self.daemon is None else self.daemon.to_wire(),
+            "note": self.note,
         }
 
 
@@ -136,6 +155,7 @@ def probe(
     identity_file: str | None = None,
     jump: str | None = None,
     simulate: str | None = None,
+    prometheus: str | None = None,
     settings: FleetSettings | None = None,
     host_key_prompt: HostKeyPrompt | None = None,
     progress: Callable[[str], None] | None = None,
@@ -143,8 +163,10 @@ def probe(
 ) -> ProbeReport:
     """Connect, bootstrap, attach, say hello and read the inventory; raises a RemoteError on failure
     (InventoryInvalid, naming the field, when the agent's inventory is malformed; InputError for a
-    `simulate` spec the agent would refuse)."""
+    `simulate` spec the agent would refuse or an exporter address that is not HOST:PORT)."""
     simulate = simulate_spec(simulate)
+    if prometheus is not None:
+        host_store.check_exporter_address(target, prometheus)
     started = time.monotonic()
     connector = ssh_connector(
         settings or FleetSettings(),
@@ -153,6 +175,7 @@ def probe(
         identity_file=identity_file,
         jump=jump,
         simulate=simulate,
+        prometheus=prometheus,
         host_key_prompt=host_key_prompt,
     )
     link = connector.open(progress or (lambda message: None))
@@ -180,6 +203,8 @@ def probe(
         protocol=hello.protocol,
         inventory=inventory,
         seconds=time.monotonic() - started,
+        daemon=hello.daemon,
+        note=exporter_note(prometheus, hello),
     )
 
 

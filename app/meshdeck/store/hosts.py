@@ -2,7 +2,9 @@
 ~/.ssh or ssh-agent, passwords in the keyring).
 
 `HostRecord` validates itself, because its fields end up in an ssh argv: a target or jump host
-starting with '-' would be read by ssh as an option, so it is refused here, naming the field.
+starting with '-' would be read by ssh as an option, so it is refused here, naming the field. Its
+`prometheus` (the agent's exporter address, `attach --prometheus HOST:PORT`) is exactly HOST:PORT
+(core.host_address); a host stored before it existed (schema version 6) has none.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sqlalchemy import Row, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.host_address import parse_listen_address
 from meshdeck.store import schema
 from meshdeck.store.database import Database
 
@@ -35,7 +38,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @dataclass(frozen=True)
 class HostRecord:
     """One server: `target` is `[user@]address` for ssh; `simulate` names a simulated GPU set
-    (e.g. "8xH200") for a host that runs the agent's simulated backend instead of NVML."""
+    (e.g. "8xH200") for a host that runs the agent's simulated backend instead of NVML; `prometheus` is
+    where its agent serves Prometheus metrics (HOST:PORT on the server; None: no exporter)."""
 
     name: str
     target: str
@@ -44,6 +48,7 @@ class HostRecord:
     jump: str | None = None
     simulate: str | None = None
     added_at: float = field(default_factory=time.time)
+    prometheus: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not HOST_NAME_PATTERN.match(self.name):
@@ -72,6 +77,8 @@ class HostRecord:
             not isinstance(self.simulate, str) or not self.simulate or _CONTROL.search(self.simulate)
         ):
             raise InputError("host.simulate", "must be a non-empty name without control characters")
+        if self.prometheus is not None:
+            check_exporter_address(self.name, self.prometheus)
         if (
             isinstance(self.added_at, bool)
             or not isinstance(self.added_at, int | float)
@@ -79,6 +86,16 @@ class HostRecord:
             or self.added_at < 0
         ):
             raise InputError("host.added_at", f"{self.added_at!r} must be a Unix time in seconds")
+
+
+def check_exporter_address(host: str, address: str) -> str:
+    """A host's Prometheus exporter address (HOST:PORT, core.host_address) or InputError on `host.prometheus`
+    naming the host, what is wrong and the form expected."""
+    try:
+        parse_listen_address(address, "host.prometheus")
+    except InputError as exc:
+        raise InputError("host.prometheus", f"host {host}: {exc.problem}") from None
+    return address
 
 
 def add_host(db: Database, record: HostRecord) -> HostRecord:

@@ -206,6 +206,14 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    Migration(
+        6,
+        "each host's Prometheus exporter address (HOST:PORT), passed to its agent as `attach --prometheus`",
+        ("ALTER TABLE hosts ADD COLUMN prometheus TEXT",),
+    ),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

@@ -57,7 +57,11 @@ def test_attach_starts_the_daemon_and_relays_requests_and_replies(sock_dir):
     result = _attach(sock_dir, payload)
     assert result.returncode == 0, result.stderr.decode()
     replies = _replies(result.stdout)
-    assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": AGENT_VERSION}
+    assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {
+        "protocol": 1,
+        "agent": AGENT_VERSION,
+        "daemon": {"prometheus": None},
+    }
     by_id = {r["id"]: r for r in replies[1:]}
     assert by_id[1]["result"]["simulated"] is True
     assert [g["name"] for g in by_id[1]["result"]["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
@@ -163,7 +167,11 @@ def test_attach_replaces_a_daemon_of_another_version_and_passes_the_new_hello_on
         assert result.returncode == 0, result.stderr.decode()
         assert b"replacing the daemon" in result.stderr and b"agent 0.0.9" in result.stderr
         replies = _replies(result.stdout)
-        assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {"protocol": 1, "agent": AGENT_VERSION}
+        assert {k: v for k, v in replies[0]["hello"].items() if k != "epoch"} == {
+            "protocol": 1,
+            "agent": AGENT_VERSION,
+            "daemon": {"prometheus": None},
+        }
         assert any(r.get("id") == 1 and "time" in r["result"] for r in replies)
         assert old.wait(timeout=20) == 0
 

@@ -27,7 +27,8 @@ def agent():
 def test_server_sends_hello_first_with_protocol_version_and_sequence_epoch(agent):
     client = agent.client(hello=False)
     epoch = agent.daemon.seqs.epoch
-    assert client.server_hello == {"hello": {"protocol": 1, "agent": AGENT_VERSION, "epoch": epoch}}
+    daemon = {"prometheus": None}  # how it runs (test_agent_exporter_hello.py has an exporter)
+    assert client.server_hello == {"hello": {"protocol": 1, "agent": AGENT_VERSION, "epoch": epoch, "daemon": daemon}}
     assert re.fullmatch(r"[0-9a-f]{16}", epoch), epoch  # 8 random bytes in hex
     client.close()
 

@@ -38,7 +38,7 @@ def test_add_list_remove_round_trip(capsys, db: str, tmp_path: Path):
     ]
     assert listed[0]["identity_file"] == str(key)
     code, out, _ = _run(capsys, "--db", db, "hosts", "list")
-    assert out.splitlines()[0].split() == ["NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE"]
+    assert out.splitlines()[0].split() == ["NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS"]
     assert "gpu-b" in out and "ops@bastion:2200,jump2" in out
     assert _run(capsys, "--db", db, "hosts", "remove", "gpu-a") == (0, "removed gpu-a (ubuntu@10.0.0.5)\n", "")
     assert [h["name"] for h in json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])] == ["gpu-b"]
@@ -143,3 +143,61 @@ def test_hosts_list_escapes_what_is_stored(capsys, db: str) -> None:
         add_host(database, HostRecord(name="gpu-c", target="10.0.0.8", identity_file="/keys/\x9b2Jid"))
     code, out, _ = _run(capsys, "--db", db, "hosts", "list")
     assert code == 0 and not RAW_CONTROL.search(out) and "/keys/\\x9b2Jid" in out
+
+
+def test_a_host_keeps_its_exporter_address_and_the_listing_shows_it(capsys, db: str):
+    code, out, _ = _run(capsys, "--db", db, "hosts", "add", "gpu-a", "10.0.0.5", "--prometheus", "10.0.0.5:9400")
+    assert code == 0 and out.strip() == "added gpu-a: 10.0.0.5 (Prometheus exporter on 10.0.0.5:9400)"
+    assert _run(capsys, "--db", db, "hosts", "add", "gpu-b", "10.0.0.6")[0] == 0
+    listed = json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])
+    assert [(h["name"], h["prometheus"]) for h in listed] == [("gpu-a", "10.0.0.5:9400"), ("gpu-b", None)]
+    lines = _run(capsys, "--db", db, "hosts", "list")[1].splitlines()
+    assert lines[0].split() == ["NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS"]
+    assert lines[1].split() == ["gpu-a", "10.0.0.5", "10.0.0.5:9400"]
+    assert lines[2].split() == ["gpu-b", "10.0.0.6"]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (":9400", "expected HOST:PORT"),
+        ("10.0.0.5:99999", "the port must be 1-65535"),
+        ("10.0.0.5:9400 --simulate 8xH200", "the port must be 1-65535"),
+        ("gpu a:9400", "the host is neither an IP address nor a host name"),
+    ],
+)
+def test_a_bad_exporter_address_is_one_line_naming_the_field_and_host(capsys, db: str, value: str, problem: str):
+    code, out, err = _run(capsys, "--db", db, "hosts", "add", "gpu-a", "10.0.0.5", f"--prometheus={value}")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("meshdeck: error: host.prometheus: host gpu-a: ") and problem in err
+    assert json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1]) == []
+
+
+def test_probe_refuses_a_bad_exporter_address_before_connecting(capsys, tmp_path: Path):
+    code, out, err = _run(
+        capsys, "--db", str(tmp_path / "none.db"), "hosts", "probe", "10.255.255.1", "--prometheus", "10.0.0.5"
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("meshdeck: error: host.prometheus: host 10.255.255.1: '10.0.0.5': expected HOST:PORT")
+
+
+def test_probe_shows_where_the_agent_exports_and_what_differs_from_the_host_settings() -> None:
+    from dataclasses import replace
+
+    from meshdeck_agent.protocol import DaemonSettings
+
+    base = ProbeReport(
+        target="gpu-a", route="root@gpu-a:22", host_key="ssh-ed25519 SHA256:abc", auth="publickey",
+        python="/usr/bin/python3", python_version="3.11.4", machine="x86_64", agent_path="/a.pyz",
+        uploaded=False, agent_version="0.1.0", protocol=1, seconds=1.0,
+        inventory=Inventory.from_wire({"hostname": "gpu-a", "gpus": [], "nics": []}),
+    )  # fmt: skip
+    assert "exporter" not in render_probe("gpu-a", base)  # an agent that does not say
+    running = replace(base, daemon=DaemonSettings(prometheus="127.0.0.1:9400"))
+    assert "  exporter  Prometheus on 127.0.0.1:9400" in render_probe("gpu-a", running).splitlines()
+    off = replace(base, daemon=DaemonSettings(), note="Prometheus exporter off, not on 10.0.0.5:9400: ...")
+    lines = render_probe("gpu-a", off).splitlines()
+    assert "  exporter  off" in lines and "  note      Prometheus exporter off, not on 10.0.0.5:9400: ..." in lines
+    shown = off.to_json()
+    assert shown["daemon"] == {"prometheus": None} and shown["note"].startswith("Prometheus exporter off")
+    assert base.to_json()["daemon"] is None and base.to_json()["note"] == ""

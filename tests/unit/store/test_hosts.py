@@ -16,6 +16,7 @@ def test_a_host_round_trips_with_every_field(db: Database) -> None:
         identity_file="~/.ssh/id_ed25519",
         jump="bastion@jump.example:22,inner",
         simulate=None,
+        prometheus="[fd00::5]:9400",
         added_at=1764480000.5,
     )
     add_host(db, record)
@@ -72,6 +73,10 @@ def test_missing_host_in_an_empty_database_says_how_to_add_one(db: Database) -> 
         ({"jump": "a,,b"}, "host.jump"),
         ({"simulate": ""}, "host.simulate"),
         ({"added_at": float("nan")}, "host.added_at"),
+        ({"prometheus": ":9400"}, "host.prometheus"),
+        ({"prometheus": "10.0.0.1:0"}, "host.prometheus"),
+        ({"prometheus": "10.0.0.1:9400;x"}, "host.prometheus"),
+        ({"prometheus": 9400}, "host.prometheus"),
     ],
 )
 def test_unsafe_or_malformed_fields_are_refused_naming_the_field(kwargs: dict[str, object], field: str) -> None:
@@ -84,3 +89,15 @@ def test_unsafe_or_malformed_fields_are_refused_naming_the_field(kwargs: dict[st
 @pytest.mark.parametrize("target", ["10.0.0.1", "ops@gpu-a", "root@[fe80::1%eth0]", "[2001:db8::1]", "a_b.c-d"])
 def test_ordinary_targets_are_accepted(target: str) -> None:
     assert HostRecord("gpu-a", target).target == target
+
+
+def test_a_bad_exporter_address_names_the_host_and_the_form() -> None:
+    with pytest.raises(InputError) as info:
+        HostRecord("gpu-a", "10.0.0.1", prometheus="10.0.0.1:70000")
+    assert str(info.value).startswith("host.prometheus: host gpu-a: '10.0.0.1:70000': the port must be 1-65535")
+    assert "e.g. 127.0.0.1:9400" in str(info.value)
+
+
+def test_a_host_without_an_exporter_reads_back_as_none(db: Database) -> None:
+    add_host(db, HostRecord("gpu-a", "10.0.0.1"))
+    assert get_host(db, "gpu-a").prometheus is None

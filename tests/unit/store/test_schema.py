@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from meshdeck.store import migrations, schema
 from meshdeck.store.database import open_database
+from meshdeck.store.hosts import get_host
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "store"
 
@@ -71,6 +72,8 @@ def test_every_recorded_version_is_still_what_its_migrations_create(tmp_path: Pa
 
 def test_the_query_tables_have_the_columns_keys_and_defaults_the_migrations_give(db_path: Path) -> None:
     assert [c.name for c in schema.ingest_state.columns][-2:] == ["seq_epoch", "raw_rows"]  # migrations 4 and 5
+    assert [c.name for c in schema.hosts.columns][-1] == "prometheus"  # migration 6
+    assert schema.hosts.c.prometheus.nullable
     assert [c.name for c in schema.samples.primary_key] == ["series_id", "ts"]
     assert not schema.series.c.labels.nullable and schema.series.c.labels.server_default is not None
     assert {fk.target_fullname for fk in schema.deployment_nodes.foreign_keys} == {"deployments.id"}
@@ -108,3 +111,17 @@ def test_an_upgrade_to_version_5_counts_each_hosts_raw_rows(db_path: Path) -> No
     finally:
         connection.close()
     assert counted == {"gpu-a": 9, "gpu-b": 2, "gpu-c": 0}
+
+
+def test_hosts_stored_before_version_6_read_back_with_no_exporter(db_path: Path) -> None:
+    connection = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        migrations.apply_migrations(connection, target=5)
+        connection.execute(
+            "INSERT INTO hosts (name, target, port, simulate, added_at) VALUES ('gpu-a', 'ops@10.0.0.1', 2222, NULL, 1.5)"
+        )
+    finally:
+        connection.close()
+    with open_database(db_path) as db:
+        record = get_host(db, "gpu-a")
+    assert (record.target, record.port, record.prometheus, record.added_at) == ("ops@10.0.0.1", 2222, None, 1.5)

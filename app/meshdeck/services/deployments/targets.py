@@ -23,6 +23,7 @@ from typing import Any
 from meshdeck_agent.wire_inventory import Inventory
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.host_address import check_host_address
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
 from meshdeck.core.vllm_releases import Release
@@ -30,7 +31,6 @@ from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import (
     HeadRoute,
     NodeNetwork,
-    check_address,
     head_route_from_answer,
     node_network_from_inventory,
 )
@@ -162,7 +162,7 @@ def prepare_launch(
     for host in profile.hosts:
         if host not in addresses:
             raise InputError("hosts", f"no address known for {host!r}; add it with `meshdeck hosts add`")
-    head_address = check_address(addresses[profile.hosts[0]], f"host {profile.hosts[0]}: address")
+    head_address = check_host_address(addresses[profile.hosts[0]], f"host {profile.hosts[0]}: address")
     routes = head_routes(fleet, profile.hosts, head_address) if len(profile.hosts) > 1 else {}
     nodes = [
         node_network_from_inventory(host, addresses[host], found[host], head_route=routes.get(host))

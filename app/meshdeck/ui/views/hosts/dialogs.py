@@ -1,5 +1,9 @@
 """Dialogs of the hosts view: adding a host, and deciding about a server's host key.
 
+The add-host dialog checks the Prometheus exporter address as it is typed (HOST:PORT, core.host_address):
+what is wrong shows under the form and OK waits until it is right or empty. The other fields are checked
+by the hosts service when the host is added (their errors show in the view).
+
 The host-key dialog shows what OpenSSH would: the name the key is filed under in known_hosts, the
 key type and its SHA256 fingerprint. An unknown key can be accepted (it is saved to meshdeck's own
 known_hosts) or refused; a changed key is only shown, with both fingerprints and the command that
@@ -24,6 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.core.errors import InputError
+from meshdeck.core.host_address import parse_listen_address
 from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown
 
 
@@ -35,10 +41,12 @@ class NewHost:
     identity_file: str | None
     jump: str | None
     simulate: str | None
+    prometheus: str | None = None  # HOST:PORT where its agent serves Prometheus metrics
 
 
 class AddHostDialog(QDialog):
-    """Name, target (a ~/.ssh/config alias or user@address), and optional port, key, jump, simulation."""
+    """Name, target (a ~/.ssh/config alias or user@address), and optional port, key, jump, simulation and
+    Prometheus exporter address."""
 
     def __init__(self, ssh_config_hosts: list[str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,6 +74,17 @@ class AddHostDialog(QDialog):
         self.simulate = QLineEdit()
         self.simulate.setObjectName("hostSimulate")
         self.simulate.setPlaceholderText("empty: real GPUs; e.g. 8xH200: a simulated agent")
+        self.prometheus = QLineEdit()
+        self.prometheus.setObjectName("hostPrometheus")
+        self.prometheus.setPlaceholderText("empty: none; HOST:PORT on the server, e.g. 10.0.0.5:9400")
+        self.prometheus.setToolTip(
+            "The agent also serves Prometheus metrics there, for your Prometheus to scrape. It applies when "
+            "meshdeck starts the agent; one already running keeps its own settings (the host's reason says so)."
+        )
+        self.prometheus_error = QLabel()
+        self.prometheus_error.setObjectName("fieldError")
+        self.prometheus_error.setWordWrap(True)
+        self.prometheus_error.setVisible(False)
         form = QFormLayout()
         form.addRow("Name", self.name)
         form.addRow("Target", self.target)
@@ -73,6 +92,7 @@ class AddHostDialog(QDialog):
         form.addRow("Key file", self.identity)
         form.addRow("Jump host", self.jump)
         form.addRow("Simulate", self.simulate)
+        form.addRow("Prometheus exporter", self.prometheus)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -80,7 +100,25 @@ class AddHostDialog(QDialog):
         if ssh_config_hosts:
             layout.addWidget(QLabel(f"{len(ssh_config_hosts)} host(s) in ~/.ssh/config: pick one or type a target."))
         layout.addLayout(form)
+        layout.addWidget(self.prometheus_error)
         layout.addWidget(self.buttons)
+        self.prometheus.textChanged.connect(self._check_prometheus)
+        self.name.textChanged.connect(self._check_prometheus)
+
+    def _check_prometheus(self) -> None:
+        """Say what is wrong with the exporter address under the form; OK waits until it is right or empty."""
+        text = self.prometheus.text().strip()
+        problem = ""
+        if text:
+            try:
+                parse_listen_address(text, f"Prometheus exporter (host {self.name.text().strip() or 'new'})")
+            except InputError as exc:
+                problem = str(exc)
+        self.prometheus_error.setText(problem)
+        self.prometheus_error.setVisible(bool(problem))
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        assert ok is not None  # the box was made with one
+        ok.setEnabled(not problem)
 
     def _suggest_name(self, target: str) -> None:
         if not self.name.isModified():
@@ -97,6 +135,7 @@ class AddHostDialog(QDialog):
             identity_file=text(self.identity),
             jump=text(self.jump),
             simulate=text(self.simulate),
+            prometheus=text(self.prometheus),
         )
 
 

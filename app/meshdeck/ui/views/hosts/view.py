@@ -52,7 +52,7 @@ def probe_summary(name: str, report: host_service.ProbeReport) -> str:
     return (
         f"{name}: reached {report.route} with {report.auth}; host key {report.host_key}; python "
         f"{report.python_version} on {report.machine}; agent {report.agent_version} {agent}; "
-        f"{len(report.inventory.gpus)} GPU(s) in {report.seconds:.1f} s"
+        f"{len(report.inventory.gpus)} GPU(s) in {report.seconds:.1f} s" + (f"; {report.note}" if report.note else "")
     )
 
 
@@ -167,7 +167,8 @@ class HostsView(QWidget):
         if record is not None:
             via = record.target + (f":{record.port}" if record.port else "")
             via += f" via {record.jump}" if record.jump else ""
-            return via + (f" (simulate {record.simulate})" if record.simulate else "")
+            via += f" (simulate {record.simulate})" if record.simulate else ""
+            return via + (f" (exporter {record.prometheus})" if record.prometheus else "")
         if self.context.fleet is not None and name in self.context.fleet.hosts():
             return self.context.fleet.supervisor(name).connector.describe()
         return "—"
@@ -337,6 +338,7 @@ class HostsView(QWidget):
                 identity_file=new.identity_file,
                 jump=new.jump,
                 simulate=new.simulate,
+                prometheus=new.prometheus,
                 settings=fleet.settings,
             )
             fleet.add_record(record)
@@ -394,6 +396,7 @@ class HostsView(QWidget):
                 identity_file=record.identity_file,
                 jump=record.jump,
                 simulate=record.simulate,
+                prometheus=record.prometheus,
                 settings=fleet.settings,
                 progress=lambda message: progress.report(None, message),
             )
