@@ -42,7 +42,10 @@ Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agent
 (their daemons, and the `attach` relays between them and this process, from /proc/<pid>/stat), and
 `machine_cpu_busy_pct`, every CPU's busy time from /proc/stat — all in % of one core like the client's
 (2 CPUs fully busy = 200), so other work on the machine shows as the difference; `machine.load_average_1m`;
-`client_threads` (this process's threads at the window's end, from /proc/self/task); the live samples
+`client_threads` (this process's threads at the window's end, from /proc/self/task) and
+`client_cpu_pct_by_thread` (their CPU in the window by thread group, from /proc/self/task/*/stat: the GUI
+thread is "MainThread", the hosts' supervisors "meshdeck-host-*", threads Python did not start "other");
+the live samples
 delivered and those backfilled in the window; `samples_undelivered`, the window's samples still waiting
 in the agents' rings when the drain ended (the client was behind: part of `samples_lost`, though the
 agents still hold them) and `samples_dropped_by_agents`, those the rings lost before they were read (the
@@ -56,6 +59,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -317,6 +321,7 @@ class FleetBenchmark:
     refresh_ms: list[float]
     not_measured: dict[str, str] = field(default_factory=dict)  # host -> why it is not in the sample counts
     machine: dict[str, object] = field(default_factory=machine)
+    thread_cpu_s: dict[str, float] = field(default_factory=dict)  # thread group -> CPU seconds in the window
 
     def as_dict(self) -> dict[str, object]:
         produced = sum(w.produced for w in self.windows.values())
@@ -368,6 +373,10 @@ class FleetBenchmark:
                 "machine_cpu_busy_pct": round(self.machine_busy_pct, 1),
                 "writer_inbox_waits": self.stats_end.inbox_waits - self.stats_start.inbox_waits,
                 "writer_commits": self.stats_end.commits - self.stats_start.commits,
+                "client_cpu_pct_by_thread": {
+                    group: round(100 * seconds / self.window_s, 1)
+                    for group, seconds in sorted(self.thread_cpu_s.items(), key=lambda item: -item[1])
+                },
                 "machine": self.machine,
                 "definitions": "see `meshdeck.services.fleet_benchmark` (python -m pydoc)",
             }
@@ -542,6 +551,27 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         run.close()
 
 
+_THREAD_GROUP = re.compile(r"^(meshdeck-(?:host|rpc|job)|deploy|load)-.*$")
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads, summed per group: the Python threads by
+    name (one group for all `meshdeck-host-*` supervisors, etc.), the rest (Qt's, SQLite's) as "other"."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate() if thread.native_id is not None}
+    tick = os.sysconf("SC_CLK_TCK")
+    groups: dict[str, float] = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = names.get(int(task), "other")
+        group = _THREAD_GROUP.sub(r"\1-*", name)
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return groups
+
+
 def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
     settings = run.settings
     hosts = [n for n in run.names if n in run.meter.first_delivery]
@@ -558,6 +588,7 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
     stats_start, backlog_start = run.writer.stats(), run.writer.inbox_held
     daemons_start, relays_start = run.agent_cpu_s()
     busy_start, total_start = machine_busy()
+    threads_start = thread_cpu_s()
     rss = PeakRss().start()
     run.meter.measuring(True)
     wall_start, cpu_start = time.monotonic(), time.process_time()
@@ -571,6 +602,7 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
     backlog_end = run.writer.inbox_held
     peak_rss = rss.stop()
     busy_end, total_end = machine_busy()
+    threads_end = thread_cpu_s()
     daemons_end, relays_end = run.agent_cpu_s()
     threads = len(os.listdir("/proc/self/task"))
     refresh_ms = run.console.refresh_durations_ms()[refreshes_before:] if run.console is not None else []
@@ -631,4 +663,9 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
         stats_end=stats_end,
         refresh_ms=refresh_ms,
         not_measured=not_measured,
+        thread_cpu_s={
+            group: threads_end[group] - threads_start.get(group, 0.0)
+            for group in threads_end
+            if threads_end[group] - threads_start.get(group, 0.0) > 0
+        },
     )
