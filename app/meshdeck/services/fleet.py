@@ -217,9 +217,11 @@ class FleetService:
         since_seq: int | None = None,
         since_epoch: str | None = None,
         interval_s: float | None = None,
+        seed: int | None = None,
     ) -> HostSupervisor:
-        """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones)."""
-        options = AgentOptions(socket=socket, state_dir=state_dir, simulate=simulate, interval_s=interval_s)
+        """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones).
+        `seed`: of a simulated agent's numbers (None: the agent's default, 0)."""
+        options = AgentOptions(socket=socket, state_dir=state_dir, simulate=simulate, seed=seed, interval_s=interval_s)
         return self.add_host(name, LocalConnector(name, options), since_seq=since_seq, since_epoch=since_epoch)
 
     def remove_host(self, name: str) -> None:
