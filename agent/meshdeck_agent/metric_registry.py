@@ -10,7 +10,8 @@ through the app, unitless (`describe`): a newer agent may add some within protoc
 Scopes name what a value is measured on, as the app's series keys do (meshdeck.core.samples.Device):
 a GPU, one NVLink link of a GPU, the host, a NIC port, or a vLLM worker (one engine, or its sum over
 engines). A `gauge` is a level or a rate at the sample's time; a `counter` only grows while the process
-that counts lives (vLLM's `*_total`).
+that counts lives (vLLM's `*_total`; for a GPU's volatile ECC counts, the driver until it reloads or the
+GPU is reset).
 
 The ranges are physical bounds with room to spare (no GPU has a petabyte of memory or runs at 10 kW),
 not tuning: they keep garbage out and never clip a real reading. Stdlib only, Python 3.9.
@@ -46,6 +47,7 @@ REQUESTS = "requests"
 PREEMPTIONS = "preemptions"
 PREEMPTIONS_PER_S = "preemptions/s"
 ENGINES = "engines"
+ERRORS = "errors"
 UNITLESS = ""
 UNITS = (
     BYTES,
@@ -62,10 +64,12 @@ UNITS = (
     PREEMPTIONS,
     PREEMPTIONS_PER_S,
     ENGINES,
+    ERRORS,
     UNITLESS,
 )
 
 PETABYTE = 2.0**50
+MAX_ERROR_COUNT = 2.0**63  # NVML's counters are unsigned 64-bit; no real count comes near
 BYTE_RATE = 1e14  # 100 TB/s: above any link a GPU, NIC or host has
 MAX_WORKER_VALUE = 1e18  # vLLM counters (tokens served) stay far below; beyond this a value is garbage
 
@@ -88,7 +92,9 @@ class Metric:
         return self.low <= value <= self.high
 
 
-# Per GPU, in wire order. `nvlink_*` are the sums over the GPU's links (per link: NVLINK_METRICS).
+# Per GPU, in wire order. `nvlink_*` are the sums over the GPU's links (per link: NVLINK_METRICS). The ECC
+# counts are NVML's volatile totals (nvmlDeviceGetTotalEccErrors, NVML_VOLATILE_ECC): null on a GPU
+# without ECC (or with ECC off), never 0, since 0 would say "checked, no errors".
 GPU_METRICS: Tuple[Metric, ...] = (
     Metric("memory_used_bytes", BYTES, PETABYTE, GPU, GAUGE, "GPU memory in use"),
     Metric("memory_total_bytes", BYTES, PETABYTE, GPU, GAUGE, "GPU memory on the board"),
@@ -104,6 +110,22 @@ GPU_METRICS: Tuple[Metric, ...] = (
     Metric("nvlink_rx_bytes_per_s", BYTES_PER_S, BYTE_RATE, GPU, GAUGE, "NVLink data received, all links"),
     Metric("pcie_tx_bytes_per_s", BYTES_PER_S, BYTE_RATE, GPU, GAUGE, "PCIe data sent by the GPU"),
     Metric("pcie_rx_bytes_per_s", BYTES_PER_S, BYTE_RATE, GPU, GAUGE, "PCIe data received by the GPU"),
+    Metric(
+        "ecc_uncorrected_volatile",
+        ERRORS,
+        MAX_ERROR_COUNT,
+        GPU,
+        COUNTER,
+        "Uncorrected ECC memory errors since the driver loaded or the GPU was reset (volatile)",
+    ),
+    Metric(
+        "ecc_corrected_volatile",
+        ERRORS,
+        MAX_ERROR_COUNT,
+        GPU,
+        COUNTER,
+        "Corrected ECC memory errors since the driver loaded or the GPU was reset (volatile)",
+    ),
 )
 # Per NVLink link of a GPU: the (tx, rx) pair of GpuSample.nvlink_links, in that order.
 NVLINK_METRICS: Tuple[Metric, ...] = (

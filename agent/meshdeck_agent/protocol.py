@@ -25,9 +25,11 @@ Samples (`samples` event data is {"samples": [SAMPLE, ...], "dropped": N}; `samp
                 "temperature_c": .., "sm_clock_mhz": .., "mem_clock_mhz": ..,
                 "nvlink_tx_bytes_per_s": .., "nvlink_rx_bytes_per_s": ..,
                 "nvlink_links": [[tx_bytes_per_s, rx_bytes_per_s], ...],   # index = link id
-                "pcie_tx_bytes_per_s": .., "pcie_rx_bytes_per_s": .., "xid_events": [{"xid", "ts"}],
+                "pcie_tx_bytes_per_s": .., "pcie_rx_bytes_per_s": ..,
+                "ecc_uncorrected_volatile": .., "ecc_corrected_volatile": ..,   # null: no ECC on this GPU
+                "xid_events": [{"xid", "ts"}],
                 # also, where the backend reads them (not flattened into rows):
-                "ecc_uncorrected_volatile": .., "remapped_rows_pending": bool, ...,
+                "remapped_rows_pending": bool, ...,
                 "processes": [{"pid": .., "used_memory_bytes": ..}]}],
       "host": {"cpu_pct": .., "ram_used_bytes": .., "ram_total_bytes": ..},
       "nics": [{"name": "mlx5_0/1", "kind": "infiniband" | "roce" | "ethernet",

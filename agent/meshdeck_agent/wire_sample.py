@@ -125,16 +125,15 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One GPU at one instant. `values` holds GPU_METRICS in order (None: not reported); a backend builds
-    one with `GpuSample.of`, naming its values. The `remapped_rows_*` counts and failure flag are NVML's
-    (sent only when read)."""
+    """One GPU at one instant. `values` holds GPU_METRICS in order (None: not reported), the volatile ECC
+    counts among them; a backend builds one with `GpuSample.of`, naming its values. The `remapped_rows_*`
+    counts and failure flag are NVML's (sent only when read)."""
 
     index: int
     uuid: Optional[str]
     values: Tuple[Optional[float], ...]
     nvlink_links: Tuple[Tuple[Optional[float], Optional[float]], ...] = ()  # (tx, rx) bytes/s, index = link id
     xid_events: Tuple[XidEvent, ...] = ()
-    ecc_uncorrected_volatile: Optional[float] = None
     remapped_rows_pending: Optional[bool] = None
     processes: Tuple[GpuProcess, ...] = ()
     remapped_rows_correctable: Optional[float] = None
@@ -149,7 +148,6 @@ class GpuSample:
         nvlink_links: Iterable[Sequence[Optional[float]]] = (),
         xid_events: Iterable[XidEvent] = (),
         processes: Iterable[GpuProcess] = (),
-        ecc_uncorrected_volatile: Optional[float] = None,
         remapped_rows_pending: Optional[bool] = None,
         remapped_rows_correctable: Optional[float] = None,
         remapped_rows_uncorrectable: Optional[float] = None,
@@ -164,7 +162,6 @@ class GpuSample:
             _metric_values(metrics, _GPU_INDEX, "GpuSample"),
             tuple((pair[0], pair[1]) for pair in nvlink_links),
             tuple(xid_events),
-            ecc_uncorrected_volatile,
             remapped_rows_pending,
             tuple(processes),
             remapped_rows_correctable,
@@ -370,9 +367,6 @@ def _gpu(raw: Any, field: str) -> GpuSample:
         values=values,
         nvlink_links=tuple(links),
         xid_events=tuple(xids),
-        ecc_uncorrected_volatile=_number(
-            data.get("ecc_uncorrected_volatile"), field + ".ecc_uncorrected_volatile", 0.0, 2.0**63
-        ),
         remapped_rows_pending=_flag(data.get("remapped_rows_pending"), field + ".remapped_rows_pending"),
         processes=tuple(processes),
         remapped_rows_correctable=_number(
@@ -396,7 +390,6 @@ def _gpu_to_wire(gpu: GpuSample) -> Dict[str, Any]:
     out.update(zip((m.name for m in GPU_METRICS), gpu.values))
     out["nvlink_links"] = [list(pair) for pair in gpu.nvlink_links]
     out["xid_events"] = [{"xid": e.xid, "ts": e.ts} for e in gpu.xid_events]
-    out["ecc_uncorrected_volatile"] = gpu.ecc_uncorrected_volatile
     out["remapped_rows_pending"] = gpu.remapped_rows_pending
     out["processes"] = [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes} for p in gpu.processes]
     for name in _NVML_EXTRAS:

@@ -55,7 +55,7 @@ def _at(batch: SampleBatch, ts: float) -> SampleBatch:
 
 def _feed(context: ConsoleContext, hosts: list[str], batches: list[SampleBatch], ts: float) -> None:
     for h, host in enumerate(hosts):
-        context.live.ingest(host, _at(batches[(h + int(ts)) % len(batches)], ts))
+        context.ingest(host, _at(batches[(h + int(ts)) % len(batches)], ts))  # the charts' rings and ECC counts
 
 
 def _measure(qapp, hosts: int, tmp_path: Path, screenshot: str | None = None) -> tuple[list[float], list[float]]:

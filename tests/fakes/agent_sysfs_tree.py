@@ -215,6 +215,7 @@ def _capture(bus_ids: list[str], links: Any) -> dict[str, Any]:
                 "clock_sm": 345,
                 "clock_mem": 2619,
                 "ecc_uncorrected_volatile": 0,
+                "ecc_corrected_volatile": 0,
                 "remapped_rows": [0, 0, 0, 0],
                 "processes": [],
                 "pcie_tx_kib": 0,

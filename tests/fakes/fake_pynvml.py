@@ -16,6 +16,10 @@ from typing import Any
 import pynvml as real
 
 _NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
+_ECC_KEYS = {  # (nvmlMemoryErrorType_t, nvmlEccCounterType_t) -> the capture's key
+    (real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, real.NVML_VOLATILE_ECC): "ecc_uncorrected_volatile",
+    (real.NVML_MEMORY_ERROR_TYPE_CORRECTED, real.NVML_VOLATILE_ECC): "ecc_corrected_volatile",
+}
 
 
 class _Handle:
@@ -110,7 +114,9 @@ def build(capture: dict[str, Any], missing: tuple[str, ...] = (), init_error: in
         return _need(device(handle).get("clock_sm" if clock == real.NVML_CLOCK_SM else "clock_mem"))
 
     def nvmlDeviceGetTotalEccErrors(handle: _Handle, error_type: int, counter_type: int) -> int:
-        return _need(device(handle).get("ecc_uncorrected_volatile"))
+        # a capture holds the volatile counts; the aggregate (lifetime) ones it lacks, as a driver may
+        key = _ECC_KEYS.get((error_type, counter_type))
+        return _need(device(handle).get(key) if key else None)
 
     def nvmlDeviceGetRemappedRows(handle: _Handle) -> tuple[int, int, int, int]:
         return tuple(_need(device(handle).get("remapped_rows")))

@@ -238,6 +238,66 @@ def test_xid_alerts_are_counted_per_gpu(fleet) -> None:
     assert fleet.canvas.bins[fleet.table.cell_of("node", 6)] > fleet.canvas.bins[fleet.table.cell_of("node", 0)]
 
 
+def _post_ecc(context, host: str, ts: float, counts: dict[int, tuple[int | None, int | None]]) -> None:
+    """One sample of `host` whose GPUs report (uncorrected, corrected) volatile ECC counts: 0 unless named in
+    `counts`; None is what NVML's NOT_SUPPORTED (a GPU without ECC) puts on the wire."""
+    if host not in context.hosts.hosts:
+        context.bridge.post(HostStateChanged(host, "connected"))
+    sample = wire_sample(1, ts, gpus=8, nvlinks=1, nics=1, workers=0)
+    for gpu in sample["gpus"]:
+        uncorrected, corrected = counts.get(gpu["index"], (0, 0))
+        gpu.update(ecc_uncorrected_volatile=uncorrected, ecc_corrected_volatile=corrected)
+    context.bridge.post(SamplesReceived(host, sample_batch([sample])))
+    context.bridge.drain()
+
+
+def test_a_gpu_with_an_uncorrected_ecc_error_is_coloured_alerting_and_its_hover_names_it(
+    fleet, simulated_inventory, qtbot, monkeypatch
+) -> None:
+    context, now = fleet.context, time.time()
+    connect_hosts(qtbot, context, {"silent": simulated_inventory})  # connected, no sample yet
+    _post_ecc(context, "node", now, {3: (1, 5)})
+    _post_ecc(context, "no-ecc", now, dict.fromkeys(range(8), (None, None)))
+    for _ in range(20):  # many XIDs on another GPU must not make one ECC error look healthy
+        context.bridge.post(AgentEvent("node", "alert", {"kind": "xid", "gpu": 6, "xid": 13}))
+    context.bridge.drain()
+    fleet.set_metric("xid")
+    table, canvas = fleet.table, fleet.canvas
+    failing, healthy, chatty = (table.cell_of("node", g) for g in (3, 0, 6))
+    top = len(canvas.colors) - 1
+    assert canvas.bins[failing] == top and canvas.bins[chatty] == top and canvas.bins[healthy] == 0
+    assert _pixel(fleet, failing) == canvas.colors[top] and _pixel(fleet, healthy) == canvas.colors[0]
+    assert fleet.legend.title == "XID / ECC alerts"
+    assert (fleet.legend.low_text, fleet.legend.high_text) == ("0", "≥ 1")
+    # a GPU without ECC: its XIDs are still watched (0), its ECC counts are no data, never 0
+    no_ecc = table.cell_of("no-ecc", 2)
+    assert canvas.bins[no_ecc] == 0
+    assert "XID / ECC alerts: 0 (XID events 0, uncorrected ECC no data, corrected ECC no data)" in (
+        fleet.describe_cell(no_ecc)
+    )
+    assert canvas.bins[table.cell_of("silent", 0)] == -1  # nothing reported: an outline
+    shown: list[str] = []
+    monkeypatch.setattr(QToolTip, "showText", lambda _pos, text, *_args: shown.append(text))
+    qtbot.mouseMove(fleet.canvas, _center(fleet, failing))
+    qtbot.waitUntil(lambda: bool(shown), timeout=5000)
+    assert "XID / ECC alerts: 1 (XID events 0, uncorrected ECC 1, corrected ECC 5) ◀" in shown[-1]
+
+
+def test_a_newer_ecc_count_replaces_the_shown_one_and_a_stale_host_keeps_its_last(fleet) -> None:
+    context, now = fleet.context, time.time()
+    _post_ecc(context, "node", now - 2, {})
+    fleet.set_metric("xid")
+    cell = fleet.table.cell_of("node", 5)
+    assert fleet.canvas.bins[cell] == 0
+    _post_ecc(context, "node", now - 1, {5: (2, 0)})
+    fleet.refresh()
+    assert fleet.canvas.bins[cell] == len(fleet.canvas.colors) - 1
+    assert "uncorrected ECC 2" in fleet.describe_cell(cell)
+    _post_ecc(context, "node", now, {5: (None, None)})  # NVML stopped answering: no data, not the old 2
+    fleet.refresh()
+    assert "uncorrected ECC no data" in fleet.describe_cell(cell) and fleet.canvas.bins[cell] == 0
+
+
 def test_grouped_by_deployment_each_running_deployment_has_its_gpus(fleet) -> None:
     context, now = fleet.context, time.time()
     for host in ("n1", "n2", "n3"):

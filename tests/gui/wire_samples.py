@@ -53,6 +53,8 @@ def wire_sample(
                 nvlink_rx_bytes_per_s=link_rate * 0.98,
                 pcie_tx_bytes_per_s=1e9 * load,
                 pcie_rx_bytes_per_s=2e9 * load,
+                ecc_uncorrected_volatile=0,  # a healthy GPU with ECC on
+                ecc_corrected_volatile=0,
             )
         )
     return Sample(

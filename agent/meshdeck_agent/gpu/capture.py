@@ -9,7 +9,7 @@ tested against what a real driver said. Missing values stay null, as the backend
      "nvml_reason": null, "devices": [{
         "name", "uuid", "bus_id", "arch", "pcie_gen", "pcie_width", "power_limit_mw",
         "memory": {"total", "reserved", "free", "used"} | null, "utilization": {"gpu", "memory"},
-        "power_mw", "temperature", "clock_sm", "clock_mem", "ecc_uncorrected_volatile",
+        "power_mw", "temperature", "clock_sm", "clock_mem", "ecc_uncorrected_volatile", "ecc_corrected_volatile",
         "remapped_rows": [corr, unc, pending, failure] | null, "processes": [{"pid", "used"}],
         "pcie_tx_kib", "pcie_rx_kib",
         "nvlinks": [{"link", "active", "remote_bus_id", "remote_type"}],
@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .nvml import ALL_LINKS_SCOPE, Nvml, NvmlGpus, _text, field_value
+from .nvml import ALL_LINKS_SCOPE, ECC_COUNTS, Nvml, NvmlGpus, _text, field_value
 
 
 def _struct(value: Any, fields: List[str]) -> Optional[Dict[str, Any]]:
@@ -37,6 +37,8 @@ def capture(nvml: Nvml, reads: int = 3, interval_s: float = 1.0) -> Dict[str, An
     gpus = NvmlGpus(nvml)
     handles = gpus.handles()
     memory_v2 = nvml.constant("nvmlMemory_v2")
+    volatile = nvml.constant("NVML_VOLATILE_ECC", 0)
+    ecc_types = [(metric, nvml.constant(error_type, value)) for metric, error_type, value in ECC_COUNTS]
     devices: List[Dict[str, Any]] = []
     for index, handle in enumerate(handles):
         links = []
@@ -70,12 +72,10 @@ def capture(nvml: Nvml, reads: int = 3, interval_s: float = 1.0) -> Dict[str, An
                 "temperature": nvml.call("nvmlDeviceGetTemperature", handle, nvml.constant("NVML_TEMPERATURE_GPU", 0)),
                 "clock_sm": nvml.call("nvmlDeviceGetClockInfo", handle, nvml.constant("NVML_CLOCK_SM", 1)),
                 "clock_mem": nvml.call("nvmlDeviceGetClockInfo", handle, nvml.constant("NVML_CLOCK_MEM", 2)),
-                "ecc_uncorrected_volatile": nvml.call(
-                    "nvmlDeviceGetTotalEccErrors",
-                    handle,
-                    nvml.constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
-                    nvml.constant("NVML_VOLATILE_ECC", 0),
-                ),
+                **{
+                    metric: nvml.call("nvmlDeviceGetTotalEccErrors", handle, error_type, volatile)
+                    for metric, error_type in ecc_types
+                },
                 "remapped_rows": list(remapped) if remapped else None,
                 "processes": [{"pid": p.pid, "used": getattr(p, "usedGpuMemory", None)} for p in processes],
                 "pcie_tx_kib": nvml.call(

@@ -6,8 +6,8 @@ raising. A function this driver lacks is logged once and reads as missing (None)
 other NVML error reads as None for that value only. Nothing here raises into the sampler.
 
 Per GPU and sample: memory v2 (used/total/reserved), utilization, power and limit, temperature,
-SM/memory clocks, volatile uncorrected ECC, remapped rows, compute processes with their memory,
-NVLink data throughput per link from the field values NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX
+SM/memory clocks, volatile ECC errors (uncorrected and corrected), remapped rows, compute processes with
+their memory, NVLink data throughput per link from the field values NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX
 (cumulative KiB counters with a microsecond timestamp each: rate = Δvalue·1024 / Δtimestamp), PCIe
 TX/RX throughput (NVML reports KiB/s over a 20 ms window), and XID events collected by `XidWatcher`.
 The link total uses the all-links scope (scopeId = UINT32_MAX) when the driver answers it, else the
@@ -28,6 +28,11 @@ from ..wire_sample import MAX_XID_EVENTS, GpuProcess, GpuSample, XidEvent
 log = logging.getLogger(__name__)
 
 ALL_LINKS_SCOPE = 0xFFFFFFFF
+# The volatile ECC counts a sample carries: (metric, nvmlMemoryErrorType_t constant, its value in NVML)
+ECC_COUNTS = (
+    ("ecc_uncorrected_volatile", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+    ("ecc_corrected_volatile", "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+)
 _ARCH_NAMES = {
     2: "kepler",
     3: "maxwell",
@@ -321,12 +326,7 @@ class NvmlGpus:
                     nvlink_links=per_link,
                     xid_events=xids,
                     processes=(GpuProcess(p.pid, getattr(p, "usedGpuMemory", None)) for p in processes),
-                    ecc_uncorrected_volatile=call(
-                        "nvmlDeviceGetTotalEccErrors",
-                        handle,
-                        self.nvml.constant("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
-                        self.nvml.constant("NVML_VOLATILE_ECC", 0),
-                    ),
+                    **self._ecc(handle),
                     remapped_rows_correctable=remapped[0] if remapped else None,
                     remapped_rows_uncorrectable=remapped[1] if remapped else None,
                     remapped_rows_pending=bool(remapped[2]) if remapped else None,
@@ -348,6 +348,18 @@ class NvmlGpus:
                 )
             )
         return samples
+
+    def _ecc(self, handle: Any) -> Dict[str, Optional[float]]:
+        """The volatile ECC error counts (ECC_COUNTS). A GPU without ECC, or with ECC off, answers
+        NVML_ERROR_NOT_SUPPORTED: None, so the app shows "no data", never a reassuring 0."""
+        volatile = self.nvml.constant("NVML_VOLATILE_ECC", 0)
+        counts: Dict[str, Optional[float]] = {}
+        for metric, error_type, value in ECC_COUNTS:
+            count = self.nvml.call(
+                "nvmlDeviceGetTotalEccErrors", handle, self.nvml.constant(error_type, value), volatile
+            )
+            counts[metric] = count if isinstance(count, int) else None
+        return counts
 
     def _uuid(self, index: int, handle: Any) -> Optional[str]:
         if self._uuids.get(index) is None:

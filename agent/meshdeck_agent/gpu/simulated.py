@@ -2,7 +2,9 @@
 power and temperature, and memory / NVLink / PCIe numbers that follow the simulated workers.
 
 Deterministic for a seed: the same seed and the same sequence of `read` calls give the same numbers.
-The agent marks every inventory and sample it builds from this backend `simulated: true`.
+The agent marks every inventory and sample it builds from this backend `simulated: true`. ECC counts are
+mostly 0; a seeded few servers get one uncorrected error on one GPU (see FAULTY_SERVER_SHARE), so a
+fleet of simulated agents, each with its own seed, shows the fleet view's alert now and then.
 
 Layout: SXM parts (H100/H200/H20/H800/B200/A100/A800) sit on NVSwitch baseboards of up to 8 GPUs,
 every link of every GPU on the board's switches (NV18 between all pairs of an H200 board); a 9-16 GPU
@@ -28,6 +30,13 @@ BOARD_SIZE = 8
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _SWITCH_BUSES = (0x05, 0x06, 0x07, 0x08, 0x09, 0x0A)
 IDLE_USED_BYTES = 2 * MIB  # nvidia-smi shows ~2 MiB used on an idle H100
+# ECC, far more often than real HBM fails, so a fleet view shows one now and then: one simulated server in
+# 16 has a GPU that takes one uncorrected error within FAULT_WITHIN_S of its first sample (and is left
+# with a row remap pending, as a Hopper GPU is); one GPU in 8 leaks corrected errors, one every few minutes.
+FAULTY_SERVER_SHARE = 1 / 16
+FAULT_WITHIN_S = 600.0
+LEAKY_GPU_SHARE = 1 / 8
+LEAK_EVERY_S = (120.0, 900.0)  # mean seconds between a leaky GPU's corrected errors, drawn per GPU
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class SimulatedGpus:
         self._power = [self.gpu.idle_power_w] * self.count
         self._temperature = [self.gpu.idle_temperature_c] * self.count
         self._last_now: Optional[float] = None
+        self._ecc = _SimulatedEcc(self.count, seed)
 
     # -- inventory -------------------------------------------------------------------------------
 
@@ -128,6 +138,7 @@ class SimulatedGpus:
         loads = loads or {}
         dt = 1.0 if self._last_now is None else max(0.05, min(60.0, now - self._last_now))
         self._last_now = now
+        self._ecc.advance(now, dt)
         rng = self._rng
         gpu = self.gpu
         total = gpu.memory_mib * MIB
@@ -165,8 +176,9 @@ class SimulatedGpus:
                     self.uuids[index],
                     nvlink_links=links,
                     processes=(GpuProcess(pid, held) for pid, held in load.processes),
-                    ecc_uncorrected_volatile=0,
-                    remapped_rows_pending=False,
+                    ecc_uncorrected_volatile=self._ecc.uncorrected[index],
+                    ecc_corrected_volatile=self._ecc.corrected[index],
+                    remapped_rows_pending=self._ecc.uncorrected[index] > 0,
                     memory_used_bytes=used,
                     memory_total_bytes=total,
                     memory_reserved_bytes=reserved,
@@ -199,3 +211,30 @@ class SimulatedGpus:
             (int(min(cap, share * (0.97 + 0.06 * uniform()))), int(min(cap, share * (0.97 + 0.06 * uniform()))))
             for _ in range(count)
         ]
+
+
+class _SimulatedEcc:
+    """The volatile ECC counts of a simulated server's GPUs. Its own random stream (from the seed), so the
+    other numbers of a seed are what they were before ECC was simulated; deterministic for a seed and a
+    sequence of reads. The fault's time counts from the first read."""
+
+    def __init__(self, count: int, seed: int) -> None:
+        self._rng = random.Random("ecc-%d" % seed)
+        rng = self._rng
+        self.uncorrected = [0] * count
+        self.corrected = [0] * count
+        self._faulty = rng.randrange(count) if rng.random() < FAULTY_SERVER_SHARE else None
+        self._fault_after_s = rng.uniform(0.0, FAULT_WITHIN_S)
+        self._leak_rate = [
+            1.0 / rng.uniform(*LEAK_EVERY_S) if rng.random() < LEAKY_GPU_SHARE else 0.0 for _ in range(count)
+        ]
+        self._first_now: Optional[float] = None
+
+    def advance(self, now: float, dt: float) -> None:
+        if self._first_now is None:
+            self._first_now = now
+        if self._faulty is not None and now - self._first_now >= self._fault_after_s:
+            self.uncorrected[self._faulty] = 1
+        for index, rate in enumerate(self._leak_rate):
+            if rate and self._rng.random() < rate * dt:
+                self.corrected[index] += 1

@@ -223,11 +223,18 @@ class FleetService:
         since_epoch: str | None = None,
         interval_s: float | None = None,
         prometheus: str | None = None,
+        seed: int | None = None,
     ) -> HostSupervisor:
         """Supervise an agent on this machine, run as a subprocess (`--demo` runs two simulated ones);
-        `prometheus` (HOST:PORT) starts its exporter there if no daemon runs on that socket yet."""
+        `prometheus` (HOST:PORT) starts its exporter there if no daemon runs on that socket yet; `seed`: of
+        a simulated agent's numbers (None: the agent's default, 0)."""
         options = AgentOptions(
-            socket=socket, state_dir=state_dir, simulate=simulate, interval_s=interval_s, prometheus=prometheus
+            socket=socket,
+            state_dir=state_dir,
+            simulate=simulate,
+            seed=seed,
+            interval_s=interval_s,
+            prometheus=prometheus,
         )
         return self.add_host(name, LocalConnector(name, options), since_seq=since_seq, since_epoch=since_epoch)
 

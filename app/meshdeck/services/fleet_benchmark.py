@@ -421,11 +421,15 @@ class _Run:
 
     def start_hosts(self) -> float:
         started = time.monotonic()
-        for name in self.names:
+        for seed, name in enumerate(self.names):  # each its own seed: its own GPU ids, noise and ECC errors
             folder = self.host_dir(name)
             folder.mkdir()
             self.fleet.add_local(
-                name, simulate=self.settings.simulate, socket=str(folder / "a.sock"), state_dir=str(folder / "state")
+                name,
+                simulate=self.settings.simulate,
+                socket=str(folder / "a.sock"),
+                state_dir=str(folder / "state"),
+                seed=seed,
             )
         return started
 

@@ -14,16 +14,19 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
+from meshdeck.core.samples import SampleBatch, SeriesKey
 from meshdeck.services.console import Database
 from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.inventory import Inventory
 from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.charts.latest_values import LatestValues
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.views.dashboard.charts import dashboard_metrics
+from meshdeck.ui.views.fleet.metrics import LATEST_METRICS
 
 if TYPE_CHECKING:  # loaded only under --demo
     from meshdeck.services.demo import DemoCluster
@@ -106,6 +109,7 @@ class ConsoleContext:
     jobs: JobRunner
     settings: QSettings
     live: LiveMetrics = field(default_factory=lambda: LiveMetrics(keep_metrics=dashboard_metrics()))
+    latest: LatestValues = field(default_factory=lambda: LatestValues(frozenset(LATEST_METRICS)))  # no history
     hosts: HostsModel | None = None
     deployments: DeploymentsModel | None = None  # the registry's deployments, as its events said
     simulated: bool = False  # the demo: every host is a simulated agent
@@ -118,7 +122,7 @@ class ConsoleContext:
             self.hosts = HostsModel(self.bridge)
         if self.deployments is None:
             self.deployments = DeploymentsModel(self.bridge)
-        self.bridge.keep_series(self.live.wants)  # only what the charts draw waits for the GUI thread
+        self.bridge.keep_series(self._wants)  # only what the views show waits for the GUI thread
         self.bridge.samples_received.connect(self._ingest)
 
     def use_deploy(self, deploy: DeployService) -> None:
@@ -128,9 +132,17 @@ class ConsoleContext:
         self.on_shutdown.append(deploy.close)
         self.on_shutdown.append(deploy.subscribe(self.bridge.post))
 
+    def _wants(self, key: SeriesKey) -> bool:
+        return self.live.wants(key) or self.latest.wants(key)
+
     def _ingest(self, event: SamplesReceived) -> None:
         # a span the agent lost or the console shed is drawn as a gap, not bridged by a line
-        self.live.ingest(event.host, event.batch, gap_before=bool(event.dropped or event.skipped_before))
+        self.ingest(event.host, event.batch, gap_before=bool(event.dropped or event.skipped_before))
+
+    def ingest(self, host: str, batch: SampleBatch, *, gap_before: bool = False) -> None:
+        """One host's samples into what the views read: the charts' rings and the newest-only values."""
+        self.live.ingest(host, batch, gap_before=gap_before)
+        self.latest.ingest(host, batch)
 
     def shutdown(self) -> None:
         """Stop jobs, then every service, in reverse order of start. Safe to call twice."""

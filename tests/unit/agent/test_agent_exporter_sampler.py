@@ -108,7 +108,9 @@ def test_the_exporter_takes_help_units_and_types_from_the_metric_registry():
     families = _exported(ring, machine)
     for metric in GPU_METRICS:
         family = families["meshdeck_gpu_" + metric.name]
-        assert family.documentation == f"{metric.help} ({metric.unit})" and family.type == "gauge"
+        assert family.documentation == f"{metric.help} ({metric.unit})" and family.type == metric.kind
+    ecc = families["meshdeck_gpu_ecc_uncorrected_volatile"]  # NVML's count since the driver loaded
+    assert ecc.type == "counter" and ecc.samples[0].name == "meshdeck_gpu_ecc_uncorrected_volatile_total"
     assert (
         families["meshdeck_gpu_nvlink_link_rx_bytes_per_s"].documentation
         == "NVLink data received on one link (bytes/s)"

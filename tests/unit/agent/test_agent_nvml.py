@@ -52,7 +52,7 @@ def test_a_sample_converts_units_and_rates_nvlink_counters_over_their_timestamps
     assert second.nvlink_links[0][0] == pytest.approx(10 * GB, rel=1e-3)
     assert second.nvlink_links[17][1] == pytest.approx(5 * GB, rel=1e-3)
     assert second.value("nvlink_tx_bytes_per_s") == pytest.approx(180 * GB, rel=1e-3)
-    assert second.ecc_uncorrected_volatile == 0 and second.remapped_rows_pending is False
+    assert second.value("ecc_uncorrected_volatile") == 0 and second.remapped_rows_pending is False
     assert second.processes == ()
     (decoded,) = Sample.from_wire(Sample(1, 1_764_480_000.0, False, gpus=(second,)).to_wire()).gpus  # on the wire
     assert decoded.nvlink_links[3][0] == pytest.approx(10 * GB, rel=1e-3)
@@ -114,8 +114,42 @@ def test_xid_events_reach_the_next_sample_and_raise_an_alert(tmp_path):
         machine.close()
 
 
+def _with_ecc(uncorrected: int | None, corrected: int | None) -> dict:
+    """DELLA with its volatile ECC counts replaced (None: the driver answers NVML_ERROR_NOT_SUPPORTED)."""
+    data = copy.deepcopy(DELLA)
+    data["devices"][0]["ecc_uncorrected_volatile"] = uncorrected
+    data["devices"][0]["ecc_corrected_volatile"] = corrected
+    return data
+
+
+def test_volatile_ecc_errors_are_read_per_gpu_uncorrected_and_corrected_apart():
+    sample = _gpus(_with_ecc(2, 17)).read()[0]
+    assert sample.value("ecc_uncorrected_volatile") == 2 and sample.value("ecc_corrected_volatile") == 17
+    wire = Sample(1, 1_764_480_000.0, False, gpus=(sample,)).to_wire()["gpus"][0]
+    assert (wire["ecc_uncorrected_volatile"], wire["ecc_corrected_volatile"]) == (2, 17)
+
+
+def test_a_gpu_without_ecc_reports_its_ecc_counts_missing_never_zero():
+    sample = _gpus(_with_ecc(None, None)).read()[0]
+    assert sample.value("ecc_uncorrected_volatile") is None and sample.value("ecc_corrected_volatile") is None
+    assert sample.value("power_w") == pytest.approx(72.02)  # the rest of the GPU still reads
+    wire = json.loads(json.dumps(Sample(1, 1_764_480_000.0, False, gpus=(sample,)).to_wire()))
+    assert wire["gpus"][0]["ecc_uncorrected_volatile"] is None
+    (decoded,) = Sample.from_wire(wire).gpus
+    assert decoded.value("ecc_uncorrected_volatile") is None and decoded.value("ecc_corrected_volatile") is None
+
+
+def test_a_capture_taken_before_corrected_ecc_was_recorded_reads_it_as_missing():
+    data = copy.deepcopy(DELLA)
+    del data["devices"][0]["ecc_corrected_volatile"]
+    sample = _gpus(data).read()[0]
+    assert sample.value("ecc_corrected_volatile") is None and sample.value("ecc_uncorrected_volatile") == 0
+
+
 def test_capture_records_what_the_fake_answers_and_replays_the_same_inventory():
     recorded = capture(Nvml(build(copy.deepcopy(DELLA))), reads=3, interval_s=0.0)
     assert recorded["driver"] == "545.23.08" and len(recorded["devices"][0]["nvlinks"]) == 18
     assert recorded["devices"][0]["memory"]["reserved"] == 328 * 2**20
+    device = recorded["devices"][0]
+    assert (device["ecc_uncorrected_volatile"], device["ecc_corrected_volatile"]) == (0, 0)
     assert _gpus(recorded).inventory() == _gpus().inventory()

@@ -64,6 +64,19 @@ def test_an_nvml_sample_with_its_remapped_rows_round_trips():
     assert Sample.from_wire(wire) == sample
 
 
+def test_ecc_counts_round_trip_and_a_gpu_without_ecc_stays_null_on_the_wire():
+    data = copy.deepcopy(DELLA)
+    data["devices"].append(copy.deepcopy(data["devices"][0]))
+    data["devices"][0].update(ecc_uncorrected_volatile=1, ecc_corrected_volatile=40)
+    data["devices"][1].update(ecc_uncorrected_volatile=None, ecc_corrected_volatile=None)  # NOT_SUPPORTED
+    with_ecc, without = NvmlGpus(Nvml(build(data))).read()
+    sample = Sample(4, 1_764_480_000.0, False, gpus=(with_ecc, without))
+    wire = json.loads(json.dumps(sample.to_wire()))
+    assert (wire["gpus"][0]["ecc_uncorrected_volatile"], wire["gpus"][0]["ecc_corrected_volatile"]) == (1, 40)
+    assert (wire["gpus"][1]["ecc_uncorrected_volatile"], wire["gpus"][1]["ecc_corrected_volatile"]) == (None, None)
+    assert Sample.from_wire(wire) == sample
+
+
 def test_a_worker_record_leaves_out_what_a_scrape_could_not_tell():
     entry = WorkerSample.of("w1", "", {"up": 1, "ttft_mean_s": None, "e2e_p50_s": math.nan, "itl_p99_s": math.inf})
     assert entry.metrics == (("up", 1),) and entry.value("ttft_mean_s") is None

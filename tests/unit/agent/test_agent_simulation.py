@@ -85,6 +85,42 @@ def test_memory_power_and_links_follow_the_load():
     assert hot.value("pcie_rx_bytes_per_s") >= 5e9 and hot.value("temperature_c") > cold.value("temperature_c")
 
 
+def _ecc_after(seed: int, seconds: int = 900, step: int = 30) -> list[tuple[list, list, list]]:
+    """(uncorrected, corrected, row remap pending) per GPU at every read of an idle 8xH200 over `seconds`."""
+    gpus = SimulatedGpus(parse_simulate("8xH200"), seed=seed)
+    readings = []
+    for t in range(0, seconds + 1, step):
+        samples = gpus.read(1000.0 + t)
+        readings.append(
+            (
+                [g.value("ecc_uncorrected_volatile") for g in samples],
+                [g.value("ecc_corrected_volatile") for g in samples],
+                [g.remapped_rows_pending for g in samples],
+            )
+        )
+    return readings
+
+
+def test_ecc_counts_are_mostly_zero_and_a_few_servers_get_one_seeded_uncorrected_error():
+    runs = {seed: _ecc_after(seed) for seed in range(64)}
+    assert runs[5] == _ecc_after(5) and runs[17] == _ecc_after(17)  # the same seed, the same errors
+    faulty = {}
+    for seed, readings in runs.items():
+        for uncorrected, corrected, pending in readings:
+            assert all(v is not None and v >= 0 for v in uncorrected + corrected)  # counted, never null
+            assert pending == [v > 0 for v in uncorrected]  # an uncorrectable error leaves a row remap pending
+        final = readings[-1][0]
+        if any(final):
+            assert sorted(final) == [0.0] * 7 + [1.0]  # one GPU, one error
+            faulty[seed] = final.index(1.0)
+            first = next(i for i, (u, _, _) in enumerate(readings) if any(u))
+            assert all(any(u) for u, _, _ in readings[first:])  # a volatile count stays until a reset
+    assert 1 <= len(faulty) <= 16  # rare: a few of 64 servers (one in 16 expected; these seeds give 9)
+    assert len(set(faulty.values())) > 1  # not always the same GPU
+    corrected = [c for readings in runs.values() for c in readings[-1][1]]
+    assert corrected.count(0.0) > 0.75 * len(corrected) and max(corrected) > 0
+
+
 def test_tensor_and_expert_parallel_traffic_estimates():
     tp8 = SimWorkerActivity(
         "w", tuple(range(8)), GIB, prompt_tokens_per_s=0, generation_tokens_per_s=1000, tensor_parallel=8

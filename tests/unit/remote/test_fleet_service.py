@@ -142,6 +142,15 @@ def test_local_connector_runs_the_package_or_in_a_frozen_app_the_zipapp(tmp_path
     assert frozen[1:4] == ["-I", str(pyz), "attach"] and frozen[0].endswith("python3")
 
 
+def test_a_local_simulated_agent_gets_the_seed_it_is_given(fleet: FleetService, monkeypatch):
+    started: dict[str, Any] = {}
+    monkeypatch.setattr(fleet, "add_host", lambda name, connector, **_kw: started.setdefault(name, connector))
+    fleet.add_local("sim-007", simulate="8xH200", socket="/tmp/md/7.sock", seed=7)
+    fleet.add_local("sim-000", simulate="8xH200", socket="/tmp/md/0.sock")
+    assert started["sim-007"].argv()[-2:] == ["--seed", "7"]  # its own simulated GPUs, ECC errors included
+    assert "--seed" not in started["sim-000"].argv()  # the agent's default
+
+
 def test_a_stored_host_that_cannot_be_resolved_shows_failed_instead_of_raising(fleet: FleetService, tmp_path: Path):
     from meshdeck.store.hosts import HostRecord
 

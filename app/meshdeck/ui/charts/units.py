@@ -98,6 +98,7 @@ CHART_UNITS: dict[str, Unit] = {
     metrics.PREEMPTIONS: COUNT,
     metrics.PREEMPTIONS_PER_S: PER_SECOND,
     metrics.ENGINES: COUNT,
+    metrics.ERRORS: COUNT,
     metrics.UNITLESS: COUNT,
 }
 

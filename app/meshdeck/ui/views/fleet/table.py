@@ -8,6 +8,9 @@ one `np.take` per host, and then derives every column for all GPUs at once with 
 arrays (a gather for the GPU values, a bincount for each host's NIC sum, `fmax.at` for the engines'
 KV-cache usage): a few hundred numpy calls per refresh, whatever the number of values. The GPUs of a host are those its inventory lists and those it
 reported samples for (a host that never sent a sample still shows its GPUs, as "no data").
+
+The volatile ECC counts (`LATEST_METRICS`) have no ring: they come from the newest-only values
+(`LatestValues`), re-read for a host only when its version moved (they rarely change).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from meshdeck.core.samples import Device, SeriesKey
+from meshdeck.ui.charts.latest_values import LatestValues
 from meshdeck.ui.charts.live_metrics import LiveMetrics
 from meshdeck.ui.views.dashboard.charts import KV_USAGE_METRICS
-from meshdeck.ui.views.fleet.metrics import NIC_METRICS, RAW_METRICS, FleetColumns
+from meshdeck.ui.views.fleet.metrics import LATEST_METRICS, NIC_METRICS, RAW_METRICS, FleetColumns
 
 WIDTH = len(RAW_METRICS)
 
@@ -45,8 +49,9 @@ class FleetTable:
     """Per-GPU newest values of every host (`columns()`), host of each cell (`cell_host`), GPU index
     (`cell_gpu`). `update()` reads what is new; `structure` bumps when hosts or GPUs come or go."""
 
-    def __init__(self, live: LiveMetrics) -> None:
+    def __init__(self, live: LiveMetrics, latest: LatestValues | None = None) -> None:
         self.live = live
+        self.latest = latest if latest is not None else LatestValues(frozenset(LATEST_METRICS))
         self.hosts: list[str] = []
         self._host_index: dict[str, int] = {}
         self.host_first: np.ndarray = np.zeros(1, dtype=np.intp)  # host h owns cells host_first[h]:host_first[h+1]
@@ -56,6 +61,8 @@ class FleetTable:
         self.network = np.empty(0, dtype=np.float32)
         self.kv_cache = np.empty(0, dtype=np.float32)
         self.xid = np.empty(0, dtype=np.float32)
+        self.latest_values = np.empty((0, len(LATEST_METRICS)), dtype=np.float32)
+        self._latest_read: dict[str, int] = {}  # host -> the LatestValues version in latest_values
         self.host_time = np.empty(0)  # newest sample time per host (NaN: none)
         self.structure = 0
         self._readers: dict[str, _HostReader] = {}
@@ -108,7 +115,7 @@ class FleetTable:
         return int(self.cell_host.shape[0])
 
     def columns(self) -> FleetColumns:
-        return FleetColumns(self.raw, self.network, self.kv_cache, self.xid)
+        return FleetColumns(self.raw, self.network, self.kv_cache, self.xid, self.latest_values)
 
     def cell_of(self, host: str, gpu: int) -> int | None:
         h = self._host_index.get(host)
@@ -147,6 +154,7 @@ class FleetTable:
             read = True
         if read:
             self._derive()
+        self._read_latest()
         return changed
 
     # ------------------------------------------------------------------ internals
@@ -167,6 +175,19 @@ class FleetTable:
         self.kv_cache = kv
         # the agent watches XIDs while it samples: a host that sent samples and no XID has 0, not "no data"
         self.xid = np.where(np.isnan(self.host_time[self.cell_host]), np.nan, self._xid_cells).astype(np.float32)
+
+    def _read_latest(self) -> None:
+        """The newest-only values of each host whose version moved since they were read (all, after a rebuild)."""
+        latest, versions = self.latest, self._latest_read
+        for h, host in enumerate(self.hosts):
+            version = latest.host_version(host)
+            if versions.get(host) == version:
+                continue
+            versions[host] = version
+            gpus = self._readers[host].gpus
+            first = int(self.host_first[h])
+            for column, metric in enumerate(LATEST_METRICS):
+                self.latest_values[first : first + len(gpus), column] = latest.gpu_values(host, metric, gpus)
 
     def _map_host(self, host: str) -> bool:
         """Look up where `host`'s series live. Returns whether its GPUs changed (the cells must follow)."""
@@ -215,6 +236,8 @@ class FleetTable:
         self.network = np.full(total, np.nan, dtype=np.float32)
         self.kv_cache = np.full(total, np.nan, dtype=np.float32)
         self.xid = np.full(total, np.nan, dtype=np.float32)
+        self.latest_values = np.full((total, len(LATEST_METRICS)), np.nan, dtype=np.float32)
+        self._latest_read = {}
         self._xid_cells = np.asarray(
             [self._xid_counts.get((host, gpu), 0) for host in names for gpu in self._readers[host].gpus],
             dtype=np.float32,

@@ -2,7 +2,7 @@
 deployment, for fleets of hundreds of hosts (DeepSeek's 278 × 8 = 2,224 GPUs).
 
 The colour is the metric the operator picks (VRAM, utilization, power, temperature, KV cache, NVLink,
-PCIe, InfiniBand, XID alerts); a GPU that never reported it is "no data", never 0. Stale hosts (no
+PCIe, InfiniBand, XID / ECC alerts); a GPU that never reported it is "no data", never 0. Stale hosts (no
 sample for `STALE_AFTER_S`) and disconnected ones are hatched and labelled with their last values.
 Hover shows a GPU's numbers; a click opens the host (`host_opened`); a selection (Ctrl/Shift+click,
 rubber band) filters the dashboard (`selection_changed`).
@@ -32,7 +32,7 @@ from meshdeck.ui.views.dashboard.charts import Selection
 from meshdeck.ui.views.fleet.canvas import HOST_DISCONNECTED, HOST_LIVE, HOST_STALE, FleetCanvas
 from meshdeck.ui.views.fleet.groups import deployment_groups, host_groups, worker_placement
 from meshdeck.ui.views.fleet.legend import FleetLegend
-from meshdeck.ui.views.fleet.metrics import COLUMN, FLEET_METRICS, METRIC_BY_KEY, FleetMetric
+from meshdeck.ui.views.fleet.metrics import COLUMN, FLEET_METRICS, METRIC_BY_KEY, FleetColumns, FleetMetric
 from meshdeck.ui.views.fleet.table import FleetTable
 
 REFRESH_INTERVAL_MS = 1000
@@ -69,6 +69,19 @@ def color_bins(values: np.ndarray, low: float, high: float, bins: int = COLOR_BI
     return out
 
 
+def _alert_counts(cell: FleetColumns) -> str:
+    """What one GPU's alerts are made of: XID events, uncorrected ECC errors, and the corrected ones."""
+    parts = (
+        ("XID events", cell.xid),
+        ("uncorrected ECC", cell.ecc("ecc_uncorrected_volatile")),
+        ("corrected ECC", cell.ecc("ecc_corrected_volatile")),
+    )
+    return ", ".join(
+        f"{name} {units.COUNT.format(float(value[0]))}" if math.isfinite(value[0]) else f"{name} no data"
+        for name, value in parts
+    )
+
+
 def _text(value: object) -> str:
     """What a server sent, safe in a rich-text tooltip: one line, control characters escaped, markup inert."""
     return html.escape(printable(str(value), 200))
@@ -82,7 +95,7 @@ class FleetView(QWidget):
         super().__init__(parent)
         self.setObjectName("fleetView")
         self.context = context
-        self.table = FleetTable(context.live)
+        self.table = FleetTable(context.live, context.latest)
         self.colour_metric: FleetMetric = FLEET_METRICS[0]
         self.grouping = "host"
         self._durations: deque[float] = deque(maxlen=DURATIONS_KEPT)
@@ -263,7 +276,8 @@ class FleetView(QWidget):
         labels, self.host_state = self._host_states()
         self.canvas.set_colors(bins, self.host_state, labels)
         unit = self.colour_metric.unit
-        self.legend.set_scale(self.colour_metric.title, unit.format(low), unit.format(high), self.colour_metric.note)
+        high_text = ("≥ " if self.colour_metric.or_more else "") + unit.format(high)
+        self.legend.set_scale(self.colour_metric.title, unit.format(low), high_text, self.colour_metric.note)
         reporting = int(np.isfinite(self._values).sum())
         stale = int((self.host_state == HOST_STALE).sum())
         gone = int((self.host_state == HOST_DISCONNECTED).sum())
@@ -321,6 +335,8 @@ class FleetView(QWidget):
                     f" ({units.format_bytes(float(raw[COLUMN['memory_used_bytes']]))}"
                     f" of {units.format_bytes(float(raw[COLUMN['memory_total_bytes']]))})"
                 )
+            elif metric.key == "xid" and math.isfinite(value):
+                shown += f" ({_alert_counts(columns.cell(cell))})"
             current = " ◀" if metric is self.colour_metric else ""
             lines.append(f"{html.escape(metric.title)}: {shown}{current}")
         h = int(table.cell_host[cell])
