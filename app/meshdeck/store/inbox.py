@@ -102,16 +102,6 @@ class BoundedInbox:
             if room is not None:
                 room.notify_all()
 
-    def resize(self, capacity: int) -> None:
-        """Hold up to `capacity` from now on; putters waiting for room are woken when it grew."""
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {capacity}")
-        with self._cond:
-            grew = capacity > self.capacity
-            self.capacity = capacity
-            if grew:
-                self._wake_room()
-
     def put_token(self, token: Any, *, control: bool = False) -> None:
         """A barrier (a flush; with `control`, the writer's own stop, taken even when closed): handed out
         once everything put before it has been. Never waits."""

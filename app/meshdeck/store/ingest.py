@@ -29,7 +29,6 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -47,7 +46,7 @@ from meshdeck.store.batch_columns import (
     series_name,
     values_of,
 )
-from meshdeck.store.bulk_insert import insert_flat
+from meshdeck.store.bulk_insert import chunk_rows, chunks, insert_flat, insert_rows
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, insert_events
 from meshdeck.store.link_minutes import LinkMinutes, LinkMinuteWork, rollup_only
@@ -63,10 +62,10 @@ _INSERT_SAMPLES = "INSERT OR IGNORE INTO samples (series_id, ts, value)"
 _INSERT_SERIES = "INSERT INTO series (host, device, metric, labels) VALUES (?, ?, ?, '')"
 # An upsert, not a replace: `raw_rows` (the host's rows in the raw table) moves by what each commit adds
 # and what retention deletes, in their own transactions.
-_SAVE_POSITION = """
+_SAVE_POSITIONS = """
 INSERT INTO ingest_state
-    (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at, seq_epoch, raw_rows)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    (host, last_seq, last_ts, open_minute, open_hour, samples, dropped, updated_at, seq_epoch, raw_rows)"""
+_SAVE_POSITIONS_TAIL = """
 ON CONFLICT (host) DO UPDATE SET
     last_seq = excluded.last_seq, last_ts = excluded.last_ts, open_minute = excluded.open_minute,
     open_hour = excluded.open_hour, samples = excluded.samples, dropped = excluded.dropped,
@@ -230,6 +229,7 @@ class SampleIngest:
         by_host: dict[str, list[tuple[Sequence[SampleRow] | SampleBatch, str | None]]] = {}
         for host, rows, epoch in self._batches:
             by_host.setdefault(host, []).append((rows, epoch))
+        fleet_rows: list[tuple[Any, Any, Any]] = []  # per host: (series ids, times, values), sorted, unique
         connection.execute("BEGIN IMMEDIATE")
         links = self._link_minutes.begin(connection, self._link_series, self._series)
         try:
@@ -260,15 +260,23 @@ class SampleIngest:
                             )
                         )
                 updated[host] = position
-                flat = _sorted_rows(params, arrays)
-                if flat:
-                    changes_before = connection.total_changes
-                    insert_flat(connection, _INSERT_SAMPLES, 3, flat)
-                    added = connection.total_changes - changes_before
-                    raw_added[host] = added
-                    rows_in = len(flat) // 3
-                    duplicates += rows_in - added
+                stored_until = self._positions.get(host, NEW_HOST).last_ts_ms
+                fresh, late = _host_rows(params, arrays, stored_until)
+                if fresh is not None:
+                    rows_in, unique = fresh
+                    fleet_rows.append(unique)
+                    raw_added[host] = len(unique[0])
+                    duplicates += rows_in - len(unique[0])
                     inserted += rows_in
+                if late:  # older than the host's stored rows: may be stored already, counted by SQLite
+                    changes_before = connection.total_changes
+                    insert_flat(connection, _INSERT_SAMPLES, 3, late)
+                    added = connection.total_changes - changes_before
+                    raw_added[host] = raw_added.get(host, 0) + added
+                    duplicates += len(late) // 3 - added
+                    inserted += len(late) // 3
+            if fleet_rows:  # every host's new rows in a few statements (bulk_insert.py: the GIL), host by host
+                insert_flat(connection, _INSERT_SAMPLES, 3, _flat(fleet_rows))
             for host in (set(self._positions) | set(updated)) if self._seal_all else self._seal:
                 sealed = updated.get(host) or self._positions.get(host)
                 if sealed is None or sealed.open_minute is None:
@@ -283,8 +291,10 @@ class SampleIngest:
             links.write(open_minutes, minutes)
             roll_up(connection, minutes, hours)
             now = time.time()
-            connection.executemany(
-                _SAVE_POSITION,
+            insert_rows(
+                connection,
+                _SAVE_POSITIONS,
+                10,
                 [
                     (
                         host,
@@ -300,6 +310,7 @@ class SampleIngest:
                     )
                     for host, p in updated.items()
                 ],
+                _SAVE_POSITIONS_TAIL,
             )
             events = insert_events(connection, self._events)
             connection.execute("COMMIT")
@@ -446,22 +457,38 @@ class SampleIngest:
             return known
         ids = self._series.setdefault(host, {})
         link_ids = self._link_series.setdefault(host, {})
+        names = [series_name(key) for key in series]
+        missing = list(dict.fromkeys(name for name in names if name not in ids and name not in link_ids))
+        if missing:  # a new host's ~440 series in a few statements, not one each (bulk_insert.py: the GIL)
+            for name, new_id in self._create_series(host, missing).items():
+                (link_ids if rollup_only(name[0]) else ids)[name] = new_id
+                created.append((host, name))
 
         def series_id(key: SeriesKey) -> tuple[int, bool]:
             name = series_name(key)
             found = ids.get(name)
             if found is not None:
                 return found, False
-            found = link_ids.get(name)
-            if found is not None:
-                return found, True
-            if rollup_only(name[0]):
-                return self._new_series(host, name, link_ids, created), True
-            return self._new_series(host, name, ids, created), False
+            return link_ids[name], True
 
         layout = make_layout(series, series_id)
         self._layouts[host] = layout
         return layout
+
+    def _create_series(self, host: str, names: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Insert `names` of `host` as new series; returns their ids."""
+        created: dict[tuple[str, str], int] = {}
+        step = chunk_rows(self._connection, 3)
+        for part in chunks(names, step):
+            sql = (
+                "INSERT INTO series (host, device, metric, labels) VALUES "
+                + ",".join(["(?, ?, ?, '')"] * len(part))
+                + " RETURNING id, device, metric"
+            )
+            params = [value for device, metric in part for value in (host, device, metric)]
+            for series_id, device, metric in self._connection.execute(sql, params).fetchall():
+                created[(device, metric)] = series_id
+        return created
 
     def _new_series(
         self,
@@ -477,20 +504,55 @@ class SampleIngest:
         return series_id
 
 
-def _sorted_rows(params: list[tuple[int, int, float]], arrays: list[tuple[Any, ...]]) -> list[Any]:
-    """One host's raw rows, flat (series id, ts ms, value, ...), sorted by series id (stably: ts ascending)."""
-    if arrays and not params:
-        ids = np.concatenate([a[0] for a in arrays])
-        order = np.argsort(ids, kind="stable")
-        flat: list[Any] = [None] * (3 * len(order))
-        flat[0::3] = ids[order].tolist()
-        flat[1::3] = np.concatenate([a[1] for a in arrays])[order].tolist()
-        flat[2::3] = np.concatenate([a[2] for a in arrays])[order].tolist()
-        return flat
-    for ids_array, times_array, values_array in arrays:
-        params.extend(zip(ids_array.tolist(), times_array.tolist(), values_array.tolist(), strict=True))
-    params.sort(key=itemgetter(0))
-    return [value for row in params for value in row]
+def _host_rows(
+    params: list[tuple[int, int, float]], arrays: list[tuple[Any, ...]], stored_until: int
+) -> tuple[tuple[int, tuple[Any, Any, Any]] | None, list[Any]]:
+    """One host's raw rows split by time. Rows newer than the host's newest stored one cannot be stored
+    yet: they are returned as (their count, (series ids, times, values) sorted by series then time, each
+    (series, time) once — the first staged wins, as INSERT OR IGNORE would keep it), for the fleet-wide
+    insert; SQLite need not say which were new. Older rows (a late sample, a replay) come back flat,
+    sorted by series, to be inserted on their own with SQLite counting what it ignored."""
+    if params:
+        arrays = [
+            *arrays,
+            (
+                np.fromiter((row[0] for row in params), dtype=np.int64, count=len(params)),
+                np.fromiter((row[1] for row in params), dtype=np.int64, count=len(params)),
+                np.fromiter((row[2] for row in params), dtype=np.float64, count=len(params)),
+            ),
+        ]
+    if not arrays:
+        return None, []
+    ids = np.concatenate([a[0] for a in arrays])
+    times = np.concatenate([a[1] for a in arrays])
+    values = np.concatenate([a[2] for a in arrays])
+    late: list[Any] = []
+    old = times <= stored_until
+    if old.any():
+        order = np.argsort(ids[old], kind="stable")
+        late = [None] * (3 * len(order))
+        late[0::3] = ids[old][order].tolist()
+        late[1::3] = times[old][order].tolist()
+        late[2::3] = values[old][order].tolist()
+        new = ~old
+        ids, times, values = ids[new], times[new], values[new]
+    if not len(ids):
+        return None, late
+    order = np.lexsort((times, ids))  # stable: equal (series, time) keep their staged order
+    ids, times, values = ids[order], times[order], values[order]
+    first = np.ones(len(ids), dtype=bool)
+    first[1:] = (ids[1:] != ids[:-1]) | (times[1:] != times[:-1])
+    return (len(ids), (ids[first], times[first], values[first])), late
+
+
+def _flat(parts: list[tuple[Any, Any, Any]]) -> list[Any]:
+    """(series id, ts, value, series id, ...) of every part in order."""
+    count = sum(len(part[0]) for part in parts)
+    flat: list[Any] = [None] * (3 * count)
+    flat[0::3] = np.concatenate([part[0] for part in parts]).tolist()
+    flat[1::3] = np.concatenate([part[1] for part in parts]).tolist()
+    flat[2::3] = np.concatenate([part[2] for part in parts]).tolist()
+    return flat
 
 
 class _Cursor:

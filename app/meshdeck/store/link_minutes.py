@@ -33,7 +33,7 @@ _ROLLUP_ONLY_DEVICE = re.compile(r"^gpu\d+/nvlink\d+$")
 
 _SAVE_OPEN = "INSERT OR REPLACE INTO open_rollup_1m (series_id, bucket, vmin, vmax, vsum, n)"
 _SAVE_CLOSED = "INSERT OR REPLACE INTO rollup_1m (series_id, bucket, vmin, vmax, vsum, n)"
-_CLEAR_OPEN_IDS = 500  # series ids per DELETE of a closed minute's open rows
+_CLEAR_OPEN_IDS = 20_000  # series ids (written inline) per DELETE of a closed minute's open rows
 
 
 def rollup_only(device: str) -> bool:

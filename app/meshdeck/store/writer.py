@@ -84,14 +84,13 @@ class WriterSettings:
     seal_idle_s: float = 300.0  # roll up the open buckets of a host silent this long
     retry_s: float = 5.0
     max_pending_rows: int = 5_000_000  # beyond this, a failing database makes the writer drop (and log) data
-    # Values (batch cells, rows) the inbox holds before submitters wait. It is sized to what every series
-    # sends over one commit interval at 1 Hz, within the two bounds: while a commit runs (at 278 hosts,
-    # 30 s of data, several seconds under load) the thread takes nothing from the inbox, and an inbox of
-    # a couple of seconds made every host's supervisor wait for the commit — the fleet's delivery stalled
-    # with it (delay p99 31-42 s at 278). A value costs 8 bytes: the maximum is ~32 MB of batches. A quick
-    # stop (`commit_queued=False`, the console's) drops what waits; the agents send it again.
-    inbox_cells: int = 250_000
-    max_inbox_cells: int = 4_000_000
+    # Values (batch cells, rows) the inbox holds before submitters wait: ~30 s of a 278-host fleet (each
+    # 8-GPU sample is ~440 values), 8 bytes a value, ~32 MB when full, nothing when the writer keeps up.
+    # While a commit runs the thread takes nothing from the inbox; an inbox of a couple of seconds (250,000
+    # values) made every host's supervisor wait for each commit at fleet size, and the fleet's delivery
+    # stalled with it (delay p99 31-42 s at 278 hosts). A quick stop (`commit_queued=False`, the
+    # console's) drops what waits: the agents send it again.
+    inbox_cells: int = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -144,11 +143,6 @@ def batch_rows_for(series: int, interval_s: float, settings: WriterSettings) -> 
         return settings.max_batch_rows
     wanted = math.ceil(series * interval_s * 1.5)
     return min(settings.max_staged_rows, max(settings.min_batch_rows, wanted))
-
-
-def inbox_cells_for(series: int, interval_s: float, settings: WriterSettings) -> int:
-    """The inbox's capacity: `series` values a second over one commit interval, within bounds."""
-    return min(settings.max_inbox_cells, max(settings.inbox_cells, math.ceil(series * interval_s)))
 
 
 def commit_interval_for(series: int, settings: WriterSettings) -> float:
@@ -453,9 +447,7 @@ class SampleWriter:
 
     def _interval(self, ingest: SampleIngest) -> float:
         interval = commit_interval_for(ingest.series_count(), self.settings)
-        every = ingest.all_series_count()
-        batch_rows = batch_rows_for(every, interval, self.settings)
-        self._inbox.resize(inbox_cells_for(every, interval, self.settings))
+        batch_rows = batch_rows_for(ingest.all_series_count(), interval, self.settings)
         with self._lock:
             self._commit_interval = interval
             self._batch_rows = batch_rows

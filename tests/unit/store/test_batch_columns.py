@@ -163,3 +163,31 @@ def test_rows_go_in_as_multi_row_statements_within_the_variable_limit(tmp_path: 
     with pytest.raises(ValueError, match="whole rows"):
         bulk_insert.insert_flat(connection, "INSERT INTO t (a, b)", 2, [1, 2.0, 3])
     connection.close()
+
+
+def test_rows_repeated_within_a_commit_or_older_than_the_stored_ones_are_stored_and_counted_once(
+    tmp_path: Path,
+) -> None:
+    database = open_database(tmp_path / "m.db")
+    connection = database.raw_connection()
+    try:
+        ingest = SampleIngest(connection)
+        ingest.add_batch("gpu-a", _batch(1, 10, 0.0, 1))
+        ingest.add_batch("gpu-a", _batch(6, 10, 0.0, 1))  # 6..10 again in the same commit (a backfill overlap)
+        ack = ingest.commit()
+        per_sample = len(BatchRows(_batch(1, 1, 0.0, 1))) - 2 * 2 * 3  # without the per-link values
+        assert ack is not None and ack.duplicates == 5 * per_sample and ack.rows == 20 * per_sample
+        ingest.add_rows("gpu-a", BatchRows(_batch(3, 5, 0.0, 1)))  # all older than what is stored: all ignored
+        ingest.add_batch("gpu-a", _batch(16, 2, 0.0, 1))  # new
+        ack = ingest.commit()
+        assert ack is not None and ack.duplicates == 5 * per_sample and ack.rows == 7 * per_sample
+    finally:
+        connection.close()
+        database.close()
+    stored = sqlite3.connect(tmp_path / "m.db")
+    try:
+        rows = stored.execute("SELECT count(*) FROM samples").fetchone()[0]
+        assert rows == 17 * per_sample
+        assert stored.execute("SELECT raw_rows FROM ingest_state WHERE host = 'gpu-a'").fetchone()[0] == rows
+    finally:
+        stored.close()
