@@ -43,7 +43,9 @@ Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agent
 `machine_cpu_busy_pct`, every CPU's busy time from /proc/stat — all in % of one core like the client's
 (2 CPUs fully busy = 200), so other work on the machine shows as the difference; `machine.load_average_1m`;
 `client_threads` (this process's threads at the window's end, from /proc/self/task) and
-`client_cpu_pct_by_thread` (their CPU in the window by thread group, from /proc/self/task/*/stat: the GUI
+`caught_up_s` / `delay_p99_ms_after_catch_up` (seconds into the window after which every live sample
+arrived within a second, and the p99 of the delays after that: a fleet-sized window can open on the
+backlog the connect storm left); `client_cpu_pct_by_thread` (their CPU in the window by thread group, from /proc/self/task/*/stat: the GUI
 thread is "MainThread", the hosts' supervisors "meshdeck-host-*", threads Python did not start "other");
 the live samples
 delivered and those backfilled in the window; `samples_undelivered`, the window's samples still waiting
@@ -178,6 +180,7 @@ class DeliveryMeter:
         self.first_delivery: dict[str, float] = {}  # host -> time.monotonic() of its first sample
         self.all_connected = threading.Event()
         self._delays = array("d")
+        self._delivered = array("d")  # time.time() of each recorded delay's delivery
         self._measuring = False
         self.backfilled = 0  # samples delivered as backfill while measuring
         self.dropped = 0  # samples the agents' rings lost before they were read (the whole run)
@@ -202,6 +205,7 @@ class DeliveryMeter:
                 self.backfilled += len(event.batch)
             else:
                 self._delays.extend(now - ts for ts in event.batch.times)
+                self._delivered.extend(now for _ in event.batch.times)
 
     def measuring(self, on: bool) -> list[float]:
         """Start (True) or stop (False) recording delays; returns the delays recorded (seconds)."""
@@ -209,8 +213,14 @@ class DeliveryMeter:
             self._measuring = on
             if on:
                 self._delays = array("d")
+                self._delivered = array("d")
                 self.backfilled = 0
             return list(self._delays)
+
+    def delivered_at(self) -> list[float]:
+        """When each delay `measuring` returned was recorded (time.time()), in the same order."""
+        with self._lock:
+            return list(self._delivered)
 
     def connected(self) -> int:
         with self._lock:
@@ -322,6 +332,7 @@ class FleetBenchmark:
     not_measured: dict[str, str] = field(default_factory=dict)  # host -> why it is not in the sample counts
     machine: dict[str, object] = field(default_factory=machine)
     thread_cpu_s: dict[str, float] = field(default_factory=dict)  # thread group -> CPU seconds in the window
+    delivered_s: list[float] = field(default_factory=list)  # per delay: seconds into the window it was delivered
 
     def as_dict(self) -> dict[str, object]:
         produced = sum(w.produced for w in self.windows.values())
@@ -373,6 +384,7 @@ class FleetBenchmark:
                 "machine_cpu_busy_pct": round(self.machine_busy_pct, 1),
                 "writer_inbox_waits": self.stats_end.inbox_waits - self.stats_start.inbox_waits,
                 "writer_commits": self.stats_end.commits - self.stats_start.commits,
+                **catch_up(self.delays_s, self.delivered_s, self.window_s),
                 "client_cpu_pct_by_thread": {
                     group: round(100 * seconds / self.window_s, 1)
                     for group, seconds in sorted(self.thread_cpu_s.items(), key=lambda item: -item[1])
@@ -555,6 +567,24 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         run.close()
 
 
+CAUGHT_UP_DELAY_S = 1.0
+
+
+def catch_up(delays_s: list[float], delivered_s: list[float], window_s: float) -> dict[str, float | None]:
+    """How the window's delays evolved: `caught_up_s`, seconds into the window after which every live
+    sample arrived within CAUGHT_UP_DELAY_S (0: all did; the window's length: the client never caught up)
+    — at fleet size the window can open on a backlog the connect storm left — and `delay_p99_ms_after_catch_up`,
+    the p99 of the samples delivered after that (None when none were)."""
+    late = [at for delay, at in zip(delays_s, delivered_s, strict=True) if delay >= CAUGHT_UP_DELAY_S]
+    caught_up = max(late, default=0.0)
+    after = [delay for delay, at in zip(delays_s, delivered_s, strict=True) if at > caught_up]
+    p99 = percentile(after, 0.99)
+    return {
+        "caught_up_s": round(min(caught_up, window_s), 1),
+        "delay_p99_ms_after_catch_up": None if p99 is None else round(p99 * 1e3, 1),
+    }
+
+
 _THREAD_GROUP = re.compile(r"^(meshdeck-(?:host|rpc|job)|deploy|load)-.*$")
 
 
@@ -602,6 +632,8 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
     # -- the window's end
     cpu_s, window_s = time.process_time() - cpu_start, time.monotonic() - wall_start
     delays = run.meter.measuring(False)
+    window_wall_start = time.time() - window_s
+    delivered_s = [at - window_wall_start for at in run.meter.delivered_at()]
     backfilled = run.meter.backfilled
     backlog_end = run.writer.inbox_held
     peak_rss = rss.stop()
@@ -667,6 +699,7 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
         stats_end=stats_end,
         refresh_ms=refresh_ms,
         not_measured=not_measured,
+        delivered_s=delivered_s,
         thread_cpu_s={
             group: threads_end[group] - threads_start.get(group, 0.0)
             for group in threads_end
