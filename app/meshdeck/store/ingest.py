@@ -46,7 +46,7 @@ from meshdeck.store.batch_columns import (
     series_name,
     values_of,
 )
-from meshdeck.store.bulk_insert import chunk_rows, chunks, insert_flat, insert_rows
+from meshdeck.store.bulk_insert import chunk_rows, chunks, insert_columns, insert_flat, insert_rows
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, insert_events
 from meshdeck.store.link_minutes import LinkMinutes, LinkMinuteWork, rollup_only
@@ -276,7 +276,9 @@ class SampleIngest:
                     duplicates += len(late) // 3 - added
                     inserted += len(late) // 3
             if fleet_rows:  # every host's new rows in a few statements (bulk_insert.py: the GIL), host by host
-                insert_flat(connection, _INSERT_SAMPLES, 3, _flat(fleet_rows))
+                insert_columns(
+                    connection, _INSERT_SAMPLES, [np.concatenate(column) for column in zip(*fleet_rows, strict=True)]
+                )
             for host in (set(self._positions) | set(updated)) if self._seal_all else self._seal:
                 sealed = updated.get(host) or self._positions.get(host)
                 if sealed is None or sealed.open_minute is None:
@@ -543,16 +545,6 @@ def _host_rows(
     first = np.ones(len(ids), dtype=bool)
     first[1:] = (ids[1:] != ids[:-1]) | (times[1:] != times[:-1])
     return (len(ids), (ids[first], times[first], values[first])), late
-
-
-def _flat(parts: list[tuple[Any, Any, Any]]) -> list[Any]:
-    """(series id, ts, value, series id, ...) of every part in order."""
-    count = sum(len(part[0]) for part in parts)
-    flat: list[Any] = [None] * (3 * count)
-    flat[0::3] = np.concatenate([part[0] for part in parts]).tolist()
-    flat[1::3] = np.concatenate([part[1] for part in parts]).tolist()
-    flat[2::3] = np.concatenate([part[2] for part in parts]).tolist()
-    return flat
 
 
 class _Cursor:

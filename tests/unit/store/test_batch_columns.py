@@ -191,3 +191,17 @@ def test_rows_repeated_within_a_commit_or_older_than_the_stored_ones_are_stored_
         assert stored.execute("SELECT raw_rows FROM ingest_state WHERE host = 'gpu-a'").fetchone()[0] == rows
     finally:
         stored.close()
+
+
+def test_columns_go_in_chunk_by_chunk_in_order(tmp_path: Path) -> None:
+    import numpy as np
+
+    connection = sqlite3.connect(tmp_path / "t.db")
+    connection.execute("CREATE TABLE t (a INTEGER PRIMARY KEY, b REAL)")
+    connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 10)
+    statements: list[str] = []
+    connection.set_trace_callback(statements.append)
+    bulk_insert.insert_columns(connection, "INSERT INTO t (a, b)", [np.arange(23), np.arange(23) / 4])
+    assert connection.execute("SELECT a, b FROM t ORDER BY a").fetchall() == [(a, a / 4) for a in range(23)]
+    assert sum(s.startswith("INSERT") for s in statements) == 5
+    connection.close()
