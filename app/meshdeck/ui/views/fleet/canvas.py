@@ -36,7 +36,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QRubberBand, QSizePolicy, QToolTip, QWidget
 
 from meshdeck.ui.views.fleet.layout import Group, Layout, cell_at, cells_in, compute_layout
-from meshdeck.ui.views.fleet.raster import Raster, colour_table, premultiplied, rasterize
+from meshdeck.ui.views.fleet.raster import Raster, colour_lut, premultiplied, rasterize, selection_offsets
 
 HOST_LIVE, HOST_STALE, HOST_DISCONNECTED = 0, 1, 2
 DRAG_THRESHOLD_PX = 4
@@ -64,7 +64,8 @@ class FleetCanvas(QWidget):
         self.host_labels: list[str] = []
         self.host_state = np.empty(0, dtype=np.int8)
         self.bins = np.empty(0, dtype=np.intp)  # colour bin per cell, -1: no data
-        self.selected = np.empty(0, dtype=bool)
+        self._selected = np.empty(0, dtype=bool)
+        self._offsets = np.empty(0, dtype=np.intp)  # selection_offsets of the selection
         self.layout_: Layout | None = None
         self._viewport_height = 0
         self._press: QPoint | None = None
@@ -85,7 +86,8 @@ class FleetCanvas(QWidget):
         self._base = palette.color(QPalette.ColorRole.Base)
         self._text = palette.color(QPalette.ColorRole.Text)
         self._outline = premultiplied(palette.color(QPalette.ColorRole.Mid).rgba())
-        self._highlight = premultiplied(palette.color(QPalette.ColorRole.Highlight).rgba())
+        highlight = premultiplied(palette.color(QPalette.ColorRole.Highlight).rgba())
+        self._lut = colour_lut(self._scale, self._outline, highlight)
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
@@ -94,6 +96,16 @@ class FleetCanvas(QWidget):
             self.update()
 
     # ------------------------------------------------------------------ inputs
+
+    @property
+    def selected(self) -> np.ndarray:
+        """Which cells are selected (bool per cell). Replace it, don't change it in place."""
+        return self._selected
+
+    @selected.setter
+    def selected(self, chosen: np.ndarray) -> None:
+        self._selected = chosen
+        self._offsets = selection_offsets(chosen, len(self.colors))
 
     def set_structure(self, groups: tuple[Group, ...], cell_host: np.ndarray, host_labels: list[str]) -> None:
         """New hosts, GPUs or grouping: lay the cells out again (the selection is kept where cells stay)."""
@@ -161,7 +173,7 @@ class FleetCanvas(QWidget):
         ratio = self.devicePixelRatioF()
         raster, image = self._cells_image(layout, ratio)
         if image is not None:
-            raster.paint(colour_table(self.bins, self.selected, self._scale, self._outline, self._highlight))
+            raster.paint(self.bins, self._offsets, self._lut)
             painter.drawImage(raster.left, raster.top, image)
         self._paint_hosts(painter, layout, ratio)
         painter.end()

@@ -5,13 +5,17 @@ Why not one Qt call per colour: PySide releases the GIL around every Qt call, an
 process (a supervisor thread per host: ~280 busy threads at 278 hosts) each re-take of the GIL costs
 milliseconds, so a paint of a few dozen Qt calls took 100-200 ms there. numpy needs a handful.
 
-Each pixel gets a code, an index into the colour table that `colour_table` builds per refresh:
+Each pixel gets a code, an index into the colour table that `Raster.paint` fills per refresh:
 
 - 0: between the cells (transparent: the widget's background shows);
 - 1 + c: inside cell c, deeper than `SELECTION_WIDTH` from its edge: the cell's colour (none without data);
 - 1 + n + c: within `SELECTION_WIDTH` of cell c's edge: the selection frame when c is selected;
 - 1 + 2n + c: a dot of cell c's dotted outline (its outermost pixels, one in `DOT_PERIOD`): what a cell
   without data shows (an outline, never a colour of the scale), the frame when selected.
+
+The table comes from a small lookup (`colour_lut`: the colour of each kind of pixel for each cell state:
+its bin or no data, selected or not) in one gather, and the pixels from the table in another: numpy
+releases the GIL in each call on more than a few hundred values, so a refresh makes as few as it can.
 
 Pure numpy (no Qt): the canvas wraps `pixels` in a QImage (ARGB32, premultiplied) that it reuses.
 """
@@ -36,6 +40,7 @@ class Raster:
     cells: int
     codes: np.ndarray  # (height, width) intp, in device pixels: each pixel's index into the colour table
     pixels: np.ndarray  # (height, width) uint32 ARGB32 premultiplied, rewritten by `paint`
+    table: np.ndarray  # (1 + 3 * cells) uint32: the colour of each code, rewritten by `paint`
 
     @property
     def width(self) -> int:
@@ -45,9 +50,12 @@ class Raster:
     def height(self) -> int:
         return int(self.codes.shape[0])
 
-    def paint(self, table: np.ndarray) -> None:
-        """Every pixel's colour from `table` (one entry per code), into `pixels` in place."""
-        np.take(table, self.codes, out=self.pixels, mode="clip")
+    def paint(self, bins: np.ndarray, offsets: np.ndarray, lut: np.ndarray) -> None:
+        """Every pixel's colour, into `pixels` in place: cell c in state `bins[c] + offsets[c]` (see
+        `selection_offsets`) takes `lut[kind, state]` (see `colour_lut`) on its pixels of each kind."""
+        self.table[0] = TRANSPARENT
+        np.take(lut, bins + offsets, axis=1, out=self.table[1:].reshape(3, self.cells), mode="clip")
+        np.take(self.table, self.codes, out=self.pixels, mode="clip")
 
 
 def _cell_kinds(size: int) -> np.ndarray:
@@ -67,7 +75,7 @@ def rasterize(cell_rects: np.ndarray, cell_size: int, ratio: float = 1.0) -> Ras
     placed = np.flatnonzero(cell_rects[:, 2] > 0)
     if not placed.size or cell_size < 1:
         empty = np.zeros((0, 0), dtype=np.intp)
-        return Raster(0, 0, cells, empty, np.zeros((0, 0), dtype=np.uint32))
+        return Raster(0, 0, cells, empty, np.zeros((0, 0), dtype=np.uint32), np.zeros(1 + 3 * cells, np.uint32))
     xs, ys = cell_rects[placed, 0].astype(np.intp), cell_rects[placed, 1].astype(np.intp)
     left, top = int(xs.min()), int(ys.min())
     width, height = int(xs.max()) + cell_size - left, int(ys.max()) + cell_size - top
@@ -82,7 +90,7 @@ def rasterize(cell_rects: np.ndarray, cell_size: int, ratio: float = 1.0) -> Ras
         device_rows = np.minimum((np.arange(math.ceil(height * ratio)) / ratio).astype(np.intp), height - 1)
         device_columns = np.minimum((np.arange(math.ceil(width * ratio)) / ratio).astype(np.intp), width - 1)
         codes = logical[device_rows[:, None], device_columns[None, :]]
-    return Raster(left, top, cells, codes, np.zeros(codes.shape, dtype=np.uint32))
+    return Raster(left, top, cells, codes, np.zeros(codes.shape, dtype=np.uint32), np.zeros(1 + 3 * cells, np.uint32))
 
 
 def premultiplied(argb: int) -> int:
@@ -94,13 +102,20 @@ def premultiplied(argb: int) -> int:
     return (alpha << 24) | (channels[0] << 16) | (channels[1] << 8) | channels[2]
 
 
-def colour_table(bins: np.ndarray, selected: np.ndarray, scale: np.ndarray, outline: int, highlight: int) -> np.ndarray:
-    """The colour of each code for this refresh (uint32 ARGB32 premultiplied): `scale[bin]` inside a cell
-    with data (bin >= 0), nothing inside one without, `outline` on the dots of a cell without data,
-    `highlight` on the frame of a selected one."""
-    has_data = bins >= 0
-    coloured = np.take(scale, bins, mode="clip")
-    fill = np.where(has_data, coloured, np.uint32(TRANSPARENT)).astype(np.uint32)
-    frame = np.where(selected, np.uint32(highlight), fill)
-    dots = np.where(selected, np.uint32(highlight), np.where(has_data, coloured, np.uint32(outline)))
-    return np.concatenate((np.array([TRANSPARENT], dtype=np.uint32), fill, frame, dots)).astype(np.uint32)
+def colour_lut(scale: np.ndarray, outline: int, highlight: int) -> np.ndarray:
+    """(3, 2 * (len(scale) + 1)) uint32: the colour of a DEEP, FRAME and DOT pixel of a cell in each state.
+    State 0 is no data, 1 + b colour bin b; the same again, `len(scale) + 1` further on, when selected.
+    Inside a cell with data its bin's colour; inside one without, nothing (the background); on the dots of
+    one without, `outline` (never a colour of the scale); on the frame of a selected one, `highlight`."""
+    fill = np.concatenate(([TRANSPARENT], scale))
+    dots = np.concatenate(([outline], scale))
+    frame = np.full(fill.shape[0], highlight)
+    return np.stack(
+        (np.concatenate((fill, fill)), np.concatenate((fill, frame)), np.concatenate((dots, frame)))
+    ).astype(np.uint32)
+
+
+def selection_offsets(selected: np.ndarray, bins: int) -> np.ndarray:
+    """What to add to each cell's colour bin (-1: no data) for its state in `colour_lut` of `bins` colours:
+    made when the selection changes, not per refresh."""
+    return (1 + (bins + 1) * selected.astype(np.intp)).astype(np.intp)

@@ -269,8 +269,9 @@ class FleetView(QWidget):
         chosen = [
             i for i in range(table.cells) if (table.hosts[table.cell_host[i]], int(table.cell_gpu[i])) in self._selected
         ]
-        self.canvas.selected = np.zeros(table.cells, dtype=bool)
-        self.canvas.selected[chosen] = True
+        selected = np.zeros(table.cells, dtype=bool)
+        selected[chosen] = True
+        self.canvas.selected = selected
 
     def _recolor(self) -> bool:
         """The colours, legend and status line from the newest values; True when the cells' colours or a
