@@ -109,6 +109,7 @@ def _measure(
         view.resize(*SIZE)
         view.show()
         qapp.processEvents()
+        view.set_metric("utilization")  # changes with every sample: each refresh after one paints the cells
         ts = now - 5
         shown = len(view.refresh_durations_ms())  # showing it refreshed once
         for _ in range(3):  # the first ones lay out and map every host
@@ -125,7 +126,6 @@ def _measure(
                 view.refresh()
             idle = view.refresh_durations_ms()[-REFRESHES:]
         if screenshot:
-            view.set_metric("utilization")
             view.grab().save(screenshot, "PNG")
         view.close()
         return fed, idle
