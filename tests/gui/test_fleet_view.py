@@ -332,3 +332,53 @@ def test_a_hidden_fleet_view_does_not_refresh(qtbot, fleet) -> None:
     durations = fleet.refresh_durations_ms()
     assert len(durations) > before[1] and all(d > 0 for d in durations)
     assert np.isfinite(fleet.table.raw).any()
+
+
+def _cell_pixels(view: FleetView, cell: int) -> tuple[list[int], list[int], int]:
+    """A cell as painted (read back from the widget), as ARGB values: (its outermost ring of pixels, the
+    ring inside it, its centre)."""
+    x, y, w, h = (int(v) for v in view.canvas.layout_.cell_rects[cell])
+    image = view.canvas.grab().toImage()
+    outer = [image.pixel(x + i, y + j) for i in range(w) for j in range(h) if min(i, j, w - 1 - i, h - 1 - j) == 0]
+    inner = [image.pixel(x + i, y + j) for i in range(w) for j in range(h) if min(i, j, w - 1 - i, h - 1 - j) == 1]
+    return outer, inner, image.pixel(x + w // 2, y + h // 2)
+
+
+def test_the_painted_pixels_show_each_cells_bin_no_data_as_an_outline_and_the_selection_as_a_frame(fleet) -> None:
+    context, now = fleet.context, time.time()
+    _post(context, "busy", now, workers=1, kv=0.9)
+    _post(context, "calm", now, workers=1, kv=0.1)
+    _post(context, "no-vllm", now)  # no engine: KV-cache usage is no data
+    fleet.set_metric("kv_cache")
+    canvas = fleet.canvas
+    palette = canvas.palette()
+    base, mid, highlight = (
+        palette.color(role).rgba()
+        for role in (palette.ColorRole.Base, palette.ColorRole.Mid, palette.ColorRole.Highlight)
+    )
+    colors = [color.rgba() for color in canvas.colors]
+    busy, calm, silent = (fleet.table.cell_of(host, 3) for host in ("busy", "calm", "no-vllm"))
+    assert canvas.bins[busy] > canvas.bins[calm] >= 0
+    for cell in (busy, calm):  # filled to its edge with its bin's colour
+        outer, inner, centre = _cell_pixels(fleet, cell)
+        assert centre == colors[canvas.bins[cell]]
+        assert set(outer) | set(inner) == {centre}
+
+    # the colour follows the bin when the value changes
+    _post(context, "calm", now + 1, workers=1, kv=0.9)
+    fleet.refresh()
+    assert _cell_pixels(fleet, calm)[2] == colors[canvas.bins[calm]] == colors[canvas.bins[busy]]
+
+    # no data: a dotted outline around the background, no colour of the scale anywhere in the cell
+    outer, inner, centre = _cell_pixels(fleet, silent)
+    assert centre == base and set(inner) == {base}
+    assert set(outer) == {base, mid} and outer.count(mid) >= len(outer) // 4
+    assert not set(outer + inner) & set(colors)
+
+    # selected: a frame of the highlight colour inside the cell's edge, the cell's colour (or none) inside it
+    canvas.select_cells([busy, silent], add=False)
+    for cell, fill in ((busy, colors[canvas.bins[busy]]), (silent, base)):
+        outer, inner, centre = _cell_pixels(fleet, cell)
+        assert set(inner) == {highlight} and outer.count(highlight) >= len(outer) * 3 // 4 and centre == fill
+    outer, inner, centre = _cell_pixels(fleet, calm)  # not selected: no frame
+    assert highlight not in outer + inner

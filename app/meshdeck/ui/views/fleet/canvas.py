@@ -1,9 +1,12 @@
 """The fleet grid: every GPU of every host as one square, drawn by one widget in one paintEvent.
 
-A widget per cell would be 2,224 widgets; instead the cells are `QRect`s made once per layout and
-painted with one `drawRects` call per colour bin (64 bins of the colour map), so a paint costs a few
-dozen Qt calls whatever the fleet's size. Hosts whose data is stale or who are disconnected are
-hatched and say so in their label (not only a colour); a cell without data is an empty outline.
+A widget per cell would be 2,224 widgets, and even one Qt call per colour is too many: PySide releases
+the GIL around each Qt call, and in the console's process (hundreds of busy threads at fleet scale) each
+re-take costs milliseconds. So the cells are one image: `raster` works out once per layout what each
+pixel shows, a refresh fills the pixels with one numpy lookup, and a paint is a handful of Qt calls
+(the background, that image, the cached layer of host names and group titles) whatever the fleet's
+size. Hosts whose data is stale or who are disconnected are hatched and say so in their label (not only a
+colour); a cell without data is a dotted outline, never a colour; a selected cell has a frame.
 
 Mouse: hover shows a GPU's values (the view writes the text: everything a server sent is escaped);
 a click opens the host; Ctrl+click toggles a host in the selection, Shift+click adds it, and dragging
@@ -16,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
     QFont,
+    QImage,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -32,6 +36,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QRubberBand, QSizePolicy, QToolTip, QWidget
 
 from meshdeck.ui.views.fleet.layout import Group, Layout, cell_at, cells_in, compute_layout
+from meshdeck.ui.views.fleet.raster import Raster, colour_lut, premultiplied, rasterize, selection_offsets
 
 HOST_LIVE, HOST_STALE, HOST_DISCONNECTED = 0, 1, 2
 DRAG_THRESHOLD_PX = 4
@@ -51,6 +56,7 @@ class FleetCanvas(QWidget):
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.colors = list(colors)
+        self._scale = np.array([premultiplied(colour.rgba()) for colour in self.colors], dtype=np.uint32)
         self.describe: Callable[[int], str] = lambda _cell: ""  # the tooltip of a cell (the view sets it)
         self.groups: tuple[Group, ...] = ()
         self.cells = 0
@@ -58,9 +64,9 @@ class FleetCanvas(QWidget):
         self.host_labels: list[str] = []
         self.host_state = np.empty(0, dtype=np.int8)
         self.bins = np.empty(0, dtype=np.intp)  # colour bin per cell, -1: no data
-        self.selected = np.empty(0, dtype=bool)
+        self._selected = np.empty(0, dtype=bool)
+        self._offsets = np.empty(0, dtype=np.intp)  # selection_offsets of the selection
         self.layout_: Layout | None = None
-        self._rects: list[QRect] = []
         self._viewport_height = 0
         self._press: QPoint | None = None
         self._band = QRubberBand(QRubberBand.Shape.Rectangle, self)
@@ -68,8 +74,38 @@ class FleetCanvas(QWidget):
         self.paints = 0
         self._hosts_layer: QPixmap | None = None
         self._hosts_layer_key: tuple[object, ...] = ()  # what the layer shows (the layout by identity)
+        self._raster: Raster | None = None  # the cells' pixels, for the layout and pixel ratio of
+        self._raster_key: tuple[object, ...] = ()
+        self._image: QImage | None = None  # wraps self._raster.pixels (no copy): kept as long as they are
+        self._size = (0, 0)
+        self._read_palette()
+
+    def _read_palette(self) -> None:
+        """The palette's colours a paint uses, read once (not per paint) and again when it changes."""
+        palette = self.palette()
+        self._base = palette.color(QPalette.ColorRole.Base)
+        self._text = palette.color(QPalette.ColorRole.Text)
+        self._outline = premultiplied(palette.color(QPalette.ColorRole.Mid).rgba())
+        highlight = premultiplied(palette.color(QPalette.ColorRole.Highlight).rgba())
+        self._lut = colour_lut(self._scale, self._outline, highlight)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange):
+            self._read_palette()
+            self.update()
 
     # ------------------------------------------------------------------ inputs
+
+    @property
+    def selected(self) -> np.ndarray:
+        """Which cells are selected (bool per cell). Replace it, don't change it in place."""
+        return self._selected
+
+    @selected.setter
+    def selected(self, chosen: np.ndarray) -> None:
+        self._selected = chosen
+        self._offsets = selection_offsets(chosen, len(self.colors))
 
     def set_structure(self, groups: tuple[Group, ...], cell_host: np.ndarray, host_labels: list[str]) -> None:
         """New hosts, GPUs or grouping: lay the cells out again (the selection is kept where cells stay)."""
@@ -91,10 +127,17 @@ class FleetCanvas(QWidget):
             self._viewport_height = height
             self._relayout()
 
-    def set_colors(self, bins: np.ndarray, host_state: np.ndarray, host_labels: list[str]) -> None:
+    def set_colors(self, bins: np.ndarray, host_state: np.ndarray, host_labels: list[str]) -> bool:
+        """New colour bins and host states; False when they are what the canvas already shows."""
+        same = (
+            np.array_equal(bins, self.bins)
+            and np.array_equal(host_state, self.host_state)
+            and host_labels == self.host_labels
+        )
         self.bins = bins
         self.host_state = host_state
         self.host_labels = host_labels
+        return not same
 
     def _relayout(self) -> None:
         metrics = self.fontMetrics()
@@ -102,12 +145,12 @@ class FleetCanvas(QWidget):
         self.layout_ = compute_layout(
             self.groups, self.cells, max(self.width(), 200), max(self._viewport_height, 100), label, label + 6
         )
-        self._rects = [QRect(*map(int, r)) for r in self.layout_.cell_rects]
         self.setMinimumHeight(self.layout_.height)
         self.update()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        self._size = (event.size().width(), event.size().height())
         if event.size().width() != event.oldSize().width():
             self._relayout()
 
@@ -117,77 +160,66 @@ class FleetCanvas(QWidget):
     # ------------------------------------------------------------------ painting
 
     def paintEvent(self, event: QPaintEvent) -> None:
+        """The background, the cells' image, the host names and titles: a handful of Qt calls."""
         self.paints += 1
         layout = self.layout_
         painter = QPainter(self)
-        palette = self.palette()
-        painter.fillRect(self.rect(), palette.color(QPalette.ColorRole.Base))
+        painter.fillRect(0, 0, self._size[0], self._size[1], self._base)
         if layout is None or not self.cells:
-            painter.setPen(palette.color(QPalette.ColorRole.Text))
+            painter.setPen(self._text)
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "No hosts yet: add one in Hosts")
+            painter.end()
             return
-        text = palette.color(QPalette.ColorRole.Text)
-        bold = painter.font()
-        bold.setBold(True)
-        normal = painter.font()
-        painter.setPen(text)
-        painter.setFont(bold)
-        for x, y, title in layout.titles:
-            painter.drawText(x, y + painter.fontMetrics().ascent() + 2, title)
-        painter.setFont(normal)
-
-        rects = self._rects
-        placed = layout.cell_rects[:, 2] > 0
-        painter.setPen(Qt.PenStyle.NoPen)
-        bins = self.bins
-        order = np.argsort(bins, kind="stable")
-        sorted_bins = bins[order]
-        starts = np.flatnonzero(np.diff(sorted_bins, prepend=-2))
-        ends = np.append(starts[1:], order.shape[0])
-        for start, end in zip(starts, ends, strict=True):
-            colour_bin = int(sorted_bins[start])
-            if colour_bin < 0:
-                continue
-            painter.setBrush(self.colors[colour_bin])
-            painter.drawRects([rects[i] for i in order[start:end] if placed[i]])
-        missing = np.flatnonzero((bins < 0) & placed)
-        if missing.size:  # no data: an empty outline, never a colour of the scale
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1, Qt.PenStyle.DotLine))
-            painter.drawRects([rects[i].adjusted(0, 0, -1, -1) for i in missing])
-
-        self._paint_hosts(painter, layout, text)
-        chosen = np.flatnonzero(self.selected & placed)
-        if chosen.size:
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
-            painter.drawRects([rects[i].adjusted(1, 1, -1, -1) for i in chosen])
+        ratio = self.devicePixelRatioF()
+        raster, image = self._cells_image(layout, ratio)
+        if image is not None:
+            raster.paint(self.bins, self._offsets, self._lut)
+            painter.drawImage(raster.left, raster.top, image)
+        self._paint_hosts(painter, layout, ratio)
         painter.end()
 
-    def _paint_hosts(self, painter: QPainter, layout: Layout, text: QColor) -> None:
-        """Each block's host name above its cells; stale / disconnected blocks hatched and labelled.
+    def _cells_image(self, layout: Layout, ratio: float) -> tuple[Raster, QImage | None]:
+        """The raster of this layout at this pixel ratio and the QImage over its pixels (None: no cell)."""
+        key = (layout, ratio)
+        if self._raster is None or self._raster_key != key:
+            self._raster = rasterize(layout.cell_rects, layout.cell_size, ratio)
+            self._raster_key = key
+            self._image = None
+            if self._raster.width and self._raster.height:
+                pixels = self._raster.pixels
+                self._image = QImage(
+                    pixels.data,
+                    pixels.shape[1],
+                    pixels.shape[0],
+                    pixels.strides[0],
+                    QImage.Format.Format_ARGB32_Premultiplied,
+                )
+                self._image.setDevicePixelRatio(ratio)
+        return self._raster, self._image
+
+    def _paint_hosts(self, painter: QPainter, layout: Layout, ratio: float) -> None:
+        """Group titles; each block's host name above its cells; stale / disconnected blocks hatched and
+        labelled.
 
         Drawn into a pixmap kept until a label, a host's state, the layout or the palette changes: 278
         `drawText` calls cost more than all the cells, and labels rarely change between refreshes."""
-        key = (
-            layout,
-            tuple(self.host_labels),
-            self.host_state.tobytes(),
-            text.rgba(),
-            self.devicePixelRatioF(),
-            self.size(),
-        )
+        key = (layout, tuple(self.host_labels), self.host_state.tobytes(), self._text.rgba(), ratio, self._size)
         if self._hosts_layer is None or self._hosts_layer_key != key:
-            self._hosts_layer = self._render_hosts_layer(layout, text)
+            self._hosts_layer = self._render_hosts_layer(layout, self._text, ratio)
             self._hosts_layer_key = key
         painter.drawPixmap(0, 0, self._hosts_layer)
 
-    def _render_hosts_layer(self, layout: Layout, text: QColor) -> QPixmap:
-        ratio = self.devicePixelRatioF()
+    def _render_hosts_layer(self, layout: Layout, text: QColor, ratio: float) -> QPixmap:
         pixmap = QPixmap(int(self.width() * ratio) + 1, int(max(self.height(), layout.height) * ratio) + 1)
         pixmap.setDevicePixelRatio(ratio)
         pixmap.fill(Qt.GlobalColor.transparent)
         painter = QPainter(pixmap)
+        bold = self.font()
+        bold.setBold(True)
+        painter.setPen(text)
+        painter.setFont(bold)
+        for x, y, title in layout.titles:
+            painter.drawText(x, y + painter.fontMetrics().ascent() + 2, title)
         painter.setFont(self.font())
         metrics = painter.fontMetrics()
         hatch = QBrush(text, Qt.BrushStyle.BDiagPattern)
@@ -243,7 +275,8 @@ class FleetCanvas(QWidget):
             if cell is None:
                 QToolTip.hideText()
             else:
-                QToolTip.showText(event.globalPosition().toPoint(), self.describe(cell), self, self._rects[cell])
+                area = QRect(*(int(v) for v in self.layout_.cell_rects[cell])) if self.layout_ is not None else QRect()
+                QToolTip.showText(event.globalPosition().toPoint(), self.describe(cell), self, area)
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.LeftButton:

@@ -4,7 +4,7 @@ A refresh must stay well under 50 ms at 2,224 GPUs on a 2-core desktop, so nothi
 objects per value. Per host the table looks up once where its series live in the `LiveMetrics` ring
 (`rows_of`: every GPU's RAW_METRICS, its NICs, its vLLM engines), and again only when the host gained
 series. Each refresh copies the newest values of the hosts that sent a sample into one flat buffer,
-one `np.take` per host, and then derives every column for all GPUs at once with precomputed index
+one fancy index per host (not `np.take`, which releases the GIL: see `update`), and then derives every column for all GPUs at once with precomputed index
 arrays (a gather for the GPU values, a bincount for each host's NIC sum, `fmax.at` for the engines'
 KV-cache usage): a few hundred numpy calls per refresh, whatever the number of values. The GPUs of a host are those its inventory lists and those it
 reported samples for (a host that never sent a sample still shows its GPUs, as "no data").
@@ -150,7 +150,9 @@ class FleetTable:
                 continue
             reader.read_time = newest
             self.host_time[h] = newest
-            np.take(column, reader.rows, out=buffer[reader.offset : reader.offset + reader.rows.shape[0]])
+            # an index, not np.take: np.take releases the GIL whatever the size, and each re-take costs
+            # milliseconds in the console's process of hundreds of busy threads (278 per refresh)
+            buffer[reader.offset : reader.offset + reader.rows.shape[0]] = column[reader.rows]
             read = True
         if read:
             self._derive()

@@ -9,7 +9,9 @@ rubber band) filters the dashboard (`selection_changed`).
 
 A refresh (once a second, only while the view is shown) reads the newest values into the per-GPU table
 (`FleetTable`, numpy) and paints the one canvas; `refresh_durations_ms()` keeps how long each took
-(update + paint), which `meshdeck bench fleet --console` reports.
+(update + paint), which `meshdeck bench fleet --console` reports. A refresh makes as few Qt calls as it
+can (each costs milliseconds in a process of many busy threads: see the canvas): the canvas is painted
+only when a colour, a host's state or the layout changed, and a label is set only when its text did.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class FleetView(QWidget):
         self.clear_button.setObjectName("fleetClearSelection")
         self.clear_button.setToolTip("Show every host in the dashboard again")
         self.clear_button.clicked.connect(self.clear_selection)
-        self.status = QLabel("no hosts yet")
+        self._status_text = "no hosts yet"
+        self.status = QLabel(self._status_text)
         self.status.setObjectName("fleetStatus")
         self.legend = FleetLegend(colors)
         self.canvas = FleetCanvas(colors)
@@ -245,10 +248,11 @@ class FleetView(QWidget):
                 hosts,
                 {name: [gpu.index for gpu in view.inventory.gpus] for name, view in hosts.items() if view.inventory},
             )
-        if self.table.update() or self._groups_dirty or self._structure_drawn != self.table.structure:
+        restructured = self.table.update() or self._groups_dirty or self._structure_drawn != self.table.structure
+        if restructured:
             self._restructure()
-        self._recolor()
-        self.canvas.repaint()
+        if self._recolor() or restructured:
+            self.canvas.repaint()
         self._durations.append(1000 * (time.perf_counter() - started))
 
     def _restructure(self) -> None:
@@ -265,16 +269,19 @@ class FleetView(QWidget):
         chosen = [
             i for i in range(table.cells) if (table.hosts[table.cell_host[i]], int(table.cell_gpu[i])) in self._selected
         ]
-        self.canvas.selected = np.zeros(table.cells, dtype=bool)
-        self.canvas.selected[chosen] = True
+        selected = np.zeros(table.cells, dtype=bool)
+        selected[chosen] = True
+        self.canvas.selected = selected
 
-    def _recolor(self) -> None:
+    def _recolor(self) -> bool:
+        """The colours, legend and status line from the newest values; True when the cells' colours or a
+        host's state changed (the canvas needs a paint)."""
         table = self.table
         self._values = self.colour_metric.values(table.columns())
         low, high = self.colour_metric.scale(self._values)
         bins = color_bins(self._values, low, high, len(self.canvas.colors))
         labels, self.host_state = self._host_states()
-        self.canvas.set_colors(bins, self.host_state, labels)
+        changed = self.canvas.set_colors(bins, self.host_state, labels)
         unit = self.colour_metric.unit
         high_text = ("≥ " if self.colour_metric.or_more else "") + unit.format(high)
         self.legend.set_scale(self.colour_metric.title, unit.format(low), high_text, self.colour_metric.note)
@@ -288,7 +295,10 @@ class FleetView(QWidget):
         chosen = self.canvas.selected
         if chosen.any():
             text += f"; selected: {len(set(table.cell_host[chosen].tolist()))} hosts, {int(chosen.sum())} GPUs"
-        self.status.setText(text)
+        if text != self._status_text:
+            self._status_text = text
+            self.status.setText(text)
+        return changed
 
     def _host_states(self) -> tuple[list[str], np.ndarray]:
         """Each host's label (its name, escaped) and state: live, stale (connected, but no sample for
