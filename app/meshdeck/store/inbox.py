@@ -2,8 +2,9 @@
 sample path waits.
 
 Each item has a cost (a sample batch: its cells; rows: their count; a flush or stop token: nothing) and a
-key (the host it is from). `put` waits while the inbox already holds `capacity` or more — except that a
-key with nothing queued may always queue one item, however large: a host sending one sample a second
+key (the host it is from). `put` waits while the inbox already holds `capacity` or more, or the key
+already holds `key_capacity` (one host's flood takes its share, not the whole fleet's room) — except that
+a key with nothing queued may always queue one item, however large: a host sending one sample a second
 is never held back by another host's flood. The writer `get`s round-robin over the keys with something
 queued, so a flood is written at the pace of its turn, not ahead of everyone. A caller waiting here is a
 host's supervisor: it stops reading its agent, whose ring keeps the samples.
@@ -38,10 +39,14 @@ class Empty(Exception):
 
 
 class BoundedInbox:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, key_capacity: int | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if key_capacity is not None and key_capacity < 1:
+            raise ValueError(f"key_capacity must be at least 1, got {key_capacity}")
         self.capacity = capacity
+        self.key_capacity = capacity if key_capacity is None else min(capacity, key_capacity)
+        self._key_held: dict[Hashable, int] = {}
         self._queues: OrderedDict[Hashable, deque[tuple[int, Any, int]]] = OrderedDict()  # key -> (order, item, cost)
         self._tokens: deque[tuple[int, Any]] = deque()
         self._order = itertools.count()
@@ -69,7 +74,11 @@ class BoundedInbox:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             waited = False
-            while not self._closed and self._held + cost > self.capacity and self._queues.get(key):
+            while (
+                not self._closed
+                and (self._held + cost > self.capacity or self._key_held.get(key, 0) + cost > self.key_capacity)
+                and self._queues.get(key)
+            ):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"the sample writer's inbox stayed full for {timeout:g} s")
@@ -80,6 +89,7 @@ class BoundedInbox:
             self.waits += waited
             self._queues.setdefault(key, deque()).append((next(self._order), item, cost))
             self._held += cost
+            self._key_held[key] = self._key_held.get(key, 0) + cost
             self._items += 1
             self._cond.notify()
 
@@ -132,12 +142,16 @@ class BoundedInbox:
                 continue
             _, item, cost = queue.popleft()
             was_full = self._held >= self.capacity // 2
+            key_was_full = self._key_held[key] >= self.key_capacity // 2
             self._held -= cost
+            self._key_held[key] -= cost
             self._items -= 1
             if queue:
                 self._queues.move_to_end(key)
+                if key_was_full and self._key_held[key] < self.key_capacity // 2:
+                    self._wake_room(key)  # its own share drained to half
             else:
-                del self._queues[key]
+                del self._queues[key], self._key_held[key]
                 self._wake_room(key)  # its putter may always queue one item now
             if was_full and self._held < self.capacity // 2:
                 self._wake_room()  # drained to half: whoever fits may put
@@ -166,8 +180,10 @@ class BoundedInbox:
                         self._items -= 1
                 if kept:
                     self._queues[key] = kept
+                    self._key_held[key] = sum(entry[2] for entry in kept)
                 else:
                     del self._queues[key]
+                    self._key_held.pop(key, None)
             self._tokens = deque(entry for entry in self._tokens if keep(entry[1]))
             self._held -= dropped
             self._cond.notify_all()

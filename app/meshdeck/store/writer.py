@@ -91,6 +91,9 @@ class WriterSettings:
     # stalled with it (delay p99 31-42 s at 278 hosts). A quick stop (`commit_queued=False`, the
     # console's) drops what waits: the agents send it again.
     inbox_cells: int = 4_000_000
+    # ...of which one host holds at most this much (~5 min of one 8-GPU host at 1 Hz, ~1 MB): a flooding
+    # or replaying agent waits on its own share instead of filling the fleet's.
+    inbox_cells_per_host: int = 125_000
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ class SampleWriter:
         self._retention = retention
         self._on_commit = on_commit
         self._clock = clock
-        self._inbox = BoundedInbox(self.settings.inbox_cells)
+        self._inbox = BoundedInbox(self.settings.inbox_cells, self.settings.inbox_cells_per_host)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._committed: dict[str, int] = {}

@@ -4,7 +4,7 @@ whole sample path (fleet, store writer, Qt bridge, live metrics, dashboard) in i
 What must hold: every sample the healthy agent took while the console listened is stored up to the
 last one acknowledged, and the console kept up with it (no starvation behind the flood); the poisoned
 host's good samples are stored and its garbage never fails a commit; the console's memory stays under
-300 MB and grows by less than GROWTH_BUDGET_MB over what it held before the agents connected (every buffer
+MAX_PEAK_RSS_MB and grows by less than GROWTH_BUDGET_MB over what it held before the agents connected (every buffer
 on the path is bounded: the RPC event queue, the writer's inbox, the bridge; unbounded, the app reached
 1.85 GB in 30 s); stopping takes under 5 s.
 """
@@ -27,6 +27,7 @@ SOAK_S = 60.0
 GROWTH_BUDGET_MB = (
     200.0  # measured ~115 MB (the writer's page cache, sized to the series, is part); 1.85 GB in 30 s unbounded
 )
+MAX_PEAK_RSS_MB = 350.0
 SCRIPT = Path(__file__).with_name("soak_console.py")
 
 
@@ -100,7 +101,10 @@ def test_a_flooding_and_a_poisoned_agent_cost_the_healthy_host_nothing(tmp_path:
     assert _stored_seqs(db, "poisoned") >= SOAK_S * 0.5  # its good samples got through and are stored
     assert result["flooding_delivered"] > 100 * len(healthy)  # the flood really flooded
     assert result["writer_failures"] == 0
-    assert result["peak_rss_mb"] < 300
+    # Peak measured ~260 MB before the column-wise store path, ~290 MB after it (170 MB idle here, 191 MB in
+    # CI): the flood is taken ~25 % faster (40,000 -> 50,000-59,000 samples in the minute) and each GPU has
+    # two ECC series more. What this guards against is an unbounded buffer (1.85 GB in 30 s).
+    assert result["peak_rss_mb"] < MAX_PEAK_RSS_MB
     grown = result["peak_rss_mb"] - result["idle_rss_mb"]
     assert grown < GROWTH_BUDGET_MB, f"RSS {result['idle_rss_mb']:.0f} MB idle -> {result['peak_rss_mb']:.0f} MB peak"
     assert result["stop_s"] < 5

@@ -204,3 +204,21 @@ def test_taking_an_item_wakes_only_the_putters_it_lets_in_not_every_waiting_host
     assert sorted(inbox.get(timeout=0) for _ in range(hosts)) == [("second", index) for index in range(hosts)]
     # one wake per host let in (a few spurious at most); waking every waiting host on each take was ~hosts²/2
     assert _CountingCondition.wakeups <= 2 * hosts
+
+
+def test_a_flooding_host_waits_on_its_own_share_while_others_still_queue() -> None:
+    inbox = BoundedInbox(capacity=100, key_capacity=30)
+    for _ in range(3):
+        inbox.put("flood", 10, key="flooding")  # its share, 30, is now full
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (inbox.put("flood", 10, key="flooding"), done.set()))
+    thread.start()
+    assert not done.wait(0.2)  # the fleet's inbox has room (30 of 100): the flood waits on its own share
+    for host in ("gpu-a", "gpu-b", "gpu-c"):
+        inbox.put("sample", 10, key=host, timeout=1)  # other hosts are not held back
+    taken = [inbox.get(timeout=0) for _ in range(3)]  # round-robin: one flood item, then gpu-a, gpu-b
+    assert taken == ["flood", "sample", "sample"]
+    inbox.get(timeout=0)
+    inbox.get(timeout=0)  # the flood's share drains below half: its putter is let in
+    assert done.wait(5)
+    thread.join(5)
