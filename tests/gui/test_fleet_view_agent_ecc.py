@@ -4,17 +4,14 @@ the newest-only values, and colours that GPU as alerting."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from gui_helpers import shown
-from integration.remote.remote_agent_fixtures import short_temp_dir
-from meshdeck.remote.supervisor import Backoff, SupervisorSettings
-from meshdeck.services.fleet import FleetService, FleetSettings
+from integration.remote.remote_agent_fixtures import local_fleet, short_temp_dir
+from meshdeck.services.fleet import FleetService
 from meshdeck.ui.views.fleet.view import FleetView
 
 # The simulation's seed 13326 is a faulty server: its GPU 4 takes one uncorrected error 0.2 s after the
@@ -31,20 +28,8 @@ def short_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def fleet(tmp_path: Path, short_dir: Path) -> Iterator[FleetService]:
-    """The fleet service; afterwards its agent is shut down and waited for (its pid is in its state dir)."""
-    settings = FleetSettings(
-        known_hosts=str(tmp_path / "known_hosts"),
-        supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.2, max_s=2.0)),
-    )
-    service = FleetService(settings)
-    yield service
-    pid_file = short_dir / "state" / "agent.pid"
-    daemon = psutil.Process(json.loads(pid_file.read_text())["pid"]) if pid_file.exists() else None
-    for name in service.hosts():
-        service.call(name, "agent.shutdown", timeout=10)
-    service.close()
-    if daemon is not None:
-        daemon.wait(timeout=30)  # leave no daemon behind
+    with local_fleet(tmp_path, short_dir) as service:
+        yield service
 
 
 @pytest.mark.slow

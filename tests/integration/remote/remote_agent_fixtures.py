@@ -5,6 +5,7 @@ leaves no daemon or worker behind. Used by the remote integration tests and the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -23,7 +24,7 @@ from meshdeck.remote.rpc import RpcClient
 from meshdeck.remote.ssh import SshOptions
 from meshdeck.remote.streams import SocketStream
 from meshdeck.remote.supervisor import Backoff, SupervisorSettings
-from meshdeck.services.fleet import FleetSettings
+from meshdeck.services.fleet import FleetService, FleetSettings
 
 
 def isolated_ssh_options(key_dir: Path) -> SshOptions:
@@ -129,3 +130,24 @@ def remote_agent(tmp_path: Path, agent_pyz: Path) -> Iterator[RemoteAgentSetup]:
     finally:
         stop_agent(setup.socket)
         shutil.rmtree(short, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_fleet(tmp_path: Path, state_root: Path) -> Iterator[FleetService]:
+    """A fleet service for local agents whose state dirs are `state_root/<dir>`; afterwards each agent is
+    shut down and waited for, so none is left for the session's leftover-process check."""
+    service = FleetService(
+        FleetSettings(
+            known_hosts=str(tmp_path / "known_hosts"),
+            supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.2, max_s=2.0)),
+        )
+    )
+    try:
+        yield service
+    finally:
+        daemons = [psutil.Process(json.loads(path.read_text())["pid"]) for path in state_root.glob("*/agent.pid")]
+        for name in service.hosts():
+            with contextlib.suppress(Exception):  # a test may have broken the agent on purpose
+                service.call(name, "agent.shutdown", timeout=10)
+        service.close()
+        psutil.wait_procs(daemons, timeout=30)

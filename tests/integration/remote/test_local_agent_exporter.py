@@ -5,19 +5,16 @@ its reason says so (a running agent keeps its own settings)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from meshdeck.remote.events import InventoryReceived
-from meshdeck.remote.supervisor import Backoff, SupervisorSettings
-from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.services.fleet import FleetService
 from prometheus_client.parser import text_string_to_metric_families
-from remote_agent_fixtures import short_temp_dir
+from remote_agent_fixtures import local_fleet, short_temp_dir
 from remote_fake_agent import Recorder  # tests/fakes is on sys.path (tests/conftest.py)
 from sshd import free_port
 
@@ -33,21 +30,8 @@ def short_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def fleet(tmp_path: Path, short_dir: Path) -> Iterator[FleetService]:
-    """A fleet whose agents (state dirs under short_dir) are shut down and waited for afterwards."""
-    settings = FleetSettings(
-        known_hosts=str(tmp_path / "known_hosts"),
-        supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.2, max_s=2.0)),
-    )
-    service = FleetService(settings)
-    yield service
-    daemons = [psutil.Process(json.loads(path.read_text())["pid"]) for path in short_dir.glob("*/agent.pid")]
-    for name in service.hosts():
-        try:
-            service.call(name, "agent.shutdown", timeout=10)
-        except Exception as exc:  # the test may have broken it on purpose
-            print(f"shutdown of {name}: {exc}")
-    service.close()
-    psutil.wait_procs(daemons, timeout=20)  # gone before the session's leftover check
+    with local_fleet(tmp_path, short_dir) as service:
+        yield service
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
