@@ -25,6 +25,7 @@ from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.time_chart import TimeChart
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.demo_tour import DemoTour
+from meshdeck.ui.gil import favour_the_gui_thread
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.main_window import MainWindow, ViewEntry
 from meshdeck.ui.screenshots import save_screenshots
@@ -80,6 +81,7 @@ def application() -> QApplication:
     if app is None:
         app = QApplication([sys.argv[0] if sys.argv else "meshdeck"])
     assert isinstance(app, QApplication)
+    favour_the_gui_thread()  # the GUI thread waits ~1 ms, not 5, for the GIL beside a busy fleet (ui/gil.py)
     app.setOrganizationName("meshdeck")
     app.setApplicationName("meshdeck")
     app.setApplicationDisplayName("meshdeck")
