@@ -1,4 +1,4 @@
-"""The chart rings keep the newest samples in fixed memory and hand out contiguous, ordered views."""
+"""The chart rings keep the newest samples in fixed memory, each value once, and hand out ordered spans."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from meshdeck.ui.charts.ring import BucketRing, SeriesRing
 
 
@@ -16,7 +18,47 @@ def test_series_ring_returns_the_newest_points_oldest_first_after_wrapping() -> 
     times, values = ring.series("a")
     assert times.tolist() == [7.0, 8.0, 9.0, 10.0, 11.0]
     assert values.tolist() == [70.0, 80.0, 90.0, 100.0, 110.0]
+    for step in range(12, 15):  # the newest sample at the buffer's end: the span does not wrap
+        ring.append(float(step), {"a": step * 10.0})
+    times, values = ring.series("a")
+    assert times.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0]
     assert times.base is not None and values.base is not None  # views, not copies
+
+
+@given(
+    capacity=st.integers(2, 9),
+    steps=st.integers(0, 30),
+    since=st.floats(-1.0, 31.0),
+    keys=st.lists(st.sampled_from(["a", "b", "c", "zz"]), max_size=4),
+)
+def test_series_ring_reads_match_a_plain_list_of_the_newest_samples(
+    capacity: int, steps: int, since: float, keys: list[str]
+) -> None:
+    ring: SeriesRing[str] = SeriesRing(capacity=capacity, initial_rows=1)
+    model: list[tuple[float, dict[str, float]]] = []
+    for step in range(steps):
+        values = {"a": step * 1.0} if step % 3 else {"a": step * 1.0, "b": -step * 1.0}
+        ring.append(float(step), values)
+        model = [*model, (float(step), values)][-capacity:]
+    kept = [(ts, values) for ts, values in model if ts >= since]
+    times, matrix = ring.matrix(keys, since)
+    assert times.tolist() == [ts for ts, _ in kept] == ring.times(since).tolist()
+    expected = [[values.get(key, math.nan) for _, values in kept] for key in keys]
+    assert np.array_equal(matrix, np.array(expected, dtype=np.float32).reshape(len(keys), len(kept)), equal_nan=True)
+    for key in ("a", "b"):
+        series_times, series_values = ring.series(key, since)
+        if key in ring.keys:
+            assert series_times.tolist() == [ts for ts, _ in kept]
+            assert np.array_equal(series_values, np.array(expected_row(kept, key), dtype=np.float32), equal_nan=True)
+
+
+def expected_row(kept: list[tuple[float, dict[str, float]]], key: str) -> list[float]:
+    return [values.get(key, math.nan) for _, values in kept]
+
+
+def test_a_ring_holds_each_value_once() -> None:
+    ring: SeriesRing[str] = SeriesRing(capacity=4096, initial_rows=128)
+    assert ring.nbytes == 4096 * 8 + 128 * 4096 * 4  # float64 times, float32 values, no second copy
 
 
 def test_series_ring_fills_gaps_with_nan_for_series_missing_from_a_sample() -> None:

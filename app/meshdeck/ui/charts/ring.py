@@ -1,8 +1,10 @@
 """Fixed-memory time series for live charts: a fine ring (every sample) and a coarse min/max ring.
 
 One `SeriesRing` holds all series of one host, because every series of a host shares the sample's
-timestamp. Each value is written twice (at `i` and `i + capacity`), so the newest `n` points are
-always one contiguous slice of the buffer: a chart gets numpy views, never `np.roll` copies.
+timestamp. Each value is written once: a read of a span that does not wrap the buffer's end is a numpy
+view, one that wraps is copied (only the series and the span a chart asks for). The rings used to write
+every value twice so that every read was a view; at 278 hosts that second copy was ~1 GB of the console's
+memory (3.5 MB of 7 MB per host).
 
 The 24-hour window cannot keep every 1 Hz sample of 64 GPUs in memory (about 0.9 GB), so
 `BucketRing` keeps per-bucket minimum and maximum instead. Drawn as an interleaved min/max
@@ -36,8 +38,8 @@ class SeriesRing(Generic[SeriesKey]):
         if capacity < 2:
             raise ValueError(f"capacity must be at least 2, got {capacity}")
         self.capacity = capacity
-        self._times = np.full(2 * capacity, np.nan)
-        self._values = np.full((max(1, initial_rows), 2 * capacity), np.nan, dtype=VALUE_DTYPE)
+        self._times = np.full(capacity, np.nan)
+        self._values = np.full((max(1, initial_rows), capacity), np.nan, dtype=VALUE_DTYPE)
         self._rows: dict[SeriesKey, int] = {}
         self._head = 0  # next write position, in [0, capacity)
         self._count = 0
@@ -77,41 +79,54 @@ class SeriesRing(Generic[SeriesKey]):
         column = np.full(self._values.shape[0], np.nan, dtype=VALUE_DTYPE)
         column[rows] = values
         head = self._head
-        self._times[head] = self._times[head + self.capacity] = ts
+        self._times[head] = ts
         self._values[:, head] = column
-        self._values[:, head + self.capacity] = column
         self._head = (head + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
 
-    def _span(self) -> tuple[int, int]:
-        end = self._head + self.capacity if self._count == self.capacity else self._head
-        return end - self._count, end
+    def _span(self, first: int = 0) -> tuple[int, int]:
+        """Where the samples from the `first`-th oldest on start in the buffer, and how many there are."""
+        return (self._head - self._count + first) % self.capacity, self._count - first
+
+    def _columns(self, array: np.ndarray, first: int = 0, rows: np.ndarray | None = None) -> np.ndarray:
+        """`array`'s columns (its last axis) of the samples from the `first`-th oldest on, oldest first, of
+        `rows` only when given (a copy of those rows' span alone): a view when they do not wrap the buffer's
+        end, else a copy."""
+        start, count = self._span(first)
+        pick = (Ellipsis,) if rows is None else (rows,)
+        if start + count <= self.capacity:
+            return array[(*pick, slice(start, start + count))]
+        tail = array[(*pick, slice(start, None))]
+        return np.concatenate((tail, array[(*pick, slice(0, start + count - self.capacity))]), axis=-1)
+
+    def _first_since(self, since: float) -> tuple[np.ndarray, int]:
+        """Every time, oldest first, and the position of the first at or after `since`."""
+        times = self._columns(self._times)
+        return times, int(np.searchsorted(times, since, side="left")) if since > -math.inf else 0
 
     def times(self, since: float = -math.inf) -> np.ndarray:
-        start, end = self._span()
-        view = self._times[start:end]
-        return view[np.searchsorted(view, since, side="left") :] if since > -math.inf else view
+        times, first = self._first_since(since)
+        return times[first:]
 
     def series(self, key: SeriesKey, since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values) views of one series, oldest first, from `since` on. Unknown key: empty."""
-        start, end = self._span()
-        times = self._times[start:end]
-        first = int(np.searchsorted(times, since, side="left")) if since > -math.inf else 0
+        """(times, values) of one series, oldest first, from `since` on (views unless the span wraps the
+        buffer: read them, don't keep them). Unknown key: empty."""
+        times, first = self._first_since(since)
         row = self._rows.get(key)
         if row is None:
             return times[:0], times[:0]
-        return times[first:], self._values[row, start + first : end]
+        return times[first:], self._columns(self._values[row], first)
 
     def matrix(self, keys: list[SeriesKey], since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
-        """(times, values[len(keys), n]) from `since` on; an unknown key gives a row of NaN."""
-        start, end = self._span()
-        times = self._times[start:end]
-        first = int(np.searchsorted(times, since, side="left")) if since > -math.inf else 0
+        """(times, values[len(keys), n]) from `since` on, values copied; an unknown key gives a row of NaN."""
+        times, first = self._first_since(since)
         rows = [self._rows.get(key, -1) for key in keys]
-        values = self._values[np.maximum(rows, 0), start + first : end] if rows else np.empty((0, end - start - first))
+        if not rows:
+            return times[first:], np.empty((0, len(times) - first), dtype=VALUE_DTYPE)
+        values = self._columns(self._values, first, np.maximum(rows, 0))  # fancy indexing: a copy
         missing = [i for i, row in enumerate(rows) if row < 0]
         if missing:
-            values[missing] = np.nan  # fancy indexing copied: safe to write
+            values[missing] = np.nan  # a copy: safe to write
         return times[first:], values
 
     @property
