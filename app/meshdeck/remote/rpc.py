@@ -53,6 +53,7 @@ DEFAULT_TIMEOUT_S = 30.0
 EVENT_QUEUE_SIZE = 4096
 MAX_EVENT_BYTES = 2 * 1024 * 1024  # an agent's largest samples event; a longer line is still taken alone
 MAX_IN_FLIGHT = 256
+CLOSED_CHECK_S = 5.0  # the longest a wait in next_event goes without looking whether the client closed
 _READ_SIZE = 65536
 AGENT_VERSION_LIMIT = 64
 ERROR_TEXT_LIMIT = 1000
@@ -197,7 +198,8 @@ class RpcClient:
         A malformed event line is logged (rate-limited) and skipped."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            # close() queues an end marker that wakes this wait; the slice is only a safety net
+            wait = CLOSED_CHECK_S if deadline is None else max(0.0, min(CLOSED_CHECK_S, deadline - time.monotonic()))
             try:
                 item = self._events.get(timeout=wait) if wait > 0 else self._events.get_nowait()
             except queue.Empty:

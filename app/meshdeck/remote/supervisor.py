@@ -55,6 +55,7 @@ from meshdeck.remote.sample_gate import SampleGate
 
 log = logging.getLogger(__name__)
 
+MIN_WAIT_S = 0.5  # the shortest wait for an event before the stall check runs again
 DECODE_CHUNK = 120  # samples decoded, flattened and delivered at once (a backlog event carries up to ~2 MiB)
 
 Sink = Callable[[FleetEvent], None]
@@ -363,7 +364,12 @@ class HostSupervisor:
     def _pump(self, client: RpcClient) -> None:
         last_ping = time.monotonic()
         while not self._stop.is_set():
-            event = client.next_event(timeout=0.5)  # raises ConnectionLost when the stream ends
+            # Woken by the next event, the stream's end or stop() (both close the client); otherwise only when
+            # a stall or the next ping is due: a fleet's idle wake-ups were two a second per host.
+            due = self._last_sample_at + self._stall_after_s
+            if self._state == "degraded":
+                due = last_ping + self._stall_after_s
+            event = client.next_event(timeout=max(MIN_WAIT_S, due - time.monotonic()))  # ConnectionLost at the end
             if event is None:
                 now = time.monotonic()
                 if now - self._last_sample_at > self._stall_after_s:
