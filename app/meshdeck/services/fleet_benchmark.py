@@ -12,7 +12,11 @@ console's window runs offscreen in this process on the same services and the ben
 event loop, as the console's would.
 
 The run: all hosts are added at once; once every host delivered its first sample (or `connect_timeout_s`
-passed) the measuring window of `seconds` starts; after it, every host's samples produced in the window are
+passed) the fleet settles: the client works off the backlog the connect storm left (at 278 hosts on this
+2-core machine the agents' own start-up takes most of it, and the hosts connected first are up to ~20 s
+behind when the last connects). The measuring window of `seconds` starts once every host's newest delivered
+sample is under SETTLED_AGE_S old (or `settle_timeout_s` passed: the window then opens on the backlog and
+`settle_s` is null); after it, every host's samples produced in the window are
 waited for (`drain_timeout_s`), the writer is flushed, and SQLite is asked what it holds.
 
 What each number is (all measured in this run, none assumed):
@@ -37,6 +41,7 @@ What each number is (all measured in this run, none assumed):
   (`refresh_durations_ms()`) of the refreshes during the window; null without a console.
 - `connect_all_s`: from adding the first host until every host delivered its first sample; null when some
   did not within `connect_timeout_s` (`hosts_connected` says how many did).
+- `settle_s` (extra): from then until the window opened (the client caught up with the connect storm).
 
 Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agents' own CPU over the window
 (their daemons, and the `attach` relays between them and this process, from /proc/<pid>/stat), and
@@ -147,6 +152,7 @@ class FleetBenchmarkSettings:
     seconds: float = 60.0
     gpu_type: str = "H200"
     connect_timeout_s: float = 600.0  # for every host's first sample
+    settle_timeout_s: float = 180.0  # then for the client to catch up with the connect storm's backlog
     drain_timeout_s: float = 120.0  # after the window, for the samples produced in it to be delivered
     directory: str | None = None  # where the temporary folder goes (default /tmp: agent sockets need short paths)
 
@@ -178,6 +184,7 @@ class DeliveryMeter:
         self._lock = threading.Lock()
         self._hosts = hosts
         self.first_delivery: dict[str, float] = {}  # host -> time.monotonic() of its first sample
+        self._newest: dict[str, float] = {}  # host -> the newest sample time delivered (time.time())
         self.all_connected = threading.Event()
         self._delays = array("d")
         self._delivered = array("d")  # time.time() of each recorded delay's delivery
@@ -199,6 +206,7 @@ class DeliveryMeter:
                 self.first_delivery[event.host] = now_mono
                 if len(self.first_delivery) >= self._hosts:
                     self.all_connected.set()
+            self._newest[event.host] = max(self._newest.get(event.host, 0.0), event.batch.times[-1])
             if not self._measuring:
                 return
             if event.backfill:
@@ -225,6 +233,12 @@ class DeliveryMeter:
     def connected(self) -> int:
         with self._lock:
             return len(self.first_delivery)
+
+    def settled(self, now: float | None = None) -> bool:
+        """Whether every host that delivered has delivered a sample taken under SETTLED_AGE_S ago."""
+        now = time.time() if now is None else now
+        with self._lock:
+            return all(now - newest < SETTLED_AGE_S for newest in self._newest.values())
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -312,6 +326,7 @@ class FleetBenchmark:
     settings: FleetBenchmarkSettings
     gui_view: str | None
     connect_all_s: float | None
+    settle_s: float | None
     hosts_connected: int
     window_s: float
     client_cpu_s: float
@@ -369,6 +384,7 @@ class FleetBenchmark:
                 "gpus_per_host": self.settings.gpus_per_host,
                 "simulate": self.settings.simulate,
                 "window_s": round(self.window_s, 2),
+                "settle_s": rounded(self.settle_s),
                 "hosts_connected": self.hosts_connected,
                 "hosts_measured": len(self.windows),
                 "not_measured": dict(self.not_measured),
@@ -562,12 +578,19 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         started = run.start_hosts()
         connected = run.wait(run.meter.all_connected.is_set, settings.connect_timeout_s)
         connect_all_s = (max(run.meter.first_delivery.values()) - started) if connected else None
-        return _measure(run, connect_all_s)
+        settling = time.monotonic()
+        settled = run.wait(run.meter.settled, settings.settle_timeout_s)
+        if not settled:
+            log.warning(
+                "bench fleet: the client did not catch up within %g s; measuring anyway", settings.settle_timeout_s
+            )
+        return _measure(run, connect_all_s, time.monotonic() - settling if settled else None)
     finally:
         run.close()
 
 
 CAUGHT_UP_DELAY_S = 1.0
+SETTLED_AGE_S = 2.0  # one sampling interval (1 s) plus a delay that still counts as caught up
 
 
 def catch_up(delays_s: list[float], delivered_s: list[float], window_s: float) -> dict[str, float | None]:
@@ -606,7 +629,7 @@ def thread_cpu_s() -> dict[str, float]:
     return groups
 
 
-def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
+def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> FleetBenchmark:
     settings = run.settings
     hosts = [n for n in run.names if n in run.meter.first_delivery]
     not_measured = {n: "no sample delivered before the window" for n in run.names if n not in hosts}
@@ -681,6 +704,7 @@ def _measure(run: _Run, connect_all_s: float | None) -> FleetBenchmark:
         settings=settings,
         gui_view=run.console.view_key if run.console is not None else None,
         connect_all_s=connect_all_s,
+        settle_s=settle_s,
         hosts_connected=run.meter.connected(),
         window_s=window_s,
         client_cpu_s=cpu_s,

@@ -1,8 +1,11 @@
-"""`bench fleet`'s catch-up keys: when every live sample started arriving within a second, and the p99 after."""
+"""`bench fleet`'s catch-up: when every live sample started arriving within a second and the p99 after, and when
+the fleet has settled after the connect storm (the window opens then)."""
 
 from __future__ import annotations
 
-from meshdeck.services.fleet_benchmark import catch_up
+from meshdeck.remote.events import SamplesReceived
+from meshdeck.services.fleet_benchmark import SETTLED_AGE_S, DeliveryMeter, catch_up
+from meshdeck.services.synthetic_samples import sample_batch, wire_sample
 
 
 def test_a_window_that_opens_on_a_backlog_says_when_the_client_caught_up_and_the_p99_after() -> None:
@@ -18,3 +21,19 @@ def test_a_client_that_never_fell_behind_caught_up_at_zero_and_one_that_never_ca
     assert catch_up([0.01, 0.02], [1.0, 2.0], 60.0) == {"caught_up_s": 0.0, "delay_p99_ms_after_catch_up": 20.0}
     assert catch_up([5.0, 5.0], [1.0, 59.0], 60.0) == {"caught_up_s": 59.0, "delay_p99_ms_after_catch_up": None}
     assert catch_up([], [], 60.0) == {"caught_up_s": 0.0, "delay_p99_ms_after_catch_up": None}
+
+
+def _delivery(host: str, *times: float) -> SamplesReceived:
+    return SamplesReceived(host, sample_batch([wire_sample(i + 1, ts, gpus=1) for i, ts in enumerate(times)]), 0)
+
+
+def test_the_window_opens_once_every_host_delivered_a_sample_taken_under_two_seconds_ago() -> None:
+    meter = DeliveryMeter(hosts=2)
+    now = 1_764_482_400.0
+    meter(_delivery("a", now - 30.0, now - 0.5))  # caught up
+    meter(_delivery("b", now - 25.0))  # still behind: the connect storm's backlog
+    assert meter.all_connected.is_set()
+    assert not meter.settled(now)
+    meter(_delivery("b", now - 24.0, now - SETTLED_AGE_S + 0.1))
+    assert meter.settled(now)
+    assert not meter.settled(now + 5.0)  # a host that stops delivering is behind again
