@@ -74,8 +74,10 @@ class ReadHub:
         with self._lock:
             if fd in self._watches:
                 raise ValueError(f"file descriptor {fd} is already watched")
-            self._watches[fd] = watch
+            # first: a descriptor closed meanwhile raises OSError here and leaves nothing behind (kept, its
+            # number would be refused as "already watched" once the system reuses it)
             self._selector.register(fd, selectors.EVENT_READ, watch)
+            self._watches[fd] = watch
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()

@@ -137,3 +137,29 @@ def test_a_resume_that_races_the_pause_keeps_the_watch_reading():
     holder["watch"].cancel()
     os.close(read_fd)
     os.close(write_fd)
+
+
+def test_watching_a_descriptor_closed_meanwhile_fails_and_leaves_its_number_free():
+    """A connection closed between its start and its watch (a fleet shutting down under a reconnect)."""
+    hub = ReadHub(name="test-hub-closed")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        try:
+            hub.watch(read_end, lambda: True)
+        except OSError:
+            pass
+        else:
+            raise AssertionError("a closed descriptor was watched")
+        assert hub.watching() == 0
+        again, other = os.pipe()  # the lowest free number: most likely the closed one's, reused
+        try:
+            watch = hub.watch(again, lambda: True)
+            assert hub.watching() == 1
+            watch.cancel()
+        finally:
+            os.close(again)
+            os.close(other)
+    finally:
+        os.close(write_end)
+    assert hub.watching() == 0
