@@ -17,12 +17,10 @@ when the hello's epoch differs from the one the held last_seq belongs to, and a 
 so; an agent whose newest seq is below the held one (an agent without epochs, or a resume point stored
 without one) is reset the same way. Samples are delivered with their epoch, so the store's resume point
 carries it too. Runs on the host supervisor's thread; `last_seq` and `epoch` may be read from any thread.
-A delivery is flattened while holding `turn` (the supervisors' decode turns) and handed to the sink after.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -55,10 +53,8 @@ class SampleGate:
         read_page: int = 600,
         call_timeout_s: float = 30.0,
         stopped: Callable[[], bool] = lambda: False,
-        turn: contextlib.AbstractContextManager[Any] | None = None,
     ) -> None:
         self.host = host
-        self._turn = turn or contextlib.nullcontext()
         self._sink = sink
         self._lock = threading.Lock()
         self._last_seq = since_seq
@@ -203,6 +199,5 @@ class SampleGate:
     def _deliver(self, samples: list[Sample], dropped: int, backfill: bool) -> None:
         refused, self._refused = self._refused, 0
         if samples or dropped or refused:
-            with self._turn:
-                batch = batch_from_samples(samples)
+            batch = batch_from_samples(samples)
             self._sink(SamplesReceived(self.host, batch, dropped, backfill, self._epoch, refused))

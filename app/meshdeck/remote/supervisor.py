@@ -28,15 +28,6 @@ gap is paged in with `samples.read {since_seq, limit}` (SamplesReceived backfill
 `samples.subscribe {since_seq}`: the agent sends what is left of the backlog, then live samples.
 Every sample passes one gate (sample_gate.py): in seq order, none twice, gaps filled from the ring or
 counted as dropped, and a new sequence epoch (a new agent state dir) resets it with a SequenceReset.
-
-Decoding and flattening samples is the supervisors' CPU work, and with a thread per host a whole fleet of
-them wants the GIL at once after a connect storm: measured at 278 hosts, the store writer then waited
-~30 s at a time for its turn (its inbox filled, back-pressure held every host, deliveries ran a minute
-late) although the machine had a core to spare. A supervisor decodes and flattens only while it holds one
-of the process's DECODE_TURNS turns; the others wait on the turns' lock, asleep, not on the GIL, so the
-writer, the read hub and the GUI thread compete with at most DECODE_TURNS of them. Delivering to the sink
-(which may wait for the writer) happens outside the turn: one host waiting never holds up another's
-decoding.
 """
 
 from __future__ import annotations
@@ -66,8 +57,6 @@ log = logging.getLogger(__name__)
 
 MIN_WAIT_S = 0.5  # the shortest wait for an event before the stall check runs again
 DECODE_CHUNK = 120  # samples decoded, flattened and delivered at once (a backlog event carries up to ~2 MiB)
-DECODE_TURNS = 2  # supervisors decoding at once, process-wide: the GIL runs one anyway (see the module doc)
-_decode_turns = threading.BoundedSemaphore(DECODE_TURNS)
 
 Sink = Callable[[FleetEvent], None]
 
@@ -148,7 +137,6 @@ class HostSupervisor:
             read_page=self.settings.read_page,
             call_timeout_s=self.settings.call_timeout_s,
             stopped=self._stop.is_set,
-            turn=_decode_turns,
         )
         self._state = "disconnected"
         self._reason = ""
@@ -408,14 +396,8 @@ class HostSupervisor:
                 raw: Iterable[Any] = iter_event_samples(event.line)
             else:
                 raw, _ = decode_samples_message(event.data)
-            chunks = _chunks(raw, DECODE_CHUNK)  # the line is parsed as the chunks are taken: in the turn
-            while True:
-                with _decode_turns:
-                    chunk = next(chunks, None)
-                    samples = self._gate.decode(chunk) if chunk is not None else None
-                if samples is None:
-                    break
-                self._gate.accept(client, samples, backfill=False)  # flattened in a turn, delivered outside
+            for chunk in _chunks(raw, DECODE_CHUNK):
+                self._gate.accept(client, self._gate.decode(chunk), backfill=False)
         except SampleError as exc:
             self._gate.refuse_message(str(exc))
 
