@@ -7,11 +7,11 @@ series, reused for every sample), so a batch costs one float per reported value 
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
+import numpy as np
 from meshdeck_agent.metric_registry import GPU_METRICS, HOST_METRICS, NIC_METRICS, NVLINK_METRICS
 from meshdeck_agent.wire_sample import Sample
 
@@ -151,22 +151,18 @@ def batch_from_samples(samples: Sequence[Sample]) -> SampleBatch:
             for column, value in zip(row_columns, values, strict=True):
                 if value is not None:
                     flat[base + column] = value
-    width = len(series)
-    if None in flat:
-        unreported = [
-            c
-            for c in sorted({i % width for i, value in enumerate(flat) if value is None})
-            if all(flat[i * width + c] is None for i in range(len(samples)))
-        ]
-        if unreported:  # a series every sample left null: no column, as if it was never named
-            kept = sorted(set(range(width)).difference(unreported))
-            flat = [flat[i * width + c] for i in range(len(samples)) for c in kept]
-            series = tuple(series[c] for c in kept)
-        flat = [math.nan if value is None else value for value in flat]
+    # None (not reported) becomes NaN in the conversion; a series no sample reported loses its column
+    matrix = np.array(flat, dtype=np.float64).reshape(len(samples), len(series))
+    reported = ~np.isnan(matrix).all(axis=0)
+    if not reported.all():  # a series every sample left null: no column, as if it was never named
+        matrix = matrix[:, reported]
+        series = tuple(key for key, kept in zip(series, reported.tolist(), strict=True) if kept)
+    values = array("d")
+    values.frombytes(matrix.tobytes())
     return SampleBatch(
         seqs=tuple(s.seq for s in samples),
         times=tuple(s.ts for s in samples),
         series=series,
-        values=array("d", flat),  # type: ignore[arg-type]
+        values=values,
         simulated=any(s.simulated for s in samples),
     )

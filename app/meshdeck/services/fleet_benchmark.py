@@ -236,9 +236,13 @@ class DeliveryMeter:
 
     def settled(self, now: float | None = None) -> bool:
         """Whether every host that delivered has delivered a sample taken under SETTLED_AGE_S ago."""
+        return not self.behind(now)
+
+    def behind(self, now: float | None = None) -> dict[str, float]:
+        """The hosts whose newest delivered sample is SETTLED_AGE_S old or older, with its age in seconds."""
         now = time.time() if now is None else now
         with self._lock:
-            return all(now - newest < SETTLED_AGE_S for newest in self._newest.values())
+            return {host: now - newest for host, newest in self._newest.items() if now - newest >= SETTLED_AGE_S}
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -581,8 +585,13 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         settling = time.monotonic()
         settled = run.wait(run.meter.settled, settings.settle_timeout_s)
         if not settled:
+            behind = sorted(run.meter.behind().items(), key=lambda item: -item[1])
             log.warning(
-                "bench fleet: the client did not catch up within %g s; measuring anyway", settings.settle_timeout_s
+                "bench fleet: the client did not catch up within %g s (%d hosts behind; the furthest: %s); "
+                "measuring anyway",
+                settings.settle_timeout_s,
+                len(behind),
+                ", ".join(f"{host} {age:.1f} s" for host, age in behind[:5]),
             )
         return _measure(run, connect_all_s, time.monotonic() - settling if settled else None)
     finally:
