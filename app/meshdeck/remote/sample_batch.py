@@ -156,13 +156,13 @@ def batch_from_samples(samples: Sequence[Sample]) -> SampleBatch:
     reported = ~np.isnan(matrix).all(axis=0)
     if not reported.all():  # a series every sample left null: no column, as if it was never named
         matrix = matrix[:, reported]
-        series = tuple(key for key, kept in zip(series, reported.tolist(), strict=True) if kept)
-    values = array("d")
-    values.frombytes(matrix.tobytes())
+        series = tuple(series[column] for column in np.flatnonzero(reported).tolist())
+    flattened = array("d")
+    flattened.frombytes(matrix.tobytes())
     return SampleBatch(
         seqs=tuple(s.seq for s in samples),
         times=tuple(s.ts for s in samples),
         series=series,
-        values=values,
+        values=flattened,
         simulated=any(s.simulated for s in samples),
     )

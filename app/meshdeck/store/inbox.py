@@ -124,16 +124,26 @@ class BoundedInbox:
     def get(self, timeout: float | None = None) -> Any:
         """The next item: a token once nothing older waits, else the next key's oldest item in turn;
         raises Empty after `timeout` (0: do not wait)."""
+        return self.get_many(1, timeout)[0]
+
+    def get_many(self, most: int, timeout: float | None = None) -> list[Any]:
+        """Up to `most` items in `get` order, taken under one hold of the lock; waits like `get` for the first
+        (raises Empty after `timeout`).
+
+        The writer drains with this: at fleet size every take of the lock may wait behind a supervisor that
+        holds it while it waits for the GIL among ~280 threads (measured at 278 hosts: the writer stood ~30 s
+        at a time in `get`, its inbox filling), so it takes the lock once per drain, not once per item."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while True:
-                taken = self._take()
-                if taken is not None:
-                    return taken[0]
+            while (taken := self._take()) is None:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Empty
                 self._cond.wait(remaining)
+            items = [taken[0]]
+            while len(items) < most and (taken := self._take()) is not None:
+                items.append(taken[0])
+            return items
 
     def _take(self) -> tuple[Any] | None:
         barrier = self._tokens[0][0] if self._tokens else None

@@ -32,6 +32,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,6 +165,7 @@ class _Flush:
 
 _STOP = object()
 _STOP_OPEN = object()  # stop, leaving the open buckets open
+DRAIN_ITEMS = 64  # inbox items the writer takes per take of the inbox's lock (one sample batch each, mostly)
 
 
 class SampleWriter:
@@ -361,16 +363,16 @@ class SampleWriter:
         next_retention = time.monotonic() + min(60.0, settings.retention_every_s)
         flushes: list[_Flush] = []
         stopping = seal = False
+        held: deque[Any] = deque()  # taken from the inbox in one drain, not staged yet (at most DRAIN_ITEMS)
         while not stopping:
-            timeout = next_retention - time.monotonic()
-            if deadline is not None:
-                timeout = min(timeout, deadline - time.monotonic())
-            try:
-                item = self._inbox.get(timeout=max(0.0, timeout))
-            except Empty:
-                item = None
+            if not held:
+                timeout = next_retention - time.monotonic()
+                if deadline is not None:
+                    timeout = min(timeout, deadline - time.monotonic())
+                held.extend(self._drain(max(0.0, timeout)))
             cpu_start = time.thread_time()
-            while item is not None:
+            while held:
+                item = held.popleft()
                 if item is _STOP or item is _STOP_OPEN:
                     stopping = True
                     seal = item is _STOP
@@ -379,11 +381,9 @@ class SampleWriter:
                 else:
                     self._stage(ingest, item)
                 if ingest.pending_rows >= self._batch_rows:
-                    break
-                try:
-                    item = self._inbox.get(timeout=0)
-                except Empty:
-                    item = None
+                    break  # what is held waits for the commit: staged first in the next round
+                if not held:
+                    held.extend(self._drain(0.0))
             now = time.monotonic()
             if ingest.has_pending and deadline is None:
                 deadline = now + self._interval(ingest)
@@ -411,6 +411,14 @@ class SampleWriter:
                 next_retention = time.monotonic() + settings.retention_every_s
             with self._lock:
                 self._cpu += time.thread_time() - cpu_start
+
+    def _drain(self, timeout: float) -> list[Any]:
+        """What the inbox has, up to DRAIN_ITEMS items in one take of its lock (waiting up to `timeout` for the
+        first); nothing after the timeout."""
+        try:
+            return self._inbox.get_many(DRAIN_ITEMS, timeout=timeout)
+        except Empty:
+            return []
 
     def _size_cache(self, connection: Any, ingest: SampleIngest) -> None:
         """Fit the page cache and the WAL to the series stored (changed only when a quarter off)."""

@@ -9,7 +9,7 @@ import time
 import pytest
 from meshdeck.services.synthetic_samples import sample_batch, wire_sample
 from meshdeck.store.database import Database
-from meshdeck.store.inbox import BoundedInbox, InboxClosed
+from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
 from meshdeck.store.writer import SampleWriter, WriterSettings
 
 T0 = 1_764_482_400.0
@@ -222,3 +222,53 @@ def test_a_flooding_host_waits_on_its_own_share_while_others_still_queue() -> No
     inbox.get(timeout=0)  # the flood's share drains below half: its putter is let in
     assert done.wait(5)
     thread.join(5)
+
+
+def _filled() -> BoundedInbox:
+    inbox = BoundedInbox(1000)
+    for item, key in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")):
+        inbox.put(item, 1, key=key)
+    inbox.put_token("flush")
+    inbox.put("b2", 1, key="b")
+    return inbox
+
+
+def test_a_drain_takes_what_gets_would_take_in_their_order_under_one_hold_of_the_lock() -> None:
+    one_by_one = _filled()
+    expected = [one_by_one.get(timeout=0) for _ in range(6)]
+    inbox = _filled()
+    acquired = []
+
+    class CountingLock:
+        def __init__(self, lock) -> None:
+            self.lock = lock
+
+        def __enter__(self):
+            acquired.append(1)
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self.lock, name)
+
+    inbox._cond = CountingLock(inbox._cond)  # type: ignore[assignment]
+    assert inbox.get_many(4, timeout=0) == expected[:4]  # at most `most`, round-robin, the token as a barrier
+    assert inbox.get_many(10, timeout=0) == expected[4:]
+    assert len(acquired) == 2
+    assert inbox.held == 0 and len(inbox) == 0
+    with pytest.raises(Empty):
+        inbox.get_many(10, timeout=0.01)
+
+
+def test_a_drain_lets_waiting_putters_in() -> None:
+    inbox = BoundedInbox(10)
+    inbox.put("first", 10, key="a")
+    put_done = threading.Event()
+    threading.Thread(target=lambda: (inbox.put("second", 10, key="a"), put_done.set()), daemon=True).start()
+    time.sleep(0.05)
+    assert not put_done.is_set()
+    assert inbox.get_many(8, timeout=0) == ["first"]
+    assert put_done.wait(5)
+    assert inbox.get_many(8, timeout=1) == ["second"]
