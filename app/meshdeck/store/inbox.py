@@ -15,12 +15,9 @@ Tokens (a flush, a stop) are barriers: one is handed out only once everything pu
 agents' rings next time).
 
 Waking is targeted: the writer waits on its own condition (woken by a put or a token), and a waiting
-`put` on its key's (woken when its key's queue empties, when its key's share drains to half, or, one key per
-item taken from a full inbox, the key that has waited longest). At fleet size every host's supervisor may
-be waiting here at once; waking all of them on every item taken (278 threads per take, each going back to
-sleep) cost more CPU than the writing itself, and waking all of them once the inbox drained to half made a
-herd that held the lock (each woken thread re-takes it, and waits for the GIL holding it) while the writer
-waited ~30 s at a time to take its next items.
+`put` on its key's (woken when its key's queue empties, or when the inbox drains to half its capacity).
+At fleet size every host's supervisor may be waiting here at once; waking all of them on every item
+taken (278 threads per take, each going back to sleep) cost more CPU than the writing itself.
 """
 
 from __future__ import annotations
@@ -108,13 +105,6 @@ class BoundedInbox:
             if not self._waiting[key]:
                 del self._waiting[key], self._room[key]
 
-    def _wake_next(self) -> None:
-        """Wake the putters of the key that has waited longest for room (it goes to the back of the line)."""
-        key = next(iter(self._room))
-        room = self._room.pop(key)
-        self._room[key] = room
-        room.notify_all()
-
     def _wake_room(self, key: Hashable | None = None) -> None:
         """Wake the putters of `key` (None: of every key)."""
         for waiting in [key] if key is not None else list(self._room):
@@ -161,6 +151,7 @@ class BoundedInbox:
             if barrier is not None and queue[0][0] > barrier:
                 continue
             _, item, cost = queue.popleft()
+            was_full = self._held >= self.capacity // 2
             key_was_full = self._key_held[key] >= self.key_capacity // 2
             self._held -= cost
             self._key_held[key] -= cost
@@ -172,8 +163,8 @@ class BoundedInbox:
             else:
                 del self._queues[key], self._key_held[key]
                 self._wake_room(key)  # its putter may always queue one item now
-            if self._room and self._held < self.capacity:
-                self._wake_next()  # the room this take made: the longest-waiting host in, not all of them
+            if was_full and self._held < self.capacity // 2:
+                self._wake_room()  # drained to half: whoever fits may put
             return (item,)
         if self._tokens:  # nothing older than the first token waits
             return (self._tokens.popleft()[1],)

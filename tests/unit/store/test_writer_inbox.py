@@ -272,32 +272,3 @@ def test_a_drain_lets_waiting_putters_in() -> None:
     assert inbox.get_many(8, timeout=0) == ["first"]
     assert put_done.wait(5)
     assert inbox.get_many(8, timeout=1) == ["second"]
-
-
-def test_a_full_inbox_lets_waiting_hosts_in_one_per_item_taken_never_as_a_herd(monkeypatch) -> None:
-    """Every host's supervisor waiting for room in a full inbox (each with items still queued): taking items
-    lets them in one at a time, longest-waiting first, instead of waking all of them at once."""
-    monkeypatch.setattr("meshdeck.store.inbox.threading.Condition", _CountingCondition)
-    hosts, cost = 40, 5
-    inbox = BoundedInbox(hosts * 2 * cost)
-    for index in range(hosts):
-        inbox.put(("queued", index, 0), cost, key=index)
-        inbox.put(("queued", index, 1), cost, key=index)
-    _CountingCondition.entered = _CountingCondition.wakeups = 0
-    threads = [
-        threading.Thread(target=inbox.put, args=(("waited", index), cost), kwargs={"key": index, "timeout": 30})
-        for index in range(hosts)
-    ]
-    for thread in threads:
-        thread.start()
-    _until(lambda: _CountingCondition.entered >= hosts)
-    for taken in range(1, hosts + 1):  # the writer takes one item: one waiting host gets in, not all of them
-        _CountingCondition.wakeups = 0
-        inbox.get(timeout=5)
-        _until(lambda: len(inbox) >= 2 * hosts)  # the room was taken by a waiting host
-        assert _CountingCondition.wakeups <= 2, (taken, _CountingCondition.wakeups)
-    for thread in threads:
-        thread.join(5)
-    assert sorted(item for item in (inbox.get(timeout=0) for _ in range(2 * hosts)) if item[0] == "waited") == [
-        ("waited", index) for index in range(hosts)
-    ]
