@@ -57,6 +57,11 @@ def _connected(supervisor: HostSupervisor, connector: FakeConnector, recorder: R
     assert connector.agent.subscribed.wait(10)
 
 
+def _delivered_through(supervisor: HostSupervisor, recorder: Recorder, seq: int) -> None:
+    """Wait until `seq` reached the sink, not only the gate: the gate moves last_seq before it delivers."""
+    recorder.wait_for(lambda: supervisor.last_seq == seq and recorder.seqs()[-1:] == [seq])
+
+
 class _ParkWatch(threading.Event):
     """The supervisor's wake-up event, recording when its thread waits without a timeout: parked until
     retry() or stop(), where a backoff would wait with a delay."""
@@ -101,7 +106,7 @@ def test_after_a_drop_it_reconnects_and_backfills_without_loss_or_duplicates(har
     connector.emit_offline(25)
     recorder.wait_for(lambda: supervisor.connects >= 2 and supervisor.state == "connected")
     connector.agent.emit(5)
-    recorder.wait_for(lambda: supervisor.last_seq == 40)
+    _delivered_through(supervisor, recorder, 40)
     assert recorder.seqs() == list(range(1, 41))
     assert "disconnected" in recorder.states()
     backfilled = [seq for e in recorder.samples_events() if e.backfill for seq in e.batch.seqs]
@@ -127,7 +132,7 @@ def test_backlog_that_repeats_delivered_samples_is_deduplicated(harness):
     recorder.wait_for(lambda: supervisor.last_seq == 6)
     assert connector.agent.subscribed.wait(10)
     connector.agent.emit(2)
-    recorder.wait_for(lambda: supervisor.last_seq == 8)
+    _delivered_through(supervisor, recorder, 8)
     assert recorder.seqs() == [4, 5, 6, 7, 8]
 
 
@@ -139,7 +144,7 @@ def test_a_gap_in_the_live_stream_is_filled_from_the_ring(harness):
     recorder.wait_for(lambda: supervisor.last_seq == 3)
     connector.emit_offline(4)  # 4..7 never sent live
     connector.agent.emit(1)  # 8 arrives: the supervisor must fetch 4..7 first
-    recorder.wait_for(lambda: supervisor.last_seq == 8)
+    _delivered_through(supervisor, recorder, 8)
     assert recorder.seqs() == list(range(1, 9))
     assert all(e.dropped == 0 for e in recorder.samples_events())
 
@@ -152,7 +157,7 @@ def test_samples_the_ring_rolled_over_are_counted_as_dropped(harness):
     recorder.wait_for(lambda: supervisor.last_seq == 5)
     connector.agent.close()
     connector.emit_offline(50)  # 6..55 taken; the ring keeps only 36..55
-    recorder.wait_for(lambda: supervisor.last_seq == 55)
+    _delivered_through(supervisor, recorder, 55)
     assert recorder.seqs() == [1, 2, 3, 4, 5, *range(36, 56)]
     assert sum(e.dropped for e in recorder.samples_events()) == 30
 
@@ -162,7 +167,7 @@ def test_a_large_gap_is_paged_in_with_samples_read(harness):
     supervisor, connector, recorder = harness(since_seq=5, settings=settings)
     connector.emit_offline(100)
     supervisor.start()
-    recorder.wait_for(lambda: supervisor.last_seq == 100)
+    _delivered_through(supervisor, recorder, 100)
     assert recorder.seqs() == list(range(6, 101))
     reads = [r.params for r in connector.agent.requests if r.method == "samples.read"]
     assert [p["since_seq"] for p in reads][:3] == [5, 15, 25] and all(p["limit"] == 10 for p in reads)
@@ -175,7 +180,7 @@ def test_agent_without_epochs_whose_sequence_restarted_is_read_from_its_oldest_s
     supervisor, connector, recorder = harness(since_seq=1000)
     connector.emit_offline(5)
     supervisor.start()
-    recorder.wait_for(lambda: supervisor.last_seq == 5)
+    _delivered_through(supervisor, recorder, 5)
     assert recorder.seqs() == [1, 2, 3, 4, 5]
     (reset,) = recorder.resets()
     assert reset.previous_seq == 1000 and reset.epoch is None and "restarted" in reset.reason
@@ -210,7 +215,7 @@ def test_a_new_epoch_resets_the_gate_even_when_the_new_sequence_is_already_past_
     connector.emit_offline(80)
     recorder.wait_for(lambda: supervisor.connects >= 2 and supervisor.last_seq == 80)
     connector.agent.emit(2)
-    recorder.wait_for(lambda: supervisor.last_seq == 82)
+    _delivered_through(supervisor, recorder, 82)
     assert recorder.seqs() == list(range(1, 51)) + list(range(1, 83))  # nothing of the new sequence skipped
     (reset,) = recorder.resets()
     assert (reset.host, reset.previous_epoch, reset.epoch, reset.previous_seq) == ("gpu-a", "e1", "e2", 50)
