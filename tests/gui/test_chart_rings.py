@@ -25,6 +25,11 @@ def test_series_ring_returns_the_newest_points_oldest_first_after_wrapping() -> 
     assert times.base is not None and values.base is not None  # views, not copies
 
 
+def _expected_row(kept: list[tuple[float, dict[str, float]]], key: str) -> list[float]:
+    """One series over the kept samples, NaN where a sample did not report it."""
+    return [values.get(key, math.nan) for _, values in kept]
+
+
 @given(
     capacity=st.integers(2, 9),
     steps=st.integers(0, 30),
@@ -43,17 +48,13 @@ def test_series_ring_reads_match_a_plain_list_of_the_newest_samples(
     kept = [(ts, values) for ts, values in model if ts >= since]
     times, matrix = ring.matrix(keys, since)
     assert times.tolist() == [ts for ts, _ in kept] == ring.times(since).tolist()
-    expected = [[values.get(key, math.nan) for _, values in kept] for key in keys]
+    expected = [_expected_row(kept, key) for key in keys]
     assert np.array_equal(matrix, np.array(expected, dtype=np.float32).reshape(len(keys), len(kept)), equal_nan=True)
     for key in ("a", "b"):
         series_times, series_values = ring.series(key, since)
         if key in ring.keys:
             assert series_times.tolist() == [ts for ts, _ in kept]
-            assert np.array_equal(series_values, np.array(expected_row(kept, key), dtype=np.float32), equal_nan=True)
-
-
-def expected_row(kept: list[tuple[float, dict[str, float]]], key: str) -> list[float]:
-    return [values.get(key, math.nan) for _, values in kept]
+            assert np.array_equal(series_values, np.array(_expected_row(kept, key), dtype=np.float32), equal_nan=True)
 
 
 def test_a_ring_holds_each_value_once() -> None:
