@@ -32,6 +32,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -108,6 +109,8 @@ class RpcClient:
         self._watch: Watch | None = None
         self._hub = (hub or shared_hub()) if callable(getattr(stream, "watch_with", None)) else None
         self._reader = threading.Thread(target=self._read_loop, name=f"meshdeck-rpc-{host}", daemon=True)
+        # called (on the reader: the hub) after an event was queued, and once closed; must not block
+        self.on_event: Callable[[], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -193,6 +196,15 @@ class RpcClient:
 
     # -- notifications ---------------------------------------------------------------------------
 
+    def has_events(self) -> bool:
+        """Something is queued for `next_event` (an event, or the end once closed)."""
+        return not self._events.empty()
+
+    def _notify(self) -> None:
+        callback = self.on_event
+        if callback is not None:
+            callback()
+
     def next_event(self, timeout: float | None = None) -> protocol.Event | SamplesLine | None:
         """The next notification, None if none came within `timeout`; ConnectionLost once closed and drained.
         A malformed event line is logged (rate-limited) and skipped."""
@@ -267,6 +279,7 @@ class RpcClient:
         self._closed.set()
         with contextlib.suppress(queue.Full):  # wake a consumer blocked in next_event
             self._events.put_nowait(_END)
+        self._notify()
         if not self._hello.done():
             self._hello.set_exception(self._close_reason)
         for _, future in pending.values():
@@ -290,7 +303,8 @@ class RpcClient:
                 self._paused = True
                 return False
             self._queued_bytes += size
-            return True
+        self._notify()
+        return True
 
     def _handle(self, message: protocol.Message, line: bytes = b"") -> bool:
         """Act on one message; False only for an event the queue has no room for yet."""

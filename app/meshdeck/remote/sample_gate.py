@@ -16,7 +16,7 @@ starts seq 1 under a new epoch). `adopt_epoch` resets the gate to read the agent
 when the hello's epoch differs from the one the held last_seq belongs to, and a SequenceReset event says
 so; an agent whose newest seq is below the held one (an agent without epochs, or a resume point stored
 without one) is reset the same way. Samples are delivered with their epoch, so the store's resume point
-carries it too. Runs on the host supervisor's thread; `last_seq` and `epoch` may be read from any thread.
+carries it too. Runs on whichever thread takes the host's events (the sample pump, or the host's own: one at a time); `last_seq` and `epoch` may be read from any thread.
 """
 
 from __future__ import annotations
@@ -155,6 +155,17 @@ class SampleGate:
                 f"{self.host}: samples.read answered in a shape the protocol does not allow: {exc}"
             ) from None
         return raw, dropped
+
+    def has_gap(self, samples: list[Sample]) -> bool:
+        """Whether `accept` would have to read the agent's ring for them (a seq missing after last_seq)."""
+        last = self._last_seq
+        if last is None:
+            return False
+        for seq in sorted(sample.seq for sample in samples):
+            if seq > last + 1:
+                return True
+            last = max(last, seq)
+        return False
 
     def accept(self, client: Caller, samples: list[Sample], backfill: bool, fill_gaps: bool = True) -> None:
         """Deliver samples with seq == last_seq + 1, filling gaps from the ring, skipping repeats.

@@ -1,5 +1,14 @@
 """One thread per host: connect, keep the samples flowing in order, reconnect after every drop.
 
+Who takes a connected host's events: not this thread. After `samples.subscribe` the process's sample
+pump (sample_pump.py, one thread for every host) takes them as the read hub queues them, decodes them and
+passes them through the gate to the sink, a few events per host per turn. This thread then only wakes for
+a stall or a ping that is due, the end of the connection (it takes what is still queued, then reconnects),
+or a delivery with a gap: filling a gap means a `samples.read` to the agent, which the pump never waits
+for, so the pump hands that event to this thread, which fills the gap, delivers the rest of the event in
+order and gives the host back to the pump. Whoever takes a host's events holds its consumer lock: one at
+a time, in order.
+
 States (events.HOST_STATES): disconnected → connecting → bootstrapping → connected, plus degraded
 (connected but no sample for `stall_after_s`, or 3 of the agent's sampling intervals if longer, or
 3 delivery intervals) and failed(reason) for what retrying cannot fix
@@ -32,6 +41,7 @@ counted as dropped, and a new sequence epoch (a new agent state dir) resets it w
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -52,6 +62,7 @@ from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, Inv
 from meshdeck.remote.inventory import decode_inventory
 from meshdeck.remote.rpc import RpcClient, SamplesLine
 from meshdeck.remote.sample_gate import SampleGate
+from meshdeck.remote.sample_pump import SamplePump, shared_pump
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +133,7 @@ class HostSupervisor:
         settings: SupervisorSettings | None = None,
         rng: random.Random | None = None,
         connect_slots: ConnectSlots | None = None,
+        pump: SamplePump | None = None,
     ) -> None:
         self.name = name
         self.connector = connector
@@ -154,6 +166,10 @@ class HostSupervisor:
         self._stall_after_s = self.settings.stall_after_s
         self._slots = connect_slots
         self._holds_slot = False
+        self._pump_of = pump or shared_pump()
+        self._consumer = threading.Lock()  # held by whoever takes the live connection's events: pump or thread
+        self._live: RpcClient | None = None  # the connection the pump takes events from (None: not subscribed)
+        self._handover: Callable[[], None] | None = None  # a delivery with a gap, for this thread to finish
         self._thread = threading.Thread(target=self._run, name=f"meshdeck-host-{name}", daemon=True)
 
     # -- public API --------------------------------------------------------------------------------
@@ -362,41 +378,127 @@ class HostSupervisor:
         self._pump(client)
 
     def _pump(self, client: RpcClient) -> None:
-        last_ping = time.monotonic()
-        while not self._stop.is_set():
-            # Woken by the next event, the stream's end or stop() (both close the client); otherwise only when
-            # a stall or the next ping is due: a fleet's idle wake-ups were two a second per host.
-            due = self._last_sample_at + self._stall_after_s
-            if self._state == "degraded":
-                due = last_ping + self._stall_after_s
-            event = client.next_event(timeout=max(MIN_WAIT_S, due - time.monotonic()))  # ConnectionLost at the end
-            if event is None:
+        """Watch the connection while the pump (sample_pump.py) takes its events on its own thread: this
+        thread wakes only for a stall or a ping that is due, a gap the pump handed over, or the end."""
+        self._handover = None
+        self._live = client
+        client.on_event = lambda: self._wake.set() if client.closed else self._pump_of.schedule(self)
+        if client.has_events():
+            self._pump_of.schedule(self)
+        try:
+            last_ping = time.monotonic()
+            while not self._stop.is_set():
+                if self._handover is not None or client.closed:
+                    self._consume_here(client)  # raises the connection's end once its events are taken
+                    continue
                 now = time.monotonic()
                 if now - self._last_sample_at > self._stall_after_s:
                     self._set_state("degraded", f"no samples for {self._stall_after_s:g} s")
                     if now - last_ping > self._stall_after_s:
                         self._ping(client)
                         last_ping = time.monotonic()
-                continue
-            if isinstance(event, SamplesLine) or event.event == "samples":
-                self._last_sample_at = time.monotonic()
-                if self._state == "degraded":
+                elif self._state == "degraded":
                     self._set_state("connected", self._note)
-                self._take_samples(client, event)
-            else:
-                self._sink(AgentEvent(self.name, event.event, dict(event.data)))
+                due = self._last_sample_at + self._stall_after_s
+                if self._state == "degraded":
+                    due = last_ping + self._stall_after_s
+                self._wake.wait(max(MIN_WAIT_S, due - time.monotonic()))
+                self._wake.clear()  # the loop looks at what woke it (flags), so a wake after this is not lost
+        finally:
+            client.on_event = None
+            with self._consumer:
+                self._live = None
         raise ConnectionLost(f"{self.name}: stopped")
 
-    def _take_samples(self, client: RpcClient, event: Event | SamplesLine) -> None:
+    def drain(self, budget: int) -> bool:
+        """The pump's turn (on its thread): take up to `budget` of the live connection's events; True when more
+        wait. Never calls the agent: a delivery with a gap to fill goes to this host's own thread."""
+        if not self._consumer.acquire(blocking=False):
+            return False  # this host's thread is taking them: it schedules the pump again when it is done
+        client = self._live
+        try:
+            if client is None or self._handover is not None:
+                return False
+            for _ in range(budget):
+                try:
+                    event = client.next_event(timeout=0)
+                except ConnectionLost:
+                    self._wake.set()  # the end: this host's thread takes over
+                    return False
+                if event is None:
+                    return False
+                if not self._take_event(client, event, on_gap=self._hand_over):
+                    return False
+            return client.has_events()
+        except Exception as exc:  # a bug or a sink that refuses (the writer stopping): what the thread would do
+            log.exception("%s: taking its events failed; reconnecting", self.name)
+            if client is not None:
+                client.close(f"taking its events failed: {exc}")  # its thread sees the end and reconnects
+            self._wake.set()
+            return False
+        finally:
+            self._consumer.release()
+
+    def _hand_over(self, rest: Callable[[], None]) -> None:
+        """The pump met a gap: this host's thread fills it and takes the events after it (in order)."""
+        self._handover = rest
+        self._wake.set()
+
+    def _consume_here(self, client: RpcClient) -> None:
+        """On this host's thread: finish a handed-over delivery (filling its gap from the ring), then take
+        what is queued until the queue is empty (the pump takes over again) or the connection ended."""
+        with self._consumer:
+            rest, self._handover = self._handover, None
+            if rest is not None:
+                rest()
+            while True:
+                event = client.next_event(timeout=0)  # ConnectionLost once closed and every event taken
+                if event is None:
+                    break
+                self._take_event(client, event, on_gap=None)
+        if client.has_events():  # queued while this thread held them: the pump's schedule found them taken
+            self._pump_of.schedule(self)
+
+    def _take_event(
+        self, client: RpcClient, event: Event | SamplesLine, on_gap: Callable[[Callable[[], None]], None] | None
+    ) -> bool:
+        """One event to the gate or the sink; False when a gap was handed to `on_gap` (None: fill it here)."""
+        if isinstance(event, SamplesLine) or event.event == "samples":
+            self._last_sample_at = time.monotonic()
+            if self._state == "degraded":
+                self._wake.set()  # this host's thread says it is connected again
+            return self._take_samples(client, event, on_gap)
+        self._sink(AgentEvent(self.name, event.event, dict(event.data)))
+        return True
+
+    def _take_samples(
+        self, client: RpcClient, event: Event | SamplesLine, on_gap: Callable[[Callable[[], None]], None] | None
+    ) -> bool:
         """Pass a samples event's samples through the gate, DECODE_CHUNK at a time, read from the line one
         by one when the agent wrote it in its own form; the gate counts losses from seq gaps, so the
-        event's own `dropped` is not needed. A broken event is refused (counted, logged), the connection kept."""
+        event's own `dropped` is not needed. A broken event is refused (counted, logged), the connection kept.
+        With `on_gap`, a chunk with a gap to fill is handed to it with the rest of the event (False)."""
         try:
             if isinstance(event, SamplesLine):
                 raw: Iterable[Any] = iter_event_samples(event.line)
             else:
                 raw, _ = decode_samples_message(event.data)
-            for chunk in _chunks(raw, DECODE_CHUNK):
+            chunks = _chunks(raw, DECODE_CHUNK)
+            for chunk in chunks:
+                samples = self._gate.decode(chunk)
+                if on_gap is not None and self._gate.has_gap(samples):
+                    on_gap(functools.partial(self._take_rest, client, samples, chunks))
+                    return False
+                self._gate.accept(client, samples, backfill=False)
+        except SampleError as exc:
+            self._gate.refuse_message(str(exc))
+        return True
+
+    def _take_rest(self, client: RpcClient, samples: list[Any], chunks: Iterator[list[Any]]) -> None:
+        """A handed-over delivery, on this host's thread: the chunk with the gap, then the rest of its event."""
+        try:
+            self._gate.accept(client, samples, backfill=False)
+            for chunk in chunks:
                 self._gate.accept(client, self._gate.decode(chunk), backfill=False)
         except SampleError as exc:
             self._gate.refuse_message(str(exc))

@@ -1,7 +1,7 @@
 """The fleet: every host's supervisor, and the fan-out of their events to its consumers.
 
     fleet = FleetService(FleetSettings())
-    unsubscribe = fleet.subscribe(recorder.handle)           # called on each host's supervisor thread
+    unsubscribe = fleet.subscribe(recorder.handle)           # called on the host's thread or the sample pump
     point = resume_points(db)["gpu-a"]                      # services/history.py: last seq + its epoch
     fleet.add_record(get_host(db, "gpu-a"), since_seq=point.seq, since_epoch=point.epoch)
     fleet.add_local("demo-a", simulate="8xH200", socket="/tmp/meshdeck-demo/a.sock", prometheus="127.0.0.1:9400")
@@ -9,11 +9,12 @@
     fleet.close()
 
 Supervisors (one thread per host, meshdeck.remote.supervisor) hand HostStateChanged,
-InventoryReceived, SamplesReceived, SequenceReset and AgentEvent values to every subscriber, on the
-host's own thread, in that host's order. A subscriber must be thread-safe and must not call back into
-the host it is told about. Waiting happens in one place: the store writer's bounded inbox
-(`SampleWriter.submit_samples` blocks while the writer is behind). The supervisor then stops reading
-its connection, SSH flow control holds the agent back, and the agent's ring (2 h) keeps the samples
+InventoryReceived, SamplesReceived, SequenceReset and AgentEvent values to every subscriber, in that
+host's order: a connected host's samples and agent events on the process's one sample pump thread (every
+host's), the rest on the host's own thread. A subscriber must be thread-safe, quick, and must not call
+back into the host it is told about (the pump would wait on it with every host). Waiting happens in one
+place: the store writer's bounded inbox (`SampleWriter.submit_samples` blocks while the writer is
+behind). The pump then stops taking events, SSH flow control holds the agent back, and the agent's ring (2 h) keeps the samples
 until the writer catches up — memory never grows with the backlog. The console's bridge never
 blocks (it keeps a bounded inbox of its own). No Qt here.
 """
@@ -168,7 +169,7 @@ class FleetService:
     # -- subscribers -------------------------------------------------------------------------------
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call `callback(event)` for every event from now on (on the host's thread); returns unsubscribe."""
+        """Call `callback(event)` for every event from now on (on the host's thread or the sample pump's); returns unsubscribe."""
         return self._subscribers.add(callback)
 
     def _publish(self, event: FleetEvent) -> None:

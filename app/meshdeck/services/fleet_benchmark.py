@@ -178,7 +178,7 @@ class FleetBenchmarkSettings:
 
 class DeliveryMeter:
     """A fleet subscriber: each host's first delivery, and (while measuring) the delay of every live sample.
-    Runs on the hosts' supervisor threads; cheap (a float per sample)."""
+    Runs on the fleet's threads (the sample pump for samples); cheap (a float per sample)."""
 
     def __init__(self, hosts: int) -> None:
         self._lock = threading.Lock()

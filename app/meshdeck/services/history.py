@@ -6,7 +6,7 @@
     point = resume_points(db)[host.name]                    # the last stored seq and its sequence epoch
     fleet.add_record(host, since_seq=point.seq, since_epoch=point.epoch)
 
-`HistoryRecorder.handle` runs on each host's supervisor thread and only enqueues (waiting while the
+`HistoryRecorder.handle` runs on the fleet's threads (remote/sample_pump.py) and only enqueues (waiting while the
 writer's bounded inbox is full: that host's agent then holds its samples); the writer thread does the
 database work. Times given on the command line (`--since`, `--until`) are parsed by
 `parse_time`: Unix seconds, ISO 8601 (UTC unless an offset is given), `now`, or an age such as

@@ -12,6 +12,7 @@ import pytest
 from meshdeck.remote.connectors import AgentLink
 from meshdeck.remote.errors import AgentVersionConflict, AuthFailed, ConnectError, NotConnected, ProtocolMismatch
 from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.remote.sample_pump import SamplePump
 from meshdeck.remote.streams import SocketStream, _StderrTail
 from meshdeck.remote.supervisor import Backoff, HostSupervisor, SupervisorSettings
 from meshdeck_agent import protocol
@@ -461,3 +462,41 @@ def test_a_fleet_brings_up_at_most_its_connect_slots_at_once_and_every_host_gets
             supervisor.stop()
         for connector in connectors:
             connector.close_all()
+
+
+class _ThreadRecorder(Recorder):
+    """Also notes which thread delivered each sample batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[tuple[str, list[int]]] = []
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, SamplesReceived):
+            self.threads.append((threading.current_thread().name, list(event.batch.seqs)))
+        super().__call__(event)
+
+
+def test_live_samples_go_through_the_pump_and_a_gap_through_the_hosts_own_thread():
+    """The pump (one thread for every host) takes live events; a gap, which needs a samples.read, is handed to
+    the host's thread, which fills it, delivers the rest of that event in order, and gives the pump back."""
+    connector, recorder = FakeConnector(), _ThreadRecorder()
+    pump = SamplePump(name="test-pump")
+    supervisor = HostSupervisor("gpu-a", connector, recorder, settings=FAST, rng=random.Random(7), pump=pump)
+    supervisor.start()
+    try:
+        _connected(supervisor, connector, recorder)
+        connector.agent.emit(3)
+        _delivered_through(supervisor, recorder, 3)
+        connector.emit_offline(4)  # 4..7 never sent live
+        connector.agent.emit(1)  # 8 arrives: 4..7 are read from the ring first
+        _delivered_through(supervisor, recorder, 8)
+        connector.agent.emit(2)
+        _delivered_through(supervisor, recorder, 10)
+    finally:
+        supervisor.stop()
+        connector.close_all()
+    assert recorder.seqs() == list(range(1, 11))
+    by_seq = {seq: thread for thread, seqs in recorder.threads for seq in seqs}
+    assert {by_seq[seq] for seq in (1, 2, 3, 9, 10)} == {"test-pump"}
+    assert {by_seq[seq] for seq in range(4, 9)} == {"meshdeck-host-gpu-a"}

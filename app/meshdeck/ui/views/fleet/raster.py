@@ -2,8 +2,8 @@
 a refresh colours every cell with one numpy lookup and the canvas draws them with one `drawImage`.
 
 Why not one Qt call per colour: PySide releases the GIL around every Qt call, and in the console's
-process (a supervisor thread per host: ~280 busy threads at 278 hosts) each re-take of the GIL costs
-milliseconds, so a paint of a few dozen Qt calls took 100-200 ms there. numpy needs a handful.
+process at 278 hosts (measured when a supervisor thread per host decoded samples: ~280 busy threads) each
+re-take of the GIL cost milliseconds, so a paint of a few dozen Qt calls took 100-200 ms. numpy needs a handful.
 
 Each pixel gets a code, an index into the colour table that `Raster.paint` fills per refresh:
 
