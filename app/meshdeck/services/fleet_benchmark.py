@@ -11,12 +11,17 @@ a fresh SQLite database in that folder). With a console (`ConsoleProbe`, ui/flee
 console's window runs offscreen in this process on the same services and the benchmark's waits run its
 event loop, as the console's would.
 
+The agents start from bytecode, as a pip install leaves a package: where the agent's modules have no
+compiled bytecode yet (an editable install under PYTHONDONTWRITEBYTECODE, as on the CI machines) it is
+compiled once before the run (`agent_bytecode` says which), else each of the run's agent processes would
+compile its ~45 modules on start (~0.1 s of CPU each, 278 times, on the cores the client shares).
+
 The run: all hosts are added at once; once every host delivered its first sample (or `connect_timeout_s`
 passed) the fleet settles: the client works off the backlog the connect storm left (at 278 hosts on this
 2-core machine the agents' own start-up takes most of it, and the hosts connected first are up to ~20 s
 behind when the last connects). The measuring window of `seconds` starts once every host's newest delivered
-sample is under SETTLED_AGE_S old (or `settle_timeout_s` passed: the window then opens on the backlog and
-`settle_s` is null); after it, every host's samples produced in the window are
+sample is under SETTLED_AGE_S old and the writer's inbox holds under SETTLED_AGE_S of the fleet's samples
+(or `settle_timeout_s` passed: the window then opens on the backlog and `settle_s` is null); after it, every host's samples produced in the window are
 waited for (`drain_timeout_s`), the writer is flushed, and SQLite is asked what it holds.
 
 What each number is (all measured in this run, none assumed):
@@ -42,6 +47,7 @@ What each number is (all measured in this run, none assumed):
 - `connect_all_s`: from adding the first host until every host delivered its first sample; null when some
   did not within `connect_timeout_s` (`hosts_connected` says how many did).
 - `settle_s` (extra): from then until the window opened (the client caught up with the connect storm).
+- `agent_bytecode` (extra): whether the agent's bytecode was compiled before, or just now for this run.
 
 Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agents' own CPU over the window
 (their daemons, and the `attach` relays between them and this process, from /proc/<pid>/stat), and
@@ -62,6 +68,8 @@ the hosts left out of the counts, with why (`not_measured`). Linux only (/proc).
 
 from __future__ import annotations
 
+import compileall
+import importlib.util
 import json
 import logging
 import math
@@ -79,6 +87,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import meshdeck_agent
 from meshdeck_agent.gpu.catalog import SimulateSpecError, parse_simulate
 from meshdeck_agent.wire_sample import Sample, SampleError, decode_samples_message
 from sqlalchemy import func, select
@@ -185,6 +194,7 @@ class DeliveryMeter:
         self._hosts = hosts
         self.first_delivery: dict[str, float] = {}  # host -> time.monotonic() of its first sample
         self._newest: dict[str, float] = {}  # host -> the newest sample time delivered (time.time())
+        self._cells: dict[str, float] = {}  # host -> the writer's cost of one of its samples (batch cells / samples)
         self.all_connected = threading.Event()
         self._delays = array("d")
         self._delivered = array("d")  # time.time() of each recorded delay's delivery
@@ -207,6 +217,7 @@ class DeliveryMeter:
                 if len(self.first_delivery) >= self._hosts:
                     self.all_connected.set()
             self._newest[event.host] = max(self._newest.get(event.host, 0.0), event.batch.times[-1])
+            self._cells[event.host] = event.batch.cells / len(event.batch)
             if not self._measuring:
                 return
             if event.backfill:
@@ -234,9 +245,15 @@ class DeliveryMeter:
         with self._lock:
             return len(self.first_delivery)
 
-    def settled(self, now: float | None = None) -> bool:
-        """Whether every host that delivered has delivered a sample taken under SETTLED_AGE_S ago."""
-        return not self.behind(now)
+    def settled(self, now: float | None = None, writer_backlog: int = 0) -> bool:
+        """Whether every host that delivered has delivered a sample taken under SETTLED_AGE_S ago, and the
+        writer's inbox holds under SETTLED_AGE_S of the fleet's samples (`writer_backlog`, in its cells)."""
+        return not self.behind(now) and writer_backlog < SETTLED_AGE_S * self.cells_per_second()
+
+    def cells_per_second(self) -> float:
+        """What the fleet gives the writer per second at one sample per host per second (in batch cells)."""
+        with self._lock:
+            return sum(self._cells.values())
 
     def behind(self, now: float | None = None) -> dict[str, float]:
         """The hosts whose newest delivered sample is SETTLED_AGE_S old or older, with its age in seconds."""
@@ -351,6 +368,7 @@ class FleetBenchmark:
     not_measured: dict[str, str] = field(default_factory=dict)  # host -> why it is not in the sample counts
     machine: dict[str, object] = field(default_factory=machine)
     thread_cpu_s: dict[str, float] = field(default_factory=dict)  # thread group -> CPU seconds in the window
+    agent_bytecode: str = ""
     delivered_s: list[float] = field(default_factory=list)  # per delay: seconds into the window it was delivered
 
     def as_dict(self) -> dict[str, object]:
@@ -389,6 +407,7 @@ class FleetBenchmark:
                 "simulate": self.settings.simulate,
                 "window_s": round(self.window_s, 2),
                 "settle_s": rounded(self.settle_s),
+                "agent_bytecode": self.agent_bytecode,
                 "hosts_connected": self.hosts_connected,
                 "hosts_measured": len(self.windows),
                 "not_measured": dict(self.not_measured),
@@ -431,6 +450,7 @@ class _Run:
         self.services: ConsoleServices | None = None
         self.services = ConsoleServices.start(db_path=self.folder / "history.sqlite", fleet_settings=fleet_settings)
         self.meter = DeliveryMeter(settings.hosts)
+        self.agent_bytecode = ""
         self.services.fleet.subscribe(self.meter)
 
     @property
@@ -572,9 +592,22 @@ class _Run:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def agent_bytecode() -> str:
+    """Compile the agent package's bytecode where it is missing (see the module doc); says what it did."""
+    folder = Path(meshdeck_agent.__file__).parent
+    missing = [p for p in folder.rglob("*.py") if not Path(importlib.util.cache_from_source(str(p))).exists()]
+    if not missing:
+        return "compiled before the run"
+    if not compileall.compile_dir(folder, quiet=2):
+        return f"not compiled ({folder} is not writable): each agent compiles its modules on start"
+    return f"compiled now ({len(missing)} modules had none)"
+
+
 def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe | None = None) -> FleetBenchmark:
     """Run the benchmark the module doc describes; everything it started is stopped and removed after."""
+    bytecode = agent_bytecode()
     run = _Run(settings, console)
+    run.agent_bytecode = bytecode
     try:
         if console is not None:
             assert run.services is not None
@@ -583,15 +616,17 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         connected = run.wait(run.meter.all_connected.is_set, settings.connect_timeout_s)
         connect_all_s = (max(run.meter.first_delivery.values()) - started) if connected else None
         settling = time.monotonic()
-        settled = run.wait(run.meter.settled, settings.settle_timeout_s)
+        settled = run.wait(lambda: run.meter.settled(writer_backlog=run.writer.inbox_held), settings.settle_timeout_s)
         if not settled:
             behind = sorted(run.meter.behind().items(), key=lambda item: -item[1])
             log.warning(
-                "bench fleet: the client did not catch up within %g s (%d hosts behind; the furthest: %s); "
-                "measuring anyway",
+                "bench fleet: the client did not catch up within %g s (%d hosts behind; the furthest: %s; "
+                "the writer's backlog: %d values, %.1f s of the fleet's); measuring anyway",
                 settings.settle_timeout_s,
                 len(behind),
-                ", ".join(f"{host} {age:.1f} s" for host, age in behind[:5]),
+                ", ".join(f"{host} {age:.1f} s" for host, age in behind[:5]) or "none",
+                run.writer.inbox_held,
+                run.writer.inbox_held / max(1.0, run.meter.cells_per_second()),
             )
         return _measure(run, connect_all_s, time.monotonic() - settling if settled else None)
     finally:
@@ -738,4 +773,5 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
             for group in threads_end
             if threads_end[group] - threads_start.get(group, 0.0) > 0
         },
+        agent_bytecode=run.agent_bytecode,
     )

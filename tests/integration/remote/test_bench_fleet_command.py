@@ -69,6 +69,7 @@ def _check_contract(result: dict[str, object]) -> None:
     assert isinstance(p50, float) and isinstance(p99, float) and 0 <= p50 <= p99
     assert isinstance(result["connect_all_s"], float) and result["connect_all_s"] > 0
     assert isinstance(result["settle_s"], float) and result["settle_s"] >= 0  # a few hosts catch up at once
+    assert str(result["agent_bytecode"]).startswith(("compiled before the run", "compiled now", "not compiled"))
     assert isinstance(result["client_cpu_pct"], float) and result["client_cpu_pct"] > 0
     assert isinstance(result["client_rss_mb"], float) and result["client_rss_mb"] > 0
     for key in ("writer_backlog_start", "writer_backlog_end"):

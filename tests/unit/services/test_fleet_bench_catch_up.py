@@ -37,3 +37,31 @@ def test_the_window_opens_once_every_host_delivered_a_sample_taken_under_two_sec
     meter(_delivery("b", now - 24.0, now - SETTLED_AGE_S + 0.1))
     assert meter.settled(now)
     assert not meter.settled(now + 5.0)  # a host that stops delivering is behind again
+
+
+def test_the_window_also_waits_for_the_writer_to_hold_under_two_seconds_of_the_fleets_samples() -> None:
+    meter = DeliveryMeter(hosts=2)
+    now = 1_764_482_400.0
+    a, b = _delivery("a", now - 0.5), _delivery("b", now - 0.5)
+    meter(a)
+    meter(b)
+    per_second = a.batch.cells + b.batch.cells  # one sample per host per second
+    assert meter.cells_per_second() == per_second
+    assert meter.settled(now, writer_backlog=0)
+    assert meter.settled(now, writer_backlog=int(SETTLED_AGE_S * per_second) - 1)
+    assert not meter.settled(now, writer_backlog=int(SETTLED_AGE_S * per_second))  # the storm is still being written
+
+
+def test_the_agents_start_from_bytecode_compiled_once_where_it_was_missing(tmp_path, monkeypatch) -> None:
+    import types
+
+    from meshdeck.services import fleet_benchmark
+
+    package = tmp_path / "fake_agent"
+    (package / "gpu").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "gpu" / "catalog.py").write_text("X = 1\n")
+    monkeypatch.setattr(fleet_benchmark, "meshdeck_agent", types.SimpleNamespace(__file__=str(package / "__init__.py")))
+    assert fleet_benchmark.agent_bytecode() == "compiled now (2 modules had none)"
+    assert list((package / "gpu" / "__pycache__").glob("catalog.*.pyc"))
+    assert fleet_benchmark.agent_bytecode() == "compiled before the run"
