@@ -67,7 +67,7 @@ from meshdeck.remote.sample_pump import SamplePump, shared_pump
 log = logging.getLogger(__name__)
 
 MIN_WAIT_S = 0.5  # the shortest wait for an event before the stall check runs again
-DECODE_CHUNK = 120  # samples decoded, flattened and delivered at once (a backlog event carries up to ~2 MiB)
+DECODE_CHUNK = 60  # samples decoded, flattened and delivered at once; the pump's turns end between chunks
 
 Sink = Callable[[FleetEvent], None]
 
@@ -170,6 +170,7 @@ class HostSupervisor:
         self._consumer = threading.Lock()  # held by whoever takes the live connection's events: pump or thread
         self._live: RpcClient | None = None  # the connection the pump takes events from (None: not subscribed)
         self._handover: Callable[[], None] | None = None  # a delivery with a gap, for this thread to finish
+        self._taking: Iterator[list[Any]] | None = None  # the rest of the samples event being taken, in chunks
         self._thread = threading.Thread(target=self._run, name=f"meshdeck-host-{name}", daemon=True)
 
     # -- public API --------------------------------------------------------------------------------
@@ -381,6 +382,7 @@ class HostSupervisor:
         """Watch the connection while the pump (sample_pump.py) takes its events on its own thread: this
         thread wakes only for a stall or a ping that is due, a gap the pump handed over, or the end."""
         self._handover = None
+        self._taking = None
         self._live = client
         client.on_event = lambda: self._wake.set() if client.closed else self._pump_of.schedule(self)
         if client.has_events():
@@ -410,28 +412,33 @@ class HostSupervisor:
                 self._live = None
         raise ConnectionLost(f"{self.name}: stopped")
 
-    def drain(self, budget: int) -> bool:
-        """The pump's turn (on its thread): take up to `budget` of the live connection's events; True when more
-        wait. Never calls the agent: a delivery with a gap to fill goes to this host's own thread."""
+    def drain(self, until: float) -> bool:
+        """The pump's turn (on its thread): take the live connection's events, chunk by chunk, until
+        `time.perf_counter()` reaches `until` (at least one chunk); True when more wait, an event half taken
+        included. Never calls the agent: a delivery with a gap to fill goes to this host's own thread."""
         if not self._consumer.acquire(blocking=False):
             return False  # this host's thread is taking them: it schedules the pump again when it is done
         client = self._live
         try:
             if client is None or self._handover is not None:
                 return False
-            for _ in range(budget):
-                try:
-                    event = client.next_event(timeout=0)
-                except ConnectionLost:
-                    self._wake.set()  # the end: this host's thread takes over
+            while True:
+                if self._taking is None:
+                    try:
+                        event = client.next_event(timeout=0)
+                    except ConnectionLost:
+                        self._wake.set()  # the end: this host's thread takes over
+                        return False
+                    if event is None:
+                        return False
+                    self._start_event(event)
+                elif not self._take_chunk(client, on_gap=self._hand_over):
                     return False
-                if event is None:
-                    return False
-                if not self._take_event(client, event, on_gap=self._hand_over):
-                    return False
-            return client.has_events()
+                if time.perf_counter() >= until:
+                    return self._taking is not None or client.has_events()
         except Exception as exc:  # a bug or a sink that refuses (the writer stopping): what the thread would do
             log.exception("%s: taking its events failed; reconnecting", self.name)
+            self._taking = None
             if client is not None:
                 client.close(f"taking its events failed: {exc}")  # its thread sees the end and reconnects
             self._wake.set()
@@ -445,52 +452,64 @@ class HostSupervisor:
         self._wake.set()
 
     def _consume_here(self, client: RpcClient) -> None:
-        """On this host's thread: finish a handed-over delivery (filling its gap from the ring), then take
-        what is queued until the queue is empty (the pump takes over again) or the connection ended."""
+        """On this host's thread: finish a handed-over delivery (filling its gap from the ring) and an event
+        the pump left half taken, then take what is queued until the queue is empty (the pump takes over
+        again) or the connection ended."""
         with self._consumer:
             rest, self._handover = self._handover, None
             if rest is not None:
                 rest()
             while True:
+                while self._taking is not None:
+                    self._take_chunk(client, on_gap=None)
                 event = client.next_event(timeout=0)  # ConnectionLost once closed and every event taken
                 if event is None:
                     break
-                self._take_event(client, event, on_gap=None)
+                self._start_event(event)
         if client.has_events():  # queued while this thread held them: the pump's schedule found them taken
             self._pump_of.schedule(self)
 
-    def _take_event(
-        self, client: RpcClient, event: Event | SamplesLine, on_gap: Callable[[Callable[[], None]], None] | None
-    ) -> bool:
-        """One event to the gate or the sink; False when a gap was handed to `on_gap` (None: fill it here)."""
-        if isinstance(event, SamplesLine) or event.event == "samples":
-            self._last_sample_at = time.monotonic()
-            if self._state == "degraded":
-                self._wake.set()  # this host's thread says it is connected again
-            return self._take_samples(client, event, on_gap)
-        self._sink(AgentEvent(self.name, event.event, dict(event.data)))
-        return True
-
-    def _take_samples(
-        self, client: RpcClient, event: Event | SamplesLine, on_gap: Callable[[Callable[[], None]], None] | None
-    ) -> bool:
-        """Pass a samples event's samples through the gate, DECODE_CHUNK at a time, read from the line one
-        by one when the agent wrote it in its own form; the gate counts losses from seq gaps, so the
-        event's own `dropped` is not needed. A broken event is refused (counted, logged), the connection kept.
-        With `on_gap`, a chunk with a gap to fill is handed to it with the rest of the event (False)."""
+    def _start_event(self, event: Event | SamplesLine) -> None:
+        """An agent event to the sink; a samples event becomes the one being taken (`_taking`), read from the
+        line one sample at a time when the agent wrote it in its own form, DECODE_CHUNK at a time. The gate
+        counts losses from seq gaps, so the event's own `dropped` is not needed. A broken envelope is
+        refused (counted, logged), the connection kept."""
+        if not (isinstance(event, SamplesLine) or event.event == "samples"):
+            self._sink(AgentEvent(self.name, event.event, dict(event.data)))
+            return
+        self._last_sample_at = time.monotonic()
+        if self._state == "degraded":
+            self._wake.set()  # this host's thread says it is connected again
         try:
-            if isinstance(event, SamplesLine):
-                raw: Iterable[Any] = iter_event_samples(event.line)
-            else:
-                raw, _ = decode_samples_message(event.data)
-            chunks = _chunks(raw, DECODE_CHUNK)
-            for chunk in chunks:
-                samples = self._gate.decode(chunk)
-                if on_gap is not None and self._gate.has_gap(samples):
-                    on_gap(functools.partial(self._take_rest, client, samples, chunks))
-                    return False
-                self._gate.accept(client, samples, backfill=False)
+            raw: Iterable[Any] = (
+                iter_event_samples(event.line)
+                if isinstance(event, SamplesLine)
+                else decode_samples_message(event.data)[0]
+            )
         except SampleError as exc:
+            self._gate.refuse_message(str(exc))
+            return
+        self._taking = _chunks(raw, DECODE_CHUNK)
+
+    def _take_chunk(self, client: RpcClient, on_gap: Callable[[Callable[[], None]], None] | None) -> bool:
+        """The next chunk of the event being taken, through the gate; False when it has a gap to fill and
+        `on_gap` (the pump's) takes it with the rest of the event (None: the gap is filled here)."""
+        chunks = self._taking
+        if chunks is None:
+            return True
+        try:
+            chunk = next(chunks, None)
+            if chunk is None:
+                self._taking = None
+                return True
+            samples = self._gate.decode(chunk)
+            if on_gap is not None and self._gate.has_gap(samples):
+                self._taking = None
+                on_gap(functools.partial(self._take_rest, client, samples, chunks))
+                return False
+            self._gate.accept(client, samples, backfill=False)
+        except SampleError as exc:  # the line broke off: what came before it was delivered
+            self._taking = None
             self._gate.refuse_message(str(exc))
         return True
 

@@ -1,9 +1,11 @@
-"""The sample pump: one thread, hosts' feeds drained round-robin, a failing feed never stops the others."""
+"""The sample pump: one thread, hosts' feeds drained round-robin in turns of time, a failing feed never stops the
+others."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 from meshdeck.remote import sample_pump
@@ -11,35 +13,43 @@ from meshdeck.remote.sample_pump import SamplePump
 
 
 class _Feed:
-    """`events` to take, `budget` at a time; records the order of all feeds' takes in `log`."""
+    """`events` to take, each costing `cost_s` of work, until the turn ends; records the order of all feeds'
+    takes in `log` and how many each turn took in `turns`."""
 
-    def __init__(self, name: str, events: int, log: list[str], done: threading.Event | None = None) -> None:
-        self.name, self.left, self.log, self.done = name, events, log, done
-        self.budgets: list[int] = []
+    def __init__(
+        self, name: str, events: int, log: list[str], done: threading.Event | None = None, cost_s: float = 0.0
+    ) -> None:
+        self.name, self.left, self.log, self.done, self.cost_s = name, events, log, done, cost_s
+        self.turns: list[int] = []
 
-    def drain(self, budget: int) -> bool:
-        self.budgets.append(budget)
-        taken = min(budget, self.left)
-        self.left -= taken
-        self.log.extend([self.name] * taken)
+    def drain(self, until: float) -> bool:
+        taken = 0
+        while self.left:
+            time.sleep(self.cost_s)
+            self.left -= 1
+            taken += 1
+            self.log.append(self.name)
+            if time.perf_counter() >= until:
+                break
+        self.turns.append(taken)
         if not self.left and self.done is not None:
             self.done.set()
         return self.left > 0
 
 
-def test_a_backlog_is_taken_a_budget_at_a_time_so_another_host_is_not_kept_waiting():
+def test_a_backlog_is_taken_a_turn_at_a_time_so_another_host_is_not_kept_waiting():
     log: list[str] = []
     gate, both = threading.Event(), threading.Event()
-    pump = SamplePump(name="test-pump", budget=3)
+    pump = SamplePump(name="test-pump", turn_s=0.02)
     pump.schedule(_Gate(gate))  # holds the pump's thread until both feeds are scheduled
-    backlog, live = _Feed("backlog", 30, log), _Feed("live", 2, log, both)
+    backlog, live = _Feed("backlog", 40, log, cost_s=0.005), _Feed("live", 2, log, both)
     pump.schedule(backlog)
     pump.schedule(live)
     gate.set()
     assert both.wait(10)
-    assert log.index("live") <= 3  # after one turn of the backlog, not after its 30 events
+    assert log.index("live") == backlog.turns[0] < 40  # after the backlog's first turn, not after its 40 events
     _wait(lambda: backlog.left == 0)
-    assert set(backlog.budgets) == {3} and len(backlog.budgets) == 10
+    assert len(backlog.turns) > 1 and sum(backlog.turns) == 40
 
 
 def test_scheduling_a_feed_that_already_waits_drains_it_once():
@@ -55,7 +65,7 @@ def test_scheduling_a_feed_that_already_waits_drains_it_once():
     assert pump.waiting() == 1
     gate.set()
     _wait(lambda: pump.waiting() == 0 and feed.left == 0)
-    assert feed.budgets == [sample_pump.EVENTS_PER_TURN]
+    assert feed.turns == [1]
 
 
 def test_a_feed_that_raises_is_logged_and_the_pump_serves_the_others(caplog):
@@ -64,7 +74,7 @@ def test_a_feed_that_raises_is_logged_and_the_pump_serves_the_others(caplog):
     pump = SamplePump(name="test-pump")
 
     class Broken:
-        def drain(self, budget: int) -> bool:
+        def drain(self, until: float) -> bool:
             raise RuntimeError("decoder bug")
 
     with caplog.at_level(logging.ERROR, logger="meshdeck.remote.sample_pump"):
@@ -89,9 +99,9 @@ def test_the_thread_ends_when_idle_and_the_next_schedule_starts_it(monkeypatch):
     assert log == ["a", "b"]
 
 
-def test_a_budget_below_one_event_is_refused():
-    with pytest.raises(ValueError, match="budget"):
-        SamplePump(budget=0)
+def test_a_turn_of_no_time_is_refused():
+    with pytest.raises(ValueError, match="turn"):
+        SamplePump(turn_s=0)
 
 
 class _Gate:
@@ -101,7 +111,7 @@ class _Gate:
         self.gate = gate
         self.started = threading.Event()
 
-    def drain(self, budget: int) -> bool:
+    def drain(self, until: float) -> bool:
         self.started.set()
         assert self.gate.wait(10)
         return False
