@@ -48,6 +48,9 @@ What each number is (all measured in this run, none assumed):
   did not within `connect_timeout_s` (`hosts_connected` says how many did).
 - `settle_s` (extra): from then until the window opened (the client caught up with the connect storm).
 - `agent_bytecode` (extra): whether the agent's bytecode was compiled before, or just now for this run.
+- `connect_phase` (extra): where the connect storm's CPU went, from adding the first host until every host
+  delivered: this process's CPU seconds (`client_cpu_s`), the agents' daemons' and relays' (all of theirs
+  until then), and the machine's busy time in % of one core.
 
 Extra keys (beyond the contract): `agents_cpu_pct` / `relays_cpu_pct`, the agents' own CPU over the window
 (their daemons, and the `attach` relays between them and this process, from /proc/<pid>/stat), and
@@ -369,6 +372,7 @@ class FleetBenchmark:
     machine: dict[str, object] = field(default_factory=machine)
     thread_cpu_s: dict[str, float] = field(default_factory=dict)  # thread group -> CPU seconds in the window
     agent_bytecode: str = ""
+    connect_phase: dict[str, float] = field(default_factory=dict)
     delivered_s: list[float] = field(default_factory=list)  # per delay: seconds into the window it was delivered
 
     def as_dict(self) -> dict[str, object]:
@@ -408,6 +412,7 @@ class FleetBenchmark:
                 "window_s": round(self.window_s, 2),
                 "settle_s": rounded(self.settle_s),
                 "agent_bytecode": self.agent_bytecode,
+                "connect_phase": dict(self.connect_phase),
                 "hosts_connected": self.hosts_connected,
                 "hosts_measured": len(self.windows),
                 "not_measured": dict(self.not_measured),
@@ -451,6 +456,7 @@ class _Run:
         self.services = ConsoleServices.start(db_path=self.folder / "history.sqlite", fleet_settings=fleet_settings)
         self.meter = DeliveryMeter(settings.hosts)
         self.agent_bytecode = ""
+        self.connect_phase: dict[str, float] = {}
         self.services.fleet.subscribe(self.meter)
 
     @property
@@ -603,6 +609,22 @@ def agent_bytecode() -> str:
     return f"compiled now ({len(missing)} modules had none)"
 
 
+def connect_phase(run: _Run, client_cpu_s: float, busy_start: tuple[float, float]) -> dict[str, float]:
+    """Where the connect storm's CPU went: this process's, the agents' daemons' and relays' (all of theirs so
+    far: they started with it) in CPU seconds, and how busy the machine was (% of one core)."""
+    daemons, relays = run.agent_cpu_s()
+    busy_end = machine_busy()
+    cpus = os.cpu_count() or 1
+    busy = busy_end[0] - busy_start[0]
+    total = busy_end[1] - busy_start[1]
+    return {
+        "client_cpu_s": round(client_cpu_s, 1),
+        "agents_cpu_s": round(daemons, 1),
+        "relays_cpu_s": round(relays, 1),
+        "machine_cpu_busy_pct": round(100 * cpus * busy / total, 1) if total else 0.0,
+    }
+
+
 def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe | None = None) -> FleetBenchmark:
     """Run the benchmark the module doc describes; everything it started is stopped and removed after."""
     bytecode = agent_bytecode()
@@ -612,9 +634,11 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         if console is not None:
             assert run.services is not None
             console.attach(run.services)
+        client_cpu_start, busy_start = time.process_time(), machine_busy()
         started = run.start_hosts()
         connected = run.wait(run.meter.all_connected.is_set, settings.connect_timeout_s)
         connect_all_s = (max(run.meter.first_delivery.values()) - started) if connected else None
+        run.connect_phase = connect_phase(run, time.process_time() - client_cpu_start, busy_start)
         settling = time.monotonic()
         settled = run.wait(lambda: run.meter.settled(writer_backlog=run.writer.inbox_held), settings.settle_timeout_s)
         if not settled:
@@ -774,4 +798,5 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
             if threads_end[group] - threads_start.get(group, 0.0) > 0
         },
         agent_bytecode=run.agent_bytecode,
+        connect_phase=run.connect_phase,
     )

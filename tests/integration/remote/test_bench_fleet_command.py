@@ -70,6 +70,14 @@ def _check_contract(result: dict[str, object]) -> None:
     assert isinstance(result["connect_all_s"], float) and result["connect_all_s"] > 0
     assert isinstance(result["settle_s"], float) and result["settle_s"] >= 0  # a few hosts catch up at once
     assert str(result["agent_bytecode"]).startswith(("compiled before the run", "compiled now", "not compiled"))
+    phase = result["connect_phase"]
+    assert isinstance(phase, dict) and set(phase) == {
+        "client_cpu_s",
+        "agents_cpu_s",
+        "relays_cpu_s",
+        "machine_cpu_busy_pct",
+    }
+    assert phase["client_cpu_s"] > 0 and phase["agents_cpu_s"] >= 0 and phase["machine_cpu_busy_pct"] > 0
     assert isinstance(result["client_cpu_pct"], float) and result["client_cpu_pct"] > 0
     assert isinstance(result["client_rss_mb"], float) and result["client_rss_mb"] > 0
     for key in ("writer_backlog_start", "writer_backlog_end"):
