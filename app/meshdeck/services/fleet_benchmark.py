@@ -618,9 +618,9 @@ def connect_phase(run: _Run, client_cpu_s: float, busy_start: tuple[float, float
     busy = busy_end[0] - busy_start[0]
     total = busy_end[1] - busy_start[1]
     return {
-        "client_cpu_s": round(client_cpu_s, 1),
-        "agents_cpu_s": round(daemons, 1),
-        "relays_cpu_s": round(relays, 1),
+        "client_cpu_s": round(client_cpu_s, 2),
+        "agents_cpu_s": round(daemons, 2),
+        "relays_cpu_s": round(relays, 2),
         "machine_cpu_busy_pct": round(100 * cpus * busy / total, 1) if total else 0.0,
     }
 
