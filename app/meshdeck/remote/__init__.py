@@ -1,1 +1,2 @@
-"""Reaching agents: SSH, bootstrap, the RPC client and a supervisor thread per host, one read hub and one sample pump for all (no Qt)."""
+"""Reaching agents: SSH, bootstrap, the RPC client, a supervisor thread per host, and one read hub and one
+sample pump for all hosts (no Qt)."""

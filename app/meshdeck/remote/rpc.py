@@ -16,8 +16,9 @@ stream fails every pending request with ConnectionLost.
 
 Who reads: a stream that can be polled (`watch_with`: local pipes, sockets, SSH channels) is read by the
 process's one read hub thread (read_hub.py) for every host at once; any other stream by a reader
-thread of its own. Futures' callbacks run on the reader (the hub: every host's): keep them short and
-never block in them.
+thread of its own. Futures' callbacks and `on_event` (called once an event is queued, and at the end:
+the host supervisor uses it to schedule the sample pump) run on the reader (the hub: every host's): keep
+them short and never block in them.
 
 What the agent says is bounded before anyone sees it: its version (AGENT_VERSION_LIMIT characters) and
 error messages (ERROR_TEXT_LIMIT) are escaped and cut (core.text.printable); complaints about its

@@ -1,7 +1,7 @@
 """The one flatten: decoded wire samples of one host -> a columnar `SampleBatch` with typed device keys.
 
-Runs once per delivery on the thread that takes the host's events (remote/sample_pump.py), right after the sample gate; the store and
-the charts consume the batch as it is. Series keys are interned (one `(Device, metric)` tuple per
+Runs once per delivery on the thread that takes the host's events (remote/sample_pump.py), right after
+the sample gate; the store and the charts consume the batch as it is. Series keys are interned (one `(Device, metric)` tuple per
 series, reused for every sample), so a batch costs one float per reported value plus its column list.
 """
 

@@ -16,7 +16,8 @@ starts seq 1 under a new epoch). `adopt_epoch` resets the gate to read the agent
 when the hello's epoch differs from the one the held last_seq belongs to, and a SequenceReset event says
 so; an agent whose newest seq is below the held one (an agent without epochs, or a resume point stored
 without one) is reset the same way. Samples are delivered with their epoch, so the store's resume point
-carries it too. Runs on whichever thread takes the host's events (the sample pump, or the host's own: one at a time); `last_seq` and `epoch` may be read from any thread.
+carries it too. Runs on whichever thread takes the host's events (the sample pump, or the host's own:
+one at a time); `last_seq` and `epoch` may be read from any thread.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ and a poisoned agent's are mostly refused at once; a count of events would give 
 
 A feed is scheduled when its connection queued an event (the read hub calls `schedule`; it only appends);
 scheduling a feed that waits already does nothing. `drain(until)` works until `time.perf_counter()` reaches
-`until` (at least one step: a feed ends its turn between chunks of an event) and must not wait on a remote call: a feed whose
-work needs one (a gap to fill from the agent's ring) hands it to its own thread and returns (see
-HostSupervisor). An exception from `drain` is logged and that feed is not scheduled again by the pump.
+`until` (at least one step: a feed ends its turn between chunks of an event) and must not wait on a remote
+call: a feed whose work needs one (a gap to fill from the agent's ring) hands it to its own thread and
+returns (see HostSupervisor). An exception from `drain` is logged and that feed is not scheduled again by the pump.
 The thread runs while there is work and ends after IDLE_END_S without any; the next `schedule` starts it.
 """
 

@@ -21,8 +21,9 @@ passed) the fleet settles: the client works off the backlog the connect storm le
 2-core machine the agents' own start-up takes most of it, and the hosts connected first are up to ~20 s
 behind when the last connects). The measuring window of `seconds` starts once every host's newest delivered
 sample is under SETTLED_AGE_S old and the writer's inbox holds under SETTLED_AGE_S of the fleet's samples
-(or `settle_timeout_s` passed: the window then opens on the backlog and `settle_s` is null); after it, every host's samples produced in the window are
-waited for (`drain_timeout_s`), the writer is flushed, and SQLite is asked what it holds.
+(or `settle_timeout_s` passed: the window then opens on the backlog and `settle_s` is null); after it,
+every host's samples produced in the window are waited for (`drain_timeout_s`), the writer is flushed, and
+SQLite is asked what it holds.
 
 What each number is (all measured in this run, none assumed):
 
