@@ -16,16 +16,17 @@ stderr names both versions), 1 anything else. `keeper` and `simvllm` are interna
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
-import platform
-import signal
 import sys
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from . import __version__
-from .protocol import PROTOCOL_VERSION
+
+if TYPE_CHECKING:
+    import logging
+
+# `attach` runs once per connection (DESIGN §1), so what it imports is its start-up cost on every server and,
+# for local agents, on the console's own machine: the modules only other commands need are imported there.
 
 
 def _add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +86,9 @@ def _locations(args: argparse.Namespace) -> Tuple[str, str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
     from .daemon import AlreadyRunning, Daemon, DaemonConfig
     from .gpu.catalog import SimulateSpecError, parse_simulate
     from .paths import UnsafePath
@@ -155,6 +159,9 @@ def _attach(args: argparse.Namespace) -> int:
 
 
 def _inventory(args: argparse.Namespace) -> int:
+    import json
+    import logging
+
     from .gpu.catalog import SimulateSpecError
     from .machine import build_machine
 
@@ -187,6 +194,11 @@ def _inventory(args: argparse.Namespace) -> int:
 
 
 def _version(args: argparse.Namespace) -> int:
+    import json
+    import platform
+
+    from .protocol import PROTOCOL_VERSION
+
     if args.json:
         payload = {"agent": __version__, "protocol": PROTOCOL_VERSION, "python": platform.python_version()}
         sys.stdout.write(json.dumps(payload) + "\n")
@@ -213,6 +225,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "version":
         return _version(args)
     if args.command == "capture-nvml":
+        import logging
+
         from .gpu.capture import main as capture_main
 
         logging.basicConfig(level=logging.WARNING)

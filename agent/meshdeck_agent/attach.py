@@ -19,21 +19,16 @@ exits with protocol.ATTACH_EXIT_VERSION_CONFLICT and a message naming both versi
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from typing import List, Optional, Tuple
 
 from . import __version__
-from .keeper import process_is_zombie, process_start_time
+from .handshake import ATTACH_EXIT_VERSION_CONFLICT, PROTOCOL_VERSION, hello_version
 from .paths import check_socket_path, ensure_private_dir, self_command, self_env
-from .protocol import ATTACH_EXIT_VERSION_CONFLICT, PROTOCOL_VERSION, Hello, ProtocolError, decode
 
 STDIN_EOF_GRACE_S = 5.0
 
@@ -65,6 +60,9 @@ def connect_or_start(socket_path: str, serve_args: List[str], state_dir: str, ti
     sock = _connect(socket_path)
     if sock is not None:
         return sock
+    import fcntl
+    import subprocess  # only when starting the daemon: attach runs once per connection (see __main__)
+
     ensure_private_dir(state_dir)
     log_path = os.path.join(state_dir, "agent.log")
     with os.fdopen(os.open(socket_path + ".start.lock", os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
@@ -99,28 +97,21 @@ def connect_or_start(socket_path: str, serve_args: List[str], state_dir: str, ti
         )
 
 
-def _read_line(sock: socket.socket, timeout_s: float = 15.0) -> bytes:
+def _read_line(sock: socket.socket, timeout_s: float = 15.0, limit: int = 65536) -> bytes:
+    """The socket's first line (at most `limit` bytes), and not a byte more: what follows it is relayed.
+    It peeks, then takes up to the newline, instead of one recv per byte."""
     sock.settimeout(timeout_s)
     data = b""
     try:
-        while not data.endswith(b"\n") and len(data) < 65536:
-            chunk = sock.recv(1)
-            if not chunk:
+        while not data.endswith(b"\n") and len(data) < limit:
+            peeked = sock.recv(limit - len(data), socket.MSG_PEEK)
+            if not peeked:
                 break
-            data += chunk
+            end = peeked.find(b"\n")
+            data += sock.recv(end + 1 if end >= 0 else len(peeked))
     except OSError:
         pass
     return data
-
-
-def _hello_version(line: bytes) -> Optional[Tuple[int, str]]:
-    """(protocol, agent version) from the daemon's hello; None when the line is no hello. The protocol
-    decoder bounds the version string, which the messages below repeat."""
-    try:
-        hello = decode(line.rstrip(b"\n"))
-    except ProtocolError:
-        return None
-    return (hello.protocol, hello.agent) if isinstance(hello, Hello) else None
 
 
 def _describe(hello: Optional[Tuple[int, str]]) -> str:
@@ -138,6 +129,11 @@ def _stop_daemon(
     state_dir: str, socket_path: str, found: Optional[Tuple[int, str]] = None, timeout_s: float = 20.0
 ) -> None:
     """SIGTERM the daemon recorded in agent.pid (if it is still that process) and wait for its socket to go."""
+    import json
+    import signal
+
+    from .keeper import process_is_zombie, process_start_time
+
     pid_path = os.path.join(state_dir, "agent.pid")
     try:
         with open(pid_path) as handle:
@@ -166,7 +162,7 @@ def attach_socket(socket_path: str, serve_args: List[str], state_dir: str) -> Tu
     for attempt in range(2):
         sock = connect_or_start(socket_path, serve_args, state_dir)
         hello_line = _read_line(sock)
-        first = _hello_version(hello_line)
+        first = hello_version(hello_line.rstrip(b"\n"))
         if first == (PROTOCOL_VERSION, __version__):
             return sock, hello_line
         sock.close()
@@ -183,10 +179,14 @@ def attach_socket(socket_path: str, serve_args: List[str], state_dir: str) -> Tu
 def relay(sock: socket.socket, stdin_fd: int, stdout_fd: int, preamble: bytes = b"") -> int:
     """Copy stdin -> socket and socket -> stdout until the socket closes (or stdin closes + grace).
 
-    `preamble` (bytes already read from the socket) is written to stdout first."""
-    stdin_closed = threading.Event()
+    `preamble` (bytes already read from the socket) is written to stdout first. Each direction blocks in
+    its own thread, so an idle connection costs no wake-ups: when stdin closes, its thread half-closes
+    the socket (the daemon then flushes what it owes and closes) and, should the daemon not close within
+    STDIN_EOF_GRACE_S, shuts the socket down, which ends the other direction's read."""
     if preamble:
         _write_all(stdout_fd, preamble)
+    sock.settimeout(None)
+    finished = threading.Event()
 
     def pump_in() -> None:
         try:
@@ -197,33 +197,27 @@ def relay(sock: socket.socket, stdin_fd: int, stdout_fd: int, preamble: bytes = 
                 sock.sendall(data)
         except OSError:
             pass
-        finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        if not finished.wait(STDIN_EOF_GRACE_S):
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_WR)
-            stdin_closed.set()
+                sock.shutdown(socket.SHUT_RDWR)
 
     threading.Thread(target=pump_in, name="attach-stdin", daemon=True).start()
-    closed_at: Optional[float] = None
-    sock.settimeout(0.25)
     try:
         while True:
             try:
                 data = sock.recv(65536)
-            except socket.timeout:
-                if stdin_closed.is_set():
-                    closed_at = closed_at or time.monotonic()
-                    if time.monotonic() - closed_at > STDIN_EOF_GRACE_S:
-                        return 0
-                continue
             except OSError:
                 return 0
             if not data:
                 return 0
             try:
                 _write_all(stdout_fd, data)
-            except BrokenPipeError:
+            except OSError:  # the app closed its end (BrokenPipeError) or the pipe is gone
                 return 0
     finally:
+        finished.set()
         sock.close()
 
 

@@ -73,21 +73,19 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 1
-MAX_LINE_BYTES = 4 * 1024 * 1024
+# The version, attach's conflict exit status and the hello field bound live in handshake.py (attach reads
+# them without importing this module) and are this module's names too.
+from .handshake import ATTACH_EXIT_VERSION_CONFLICT as ATTACH_EXIT_VERSION_CONFLICT
+from .handshake import MAX_HELLO_FIELD_CHARS as MAX_HELLO_FIELD_CHARS
+from .handshake import PROTOCOL_VERSION as PROTOCOL_VERSION
 
-# `meshdeck-agent attach` exits with this status when a daemon of another agent version (or protocol)
-# holds the socket and could not be replaced; its last stderr line names both versions. Retrying the
-# same attach cannot help, so the app reports it instead of reconnecting in a loop.
-ATTACH_EXIT_VERSION_CONFLICT = 4
+MAX_LINE_BYTES = 4 * 1024 * 1024
 
 # Anything a peer sent that an error message or a log line repeats is cut to this many characters
 # (`excerpt`), and an error reply's message to MAX_ERROR_MESSAGE_CHARS: a 100 KB method name or version
 # string is never echoed whole.
 EXCERPT_CHARS = 120
 MAX_ERROR_MESSAGE_CHARS = 2000
-# hello.agent (a version) and hello.epoch (16 hex digits today) are short; a longer one is refused.
-MAX_HELLO_FIELD_CHARS = 64
 # hello.daemon.prometheus is HOST:PORT (a DNS name is at most 253 characters); hello.daemon.prometheus_error is
 # at most MAX_ERROR_MESSAGE_CHARS.
 MAX_LISTEN_CHARS = 300

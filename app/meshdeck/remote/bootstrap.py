@@ -140,12 +140,17 @@ class AgentPackage:
 
 
 def _zipapp_versions(path: Path) -> tuple[str | None, int | None]:
-    """(agent version, protocol) from a zipapp's meshdeck_agent/__init__.py and protocol.py, read as text."""
+    """(agent version, protocol) from a zipapp's meshdeck_agent/__init__.py and handshake.py, read as text
+    (older zipapps have PROTOCOL_VERSION in protocol.py)."""
+
+    def text(archive: zipfile.ZipFile, *candidates: str) -> str:
+        names = set(archive.namelist())
+        return next((archive.read(name).decode() for name in candidates if name in names), "")
+
     try:
         with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            init = archive.read("meshdeck_agent/__init__.py").decode() if "meshdeck_agent/__init__.py" in names else ""
-            proto = archive.read("meshdeck_agent/protocol.py").decode() if "meshdeck_agent/protocol.py" in names else ""
+            init = text(archive, "meshdeck_agent/__init__.py")
+            proto = text(archive, "meshdeck_agent/handshake.py", "meshdeck_agent/protocol.py")
     except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
         return None, None
     version = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", init, re.MULTILINE)

@@ -2,7 +2,8 @@
 
 Who takes a connected host's events: not this thread. After `samples.subscribe` the process's sample
 pump (sample_pump.py, one thread for every host) takes them as the read hub queues them, decodes them and
-passes them through the gate to the sink, a few events per host per turn. This thread then only wakes for
+passes them through the gate to the sink, each host in turns of sample_pump.TURN_S (5 ms; at least one chunk of
+DECODE_CHUNK samples), an event half taken carried to the host's next turn. This thread then only wakes for
 a stall or a ping that is due, the end of the connection (it takes what is still queued, then reconnects),
 or a delivery with a gap: filling a gap means a `samples.read` to the agent, which the pump never waits
 for, so the pump hands that event to this thread, which fills the gap, delivers the rest of the event in
@@ -514,13 +515,14 @@ class HostSupervisor:
         return True
 
     def _take_rest(self, client: RpcClient, samples: list[Any], chunks: Iterator[list[Any]]) -> None:
-        """A handed-over delivery, on this host's thread: the chunk with the gap, then the rest of its event."""
+        """A handed-over delivery, on this host's thread: the chunk with the gap (the gate fills it from the
+        agent's ring); the rest of its event is then taken as any half-taken event is (`_consume_here`)."""
         try:
             self._gate.accept(client, samples, backfill=False)
-            for chunk in chunks:
-                self._gate.accept(client, self._gate.decode(chunk), backfill=False)
         except SampleError as exc:
             self._gate.refuse_message(str(exc))
+            return
+        self._taking = chunks
 
     def _ping(self, client: RpcClient) -> None:
         """While samples stall, ask the agent something cheap: a silent link is dropped and reconnected

@@ -30,9 +30,8 @@ def test_agent_options_refuse_anything_but_host_port_naming_the_field(bad: str) 
 
 def test_a_local_agent_is_started_with_the_exporter_on() -> None:
     connector = LocalConnector("gpu-a", AgentOptions(simulate="1xH200", prometheus="[::1]:9400"), python="/py")
-    assert connector.argv() == [
-        "/py", "-m", "meshdeck_agent", "attach", "--simulate", "1xH200", "--prometheus", "[::1]:9400",
-    ]  # fmt: skip
+    assert connector.argv()[:4] == ["/py", "-I", "-S", "-c"]
+    assert connector.argv()[6:] == ["attach", "--simulate", "1xH200", "--prometheus", "[::1]:9400"]
 
 
 def test_a_stored_host_attaches_over_ssh_with_its_exporter_quoted_on_the_exec_line(tmp_path: Path) -> None:

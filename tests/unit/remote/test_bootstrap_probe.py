@@ -154,12 +154,20 @@ def test_agent_package_is_found_by_explicit_path_or_environment(tmp_path: Path, 
         find_agent_package()
 
 
-def _agent_zip(path: Path, version: str, protocol: int) -> AgentPackage:
+def _agent_zip(path: Path, version: str, protocol: int, module: str = "protocol.py") -> AgentPackage:
+    """A zipapp whose version sits where an older agent (protocol.py) or this one (handshake.py) keeps it."""
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("__main__.py", "")
         archive.writestr("meshdeck_agent/__init__.py", f'"""doc"""\n\n__version__ = "{version}"\n')
-        archive.writestr("meshdeck_agent/protocol.py", f"import json\n\nPROTOCOL_VERSION = {protocol}\nMAX = 1\n")
+        archive.writestr(f"meshdeck_agent/{module}", f"import json\n\nPROTOCOL_VERSION = {protocol}\nMAX = 1\n")
+        if module != "protocol.py":
+            archive.writestr("meshdeck_agent/protocol.py", "from .handshake import PROTOCOL_VERSION\n")
     return AgentPackage.from_path(path)
+
+
+def test_the_protocol_is_read_from_handshake_py_and_from_an_older_agents_protocol_py(tmp_path: Path) -> None:
+    assert _agent_zip(tmp_path / "new.pyz", "0.2.0", 3, module="handshake.py").protocol == 3
+    assert _agent_zip(tmp_path / "old.pyz", "0.1.0", 2).protocol == 2
 
 
 def test_a_stale_local_zipapp_is_refused_naming_both_protocols(tmp_path: Path) -> None:

@@ -7,11 +7,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import meshdeck_agent
 import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from meshdeck.core.errors import InputError
+from meshdeck.remote.connectors import RUN_AGENT_FROM
 from meshdeck.remote.errors import HostKeyUnknown, NotConnected, RpcError
 from meshdeck.remote.events import HostStateChanged, SamplesReceived
 from meshdeck.services.fleet import FleetService, FleetSettings, ssh_connector
@@ -131,8 +133,9 @@ def test_local_connector_runs_the_package_or_in_a_frozen_app_the_zipapp(tmp_path
 
     options = AgentOptions(socket="/tmp/md/a.sock", simulate="8xH200", interval_s=0.5)
     connector = LocalConnector("demo-a", options, python="/venv/bin/python")
+    agent_folder = str(Path(meshdeck_agent.__file__).absolute().parent.parent)
     assert connector.argv() == [
-        "/venv/bin/python", "-m", "meshdeck_agent", "attach",
+        "/venv/bin/python", "-I", "-S", "-c", RUN_AGENT_FROM, agent_folder, "attach",
         "--socket", "/tmp/md/a.sock", "--simulate", "8xH200", "--interval", "0.5",
     ]  # fmt: skip
     pyz = tmp_path / "meshdeck-agent.pyz"
