@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class BadOption(Exception):
+    """An option that is refused (exit status 2), found where checking it needs an import of its own."""
+
+
 def _fail(message: str, code: int = 2) -> int:
     sys.stderr.write("meshdeck-agent: error: %s\n" % message)
     return code
@@ -135,8 +139,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _attach(args: argparse.Namespace) -> int:
     from .attach import AttachError, attach_socket, relay
-    from .gpu.catalog import SimulateSpecError, parse_simulate
     from .paths import UnsafePath
+
+    def check_simulate() -> None:  # only a daemon attach starts uses it; the GPU catalog is a third of attach's imports
+        from .gpu.catalog import SimulateSpecError, parse_simulate
+
+        try:
+            parse_simulate(args.simulate)
+        except SimulateSpecError as exc:
+            raise BadOption(str(exc)) from None
 
     problem = _check_interval(args.interval)
     if problem:
@@ -147,11 +158,10 @@ def _attach(args: argparse.Namespace) -> int:
     if args.prometheus:
         serve_args += ["--prometheus", args.prometheus]
     try:
-        parse_simulate(args.simulate)
         socket_path, state_dir = _locations(args)
         serve_args += ["--log-file", os.path.join(state_dir, "agent.log")]
-        sock, hello = attach_socket(socket_path, serve_args, state_dir)
-    except (SimulateSpecError, UnsafePath) as exc:
+        sock, hello = attach_socket(socket_path, serve_args, state_dir, before_start=check_simulate)
+    except (BadOption, UnsafePath) as exc:
         return _fail(str(exc))
     except AttachError as exc:
         return _fail(str(exc), exc.exit_status)

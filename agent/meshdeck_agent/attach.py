@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from . import __version__
 from .handshake import ATTACH_EXIT_VERSION_CONFLICT, PROTOCOL_VERSION, hello_version
@@ -55,11 +55,22 @@ def _connect(path: str) -> Optional[socket.socket]:
     return sock
 
 
-def connect_or_start(socket_path: str, serve_args: List[str], state_dir: str, timeout_s: float = 20.0) -> socket.socket:
+def connect_or_start(
+    socket_path: str,
+    serve_args: List[str],
+    state_dir: str,
+    timeout_s: float = 20.0,
+    before_start: Optional[Callable[[], None]] = None,
+) -> socket.socket:
+    """A socket to the daemon on `socket_path`, starting one (`serve` with `serve_args`) if none answers.
+    `before_start` runs only when one must be started: it checks the options only a new daemon uses (a
+    running daemon keeps its own), so an attach to a running daemon does not import what they need."""
     socket_path = check_socket_path(socket_path)
     sock = _connect(socket_path)
     if sock is not None:
         return sock
+    if before_start is not None:
+        before_start()
     import fcntl
     import subprocess  # only when starting the daemon: attach runs once per connection (see __main__)
 
@@ -156,11 +167,13 @@ def _stop_daemon(
     raise _conflict(found, socket_path, "pid %d did not stop within %.0fs of SIGTERM" % (pid, timeout_s))
 
 
-def attach_socket(socket_path: str, serve_args: List[str], state_dir: str) -> Tuple[socket.socket, bytes]:
+def attach_socket(
+    socket_path: str, serve_args: List[str], state_dir: str, before_start: Optional[Callable[[], None]] = None
+) -> Tuple[socket.socket, bytes]:
     """A socket to a daemon of this version and the hello line it sent (replacing another version)."""
     first: Optional[Tuple[int, str]] = None
     for attempt in range(2):
-        sock = connect_or_start(socket_path, serve_args, state_dir)
+        sock = connect_or_start(socket_path, serve_args, state_dir, before_start=before_start)
         hello_line = _read_line(sock)
         first = hello_version(hello_line.rstrip(b"\n"))
         if first == (PROTOCOL_VERSION, __version__):

@@ -110,6 +110,15 @@ def test_attach_with_a_bad_simulate_spec_fails_with_one_line_and_status_2(sock_d
     assert b"unknown GPU type 'V100'" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+def test_a_running_daemon_keeps_its_settings_so_attach_does_not_check_the_simulate_spec_again(sock_dir):
+    assert _attach(sock_dir, HELLO).returncode == 0  # starts the daemon (2xH100)
+    payload = HELLO + b'{"id":1,"method":"inventory","params":{}}\n'
+    result = run_agent("attach", "--socket", str(sock_dir / "agent.sock"), "--simulate", "8xV100", input_bytes=payload)
+    assert result.returncode == 0, result.stderr.decode()
+    inventory = _replies(result.stdout)[1]["result"]
+    assert [g["name"] for g in inventory["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
+
+
 def test_version_prints_agent_and_protocol():
     result = run_agent("version", "--json")
     assert json.loads(result.stdout) == {

@@ -118,11 +118,12 @@ def test_attach_imports_only_what_relaying_needs():
     folder = str(Path(meshdeck_agent.__file__).absolute().parent.parent)
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import meshdeck_agent.__main__, meshdeck_agent.attach, meshdeck_agent.gpu.catalog, meshdeck_agent.paths; "
+        "import meshdeck_agent.__main__, meshdeck_agent.attach, meshdeck_agent.paths; "
         "print(' '.join(sorted(sys.modules)))"
     )
     loaded = set(subprocess.run([sys.executable, "-I", "-S", "-c", code, folder], capture_output=True, check=True,
                                 text=True).stdout.split())  # fmt: skip
     assert "meshdeck_agent.attach" in loaded
-    heavy = {"meshdeck_agent.protocol", "meshdeck_agent.keeper", "logging", "subprocess", "platform", "site"}
+    heavy = {"meshdeck_agent.protocol", "meshdeck_agent.keeper", "meshdeck_agent.gpu.catalog", "dataclasses"}
+    heavy |= {"logging", "subprocess", "platform", "site"}
     assert not heavy & loaded, f"attach now imports {sorted(heavy & loaded)} at start"
