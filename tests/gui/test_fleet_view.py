@@ -382,3 +382,28 @@ def test_the_painted_pixels_show_each_cells_bin_no_data_as_an_outline_and_the_se
         assert set(inner) == {highlight} and outer.count(highlight) >= len(outer) * 3 // 4 and centre == fill
     outer, inner, centre = _cell_pixels(fleet, calm)  # not selected: no frame
     assert highlight not in outer + inner
+
+
+def test_a_host_going_stale_redraws_its_block_only_and_the_layer_matches_a_whole_render(
+    fleet, simulated_inventory, qtbot
+) -> None:
+    context, now = fleet.context, time.time()
+    names = [f"node-{i:02d}" for i in range(8)]
+    connect_hosts(qtbot, context, dict.fromkeys(names, simulated_inventory))
+    for name in names:
+        _post(context, name, now)
+    fleet.refresh()
+    canvas = fleet.canvas
+    canvas.grab()  # paints: the layer is drawn whole once
+    renders = canvas.hosts_layer_renders
+    context.bridge.post(HostStateChanged("node-05", "disconnected", "connection reset"))
+    context.bridge.drain()
+    fleet.refresh()
+    states = dict(zip(fleet.table.hosts, fleet.host_state.tolist(), strict=True))
+    assert states["node-05"] == HOST_DISCONNECTED
+    incremental = canvas.grab().toImage()
+    assert canvas.hosts_layer_renders == renders  # one host of eight changed: its block only
+    canvas._hosts_layer = None  # the same state drawn whole
+    whole = canvas.grab().toImage()
+    assert canvas.hosts_layer_renders == renders + 1
+    assert incremental == whole

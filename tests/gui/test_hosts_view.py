@@ -111,6 +111,9 @@ def test_a_bad_exporter_address_that_reaches_the_service_is_refused_naming_the_f
     assert "gpu-y" not in view.records and "gpu-y" not in view.context.fleet.hosts()
 
 
+# The tests below ask for remote_agent before hosts_view: fixtures are torn down in reverse, so the view's fleet
+# is closed before remote_agent stops the agent. The other way round the fleet reconnected, and its attach
+# started a new daemon that outlived the test.
 def _add_sshd_host(qtbot, view: HostsView, sshd: SshdServer, key: Path) -> HostKeyUnknown | HostKeyChanged:
     view.add(NewHost("lab", "127.0.0.1", sshd.port, str(key), None, None))
     qtbot.waitUntil(lambda: _state(view, "lab") is not None and _state(view, "lab").state == "failed", timeout=60000)
@@ -124,7 +127,7 @@ def _add_sshd_host(qtbot, view: HostsView, sshd: SshdServer, key: Path) -> HostK
 @pytest.mark.slow
 @pytest.mark.sshd
 def test_an_unknown_host_key_is_shown_with_its_fingerprint_and_accepting_connects(
-    qtbot, hosts_view, remote_agent, sshd, ssh_client_key
+    qtbot, remote_agent, sshd, ssh_client_key, hosts_view
 ) -> None:
     view = hosts_view(remote_agent.settings)
     error = _add_sshd_host(qtbot, view, sshd, ssh_client_key)
@@ -144,7 +147,7 @@ def test_an_unknown_host_key_is_shown_with_its_fingerprint_and_accepting_connect
 @pytest.mark.slow
 @pytest.mark.sshd
 def test_refusing_an_unknown_host_key_keeps_the_host_failed_and_saves_nothing(
-    qtbot, hosts_view, remote_agent, sshd, ssh_client_key, monkeypatch
+    qtbot, remote_agent, sshd, ssh_client_key, hosts_view, monkeypatch
 ) -> None:
     view = hosts_view(remote_agent.settings)
     error = _add_sshd_host(qtbot, view, sshd, ssh_client_key)
@@ -168,7 +171,7 @@ def test_refusing_an_unknown_host_key_keeps_the_host_failed_and_saves_nothing(
 @pytest.mark.slow
 @pytest.mark.sshd
 def test_a_changed_host_key_shows_both_fingerprints_and_cannot_be_accepted(
-    qtbot, hosts_view, remote_agent, sshd, ssh_client_key, tmp_path
+    qtbot, remote_agent, sshd, ssh_client_key, hosts_view, tmp_path
 ) -> None:
     impostor = generate_key(tmp_path / "impostor" / "key")
     recorded = Path(str(impostor) + ".pub").read_text().split()[:2]
@@ -190,7 +193,7 @@ def test_a_changed_host_key_shows_both_fingerprints_and_cannot_be_accepted(
 @pytest.mark.slow
 @pytest.mark.sshd
 def test_test_connection_shows_the_bootstrap_steps_and_asks_about_an_unknown_key(
-    qtbot, hosts_view, remote_agent, sshd, ssh_client_key, monkeypatch
+    qtbot, remote_agent, sshd, ssh_client_key, hosts_view, monkeypatch
 ) -> None:
     from meshdeck.services import hosts as host_service
 

@@ -16,7 +16,7 @@ view hands to the dashboard.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
@@ -35,13 +35,14 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QRubberBand, QSizePolicy, QToolTip, QWidget
 
-from meshdeck.ui.views.fleet.layout import Group, Layout, cell_at, cells_in, compute_layout
+from meshdeck.ui.views.fleet.layout import BLOCK_GAP_X, Group, Layout, cell_at, cells_in, compute_layout
 from meshdeck.ui.views.fleet.raster import Raster, colour_lut, premultiplied, rasterize, selection_offsets
 
 HOST_LIVE, HOST_STALE, HOST_DISCONNECTED = 0, 1, 2
 DRAG_THRESHOLD_PX = 4
 STATE_BADGES = {HOST_STALE: "stale", HOST_DISCONNECTED: "offline"}  # the word over a block's cells
 STALE_COLOR = "#C62828"  # the label and dashed frame of a stale or disconnected host
+HOSTS_LAYER_REDRAW_SHARE = 0.25  # more hosts changed than this share: the whole layer is drawn again
 
 
 class FleetCanvas(QWidget):
@@ -73,7 +74,9 @@ class FleetCanvas(QWidget):
         self._hovered: int | None = None
         self.paints = 0
         self._hosts_layer: QPixmap | None = None
-        self._hosts_layer_key: tuple[object, ...] = ()  # what the layer shows (the layout by identity)
+        self._hosts_layer_key: tuple[object, ...] = ()  # the layout (by identity), palette, ratio and size drawn
+        self._hosts_shown: list[tuple[str, int]] = []  # each host's label and state in the layer
+        self.hosts_layer_draws = self.hosts_layer_renders = 0  # paints of the layer, and whole renders of it
         self._raster: Raster | None = None  # the cells' pixels, for the layout and pixel ratio of
         self._raster_key: tuple[object, ...] = ()
         self._image: QImage | None = None  # wraps self._raster.pixels (no copy): kept as long as they are
@@ -201,12 +204,23 @@ class FleetCanvas(QWidget):
         """Group titles; each block's host name above its cells; stale / disconnected blocks hatched and
         labelled.
 
-        Drawn into a pixmap kept until a label, a host's state, the layout or the palette changes: 278
-        `drawText` calls cost more than all the cells, and labels rarely change between refreshes."""
-        key = (layout, tuple(self.host_labels), self.host_state.tobytes(), self._text.rgba(), ratio, self._size)
-        if self._hosts_layer is None or self._hosts_layer_key != key:
+        Drawn into a pixmap kept while the layout, the palette, the pixel ratio and the size stay: 278
+        `drawText` calls cost more than all the cells, and labels rarely change between refreshes. When
+        only some hosts' labels or states changed (a host going stale, coming back), only their blocks are
+        cleared and drawn again; more than HOSTS_LAYER_REDRAW_SHARE of them redraw the whole layer."""
+        base = (layout, self._text.rgba(), ratio, self._size)
+        shown = list(zip(self.host_labels, self.host_state.tolist(), strict=False))
+        if self._hosts_layer is None or self._hosts_layer_key != base or len(shown) != len(self._hosts_shown):
             self._hosts_layer = self._render_hosts_layer(layout, self._text, ratio)
-            self._hosts_layer_key = key
+        else:
+            changed = {h for h, (now, before) in enumerate(zip(shown, self._hosts_shown, strict=True)) if now != before}
+            if len(changed) > HOSTS_LAYER_REDRAW_SHARE * max(1, len(shown)):
+                self._hosts_layer = self._render_hosts_layer(layout, self._text, ratio)
+            elif changed:
+                self._redraw_blocks(self._hosts_layer, layout, self._text, changed)
+        self._hosts_layer_key = base
+        self._hosts_shown = shown
+        self.hosts_layer_draws += 1
         painter.drawPixmap(0, 0, self._hosts_layer)
 
     def _render_hosts_layer(self, layout: Layout, text: QColor, ratio: float) -> QPixmap:
@@ -220,13 +234,35 @@ class FleetCanvas(QWidget):
         painter.setFont(bold)
         for x, y, title in layout.titles:
             painter.drawText(x, y + painter.fontMetrics().ascent() + 2, title)
+        self._draw_blocks(painter, layout, text, range(layout.block_hosts.shape[0]))
+        painter.end()
+        self.hosts_layer_renders += 1
+        return pixmap
+
+    def _redraw_blocks(self, pixmap: QPixmap, layout: Layout, text: QColor, hosts: set[int]) -> None:
+        """Clear and draw again the blocks of `hosts` only (their label and frame stay inside the block's
+        rectangle widened by BLOCK_GAP_X - 1 to the right and by a pixel above and below)."""
+        blocks = [b for b, host in enumerate(layout.block_hosts.tolist()) if host in hosts]
+        painter = QPainter(pixmap)
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Clear)
+        for b in blocks:
+            x, y, width, height = layout.block_rects[b].tolist()
+            painter.fillRect(x - 1, y - 1, width + BLOCK_GAP_X, height + 2, Qt.GlobalColor.transparent)
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+        self._draw_blocks(painter, layout, text, blocks)
+        painter.end()
+
+    def _draw_blocks(self, painter: QPainter, layout: Layout, text: QColor, blocks: Iterable[int]) -> None:
         painter.setFont(self.font())
         metrics = painter.fontMetrics()
         hatch = QBrush(text, Qt.BrushStyle.BDiagPattern)
         warn = QColor(STALE_COLOR)
         badge_font = self.font()
         badge_font.setBold(True)
-        for (x, y, width, height), host in zip(layout.block_rects.tolist(), layout.block_hosts.tolist(), strict=True):
+        rects, block_hosts = layout.block_rects, layout.block_hosts
+        for b in blocks:
+            x, y, width, height = rects[b].tolist()
+            host = int(block_hosts[b])
             state = int(self.host_state[host]) if host < self.host_state.shape[0] else HOST_LIVE
             label = self.host_labels[host] if host < len(self.host_labels) else ""
             top, cells_height = y + layout.label_height, height - layout.label_height
@@ -242,8 +278,6 @@ class FleetCanvas(QWidget):
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRect(x - 1, top - 1, width + 1, cells_height + 1)
             self._draw_badge(painter, badge_font, QRect(x, top, width, cells_height), STATE_BADGES[state], warn)
-        painter.end()
-        return pixmap
 
     def _draw_badge(self, painter: QPainter, font: QFont, area: QRect, word: str, colour: QColor) -> None:
         """`word` (stale, offline) in a small box over a block's cells, when it fits."""

@@ -188,9 +188,12 @@ class FleetView(QWidget):
         self._hosts_dirty = True
 
     def _deployments_changed(self, _deployment: str) -> None:
+        """Which GPUs each engine uses (the KV-cache column) may have moved; the groups follow deployments
+        only when grouped by them (a re-layout at 278 hosts is the slowest thing a refresh can do)."""
         assert self.context.deployments is not None
         self.table.set_worker_gpus(worker_placement(self.context.deployments.snapshots.values()))
-        self._groups_dirty = True
+        if self.grouping == "deployment":
+            self._groups_dirty = True
 
     def _on_agent_event(self, event: AgentEvent) -> None:
         """XID alerts, counted per GPU (the agent sends `{"kind": "xid", "gpu": i, "xid": n}`)."""
