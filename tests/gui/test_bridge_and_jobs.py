@@ -36,10 +36,32 @@ def test_events_posted_from_a_fleet_thread_arrive_as_typed_signals_on_the_gui_th
     poster.start()
     poster.join()
     qtbot.waitUntil(lambda: len(seen) == len(events), timeout=30000)
-    assert [kind for kind, _, _ in seen] == ["state", "inventory", "samples", "agent", "state"]
-    assert [event for _, event, _ in seen] == events
+    # host states and inventories first, in their order; then the rest in theirs
+    assert [kind for kind, _, _ in seen] == ["state", "inventory", "state", "samples", "agent"]
+    assert [event for _, event, _ in seen] == [events[0], events[1], events[4], events[2], events[3]]
     assert all(on_gui for _, _, on_gui in seen)
     bridge.stop()
+
+
+def test_a_host_and_its_gpus_are_known_before_the_samples_queued_ahead_of_them(qtbot) -> None:
+    bridge = FleetBridge(budget_s=0.0)  # one event per drain
+    bridge.stop()
+    seen: list[str] = []
+    bridge.samples_received.connect(lambda event: seen.append(f"samples {event.host}"))
+    bridge.host_state_changed.connect(lambda event: seen.append(f"state {event.host} {event.state}"))
+    bridge.inventory_received.connect(lambda event: seen.append(f"inventory {event.host}"))
+    for host in range(50):
+        bridge.post(SamplesReceived(f"old-{host}", wire_batch(1, 1e9, gpus=1)))
+    bridge.post(HostStateChanged("late", "connected"))
+    bridge.post(InventoryReceived("late", Inventory(hostname="late")))
+    bridge.post(HostStateChanged("late", "disconnected", "gone"))
+    assert bridge.backlog == 53 and bridge.cells_waiting > 0
+    for _ in range(4):
+        bridge.drain()
+    assert seen == ["state late connected", "inventory late", "state late disconnected", "samples old-0"]
+    while bridge.drain():
+        pass
+    assert bridge.backlog == 0 and bridge.cells_waiting == 0 and len(seen) == 53
 
 
 def test_a_large_backfill_is_delivered_in_chunks_spread_over_ticks_in_order(qtbot) -> None:
@@ -50,6 +72,7 @@ def test_a_large_backfill_is_delivered_in_chunks_spread_over_ticks_in_order(qtbo
     backfill = SamplesReceived("demo-b", wire_batch(3 * SAMPLES_PER_CHUNK + 5, 1e9, gpus=1), dropped=7)
     bridge.post(backfill)
     bridge.post(HostStateChanged("demo-b", "connected"))
+    assert bridge.drain() == 1 and not chunks  # the host's state goes ahead of the samples
     assert bridge.drain() == 1
     assert len(chunks) == 1 and chunks[0].dropped == 7
     while bridge.backlog:

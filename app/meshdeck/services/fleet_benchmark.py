@@ -20,8 +20,10 @@ The run: all hosts are added at once; once every host delivered its first sample
 passed) the fleet settles: the client works off the backlog the connect storm left (at 278 hosts on this
 2-core machine the agents' own start-up takes most of it, and the hosts connected first are up to ~20 s
 behind when the last connects). The measuring window of `seconds` starts once every host's newest delivered
-sample is under SETTLED_AGE_S old and the writer's inbox holds under SETTLED_AGE_S of the fleet's samples
-(or `settle_timeout_s` passed: the window then opens on the backlog and `settle_s` is null); after it,
+sample is under SETTLED_AGE_S old, the writer's inbox holds under SETTLED_AGE_S of the fleet's samples and,
+with a console, the events waiting for its GUI thread are under SETTLED_AGE_S per host (the console posts
+each host's batch as one event a second), or `settle_timeout_s` passed: the window then opens on the
+backlog and `settle_s` is null; after it,
 every host's samples produced in the window are waited for (`drain_timeout_s`), the writer is flushed, and
 SQLite is asked what it holds.
 
@@ -143,6 +145,8 @@ class ConsoleProbe(Protocol):
     def wait(self, ready: Callable[[], bool], timeout_s: float) -> bool: ...
 
     def refresh_durations_ms(self) -> list[float]: ...
+
+    def backlog(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -641,17 +645,23 @@ def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe 
         connect_all_s = (max(run.meter.first_delivery.values()) - started) if connected else None
         run.connect_phase = connect_phase(run, time.process_time() - client_cpu_start, busy_start)
         settling = time.monotonic()
-        settled = run.wait(lambda: run.meter.settled(writer_backlog=run.writer.inbox_held), settings.settle_timeout_s)
+
+        def caught_up() -> bool:  # the fleet path, the writer and (with a console) the console's inbox
+            console_behind = console is not None and console.backlog() >= SETTLED_AGE_S * settings.hosts
+            return run.meter.settled(writer_backlog=run.writer.inbox_held) and not console_behind
+
+        settled = run.wait(caught_up, settings.settle_timeout_s)
         if not settled:
             behind = sorted(run.meter.behind().items(), key=lambda item: -item[1])
             log.warning(
                 "bench fleet: the client did not catch up within %g s (%d hosts behind; the furthest: %s; "
-                "the writer's backlog: %d values, %.1f s of the fleet's); measuring anyway",
+                "the writer's backlog: %d values, %.1f s of the fleet's; the console's: %d events); measuring anyway",
                 settings.settle_timeout_s,
                 len(behind),
                 ", ".join(f"{host} {age:.1f} s" for host, age in behind[:5]) or "none",
                 run.writer.inbox_held,
                 run.writer.inbox_held / max(1.0, run.meter.cells_per_second()),
+                console.backlog() if console is not None else 0,
             )
         return _measure(run, connect_all_s, time.monotonic() - settling if settled else None)
     finally:

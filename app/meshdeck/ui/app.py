@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QApplication
 from meshdeck.services.console import ConsoleServices
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.time_chart import TimeChart
+from meshdeck.ui.collector import CollectorPolicy
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.demo_tour import DemoTour
 from meshdeck.ui.gil import favour_the_gui_thread
@@ -167,6 +168,7 @@ def run_console(args: argparse.Namespace) -> int:
             window.resize(1500, 950)  # pictures of a known size, whatever the last session left
         window.show()
         drop_import_sources()  # every view is built: the imports are done
+        collector = CollectorPolicy(window).start()  # short full collections beside a big fleet (ui/collector.py)
         tour = None
         if context.demo is not None:  # --demo
             tour = DemoTour(window, context.demo.hosts)
@@ -180,6 +182,7 @@ def run_console(args: argparse.Namespace) -> int:
         elif args.quit_after is not None:
             QTimer.singleShot(int(args.quit_after * 1000), window.close)
         status = app.exec()
+        collector.stop()
         window.save_settings()
         return status
     finally:

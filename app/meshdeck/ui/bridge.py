@@ -3,10 +3,13 @@
 The fleet's host supervisors run in their own threads and must never touch a widget. They hand
 events (meshdeck.remote.events values) to `FleetBridge.post`, which only appends to a bounded inbox
 and never blocks a supervisor. The deployment registry posts its change events
-(meshdeck.services.deployments.events) the same way. A QTimer on the GUI thread drains that inbox in order and emits one
-signal per event. Draining has a time budget per tick: a reconnect can backfill hours of samples at
-once, and the window must stay responsive while they are absorbed (big sample batches are split into
-chunks; what does not fit in one tick waits for the next, order kept).
+(meshdeck.services.deployments.events) the same way. A QTimer on the GUI thread drains that inbox and emits one
+signal per event: host states and inventories first, in their order, then everything else in its order.
+A view learns of a host and its GPUs before the samples queued ahead of them: after a 278-host connect
+storm the samples waiting were ~20 s of the fleet's, and the fleet view laid its cells out again each
+second as inventories trickled through behind them. Draining has a time budget per tick: a reconnect can
+backfill hours of samples at once, and the window must stay responsive while they are absorbed (big
+sample batches are split into chunks; what does not fit in one tick waits for the next, order kept).
 
 The inbox is bounded by what it holds (`max_cells` sample values, `max_events` other events). When the
 window falls that far behind, the oldest sample batches are shed first, then the oldest worker / log
@@ -73,6 +76,7 @@ class FleetBridge(QObject):
     ) -> None:
         super().__init__(parent)
         self._inbox: deque[FleetEvent | _Latest] = deque()
+        self._hosts: deque[HostStateChanged | InventoryReceived] = deque()  # delivered before the inbox
         self._latest: dict[tuple[str, ...], DeploymentEvent] = {}  # key -> the deployment event waiting
         self._lock = threading.Lock()
         self._cells = 0
@@ -110,6 +114,10 @@ class FleetBridge(QObject):
         if isinstance(event, SamplesReceived) and self._keep is not None:
             event = replace(event, batch=event.batch.select(self._keep))
         with self._lock:
+            if isinstance(event, HostStateChanged | InventoryReceived):
+                self._hosts.append(event)
+                self._others += 1
+                return
             self._inbox.append(event)
             if isinstance(event, SamplesReceived):
                 self._cells += event.batch.cells
@@ -126,7 +134,13 @@ class FleetBridge(QObject):
     @property
     def backlog(self) -> int:
         with self._lock:
-            return len(self._inbox)
+            return len(self._inbox) + len(self._hosts)
+
+    @property
+    def cells_waiting(self) -> int:
+        """Sample values queued for the GUI thread (how far behind the charts are)."""
+        with self._lock:
+            return self._cells
 
     def stop(self) -> None:
         self._timer.stop()
@@ -178,6 +192,9 @@ class FleetBridge(QObject):
 
     def _next(self) -> FleetEvent | DeploymentEvent | None:
         with self._lock:
+            if self._hosts:
+                self._others -= 1
+                return self._hosts.popleft()
             if not self._inbox:
                 return None
             event = self._inbox.popleft()
@@ -197,7 +214,8 @@ class FleetBridge(QObject):
             return event
 
     def drain(self, budget_s: float | None = None) -> int:
-        """Deliver queued events in order until the budget is spent. Returns how many were emitted."""
+        """Deliver queued events (host states and inventories first) until the budget is spent. Returns how
+        many were emitted."""
         deadline = time.perf_counter() + (self._budget_s if budget_s is None else budget_s)
         emitted = 0
         while emitted == 0 or time.perf_counter() < deadline:

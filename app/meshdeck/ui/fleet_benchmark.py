@@ -4,7 +4,8 @@ Built the way `ui/app.py` builds the console on its services (bridge, context, e
 the benchmark's `ConsoleServices`, with its settings in a throwaway folder. The fleet view (key "fleet") is shown.
 While the benchmark waits, the GUI's event loop runs (`wait`), so the
 bridge drains and the shown view refreshes as in the console; `refresh_durations_ms` are that view's own
-update + paint times. Implements `meshdeck.services.fleet_benchmark.ConsoleProbe`.
+update + paint times. The console's collector policy (ui/collector.py) runs as in the console.
+Implements `meshdeck.services.fleet_benchmark.ConsoleProbe`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from PySide6.QtCore import QEventLoop, QSettings, QTimer
 from meshdeck.services.console import ConsoleServices
 from meshdeck.ui.app import application, build_views, drop_import_sources
 from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.collector import CollectorPolicy
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.main_window import MainWindow
@@ -36,10 +38,12 @@ class OffscreenConsole:
         self._context: ConsoleContext | None = None
         self._window: MainWindow | None = None
         self._view: Any = None
+        self._collector: CollectorPolicy | None = None
+        self._bridge: FleetBridge | None = None
 
     def attach(self, services: ConsoleServices) -> None:
         self._app = application()
-        bridge = FleetBridge()
+        bridge = self._bridge = FleetBridge()
         settings = QSettings(str(self._folder / "console.ini"), QSettings.Format.IniFormat)
         context = ConsoleContext(
             fleet=services.fleet, db=services.db, bridge=bridge, jobs=JobRunner(), settings=settings
@@ -53,6 +57,7 @@ class OffscreenConsole:
         self._view = window.show_view(self.view_key)
         self._window = window
         drop_import_sources()
+        self._collector = CollectorPolicy(window).start()  # as the console runs (ui/collector.py)
 
     def wait(self, ready: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -68,7 +73,14 @@ class OffscreenConsole:
     def refresh_durations_ms(self) -> list[float]:
         return [] if self._view is None else list(self._view.refresh_durations_ms())
 
+    def backlog(self) -> int:
+        """Events waiting for the GUI thread in the console's bridge."""
+        return 0 if self._bridge is None else self._bridge.backlog
+
     def close(self) -> None:
+        if self._collector is not None:
+            self._collector.stop()
+            self._collector = None
         if self._window is not None:
             self._window.close()
             self._window.deleteLater()
