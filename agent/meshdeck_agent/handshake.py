@@ -28,8 +28,8 @@ def hello_version(line: bytes) -> Optional[Tuple[int, str]]:
     in these two fields (an integer protocol, an agent version of at most MAX_HELLO_FIELD_CHARS)."""
     try:
         message = json.loads(line)
-    except ValueError:  # not JSON, not UTF-8, or an integer past Python's digit bound
-        return None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, an integer past Python's digit bound, or nested
+        return None  # past the interpreter's recursion limit (protocol.decode refuses the same lines)
     body = message.get("hello") if isinstance(message, dict) else None
     if not isinstance(body, dict):
         return None

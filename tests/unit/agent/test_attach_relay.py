@@ -108,6 +108,7 @@ def test_the_hello_is_read_to_its_newline_and_what_follows_stays_for_the_relay()
         (b"not json", None),
         (b'{"hello":{"protocol":' + b"1" * 5000 + b"}}", None),
         (b"\xff\xfe", None),
+        (b"[" * 60000 + b"]" * 60000, None),  # nested past the recursion limit: refused, not a traceback
     ],
 )
 def test_the_hello_version_is_read_as_the_protocol_decoder_bounds_it(line, expected):
