@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from gui_helpers import connect_hosts, shown
+from meshdeck.core.foreground import FOREGROUND
 from meshdeck.remote.events import AgentEvent, HostStateChanged, SamplesReceived
 from meshdeck.services.deployments.events import DeploymentChanged
 from meshdeck.services.deployments.model import DeploymentSnapshot, PlannedNumbers, WorkerSnapshot
@@ -332,6 +333,27 @@ def test_a_hidden_fleet_view_does_not_refresh(qtbot, fleet) -> None:
     durations = fleet.refresh_durations_ms()
     assert len(durations) > before[1] and all(d > 0 for d in durations)
     assert np.isfinite(fleet.table.raw).any()
+
+
+def test_a_refresh_holds_the_foreground_gate_while_it_reads_and_paints(fleet, monkeypatch) -> None:
+    """The sample pump and the writer step aside meanwhile (core/foreground.py)."""
+    _post(fleet.context, "node", time.time())
+    held: list[tuple[str, bool]] = []
+    update, paint = fleet.table.update, fleet.canvas.paintEvent
+
+    def watched_update() -> bool:
+        held.append(("update", FOREGROUND.held))
+        return update()
+
+    def watched_paint(event) -> None:  # type: ignore[no-untyped-def]
+        held.append(("paint", FOREGROUND.held))
+        paint(event)
+
+    monkeypatch.setattr(fleet.table, "update", watched_update)
+    monkeypatch.setattr(fleet.canvas, "paintEvent", watched_paint)
+    fleet.refresh()
+    assert ("update", True) in held and ("paint", True) in held
+    assert not FOREGROUND.held
 
 
 def _cell_pixels(view: FleetView, cell: int) -> tuple[list[int], list[int], int]:

@@ -17,6 +17,7 @@ scheduling a feed that waits already does nothing. `drain(until)` works until `t
 call: a feed whose work needs one (a gap to fill from the agent's ring) hands it to its own thread and
 returns (see HostSupervisor). An exception from `drain` is logged and that feed is not scheduled again by the pump.
 The thread runs while there is work and ends after IDLE_END_S without any; the next `schedule` starts it.
+Before each turn the pump steps aside while the console redraws (core/foreground.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import threading
 import time
 from collections import deque
 from typing import Protocol
+
+from meshdeck.core.foreground import FOREGROUND, ForegroundGate
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +45,14 @@ class Feed(Protocol):
 class SamplePump:
     """See the module doc. Thread-safe."""
 
-    def __init__(self, name: str = "meshdeck-sample-pump", turn_s: float = TURN_S) -> None:
+    def __init__(
+        self, name: str = "meshdeck-sample-pump", turn_s: float = TURN_S, gate: ForegroundGate = FOREGROUND
+    ) -> None:
         if not turn_s > 0:
             raise ValueError(f"sample pump: a turn must last more than 0 s, got {turn_s}")
         self._name = name
         self._turn_s = turn_s
+        self._gate = gate
         self._cond = threading.Condition()
         self._ready: deque[Feed] = deque()
         self._scheduled: set[int] = set()  # id() of each feed in _ready
@@ -87,6 +93,7 @@ class SamplePump:
                 feed = self._ready.popleft()
                 self._scheduled.discard(id(feed))
             self.turns += 1
+            self._gate.step_aside()  # the console is redrawing: its GIL first (core/foreground.py)
             try:
                 more = feed.drain(time.perf_counter() + self._turn_s)
             except Exception:

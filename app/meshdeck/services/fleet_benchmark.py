@@ -68,7 +68,11 @@ the live samples
 delivered and those backfilled in the window; `samples_undelivered`, the window's samples still waiting
 in the agents' rings when the drain ended (the client was behind: part of `samples_lost`, though the
 agents still hold them) and `samples_dropped_by_agents`, those the rings lost before they were read (the
-whole run); the writer's commits and inbox waits in the window; and
+whole run); the writer's commits and inbox waits in the window; `gui_collections` /
+`gui_collection_ms_median` / `gui_collection_ms_max`, the full garbage collections the console ran on its GUI
+thread in the window (between refreshes, ui/collector.py; every other thread waits for them too);
+`background_stepped_aside_s`, how long the sample pump and the writer waited in the window while the console
+redrew (core/foreground.py); and
 the hosts left out of the counts, with why (`not_measured`). Linux only (/proc).
 """
 
@@ -99,6 +103,7 @@ from meshdeck_agent.wire_sample import Sample, SampleError, decode_samples_messa
 from sqlalchemy import func, select
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.foreground import FOREGROUND
 from meshdeck.services.console import ConsoleServices
 from meshdeck.services.demo import shutdown_agent_socket, sweep_processes
 from meshdeck.services.events import FleetEvent, SamplesReceived
@@ -136,7 +141,8 @@ class ConsoleProbe(Protocol):
 
     `attach` builds the window on the services and shows the view `view_key` names; `wait` runs the GUI's
     event loop until `ready()` or `timeout_s` (True when ready); `refresh_durations_ms` are the shown view's
-    update + paint times so far, oldest first."""
+    update + paint times so far, oldest first; `collection_pauses_ms` how long each full garbage collection the
+    console scheduled on its GUI thread took (ui/collector.py), oldest first."""
 
     view_key: str
 
@@ -145,6 +151,8 @@ class ConsoleProbe(Protocol):
     def wait(self, ready: Callable[[], bool], timeout_s: float) -> bool: ...
 
     def refresh_durations_ms(self) -> list[float]: ...
+
+    def collection_pauses_ms(self) -> list[float]: ...
 
     def backlog(self) -> int: ...
 
@@ -373,6 +381,8 @@ class FleetBenchmark:
     stats_start: WriterStats
     stats_end: WriterStats
     refresh_ms: list[float]
+    collection_ms: list[float] = field(default_factory=list)  # the console's scheduled full collections
+    stepped_aside_s: float = 0.0  # the pump's and the writer's waits for the console's redraws
     not_measured: dict[str, str] = field(default_factory=dict)  # host -> why it is not in the sample counts
     machine: dict[str, object] = field(default_factory=machine)
     thread_cpu_s: dict[str, float] = field(default_factory=dict)  # thread group -> CPU seconds in the window
@@ -427,6 +437,12 @@ class FleetBenchmark:
                 "samples_dropped_by_agents": self.dropped,
                 "gui_view": self.gui_view,
                 "gui_refreshes": len(self.refresh_ms),
+                "gui_collections": len(self.collection_ms),
+                "gui_collection_ms_median": rounded(statistics.median(self.collection_ms))
+                if self.collection_ms
+                else None,
+                "gui_collection_ms_max": rounded(max(self.collection_ms, default=None)),
+                "background_stepped_aside_s": round(self.stepped_aside_s, 3),
                 "client_threads": self.client_threads,
                 "agents_cpu_pct": round(100 * self.agents_cpu_s / self.window_s, 1),
                 "relays_cpu_pct": round(100 * self.relays_cpu_s / self.window_s, 1),
@@ -713,6 +729,8 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
     hosts = [n for n in run.names if n in run.meter.first_delivery]
     not_measured = {n: "no sample delivered before the window" for n in run.names if n not in hosts}
     refreshes_before = len(run.console.refresh_durations_ms()) if run.console is not None else 0
+    collections_before = len(run.console.collection_pauses_ms()) if run.console is not None else 0
+    stepped_aside_before = FOREGROUND.stepped_aside_s
 
     # -- the window's start
     windows: dict[str, HostWindow] = {}
@@ -744,6 +762,8 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
     daemons_end, relays_end = run.agent_cpu_s()
     threads = len(os.listdir("/proc/self/task"))
     refresh_ms = run.console.refresh_durations_ms()[refreshes_before:] if run.console is not None else []
+    collection_ms = run.console.collection_pauses_ms()[collections_before:] if run.console is not None else []
+    stepped_aside_s = FOREGROUND.stepped_aside_s - stepped_aside_before
     for name, seq in run.newest_seqs(list(windows)).items():
         if isinstance(seq, Exception):
             not_measured[name] = f"its newest seq at the end: {seq}"
@@ -801,6 +821,8 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
         stats_start=stats_start,
         stats_end=stats_end,
         refresh_ms=refresh_ms,
+        collection_ms=collection_ms,
+        stepped_aside_s=stepped_aside_s,
         not_measured=not_measured,
         delivered_s=delivered_s,
         thread_cpu_s={

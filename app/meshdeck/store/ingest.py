@@ -33,6 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from meshdeck.core.foreground import FOREGROUND, ForegroundGate
 from meshdeck.core.samples import SampleBatch, SeriesKey
 from meshdeck.store.batch_columns import (
     BatchRows,
@@ -120,8 +121,9 @@ def load_positions(connection: sqlite3.Connection) -> dict[str, HostPosition]:
 class SampleIngest:
     """Stages rows, events and loss counts, and commits them as one transaction."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, gate: ForegroundGate = FOREGROUND) -> None:
         self._connection = connection
+        self._gate = gate  # between hosts a commit steps aside while the console redraws (core/foreground.py)
         self._series: dict[str, dict[tuple[str, str], int]] = {}  # kept raw
         self._link_series: dict[str, dict[tuple[str, str], int]] = {}  # kept as minute rollups (link_minutes.py)
         for series_id, host, device, metric in connection.execute(
@@ -234,6 +236,7 @@ class SampleIngest:
         links = self._link_minutes.begin(connection, self._link_series, self._series)
         try:
             for host, batches in by_host.items():
+                self._gate.step_aside()
                 # One host at a time, its rows sorted by series: each series' rows land on its last leaf
                 # page one after another (~1.4x fewer CPU-seconds per row than time order; the sort is
                 # stable, so ts stays ascending), and the host's rows added are counted for its raw_rows.

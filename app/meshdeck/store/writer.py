@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshdeck.core.foreground import FOREGROUND, ForegroundGate
 from meshdeck.core.samples import SampleBatch
 from meshdeck.store.batch_columns import BatchRows as BatchRows  # where the fleet's callers find it
 from meshdeck.store.database import Database
@@ -179,8 +180,10 @@ class SampleWriter:
         retention: RetentionPolicy | None = None,
         on_commit: Callable[[CommitAck], None] | None = None,
         clock: Callable[[], float] = time.time,
+        gate: ForegroundGate = FOREGROUND,
     ) -> None:
         self.db = db
+        self._gate = gate  # staging and commits step aside while the console redraws (core/foreground.py)
         self.settings = settings or WriterSettings()
         self._retention = retention
         self._on_commit = on_commit
@@ -335,7 +338,7 @@ class SampleWriter:
         try:
             connection = self.db.raw_connection(cache_kib=self.settings.min_cache_kib)
             connection.execute(f"PRAGMA wal_autocheckpoint = {wal_pages_for(0, self.settings)}")
-            ingest = SampleIngest(connection)
+            ingest = SampleIngest(connection, self._gate)
             self._size_cache(connection, ingest)
             self._policy = self._retention or load_policy(self.db)
             self._measure_raw(connection)
@@ -379,6 +382,7 @@ class SampleWriter:
                 elif isinstance(item, _Flush):
                     flushes.append(item)
                 else:
+                    self._gate.step_aside()
                     self._stage(ingest, item)
                 if ingest.pending_rows >= self._batch_rows:
                     break  # what is held waits for the commit: staged first in the next round

@@ -73,6 +73,9 @@ class OffscreenConsole:
     def refresh_durations_ms(self) -> list[float]:
         return [] if self._view is None else list(self._view.refresh_durations_ms())
 
+    def collection_pauses_ms(self) -> list[float]:
+        return [] if self._collector is None else list(self._collector.pauses_ms)
+
     def backlog(self) -> int:
         """Events waiting for the GUI thread in the console's bridge."""
         return 0 if self._bridge is None else self._bridge.backlog

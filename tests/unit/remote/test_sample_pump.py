@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from meshdeck.core.foreground import ForegroundGate
 from meshdeck.remote import sample_pump
 from meshdeck.remote.sample_pump import SamplePump
 
@@ -102,6 +103,19 @@ def test_the_thread_ends_when_idle_and_the_next_schedule_starts_it(monkeypatch):
 def test_a_turn_of_no_time_is_refused():
     with pytest.raises(ValueError, match="turn"):
         SamplePump(turn_s=0)
+
+
+def test_no_turn_starts_while_the_console_holds_the_foreground_gate():
+    log: list[str] = []
+    done = threading.Event()
+    foreground = ForegroundGate(max_step_aside_s=30)
+    pump = SamplePump(name="test-pump", gate=foreground)
+    with foreground.hold():
+        pump.schedule(_Feed("host", 3, log, done))
+        time.sleep(0.2)
+        assert log == []  # the pump waits for the redraw, not the other way round
+    assert done.wait(10) and log == ["host"] * 3
+    assert foreground.stepped_aside_s > 0.1
 
 
 class _Gate:

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from meshdeck.core.foreground import ForegroundGate
 from meshdeck.services.synthetic_samples import sample_batch, wire_sample
 from meshdeck.store.database import Database
 from meshdeck.store.inbox import BoundedInbox, Empty, InboxClosed
@@ -155,6 +156,20 @@ def test_a_quick_stop_commits_what_was_staged_and_leaves_the_queue_to_the_agents
     release.set()
     stopper.join(30)
     assert writer.committed_seq("gpu-a") == 3  # the resume point: seqs 4..6 come again from the agent
+
+
+def test_the_writer_stages_nothing_while_the_console_holds_the_foreground_gate(db: Database) -> None:
+    foreground = ForegroundGate(max_step_aside_s=30)
+    writer = SampleWriter(db, settings=WriterSettings(commit_interval_s=0.05), gate=foreground).start()
+    try:
+        with foreground.hold():
+            writer.submit_samples("gpu-a", sample_batch([wire_sample(seq, T0 + seq, gpus=1) for seq in (1, 2)]))
+            assert not writer.flush(0.3)  # waits for the redraw to end
+            assert writer.committed_seq("gpu-a") is None
+        assert writer.flush(10) and writer.committed_seq("gpu-a") == 2
+        assert foreground.stepped_aside_s > 0.2
+    finally:
+        writer.stop()
 
 
 class _CountingCondition(threading.Condition):

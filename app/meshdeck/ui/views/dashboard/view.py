@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.foreground import FOREGROUND
 from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.core.text import printable
 from meshdeck.ui.charts.live_metrics import LiveMetrics
@@ -317,11 +318,13 @@ class DashboardView(QWidget):
 
     def refresh(self) -> int:
         """Redraw every chart from the rings now and paint them. Returns the number of points handed to
-        pyqtgraph. Its duration is kept (`refresh_durations_ms`)."""
+        pyqtgraph. Its duration is kept (`refresh_durations_ms`). The pump and the writer step aside
+        meanwhile (core/foreground.py)."""
         started = time.perf_counter()
-        points = self._update_charts()
-        if self.isVisible():
-            self._paint_now()
+        with FOREGROUND.hold():
+            points = self._update_charts()
+            if self.isVisible():
+                self._paint_now()
         self._refresh_ms.append((time.perf_counter() - started) * 1e3)
         return points
 

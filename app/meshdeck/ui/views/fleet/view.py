@@ -26,6 +26,7 @@ from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
+from meshdeck.core.foreground import FOREGROUND
 from meshdeck.core.text import printable
 from meshdeck.services.events import AgentEvent
 from meshdeck.ui.charts import units
@@ -238,24 +239,30 @@ class FleetView(QWidget):
             self.refresh()
 
     def refresh(self) -> None:
-        """Read what is new and repaint now (a hidden view does nothing: it refreshes when shown)."""
+        """Read what is new and repaint now (a hidden view does nothing: it refreshes when shown). The
+        pump and the writer step aside meanwhile (core/foreground.py)."""
         if not self.isVisible():
             return
         started = time.perf_counter()
         self.refreshes += 1
-        if self._hosts_dirty:
-            self._hosts_dirty = False
-            assert self.context.hosts is not None
-            hosts = self.context.hosts.hosts
-            self.table.set_hosts(
-                hosts,
-                {name: [gpu.index for gpu in view.inventory.gpus] for name, view in hosts.items() if view.inventory},
-            )
-        restructured = self.table.update() or self._groups_dirty or self._structure_drawn != self.table.structure
-        if restructured:
-            self._restructure()
-        if self._recolor() or restructured:
-            self.canvas.repaint()
+        with FOREGROUND.hold():
+            if self._hosts_dirty:
+                self._hosts_dirty = False
+                assert self.context.hosts is not None
+                hosts = self.context.hosts.hosts
+                self.table.set_hosts(
+                    hosts,
+                    {
+                        name: [gpu.index for gpu in view.inventory.gpus]
+                        for name, view in hosts.items()
+                        if view.inventory
+                    },
+                )
+            restructured = self.table.update() or self._groups_dirty or self._structure_drawn != self.table.structure
+            if restructured:
+                self._restructure()
+            if self._recolor() or restructured:
+                self.canvas.repaint()
         self._durations.append(1000 * (time.perf_counter() - started))
 
     def _restructure(self) -> None:
