@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 from meshdeck.core.errors import InputError
+from meshdeck.core.foreground import FOREGROUND
 from meshdeck.core.samples import Device
 from meshdeck.remote.events import SamplesReceived
 from meshdeck.ui.views.dashboard.charts import parse_gpu_filter
@@ -157,3 +158,17 @@ def test_each_refresh_keeps_its_update_and_paint_time_in_a_bounded_record(consol
     for _ in range(kept - len(durations) + 5):
         dashboard._refresh_ms.append(1.0)
     assert len(dashboard.refresh_durations_ms()) == kept  # the oldest go first: memory stays bounded
+
+
+def test_a_refresh_holds_the_foreground_gate_while_it_updates_and_paints(
+    console_context, dashboard, monkeypatch
+) -> None:
+    """The sample pump and the writer step aside meanwhile (core/foreground.py)."""
+    console_context.live.ingest("demo-a", wire_batch(5, time.time() - 5, gpus=2))
+    dashboard.timer.stop()
+    held: list[tuple[str, bool]] = []
+    update, paint = dashboard._update_charts, dashboard._paint_now
+    monkeypatch.setattr(dashboard, "_update_charts", lambda: held.append(("update", FOREGROUND.held)) or update())
+    monkeypatch.setattr(dashboard, "_paint_now", lambda: held.append(("paint", FOREGROUND.held)) or paint())
+    dashboard.refresh()
+    assert held == [("update", True), ("paint", True)] and not FOREGROUND.held

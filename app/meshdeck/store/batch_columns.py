@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from meshdeck.core.samples import SampleBatch, SeriesKey
+from meshdeck.store.link_minutes import LinkSums, add_to_sums
 from meshdeck.store.sample_checks import MAX_SAMPLE_TS, MAX_SQLITE_INTEGER, MIN_SAMPLE_TS
 
 FloatArray = npt.NDArray[np.float64]
@@ -106,26 +107,16 @@ def raw_rows(layout: Layout, values: FloatArray, ts_ms: IntArray, keep: npt.NDAr
     return ids, times, raw[reported]
 
 
-def add_link_sums(layout: Layout, values: FloatArray, rows: list[int], sums: dict[int, list[float]]) -> None:
-    """Add samples `rows` of `values` to a minute's per-link [vmin, vmax, vsum, n] (NaN: not reported)."""
+def add_link_sums(layout: Layout, values: FloatArray, rows: list[int], sums: dict[int, LinkSums]) -> None:
+    """Add samples `rows` of `values` to a minute's per-link (vmin, vmax, vsum, n) (NaN: not reported)."""
     block = values[rows][:, layout.link_columns]
     counts = block.shape[0] - np.count_nonzero(np.isnan(block), axis=0)
     lows = np.fmin.reduce(block, axis=0).tolist()
     highs = np.fmax.reduce(block, axis=0).tolist()
     totals = np.nansum(block, axis=0).tolist()
     for link_id, n, low, high, total in zip(layout.link_ids, counts.tolist(), lows, highs, totals, strict=True):
-        if not n:
-            continue
-        entry = sums.get(link_id)
-        if entry is None:
-            sums[link_id] = [low, high, total, n]
-        else:
-            if low < entry[0]:
-                entry[0] = low
-            if high > entry[1]:
-                entry[1] = high
-            entry[2] += total
-            entry[3] += n
+        if n:
+            add_to_sums(sums, link_id, low, high, total, n)
 
 
 @lru_cache(maxsize=65_536)

@@ -50,7 +50,7 @@ from meshdeck.store.batch_columns import (
 from meshdeck.store.bulk_insert import chunk_rows, chunks, insert_columns, insert_flat, insert_rows
 from meshdeck.store.database import Database
 from meshdeck.store.events import EventRecord, insert_events
-from meshdeck.store.link_minutes import LinkMinutes, LinkMinuteWork, rollup_only
+from meshdeck.store.link_minutes import LinkMinutes, LinkMinuteWork, LinkSums, add_to_sums, rollup_only
 from meshdeck.store.rollups import HOUR_MS, MINUTE_MS, roll_up
 from meshdeck.store.sample_checks import MAX_SQLITE_INTEGER, Refused, epoch_problem, loss_count_problem, storable_rows
 
@@ -380,7 +380,7 @@ class SampleIngest:
         cursor = _Cursor(host, position, minutes, hours)
         current: int | None = None
         ts_ms = minute = 0
-        sample_links: dict[int, list[float]] | None = None
+        sample_links: dict[int, LinkSums] | None = None
         links_found = False
         for seq, ts, device, metric, value in rows:
             if seq != current:
@@ -398,16 +398,7 @@ class SampleIngest:
                         sample_links = links.sums_for_sample(host, minute, ts_ms, stored_until)
                         links_found = True
                     if sample_links is not None:
-                        entry = sample_links.get(link_id)
-                        if entry is None:
-                            sample_links[link_id] = [value, value, value, 1]
-                        else:
-                            if value < entry[0]:
-                                entry[0] = value
-                            if value > entry[1]:
-                                entry[1] = value
-                            entry[2] += value
-                            entry[3] += 1
+                        add_to_sums(sample_links, link_id, value, value, value, 1)
                     continue
                 series_id = self._new_series(host, key, ids, created)
             append((series_id, ts_ms, value))
@@ -437,7 +428,7 @@ class SampleIngest:
         stored_until = self._positions.get(host, NEW_HOST).last_ts_ms
         cursor = _Cursor(host, position, minutes, hours)
         ts_list: list[int] = []
-        link_rows: dict[int, tuple[dict[int, list[float]], list[int]]] = {}
+        link_rows: dict[int, tuple[dict[int, LinkSums], list[int]]] = {}
         for row, (seq, ts) in enumerate(zip(block.seqs, block.times, strict=True)):
             if not has_any[row]:  # nothing reported: the row path never sees the sample either
                 ts_list.append(0)
