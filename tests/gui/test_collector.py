@@ -48,6 +48,7 @@ def test_only_the_policy_starts_full_collections_and_stop_gives_cpython_its_thre
     assert _full_collections_while_allocating() > 0  # the baseline: CPython collects by itself
     policy = CollectorPolicy(collect_every_s=3600, thaw_every_s=3600).start()
     try:
+        assert gc.get_freeze_count() > 0  # what the start-up made: out of the scheduled collections' scans
         assert gc.get_threshold()[:2] == defaults[:2]  # the young generations as before
         assert _full_collections_while_allocating() == 0
     finally:

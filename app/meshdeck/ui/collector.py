@@ -11,6 +11,8 @@ full collections took 250 ms (median; 211-428 ms), each stalling whatever refres
 So, while the console runs:
 - CPython starts no full collection by itself (its generation-2 threshold is set out of reach); the young
   generations (0 and 1) are still collected automatically, as they are short.
+- `start()` freezes what the start-up made (imports, widgets: ~300,000 objects), so the first scheduled
+  collection does not scan it (0.6 s on the GUI thread, measured at 64 hosts).
 - Every COLLECT_EVERY_S a GUI-thread timer runs one full collection and then moves what survived out of the
   collector's generations (`gc.freeze()`). The collection scans only what is younger than the last freeze,
   a few seconds of survivors, and being on the GUI thread it never runs inside a refresh.
@@ -19,6 +21,9 @@ So, while the console runs:
   objects go back (`gc.unfreeze()`) and one full collection frees such cycles: one pause of the old length
   every 15 minutes.
 `pauses_ms` keeps how long the last scheduled collections held the GUI thread (the benchmark reports them).
+Measured on the same machine: at 278 hosts the scheduled collections took 1.0-1.1 ms (median of each run's
+30; the longest 28-121 ms); at 64 hosts over 7 minutes with a thaw every 5 minutes, the frozen objects held
+at 162,000-168,000 (no growth), no collection found an unreachable object, and the thaw took 116 ms.
 The agent and the CLI keep CPython's defaults; `stop()` restores them.
 """
 
@@ -63,6 +68,7 @@ class CollectorPolicy(QObject):
             self._thresholds = gc.get_threshold()
             young, middle, _ = self._thresholds
             gc.set_threshold(young, middle, NO_AUTOMATIC_FULL_COLLECTION)
+            gc.freeze()  # what the start-up made (modules, widgets): the first collection skips it (0.6 s)
         self._collect.start()
         self._thaw.start()
         return self
