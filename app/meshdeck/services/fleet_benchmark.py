@@ -46,7 +46,8 @@ What each number is (all measured in this run, none assumed):
 - `rows_per_sample`: rows the writer committed per sample it committed, from the window's start to the
   final flush.
 - `gui_refresh_ms_median` / `gui_refresh_ms_p99`: the shown view's own update + paint times
-  (`refresh_durations_ms()`) of the refreshes during the window; null without a console.
+  (`refresh_record()`) of the refreshes during the window (those the view still keeps when the window
+  is longer than its record); null without a console.
 - `connect_all_s`: from adding the first host until every host delivered its first sample; null when some
   did not within `connect_timeout_s` (`hosts_connected` says how many did).
 - `settle_s` (extra): from then until the window opened (the client caught up with the connect storm).
@@ -140,9 +141,10 @@ class ConsoleProbe(Protocol):
     """The console beside the benchmark (ui/fleet_benchmark.py), on the same services, in this process.
 
     `attach` builds the window on the services and shows the view `view_key` names; `wait` runs the GUI's
-    event loop until `ready()` or `timeout_s` (True when ready); `refresh_durations_ms` are the shown view's
-    update + paint times so far, oldest first; `collection_pauses_ms` how long each full garbage collection the
-    console scheduled on its GUI thread took (ui/collector.py), oldest first."""
+    event loop until `ready()` or `timeout_s` (True when ready). Each record is (how many so far, the most
+    recent ones kept, oldest first): `refresh_record` the shown view's update + paint times,
+    `collection_record` how long each full garbage collection the console scheduled on its GUI thread took
+    (ui/collector.py)."""
 
     view_key: str
 
@@ -150,13 +152,21 @@ class ConsoleProbe(Protocol):
 
     def wait(self, ready: Callable[[], bool], timeout_s: float) -> bool: ...
 
-    def refresh_durations_ms(self) -> list[float]: ...
+    def refresh_record(self) -> tuple[int, list[float]]: ...
 
-    def collection_pauses_ms(self) -> list[float]: ...
+    def collection_record(self) -> tuple[int, list[float]]: ...
 
     def backlog(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+def since(count_before: int, record: tuple[int, list[float]]) -> list[float]:
+    """The entries of a bounded record (count so far, the most recent kept) added after it counted
+    `count_before`: its tail, not an index from its start (which shifts once the record is full)."""
+    count, kept = record
+    added = min(max(0, count - count_before), len(kept))
+    return kept[len(kept) - added :]
 
 
 def plain_wait(ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> bool:
@@ -728,8 +738,8 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
     settings = run.settings
     hosts = [n for n in run.names if n in run.meter.first_delivery]
     not_measured = {n: "no sample delivered before the window" for n in run.names if n not in hosts}
-    refreshes_before = len(run.console.refresh_durations_ms()) if run.console is not None else 0
-    collections_before = len(run.console.collection_pauses_ms()) if run.console is not None else 0
+    refreshes_before = run.console.refresh_record()[0] if run.console is not None else 0
+    collections_before = run.console.collection_record()[0] if run.console is not None else 0
     stepped_aside_before = FOREGROUND.stepped_aside_s
 
     # -- the window's start
@@ -761,8 +771,8 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
     threads_end = thread_cpu_s()
     daemons_end, relays_end = run.agent_cpu_s()
     threads = len(os.listdir("/proc/self/task"))
-    refresh_ms = run.console.refresh_durations_ms()[refreshes_before:] if run.console is not None else []
-    collection_ms = run.console.collection_pauses_ms()[collections_before:] if run.console is not None else []
+    refresh_ms = since(refreshes_before, run.console.refresh_record()) if run.console is not None else []
+    collection_ms = since(collections_before, run.console.collection_record()) if run.console is not None else []
     stepped_aside_s = FOREGROUND.stepped_aside_s - stepped_aside_before
     for name, seq in run.newest_seqs(list(windows)).items():
         if isinstance(seq, Exception):

@@ -63,6 +63,11 @@ class CollectorPolicy(QObject):
         self._thaw.setInterval(int(thaw_every_s * 1000))
         self._thaw.timeout.connect(self.thaw)
 
+    @property
+    def collections(self) -> int:
+        """Scheduled collections run so far (each appended one entry to `pauses_ms`)."""
+        return self.freezes + self.thaws
+
     def start(self) -> CollectorPolicy:
         if self._thresholds is None:
             self._thresholds = gc.get_threshold()

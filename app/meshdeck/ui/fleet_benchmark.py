@@ -3,7 +3,7 @@
 Built the way `ui/app.py` builds the console on its services (bridge, context, every view, the window), on
 the benchmark's `ConsoleServices`, with its settings in a throwaway folder. The fleet view (key "fleet") is shown.
 While the benchmark waits, the GUI's event loop runs (`wait`), so the
-bridge drains and the shown view refreshes as in the console; `refresh_durations_ms` are that view's own
+bridge drains and the shown view refreshes as in the console; `refresh_record` holds that view's own
 update + paint times. The console's collector policy (ui/collector.py) runs as in the console.
 Implements `meshdeck.services.fleet_benchmark.ConsoleProbe`.
 """
@@ -70,11 +70,15 @@ class OffscreenConsole:
             loop.exec()
         return True
 
-    def refresh_durations_ms(self) -> list[float]:
-        return [] if self._view is None else list(self._view.refresh_durations_ms())
+    def refresh_record(self) -> tuple[int, list[float]]:
+        if self._view is None:
+            return 0, []
+        return self._view.refreshes, list(self._view.refresh_durations_ms())
 
-    def collection_pauses_ms(self) -> list[float]:
-        return [] if self._collector is None else list(self._collector.pauses_ms)
+    def collection_record(self) -> tuple[int, list[float]]:
+        if self._collector is None:
+            return 0, []
+        return self._collector.collections, list(self._collector.pauses_ms)
 
     def backlog(self) -> int:
         """Events waiting for the GUI thread in the console's bridge."""
