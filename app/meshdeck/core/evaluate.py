@@ -123,6 +123,8 @@ class LayoutEvaluator:
             vllm_version=request.vllm_version,
             deep_gemm_moe=settings.deep_gemm_moe,
             speculative_tokens=self.speculative_tokens,
+            flashinfer_sampler=self.accounting.flashinfer_sampler and request.cluster.gpu.vendor == "nvidia",
+            cudagraph_in_budget=request.cudagraph_memory_estimate,
         )
         return Sharding(
             card=card,

@@ -24,8 +24,12 @@ from meshdeck.core.checkpoint_quant import (
     substring_matcher,
 )
 from meshdeck.core.errors import InputError
+from meshdeck.core.vision_tower import vision_tower_params
 
 SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
+# Multimodal checkpoints whose language model is a DeepSeek-V3 model under `text_config`, and the prefix vLLM
+# gives that language model's modules (what a checkpoint's exclusion list names).
+MULTIMODAL_ARCHITECTURES = {"KimiK25ForConditionalGeneration": "language_model."}
 
 # How the checkpoint stores its linear layers (what `--weights-dtype auto`/the shipped format means).
 CHECKPOINT_FP8_BLOCK = "fp8"  # e4m3 weights, fp32 (or ue8m0) scale per 128x128 block; DeepSeek's release
@@ -75,6 +79,9 @@ class ModelCard:
     int4_zero_points: bool = False  # AWQ zero_point / GPTQ qzeros: a packed 4-bit zero per group
     quantized_families: tuple[str, ...] = ()  # checkpoint_quant.FAMILIES the checkpoint stores quantized
     unquantized_layers: tuple[int, ...] = ()  # decoder layers kept BF16 whole (num_hidden_layers: the MTP layer)
+    # A multimodal checkpoint's vision tower and projector, BF16 in every format (vision_tower.py):
+    vision_params_tp: int = 0  # the encoder blocks' linear layers, split over TP (mm_encoder_tp_mode "weights")
+    vision_params_replicated: int = 0  # patch / position embeddings, norms, biases of row-split layers, projector
 
     def __hash__(self) -> int:
         # The card keys many planner caches; hashing 30 fields on every lookup would dominate planning time.
@@ -237,10 +244,13 @@ def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
     )
 
 
-def _with_exclusions(card: ModelCard, fmt: _Format) -> ModelCard:
-    """The card with the families and layers the checkpoint's exclusion list leaves BF16 (checkpoint_quant)."""
+def _with_exclusions(card: ModelCard, fmt: _Format, module_prefix: str = "") -> ModelCard:
+    """The card with the families and layers the checkpoint's exclusion list leaves BF16 (checkpoint_quant).
+
+    `module_prefix` is what vLLM puts before `model.layers.<i>` in a multimodal model ("language_model.")."""
     if fmt.skipped is None:
         return card
+    skipped = fmt.skipped if not module_prefix else (lambda name: fmt.skipped(module_prefix + name))
     last = card.num_hidden_layers
     moe = frozenset(i for i in range(last) if card.is_moe_layer(i)) | ({last} if card.n_routed_experts else set())
     shape = ModelShape(
@@ -250,9 +260,13 @@ def _with_exclusions(card: ModelCard, fmt: _Format) -> ModelCard:
         has_indexer=card.has_sparse_indexer,
         moe_layers=moe,
     )
-    found = exclusions(shape, fmt.skipped, fmt.field)
+    found = exclusions(shape, skipped, fmt.field)
     families = tuple(f for f in FAMILIES if f not in found.unquantized_families)
     return replace(card, quantized_families=families, unquantized_layers=found.unquantized_layers)
+
+
+def _allowed_architectures() -> str:
+    return ", ".join((*SUPPORTED_ARCHITECTURES, *MULTIMODAL_ARCHITECTURES))
 
 
 def model_card_from_config(config: Mapping[str, Any], source: str, name: str | None = None) -> ModelCard:
@@ -261,13 +275,50 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
         raise InputError(source, f"config.json must be a JSON object, got {type(config).__name__}")
     architectures = config.get("architectures")
     if not isinstance(architectures, list) or not architectures:
-        raise InputError(f"{source}: architectures", f"missing; allowed: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise InputError(f"{source}: architectures", f"missing; allowed: {_allowed_architectures()}")
+    wrapper = next((a for a in architectures if a in MULTIMODAL_ARCHITECTURES), None)
+    if wrapper is not None:
+        return _multimodal_card(config, source, name, wrapper)
     architecture = next((a for a in architectures if a in SUPPORTED_ARCHITECTURES), None)
     if architecture is None:
         raise InputError(
             f"{source}: architectures",
-            f"{architectures!r} is not a DeepSeek-V3 architecture; allowed: {', '.join(SUPPORTED_ARCHITECTURES)}",
+            f"{architectures!r} is not a DeepSeek-V3 architecture; allowed: {_allowed_architectures()}",
         )
+    return _text_card(config, source, name, architecture)
+
+
+def _multimodal_card(config: Mapping[str, Any], source: str, name: str | None, wrapper: str) -> ModelCard:
+    """Kimi-K2.5: a DeepSeek-V3 language model under `text_config` plus a MoonViT vision tower.
+
+    vLLM (transformers_utils/configs/kimi_k25.py) reads the quantization_config at the top level, where
+    KimiK25Config copies the text model's; the exclusion lists name `language_model.model.layers.<i>…`."""
+    text = config.get("text_config")
+    if not isinstance(text, Mapping):
+        raise InputError(f"{source}: text_config", f"{wrapper} needs the DeepSeek-V3 text_config object")
+    text_config = dict(text)
+    quant = config.get("quantization_config", text.get("quantization_config"))
+    text_config["quantization_config"] = quant
+    card = _text_card(
+        text_config,
+        source,
+        name or str(config.get("model_type") or wrapper),
+        "DeepseekV3ForCausalLM",
+        module_prefix=MULTIMODAL_ARCHITECTURES[wrapper],
+    )
+    tower = vision_tower_params(config.get("vision_config"), card.hidden_size, f"{source}: vision_config")
+    return replace(
+        card,
+        architecture=wrapper,
+        model_type=str(config.get("model_type") or card.model_type),
+        vision_params_tp=tower.split_over_tp,
+        vision_params_replicated=tower.replicated,
+    )
+
+
+def _text_card(
+    config: Mapping[str, Any], source: str, name: str | None, architecture: str, module_prefix: str = ""
+) -> ModelCard:
     fmt = _checkpoint_format(config, source)
     q_lora = config.get("q_lora_rank")
     if q_lora is not None and (isinstance(q_lora, bool) or not isinstance(q_lora, int) or q_lora <= 0):
@@ -321,4 +372,4 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
         raise InputError(
             f"{source}: index_n_heads", "a config with index_topk needs index_n_heads, index_head_dim and q_lora_rank"
         )
-    return _with_exclusions(card, fmt)
+    return _with_exclusions(card, fmt, module_prefix)

@@ -14,7 +14,13 @@ from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
-from meshdeck.core.vllm_releases import NEWEST_MODELLED, VLLM_ACCOUNTINGS, Release, accounting_for
+from meshdeck.core.vllm_releases import (
+    CUDAGRAPH_ESTIMATE_ENV,
+    NEWEST_MODELLED,
+    VLLM_ACCOUNTINGS,
+    Release,
+    accounting_for,
+)
 from meshdeck.core.weights import WEIGHTS_DTYPES
 
 GOALS = ("throughput", "latency", "context")
@@ -84,6 +90,8 @@ class PlanRequest:
     goal: str = "throughput"
     context_tokens: int | None = None  # sequence length the decode estimate assumes
     vllm_version: tuple[int, int] = DEFAULT_VLLM_VERSION
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as the launch sets it (a profile's env); None: the release's default
+    cudagraph_memory_estimate: bool | None = None
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
@@ -105,6 +113,12 @@ class PlanRequest:
             raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
         object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
         check_vllm_version(self.vllm_version)
+        if self.cudagraph_memory_estimate is not None and not accounting_for(self.vllm_version).cudagraph_estimate_env:
+            raise InputError(
+                CUDAGRAPH_ESTIMATE_ENV,
+                f"vLLM {self.vllm_version[0]}.{self.vllm_version[1]} has no such setting (it exists from 0.18); "
+                "leave it unset for this release",
+            )
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
             raise InputError("--gpu-memory-utilization", f"must be in (0, 1], got {util!r}")

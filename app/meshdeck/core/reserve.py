@@ -9,9 +9,15 @@ Each term here is modelled from what drives it, not fitted as a percentage of th
   max(2N, hidden) plus the FP8-quantized copy; with expert parallel the tokens of every DP rank are
   gathered first), the dense MLP, or the attention projections (attention kernels are skipped in the
   profile run: no metadata);
-- sampler: one fp32 logits row per sequence over the whole vocabulary, with the native top-k/top-p
-  path's sort values, int64 indices, softmax and mask alive at once (~24 bytes per logit), on the
-  last pipeline stage only;
+- sampler: one fp32 logits row per sequence over the whole vocabulary, on the last pipeline stage only.
+  The native top-k/top-p path (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p) keeps the sort
+  values, int64 indices, softmax and masks alive at once (~24 bytes per logit, calibrated on the 0.16
+  row); FlashInfer's path (forward_cuda → top_k_top_p_sampling_from_logits: the top-k masked logits,
+  then their softmax) keeps the BF16 logits, their fp32 copy, the masked copy and the probabilities
+  (2 + 4 + 4 + 4 = 14 bytes per logit). Which path runs is the release's default (vllm_releases.py);
+- multimodal encoder cache: vLLM's profile run keeps the dummy encoder outputs, scattered to the
+  encoder budget (max_num_batched_tokens rows of the text hidden size, BF16), alive through the
+  language model's dummy pass (gpu_model_runner.py profile_run);
 - non-torch: CUDA libraries' workspaces and loaded kernels, plus NCCL buffers per communicator the
   rank belongs to (vLLM opens a PyNccl and a torch NCCL communicator per group; NVLink SHARP adds
   288 MiB per rank on NVSwitch Hopper/Blackwell groups of more than 2 — NCCL's own log line);
@@ -33,7 +39,8 @@ from meshdeck.core.vllm_releases import accounting_for
 
 BF16 = 2
 DEEP_GEMM_BLOCK_M = 128
-SAMPLER_BYTES_PER_LOGIT = 24
+SAMPLER_BYTES_PER_LOGIT = 24  # the native PyTorch top-k/top-p path
+FLASHINFER_SAMPLER_BYTES_PER_LOGIT = 14
 CUDA_LIBRARIES_BYTES = (
     768 * MIB
 )  # cuBLAS/cuBLASLt workspaces, DeepGEMM/Triton/FlashMLA modules loaded in the profile run
@@ -70,6 +77,8 @@ class ReserveInputs:
     vllm_version: tuple[int, int]
     deep_gemm_moe: bool = False  # FP8 block MoE on Hopper/Blackwell: DeepGEMM grouped GEMM workspaces
     speculative_tokens: int = 0  # MTP drafts per step: the verifier samples 1 + k rows per sequence
+    flashinfer_sampler: bool = False  # the release samples with FlashInfer on this GPU (accounting + NVIDIA)
+    cudagraph_in_budget: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as launched; None: default
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,14 @@ def activation_peak(card: ModelCard, inputs: ReserveInputs) -> int:
         local_inter = card.moe_intermediate_size // inputs.moe_ranks
         workspace = _moe_workspace(card, moe_tokens, local_inter, card.n_routed_experts, inputs.deep_gemm_moe, chunk)
     moe = gathered + workspace
-    return residual + max(attention, dense, moe)
+    return residual + max(attention, dense, moe) + encoder_cache_peak(card, inputs)
+
+
+def encoder_cache_peak(card: ModelCard, inputs: ReserveInputs) -> int:
+    """A multimodal model's dummy encoder outputs, kept through the profile's language-model pass."""
+    if not (card.vision_params_tp or card.vision_params_replicated):
+        return 0
+    return inputs.max_num_batched_tokens * card.hidden_size * BF16
 
 
 def mtp_drafter_peak(card: ModelCard, inputs: ReserveInputs) -> int:
@@ -151,7 +167,8 @@ def mtp_drafter_peak(card: ModelCard, inputs: ReserveInputs) -> int:
 def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     """The dummy sampler pass (last pipeline stage only); with MTP every draft position is sampled too."""
     rows = min(inputs.max_num_seqs * (1 + inputs.speculative_tokens), inputs.max_num_batched_tokens)
-    return rows * card.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    per_logit = FLASHINFER_SAMPLER_BYTES_PER_LOGIT if inputs.flashinfer_sampler else SAMPLER_BYTES_PER_LOGIT
+    return rows * card.vocab_size * per_logit
 
 
 def non_torch_for_groups(groups: tuple[GroupMembership, ...], tensor_parallel: int) -> int:
@@ -194,8 +211,16 @@ class LayoutReserve:
             sampler_bytes=self.sampler_bytes if last_stage else 0,
             non_torch_bytes=non_torch_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
-            cudagraph_in_budget=accounting_for(self.inputs.vllm_version).cudagraph_in_budget,
+            cudagraph_in_budget=cudagraphs_in_budget(self.inputs),
         )
+
+
+def cudagraphs_in_budget(inputs: ReserveInputs) -> bool:
+    """Whether the KV budget pays for the CUDA graphs: the launch's VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
+    else the release's default."""
+    if inputs.cudagraph_in_budget is not None:
+        return inputs.cudagraph_in_budget
+    return accounting_for(inputs.vllm_version).cudagraph_in_budget
 
 
 def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:

@@ -13,6 +13,7 @@ the non-KV memory is measured.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +36,8 @@ class VllmAccounting:
     cudagraph_in_budget: bool  # the CUDA-graph estimate is subtracted from the KV budget by default
     fused_moe_chunk_tokens: int  # the most MoE rows-before-top-k the profile run's workspace is sized for
     tokens_logged: TokensLogged
+    flashinfer_sampler: bool  # top-k/top-p sampled with FlashInfer by default on NVIDIA GPUs (else PyTorch-native)
+    cudagraph_estimate_env: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS exists (a launch may set it either way)
     summary: str  # what the plan's note says about this range
     source: str  # where in the release's source each trait was read
 
@@ -70,11 +73,16 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         cudagraph_in_budget=False,
         fused_moe_chunk_tokens=32768,
         tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        cudagraph_estimate_env=False,
         summary=f"{OUTSIDE}; fused-MoE chunk 32768 tokens",
         source="0.11.0: v1/worker/gpu_worker.py determine_available_memory 279-280 (requested − "
         "non_kv_cache_memory; utils/__init__.py memory_profiling 2853-2859: weights + torch peak increase + "
         "non-torch increase, no CUDA-graph term); envs.py 778 VLLM_FUSED_MOE_CHUNK_SIZE '32768'; "
-        "v1/core/kv_cache_utils.py get_num_blocks 824, logged tokens num_blocks // groups × block 1080",
+        "v1/core/kv_cache_utils.py get_num_blocks 824, logged tokens num_blocks // groups × block 1080; "
+        "v1/sample/ops/topk_topp_sampler.py 36-45 samples with FlashInfer only when it is installed, which the "
+        "wheel's requirements leave to the `flashinfer` extra (METADATA: flashinfer-python==0.3.1; extra == "
+        "'flashinfer'), so a pip install samples natively",
     ),
     VllmAccounting(
         (0, 12),
@@ -82,13 +90,16 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         cudagraph_in_budget=False,
         fused_moe_chunk_tokens=16384,
         tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        cudagraph_estimate_env=False,
         summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens",
         source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
         "fused_moe/modular_kernel.py 1047 min(M, chunk); 0.13.0–0.16.0 utils/mem_utils.py memory_profiling "
         "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
         "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 gpu_worker.py 407-408: requested − non_kv only); "
         "0.16.0 kv_cache_utils.py "
-        "_report_kv_cache_config 1290-1294 (num_blocks // groups × block)",
+        "_report_kv_cache_config 1290-1294 (num_blocks // groups × block); 0.12.0–0.17.0 "
+        "topk_topp_sampler.py: FlashInfer sampling only with VLLM_USE_FLASHINFER_SAMPLER=1 (envs.py default None)",
     ),
     VllmAccounting(
         (0, 18),
@@ -96,11 +107,14 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         cudagraph_in_budget=False,
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        cudagraph_estimate_env=True,
         summary=f"{OUTSIDE} (estimated and logged, subtracted only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)",
         source="0.18.0/0.19.0: gpu_worker.py determine_available_memory calls profile_cudagraph_memory and "
         "applies it only if envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.18.0 gpu_worker.py 413, 437), "
         "default '0' (0.18.0 envs.py 1636, 0.19.0 envs.py 1655); VLLM_FUSED_MOE_CHUNK_SIZE gone, "
-        "0.18.0 fused_moe/modular_kernel.py 1189-1193 allocates the workspaces for M_full",
+        "0.18.0 fused_moe/modular_kernel.py 1189-1193 allocates the workspaces for M_full; sampling native "
+        "unless VLLM_USE_FLASHINFER_SAMPLER=1 (0.18.0 / 0.19.0 envs.py 48 default None)",
     ),
     VllmAccounting(
         (0, 20),
@@ -108,10 +122,13 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         cudagraph_in_budget=True,
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        cudagraph_estimate_env=True,
         summary=f"{INSIDE}",
         source="0.20.0: envs.py 1725 VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default '1'; gpu_worker.py "
         "determine_available_memory 387-425 (torch peak taken before the graph profile; requested − "
-        "non_kv − estimate); kv_cache_utils.py get_num_blocks 930",
+        "non_kv − estimate); kv_cache_utils.py get_num_blocks 930; envs.py 48 VLLM_USE_FLASHINFER_SAMPLER "
+        "default None (native sampling)",
     ),
     VllmAccounting(
         (0, 21),
@@ -119,10 +136,15 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         cudagraph_in_budget=True,
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_CONCURRENCY,
+        flashinfer_sampler=True,
+        cudagraph_estimate_env=True,
         summary=f"{INSIDE}; logged tokens = concurrency × max_model_len",
         source="0.21.0: gpu_worker.py determine_available_memory 409-447; kv_cache_utils.py "
         "_report_kv_cache_config 1708 (num_tokens = int(max_concurrency × max_model_len)), "
-        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0–0.26.0 the same",
+        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0–0.26.0 the same; envs.py 48 "
+        "VLLM_USE_FLASHINFER_SAMPLER: bool = True (0.21.0), topk_topp_sampler.py forward_cuda on every GPU "
+        "FlashInfer supports (0.22.0 lines 39-47; the B200 logs print 'Using FlashInfer for top-p & top-k "
+        "sampling.')",
     ),
     VllmAccounting(
         (0, 27),
@@ -130,14 +152,31 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         cudagraph_in_budget=True,
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_CONCURRENCY,
+        flashinfer_sampler=True,
+        cudagraph_estimate_env=True,
         summary=f"{INSIDE}; non-KV memory measured as the drop in free memory",
         source="0.27.0 utils/mem_utils.py memory_profiling 317-326 (non_kv = total_consumed, the free-memory "
         "drop since the worker started, + transient peak headroom: the same terms once gpu_worker.py "
         "_scoped_allocator_max_split keeps the profile run's blocks releasable, so no term is added); "
         "0.33.0 gpu_worker.py 753-757, kv_cache_utils.py get_kv_cache_capacity 1120-1128; 0.28.0–0.32.0 "
-        "the same",
+        "the same; 0.33.0 envs.py 51 VLLM_USE_FLASHINFER_SAMPLER: bool = True",
     ),
 )
+
+CUDAGRAPH_ESTIMATE_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+
+
+def cudagraph_estimate_from_env(env: Mapping[str, str]) -> bool | None:
+    """What a launch environment sets VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS to (vLLM reads bool(int(value)));
+    None when unset. A value vLLM cannot read is refused naming the variable."""
+    value = env.get(CUDAGRAPH_ESTIMATE_ENV)
+    if value is None:
+        return None
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise InputError(CUDAGRAPH_ESTIMATE_ENV, f"{value!r} is not an integer (vLLM reads it as 0 or 1)") from None
+
 
 NEWEST_MODELLED: Release = VLLM_ACCOUNTINGS[-1].last
 

@@ -318,6 +318,11 @@ def _rope_cache_bytes(card: ModelCard) -> int:
     return ropes * card.max_position_embeddings * card.qk_rope_head_dim * BF16
 
 
+def vision_tower_bytes(card: ModelCard, tensor_parallel: int) -> int:
+    """A multimodal card's BF16 vision tower + projector on one GPU of every stage (core/vision_tower.py)."""
+    return (_ceil_div(card.vision_params_tp, tensor_parallel) + card.vision_params_replicated) * BF16
+
+
 def _mtp_bytes(card: ModelCard, shape: ShardShape, table: int) -> int:
     bf16_layer = card.num_hidden_layers in card.unquantized_layers
     per_layer = sum(v for _, v in layer_bytes(card, shape, card.n_routed_experts > 0, bf16_layer).components)
@@ -330,7 +335,7 @@ def _mtp_bytes(card: ModelCard, shape: ShardShape, table: int) -> int:
 @lru_cache(maxsize=4096)
 def shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_tokens: int) -> ShardTotals:
     table = padded_vocab_per_rank(card, shape.tensor_parallel) * card.hidden_size * BF16
-    every = _rope_cache_bytes(card)
+    every = _rope_cache_bytes(card) + vision_tower_bytes(card, shape.tensor_parallel)
     if card.has_sparse_indexer:
         every += max_num_batched_tokens * card.index_topk * 4  # topk_indices_buffer (int32)
     last = table + card.hidden_size * BF16 + (_mtp_bytes(card, shape, table) if mtp else 0)
@@ -430,6 +435,7 @@ def stage_weights(
         # DeepseekV2Model allocates topk_indices_buffer[max_num_batched_tokens, index_topk] int32 at init.
         totals["indexer"] = totals.get("indexer", 0) + max_num_batched_tokens * card.index_topk * 4
     totals["rope_caches"] = _rope_cache_bytes(card)
+    totals["vision_tower"] = vision_tower_bytes(card, shape.tensor_parallel)
     if mtp and last_stage and card.num_nextn_predict_layers:
         totals["mtp_layer"] = _mtp_bytes(card, shape, table)
     order = (
@@ -445,6 +451,7 @@ def stage_weights(
         "fp8_block_scales",
         "rocm_row_padding",
         "rope_caches",
+        "vision_tower",
         "lm_head",
         "mtp_layer",
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from deploy_fleet import InventoryFleet
-from meshdeck.core.vllm_releases import NEWEST_MODELLED
+from meshdeck.core.vllm_releases import CUDAGRAPH_ESTIMATE_ENV, NEWEST_MODELLED
 from meshdeck.remote.errors import RpcTimeout
 from meshdeck.services.deployments.targets import planned_startup, prepare_launch
 from meshdeck.services.vllm_release import release_from_reports
@@ -85,3 +85,19 @@ def test_a_host_that_cannot_say_leaves_the_newest_modelled_release_and_a_note():
     profile, inventories, prepared, _ = _prepare({"gpu-a": RpcTimeout("gpu-a: checks.versions timed out")})
     assert prepared.plan.planned == planned_startup(profile, inventories)[0]
     assert prepared.planned_note.startswith("gpu-a reported no vLLM version")
+
+
+def test_the_prediction_honours_the_profiles_cudagraph_estimate_env():
+    profile, inventories, _, _ = _prepare({"gpu-a": _answer("0.22.0")})
+    with_graphs, _ = planned_startup(profile, inventories, (0, 22))
+    off = make_profile(hosts=HOSTS, layout=LAYOUT, vllm=dict(VLLM), env={CUDAGRAPH_ESTIMATE_ENV: "0"})
+    without_graphs, _ = planned_startup(off, inventories, (0, 22))
+    assert with_graphs is not None and without_graphs is not None
+    assert without_graphs.kv_cache_bytes > with_graphs.kv_cache_bytes  # the graphs are no longer paid from the KV
+
+
+def test_a_cudagraph_estimate_env_the_release_lacks_leaves_no_prediction_and_says_why():
+    _, inventories, _, _ = _prepare({"gpu-a": _answer("0.16.0")})
+    off = make_profile(hosts=HOSTS, layout=LAYOUT, vllm=dict(VLLM), env={CUDAGRAPH_ESTIMATE_ENV: "0"})
+    planned, why = planned_startup(off, inventories, (0, 16))
+    assert planned is None and CUDAGRAPH_ESTIMATE_ENV in why and "0.18" in why

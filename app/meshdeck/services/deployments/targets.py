@@ -22,11 +22,12 @@ from typing import Any
 
 from meshdeck_agent.wire_inventory import Inventory
 
+from meshdeck.core.cluster import ClusterSpec
 from meshdeck.core.errors import InputError
 from meshdeck.core.host_address import check_host_address
 from meshdeck.core.plan_request import PlanRequest, resolve
 from meshdeck.core.planner import plan as plan_layouts
-from meshdeck.core.vllm_releases import Release
+from meshdeck.core.vllm_releases import Release, cudagraph_estimate_from_env
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import (
     HeadRoute,
@@ -79,6 +80,28 @@ def bundled_model_for(model: str) -> str | None:
     return None
 
 
+def _plan_request(profile: Profile, cluster: ClusterSpec, vllm_version: Release) -> PlanRequest:
+    """The planner request of a vLLM profile: its settings, layout and the env it launches with."""
+    name = bundled_model_for(profile.model)
+    assert name is not None  # planned_startup checked it
+    layout = profile.layout
+    return PlanRequest(
+        model=load_model(name),
+        cluster=cluster,
+        kv_cache_dtype=profile.vllm.kv_cache_dtype,
+        max_model_len=profile.vllm.max_model_len,
+        gpu_memory_utilization=profile.vllm.gpu_memory_utilization,
+        max_num_seqs=profile.vllm.max_num_seqs,
+        mtp=profile.vllm.speculative_mtp,
+        tensor_parallel=layout.tensor_parallel,
+        pipeline_parallel=layout.pipeline_parallel,
+        data_parallel=layout.data_parallel,
+        expert_parallel=layout.expert_parallel,
+        vllm_version=vllm_version,
+        cudagraph_memory_estimate=cudagraph_estimate_from_env(profile.env),
+    )
+
+
 def planned_startup(
     profile: Profile, inventories: Mapping[str, Inventory], vllm_version: Release | None = None
 ) -> tuple[PlannedStartup | None, str]:
@@ -100,20 +123,10 @@ def planned_startup(
     except InputError as exc:
         return None, f"no prediction for these hosts: {exc.problem}"
     layout = profile.layout
-    request = PlanRequest(
-        model=load_model(name),
-        cluster=cluster,
-        kv_cache_dtype=profile.vllm.kv_cache_dtype,
-        max_model_len=profile.vllm.max_model_len,
-        gpu_memory_utilization=profile.vllm.gpu_memory_utilization,
-        max_num_seqs=profile.vllm.max_num_seqs,
-        mtp=profile.vllm.speculative_mtp,
-        tensor_parallel=layout.tensor_parallel,
-        pipeline_parallel=layout.pipeline_parallel,
-        data_parallel=layout.data_parallel,
-        expert_parallel=layout.expert_parallel,
-        vllm_version=vllm_version or vllm_release_for_hosts(inventories, profile.hosts),
-    )
+    try:
+        request = _plan_request(profile, cluster, vllm_version or vllm_release_for_hosts(inventories, profile.hosts))
+    except InputError as exc:
+        return None, f"no prediction for this profile: {exc}"
     try:
         layouts = plan_layouts(request).layouts
     except InputError as exc:
