@@ -91,6 +91,11 @@ def register(subparsers: Subparsers) -> None:
         "--max-num-batched-tokens",
         help="vLLM --max-num-batched-tokens (default: vLLM's own, 8192 or 2048 by the same rule)",
     )
+    add(
+        "--mm-encoder-tp-mode",
+        default="weights",
+        help="weights | data: a multimodal model's vision tower split over TP (vLLM's default) or whole on every GPU",
+    )
     add("--mtp", action="store_true", help="MTP speculative decoding (loads the MTP layer, adds its KV)")
     add("--mtp-tokens", default="3", help="speculative tokens with --mtp (default 3)")
     add(
@@ -234,6 +239,7 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
         max_num_seqs=_int(args.max_num_seqs, "--max-num-seqs"),
         max_num_batched_tokens=_int(args.max_num_batched_tokens, "--max-num-batched-tokens"),
         mtp=bool(args.mtp),
+        mm_encoder_tp_mode=args.mm_encoder_tp_mode,
         mtp_speculative_tokens=_int(args.mtp_tokens, "--mtp-tokens") or 3,
         goal=args.goal,
         context_tokens=_int(args.context_tokens, "--context-tokens"),

@@ -14,6 +14,8 @@ vLLM 0.33 sources (vllm/model_executor/layers/quantization/):
 - auto_gptq.py AutoGPTQConfig / utils/gptq_utils.py get_linear_quant_method: `dynamic` rules starting
   "-:" are regexes (re.match) of modules left unquantized; a non-empty `modules_in_block_to_quantize`
   lists (as substrings) the only modules quantized. qzeros are always allocated.
+- quark/quark.py QuarkConfig.get_quant_method → quark/utils.py should_ignore_layer: `exclude` entries equal to
+  the module prefix or, written `re:<regex>`, re.match-ing it (a fused layer is skipped when its shards are).
 - modelopt.py ModelOptQuantConfigBase.is_layer_excluded: `exclude_modules` (legacy hf_quant_config.json)
   or `ignore` matched exactly, as substrings and as fnmatch wildcards, after apply_vllm_mapper turned
   each `path*` into `path` and `path.*`.
@@ -28,6 +30,8 @@ from fnmatch import fnmatch
 from typing import Any
 
 from meshdeck.core.errors import InputError
+
+MXFP4_GROUP = 32  # OCP MX block: one e8m0 scale per 32 values
 
 # Component families the planner counts (weights.py): the MLA projections one by one (checkpoints treat
 # them differently, e.g. NVIDIA's "v2" FP4 checkpoints quantize o_proj only), V3.2's indexer wq_b, the dense
@@ -115,6 +119,36 @@ def modelopt_matcher(patterns: Sequence[str]) -> Any:
         else:
             expanded.append(p)
     return lambda name: any(p == name or p in name or fnmatch(name, p) for p in expanded)
+
+
+def quark_matcher(patterns: Sequence[str]) -> Any:
+    """Quark's `exclude`: a module is skipped when an entry equals its prefix or, for `re:<regex>`, re.match-es it
+    (quark/utils.py _is_equal_or_regex_match)."""
+    exact = {p for p in patterns if not p.startswith("re:")}
+    regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
+    return lambda name: name in exact or any(r.match(name) for r in regexes)
+
+
+def quark_mxfp4_group(quant: Mapping[str, Any], field: str) -> int:
+    """The scale group of a Quark OCP MXFP4 checkpoint (weights fp4 per_group, e8m0 scales), else InputError.
+
+    vLLM 0.22 quark.py _is_ocp_mx / schemes/quark_ocp_mx.py: weight dtype "fp4", qscheme "per_group",
+    group_size 32 (OCP_MX_BLOCK_SIZE), uint8 weights holding two e2m1 values and a uint8 e8m0 scale per 32."""
+    where = f"{field}.global_quant_config.weight"
+    global_config = quant.get("global_quant_config")
+    weight = global_config.get("weight") if isinstance(global_config, Mapping) else None
+    if not isinstance(weight, Mapping):
+        raise InputError(where, "missing; a Quark checkpoint describes its weight quantization there")
+    if quant.get("layer_quant_config") or quant.get("layer_type_quant_config"):
+        raise InputError(f"{field}.layer_quant_config", "per-layer Quark schemes are not modelled; allowed: none")
+    shape = (weight.get("dtype"), weight.get("qscheme"), weight.get("group_size"))
+    if shape != ("fp4", "per_group", MXFP4_GROUP) or weight.get("scale_format", "e8m0") != "e8m0":
+        raise InputError(
+            where,
+            f"dtype {shape[0]!r}, qscheme {shape[1]!r}, group_size {shape[2]!r} is not modelled; allowed: OCP MXFP4 "
+            f"(dtype 'fp4', qscheme 'per_group', group_size {MXFP4_GROUP}, scale_format 'e8m0')",
+        )
+    return MXFP4_GROUP
 
 
 def gptq_matcher(dynamic: Mapping[str, Any], quantized_only: Sequence[str]) -> Any:

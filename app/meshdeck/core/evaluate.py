@@ -25,7 +25,7 @@ from meshdeck.core.layout_parts import (
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.placement import GroupLinks, group_links, pipeline_inside_nvlink_node
 from meshdeck.core.plan_request import PlanRequest, ResolvedSettings
-from meshdeck.core.reserve import ReserveInputs, layout_reserve, non_torch_for_groups
+from meshdeck.core.reserve import ProcessMemory, ReserveInputs, layout_reserve, process_memory_for_groups
 from meshdeck.core.rules import practice_tier
 from meshdeck.core.throughput import DecodeModel
 from meshdeck.core.traffic import TrafficItem, decode_traffic
@@ -103,6 +103,7 @@ class LayoutEvaluator:
                 expert_parallel,
                 self.settings.weights_dtype,
                 rocm_row_padding=self.request.cluster.gpu.vendor == "amd",
+                vision_whole=self.request.mm_encoder_tp_mode == "data",
             )
             reason = invalid_shard_reason(self.request.model, shape)
             found = self._shardings[key] = self._new_sharding(shape) if reason is None else reason
@@ -123,8 +124,10 @@ class LayoutEvaluator:
             vllm_version=request.vllm_version,
             deep_gemm_moe=settings.deep_gemm_moe,
             speculative_tokens=self.speculative_tokens,
-            flashinfer_sampler=self.accounting.flashinfer_sampler and request.cluster.gpu.vendor == "nvidia",
+            sorting_sampler=self.accounting.sorting_sampler
+            and not (self.accounting.flashinfer_sampler and request.cluster.gpu.vendor == "nvidia"),
             cudagraph_in_budget=request.cudagraph_memory_estimate,
+            rocm=request.cluster.gpu.vendor == "amd",
         )
         return Sharding(
             card=card,
@@ -136,7 +139,7 @@ class LayoutEvaluator:
             ),
         )
 
-    def stage_memory(self, sharding: Sharding, stage: StageKind, non_torch_bytes: int) -> StageMemory:
+    def stage_memory(self, sharding: Sharding, stage: StageKind, process: ProcessMemory) -> StageMemory:
         """One GPU of a stage: its weights, its reserve, what is left for the KV cache and what a block costs."""
         weights = stage_total(
             sharding.totals,
@@ -148,7 +151,7 @@ class LayoutEvaluator:
             stage.bf16_moe_layers,
         )
         layers = stage.layers
-        reserve = sharding.reserve.for_stage(stage.last_stage, layers, non_torch_bytes)
+        reserve = sharding.reserve.for_stage(stage.last_stage, layers, process)
         kv_layers = layers + self.mtp_layers if stage.last_stage else layers
         return StageMemory(
             weights_bytes=weights,
@@ -174,10 +177,10 @@ class LayoutEvaluator:
 
         links = group_links(cluster, placement, tp, pp, dp)
         pipeline_in_node = pp > 1 and pipeline_inside_nvlink_node(cluster, placement, tp, pp)
-        non_torch = non_torch_for_groups(process_groups(settings, cluster.gpus_per_node, tp, pp, dp, ep, links), tp)
+        process = process_memory_for_groups(process_groups(settings, cluster.gpus_per_node, tp, pp, dp, ep, links), tp)
         pipeline = pipeline_stages(card, pp)
         # stages of one kind hold the same bytes: each kind is computed once
-        by_kind = tuple(self.stage_memory(sharding, kind, non_torch) for kind in pipeline.kinds)
+        by_kind = tuple(self.stage_memory(sharding, kind, process) for kind in pipeline.kinds)
         memory = PipelineMemory(pipeline, by_kind, kv_blocks=min(stage.kv_blocks for stage in by_kind))
         kv = kv_capacity_from_blocks(
             memory.kv_blocks, settings.kv.block_size, settings.max_model_len, self.accounting.tokens_logged
@@ -290,8 +293,9 @@ class LayoutEvaluator:
         headroom = self.request.cluster.gpu.torch_visible_bytes - settings.usable_bytes_per_gpu
         if outside > headroom:
             warnings = (
-                f"CUDA graphs (~{outside / GIB:.1f} GiB, captured after the KV cache in vLLM < 0.20) exceed the "
-                f"{headroom / GIB:.1f} GiB left by --gpu-memory-utilization: lower it or run --enforce-eager",
+                f"NCCL buffers and CUDA graphs outside the KV budget (~{outside / GIB:.1f} GiB) exceed the "
+                f"{headroom / GIB:.1f} GiB left by --gpu-memory-utilization: lower it (or run --enforce-eager "
+                "where the graphs are outside the budget)",
             )
         return LayoutEstimate(
             tokens_per_s=busy.tokens_per_s * candidate.data_parallel * candidate.placement.instances,

@@ -56,6 +56,7 @@ def layout_details(
             max_num_batched_tokens=request.max_num_batched_tokens,
             deepseek_v32_frontend=card.has_sparse_indexer,
             mtp_speculative_tokens=request.mtp_speculative_tokens if request.mtp else 0,
+            mm_encoder_tp_mode=request.mm_encoder_tp_mode,
         ),
     )
     return LayoutDetails(

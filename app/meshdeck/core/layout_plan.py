@@ -204,6 +204,7 @@ class LayoutPlan:
                 "cudagraphs": round(self.reserve.cudagraph_bytes / GIB, 3),
                 "cudagraphs_in_budget": self.reserve.cudagraph_in_budget,
                 "in_budget_total": round(self.reserve.in_budget_bytes / GIB, 3),
+                "communicators_outside_budget": round(self.reserve.communicator_bytes / GIB, 3),
             },
             "kv_budget_gib_per_gpu": round(self.kv_budget_bytes_per_gpu / GIB, 3),
             "kv_cache_gib_per_gpu": round(self.kv_cache_gib_per_gpu, 3),

@@ -20,6 +20,8 @@ from meshdeck.core.checkpoint_quant import (
     gptq_matcher,
     modelopt_fields,
     modelopt_matcher,
+    quark_matcher,
+    quark_mxfp4_group,
     string_list,
     substring_matcher,
 )
@@ -36,6 +38,7 @@ CHECKPOINT_FP8_BLOCK = "fp8"  # e4m3 weights, fp32 (or ue8m0) scale per 128x128 
 CHECKPOINT_BF16 = "bf16"  # no quantization_config
 CHECKPOINT_INT4 = "int4"  # weight-only int4: compressed-tensors W4A16 experts (Kimi-K2-Thinking), AWQ, GPTQ
 CHECKPOINT_NVFP4 = "nvfp4"  # ModelOpt NVFP4: e2m1 weights, an fp8 e4m3 scale per 16 inputs, fp32 global scales
+CHECKPOINT_MXFP4 = "mxfp4"  # AMD Quark OCP MXFP4: e2m1 weights, an e8m0 scale per 32 inputs
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,13 @@ class ModelCard:
     index_n_heads: int  # V3.2 lightning indexer; 0 when the model has none
     index_head_dim: int
     index_topk: int
-    checkpoint_dtype: str  # CHECKPOINT_FP8_BLOCK | CHECKPOINT_BF16 | CHECKPOINT_INT4 | CHECKPOINT_NVFP4
+    checkpoint_dtype: (
+        str  # CHECKPOINT_FP8_BLOCK | CHECKPOINT_BF16 | CHECKPOINT_INT4 | CHECKPOINT_NVFP4 | CHECKPOINT_MXFP4
+    )
     weight_block_size: tuple[int, int]
     int4_group_size: int
     # What the checkpoint's quantization_config says beyond the format (checkpoint_quant.py):
-    quant_method: str = ""  # fp8 | compressed-tensors | awq | gptq | modelopt; "" for BF16
+    quant_method: str = ""  # fp8 | compressed-tensors | awq | gptq | modelopt | quark; "" for BF16
     quant_group_size: int = 0  # NVFP4's scale group (16); int4 keeps int4_group_size
     int4_zero_points: bool = False  # AWQ zero_point / GPTQ qzeros: a packed 4-bit zero per group
     quantized_families: tuple[str, ...] = ()  # checkpoint_quant.FAMILIES the checkpoint stores quantized
@@ -236,11 +241,15 @@ def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
             raise InputError(f"{field}.quant_algo", f"{algo!r} is not modelled; allowed: 'NVFP4'")
         skip = modelopt_matcher(excluded)
         return _Format(CHECKPOINT_NVFP4, "modelopt", group=group, skipped=skip, field=field)
+    if method == "quark":
+        group = quark_mxfp4_group(quant, field)
+        skip = quark_matcher(string_list(quant.get("exclude"), f"{field}.exclude"))
+        return _Format(CHECKPOINT_MXFP4, "quark", group=group, families=FAMILIES, skipped=skip, field=field)
     raise InputError(
         f"{field}.quant_method",
         f"{method!r} is not understood; allowed: 'fp8' (block-quantized, as DeepSeek ships), "
         "'compressed-tensors' (int4 experts), 'awq', 'gptq' (int4), 'modelopt' / 'modelopt_fp4' (NVFP4), "
-        "or no quantization_config (bf16)",
+        "'quark' (MXFP4), or no quantization_config (bf16)",
     )
 
 

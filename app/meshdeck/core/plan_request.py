@@ -42,6 +42,9 @@ def _positive_int(value: object, flag: str, *, maximum: int | None = None) -> No
 MODELLED_VLLM_RELEASES: tuple[tuple[Release, Release], ...] = tuple((a.first, a.last) for a in VLLM_ACCOUNTINGS)
 
 
+MM_ENCODER_TP_MODES = ("weights", "data")  # vLLM's --mm-encoder-tp-mode (config/multimodal.py MMEncoderTPMode)
+
+
 def check_vllm_version(version: Release) -> Release:
     """The version if the planner models its accounting, else an error naming the flag and the modelled ranges."""
     accounting_for(version)
@@ -92,6 +95,7 @@ class PlanRequest:
     vllm_version: tuple[int, int] = DEFAULT_VLLM_VERSION
     # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as the launch sets it (a profile's env); None: the release's default
     cudagraph_memory_estimate: bool | None = None
+    mm_encoder_tp_mode: str = "weights"  # a multimodal model's vision tower: split over TP, or whole on every rank
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
@@ -119,6 +123,13 @@ class PlanRequest:
                 f"vLLM {self.vllm_version[0]}.{self.vllm_version[1]} has no such setting (it exists from 0.18); "
                 "leave it unset for this release",
             )
+        if self.mm_encoder_tp_mode not in MM_ENCODER_TP_MODES:
+            raise InputError(
+                "--mm-encoder-tp-mode", f"{self.mm_encoder_tp_mode!r}; allowed: {', '.join(MM_ENCODER_TP_MODES)}"
+            )
+        vision = self.model.vision_params_tp or self.model.vision_params_replicated
+        if self.mm_encoder_tp_mode != "weights" and not vision:
+            raise InputError("--mm-encoder-tp-mode", f"{self.model.name} has no vision tower; leave it at weights")
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
             raise InputError("--gpu-memory-utilization", f"must be in (0, 1], got {util!r}")

@@ -145,7 +145,8 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
                 f"  per GPU: weights {best.weights_gib_per_gpu:.2f} GiB + reserve {r.in_budget_bytes / GIB:.2f} GiB "
                 f"(activations {r.activation_peak_bytes / GIB:.2f}, sampler {r.sampler_bytes / GIB:.2f}, non-torch "
                 f"{r.non_torch_bytes / GIB:.2f}{graphs}) + KV {best.kv_cache_gib_per_gpu:.2f} GiB of "
-                f"{best.usable_bytes_per_gpu / GIB:.2f} GiB usable; KV {best.kv_bytes_per_token_per_gpu:,} B/token/GPU"
+                f"{best.usable_bytes_per_gpu / GIB:.2f} GiB usable; KV {best.kv_bytes_per_token_per_gpu:,} B/token/GPU; "
+                f"NCCL buffers {r.communicator_bytes / GIB:.2f} GiB outside the budget"
             )
         if best.fits:
             limit = "max_num_seqs" if best.est_batch_per_replica >= settings.max_num_seqs else "its KV cache"

@@ -9,23 +9,33 @@ Each term here is modelled from what drives it, not fitted as a percentage of th
   max(2N, hidden) plus the FP8-quantized copy; with expert parallel the tokens of every DP rank are
   gathered first), the dense MLP, or the attention projections (attention kernels are skipped in the
   profile run: no metadata);
-- sampler: one fp32 logits row per sequence over the whole vocabulary, on the last pipeline stage only.
-  The native top-k/top-p path (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p) keeps the sort
-  values, int64 indices, softmax and masks alive at once (~24 bytes per logit, calibrated on the 0.16
-  row); FlashInfer's path (forward_cuda → top_k_top_p_sampling_from_logits: the top-k masked logits,
-  then their softmax) keeps the BF16 logits, their fp32 copy, the masked copy and the probabilities
-  (2 + 4 + 4 + 4 = 14 bytes per logit). Which path runs is the release's default (vllm_releases.py);
+- sampler: one logits row per sequence over the whole vocabulary, on the last pipeline stage only
+  (the dummy run samples with top-k and top-p set, v1/worker/gpu_model_runner.py _dummy_sampler_run).
+  What is alive at its peak depends on the path the release takes (vllm_releases.py), per logit:
+  - PyTorch sort (0.11–0.16 without FlashInfer, topk_topp_sampler.py apply_top_k_top_p): the BF16
+    logits (2), their fp32 copy (4), and inside `logits.sort()` the sorted values (4), the int64
+    indices (8), the segmented sort's int64 index input (8) and its radix-sort buffers for both (12):
+    38 bytes;
+  - Triton in place (0.17 on, apply_top_k_top_p_triton for 8 rows or more, with a per-SM row buffer)
+    or FlashInfer (forward_cuda → top_k_top_p_sampling_from_logits, default on NVIDIA from 0.21): the
+    BF16 logits, the fp32 copy, one more fp32 tensor (the probabilities, resp. the top-k masked
+    logits) and one beside it (the exponential draws, resp. the probabilities): 2 + 4 + 4 + 4 = 14;
 - multimodal encoder cache: vLLM's profile run keeps the dummy encoder outputs, scattered to the
   encoder budget (max_num_batched_tokens rows of the text hidden size, BF16), alive through the
   language model's dummy pass (gpu_model_runner.py profile_run);
-- non-torch: CUDA libraries' workspaces and loaded kernels, plus NCCL buffers per communicator the
-  rank belongs to (vLLM opens a PyNccl and a torch NCCL communicator per group; NVLink SHARP adds
-  288 MiB per rank on NVSwitch Hopper/Blackwell groups of more than 2 — NCCL's own log line);
+- non-torch: CUDA libraries' workspaces and kernels loaded by the profile run. The NCCL buffers of
+  the communicators (vLLM opens a PyNccl and a torch NCCL communicator per group; NVLink SHARP adds
+  288 MiB per rank on NVSwitch Hopper/Blackwell groups of more than 2 — NCCL's own log line) and the
+  custom all-reduce buffers are created by init_worker_distributed_environment, *before* the worker
+  takes the snapshot the non-torch increase is measured from (gpu_worker.py init_device: 0.11.0
+  lines 164-182, 0.19.0 263-282, 0.22.0 280-299, 0.33.0 504-541): they are outside the KV budget and
+  live in the 1 − gpu_memory_utilization headroom, like CUDA graphs before 0.20 (`communicator_bytes`);
 - CUDA graphs: captured after the KV cache is sized; from vLLM 0.20 their profiled estimate is
   subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default), older releases leave them
   outside the budget (they then live in the 1 − gpu_memory_utilization headroom).
 What differs between releases (where graphs go, the fused-MoE chunk) comes from core/vllm_releases.py.
-Calibrated on the public point (vLLM 0.16.0, V3.2, TP8, 8×H200, 0.85, 16384): see tests/unit/core.
+Checked against public startup logs (tests/unit/core/test_calibration_table.py): the constants below are
+not fitted to them; CUDA_LIBRARIES_BYTES is an estimate.
 """
 
 from __future__ import annotations
@@ -39,8 +49,8 @@ from meshdeck.core.vllm_releases import accounting_for
 
 BF16 = 2
 DEEP_GEMM_BLOCK_M = 128
-SAMPLER_BYTES_PER_LOGIT = 24  # the native PyTorch top-k/top-p path
-FLASHINFER_SAMPLER_BYTES_PER_LOGIT = 14
+SORT_SAMPLER_BYTES_PER_LOGIT = 38  # PyTorch sort top-k/top-p (0.11–0.16)
+IN_PLACE_SAMPLER_BYTES_PER_LOGIT = 14  # Triton in-place top-k/top-p (0.17 on) or FlashInfer
 CUDA_LIBRARIES_BYTES = (
     768 * MIB
 )  # cuBLAS/cuBLASLt workspaces, DeepGEMM/Triton/FlashMLA modules loaded in the profile run
@@ -64,7 +74,7 @@ class GroupMembership:
 @dataclass(frozen=True)
 class ReserveInputs:
     """What drives the reserve of every GPU of a layout (stage differences and its process groups' NCCL
-    memory, `non_torch_for_groups`, are given per stage: see LayoutReserve.for_stage)."""
+    memory, `process_memory_for_groups`, are given per stage: see LayoutReserve.for_stage)."""
 
     tensor_parallel: int
     data_parallel: int
@@ -77,8 +87,9 @@ class ReserveInputs:
     vllm_version: tuple[int, int]
     deep_gemm_moe: bool = False  # FP8 block MoE on Hopper/Blackwell: DeepGEMM grouped GEMM workspaces
     speculative_tokens: int = 0  # MTP drafts per step: the verifier samples 1 + k rows per sequence
-    flashinfer_sampler: bool = False  # the release samples with FlashInfer on this GPU (accounting + NVIDIA)
+    sorting_sampler: bool = True  # the dummy sampler pass sorts the logits (vllm_releases.py, see sampler_peak)
     cudagraph_in_budget: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as launched; None: default
+    rocm: bool = False  # vLLM on ROCm (the graph estimate is skipped there before 0.26)
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class Reserve:
     non_torch_bytes: int
     cudagraph_bytes: int
     cudagraph_in_budget: bool
+    communicator_bytes: int = 0  # NCCL and custom all-reduce buffers, created before vLLM's snapshot
 
     @property
     def in_budget_bytes(self) -> int:
@@ -99,8 +111,8 @@ class Reserve:
 
     @property
     def outside_budget_bytes(self) -> int:
-        """Memory needed beyond the budget (graphs captured after sizing in vLLM < 0.20)."""
-        return 0 if self.cudagraph_in_budget else self.cudagraph_bytes
+        """Memory needed beyond the budget: the communicators, and graphs captured after sizing (vLLM < 0.20)."""
+        return self.communicator_bytes + (0 if self.cudagraph_in_budget else self.cudagraph_bytes)
 
     def as_dict(self) -> dict[str, int | bool]:
         return {
@@ -109,6 +121,7 @@ class Reserve:
             "non_torch_bytes": self.non_torch_bytes,
             "cudagraph_bytes": self.cudagraph_bytes,
             "cudagraph_in_budget": self.cudagraph_in_budget,
+            "communicator_bytes": self.communicator_bytes,
         }
 
 
@@ -167,13 +180,21 @@ def mtp_drafter_peak(card: ModelCard, inputs: ReserveInputs) -> int:
 def sampler_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     """The dummy sampler pass (last pipeline stage only); with MTP every draft position is sampled too."""
     rows = min(inputs.max_num_seqs * (1 + inputs.speculative_tokens), inputs.max_num_batched_tokens)
-    per_logit = FLASHINFER_SAMPLER_BYTES_PER_LOGIT if inputs.flashinfer_sampler else SAMPLER_BYTES_PER_LOGIT
+    per_logit = SORT_SAMPLER_BYTES_PER_LOGIT if inputs.sorting_sampler else IN_PLACE_SAMPLER_BYTES_PER_LOGIT
     return rows * card.vocab_size * per_logit
 
 
-def non_torch_for_groups(groups: tuple[GroupMembership, ...], tensor_parallel: int) -> int:
-    """CUDA libraries plus the NCCL buffers of every communicator of these groups (and TP's custom all-reduce)."""
-    total = CUDA_LIBRARIES_BYTES
+@dataclass(frozen=True)
+class ProcessMemory:
+    """What a rank's libraries and process groups hold: inside the KV budget, and created before it is measured."""
+
+    non_torch_bytes: int  # CUDA libraries' workspaces and kernels, loaded by the profile run
+    communicator_bytes: int  # NCCL buffers of every communicator, custom all-reduce: outside the budget
+
+
+def process_memory_for_groups(groups: tuple[GroupMembership, ...], tensor_parallel: int) -> ProcessMemory:
+    """CUDA libraries, and the NCCL buffers of every communicator of these groups (and TP's custom all-reduce)."""
+    total = 0
     for group in groups:
         if group.size <= 1:
             continue
@@ -183,7 +204,7 @@ def non_torch_for_groups(groups: tuple[GroupMembership, ...], tensor_parallel: i
         total += group.communicators * per_comm
     if tensor_parallel > 1:
         total += CUSTOM_ALL_REDUCE_BYTES
-    return total
+    return ProcessMemory(non_torch_bytes=CUDA_LIBRARIES_BYTES, communicator_bytes=total)
 
 
 def cudagraph_memory(card: ModelCard, inputs: ReserveInputs, stage_layers: int) -> int:
@@ -204,23 +225,28 @@ class LayoutReserve:
     sampler_bytes: int
     drafter_bytes: int
 
-    def for_stage(self, last_stage: bool, stage_layers: int, non_torch_bytes: int) -> Reserve:
-        """The reserve of one stage; `non_torch_bytes` is what its process groups cost (non_torch_for_groups)."""
+    def for_stage(self, last_stage: bool, stage_layers: int, process: ProcessMemory) -> Reserve:
+        """The reserve of one stage; `process` is what its libraries and process groups hold
+        (process_memory_for_groups)."""
         return Reserve(
             activation_peak_bytes=self.activation_peak_bytes + (self.drafter_bytes if last_stage else 0),
             sampler_bytes=self.sampler_bytes if last_stage else 0,
-            non_torch_bytes=non_torch_bytes,
+            non_torch_bytes=process.non_torch_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
             cudagraph_in_budget=cudagraphs_in_budget(self.inputs),
+            communicator_bytes=process.communicator_bytes,
         )
 
 
 def cudagraphs_in_budget(inputs: ReserveInputs) -> bool:
     """Whether the KV budget pays for the CUDA graphs: the launch's VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
-    else the release's default."""
+    else the release's default; never on ROCm where the release skips the estimate."""
+    accounting = accounting_for(inputs.vllm_version)
+    if inputs.rocm and not accounting.rocm_cudagraph_estimate:
+        return False
     if inputs.cudagraph_in_budget is not None:
         return inputs.cudagraph_in_budget
-    return accounting_for(inputs.vllm_version).cudagraph_in_budget
+    return accounting.cudagraph_in_budget
 
 
 def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:

@@ -111,6 +111,18 @@ def _gpu_rules(
                 "is slower and the estimate assumes BF16 compute",
             )
         )
+    if weights_dtype == "mxfp4" and gpu.arch != "cdna4":
+        # vLLM 0.22 quark/schemes/quark_ocp_mx.py: emulate = not current_platform.supports_mx(), and only ROCm's
+        # gfx95x (MI350X / MI355X) supports MX (platforms/rocm.py supports_mx); elsewhere the 4-bit weights are
+        # kept and dequantized for every matmul
+        where = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
+        out.append(
+            Warning(
+                "mxfp4_emulated",
+                f"MXFP4 runs natively on MI350X / MI355X (gfx950) only; on {where} vLLM emulates it (4-bit weights in "
+                "memory, dequantized for every matmul) — the memory plan holds, compute is much slower",
+            )
+        )
     if gpu.assumed:
         out.append(
             Warning(

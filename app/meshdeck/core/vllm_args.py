@@ -37,6 +37,7 @@ class ServeSettings:
     max_num_batched_tokens: int | None = None
     deepseek_v32_frontend: bool = False  # tokenizer, tool-call and reasoning parsers for V3.2
     mtp_speculative_tokens: int = 0  # 0 = no MTP speculative decoding
+    mm_encoder_tp_mode: str = "weights"  # vLLM's default; "data" is emitted
 
 
 def _number(value: float) -> str:
@@ -60,6 +61,8 @@ def vllm_serve_args(layout: ParallelLayout, settings: ServeSettings) -> list[str
         args += ["--max-num-seqs", str(settings.max_num_seqs)]
     if settings.max_num_batched_tokens is not None:
         args += ["--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
+    if settings.mm_encoder_tp_mode != "weights":
+        args += ["--mm-encoder-tp-mode", settings.mm_encoder_tp_mode]
     if settings.deepseek_v32_frontend:
         args += [
             "--tokenizer-mode",

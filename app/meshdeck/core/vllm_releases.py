@@ -37,9 +37,11 @@ class VllmAccounting:
     fused_moe_chunk_tokens: int  # the most MoE rows-before-top-k the profile run's workspace is sized for
     tokens_logged: TokensLogged
     flashinfer_sampler: bool  # top-k/top-p sampled with FlashInfer by default on NVIDIA GPUs (else PyTorch-native)
+    sorting_sampler: bool  # the PyTorch-native top-k/top-p sorts the logits (before 0.17; later a Triton kernel)
     cudagraph_estimate_env: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS exists (a launch may set it either way)
     summary: str  # what the plan's note says about this range
     source: str  # where in the release's source each trait was read
+    rocm_cudagraph_estimate: bool = False  # the graph estimate also runs on ROCm (before 0.26 it is skipped there)
 
     def holds(self, version: Release) -> bool:
         return self.first <= version <= self.last
@@ -74,6 +76,7 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         fused_moe_chunk_tokens=32768,
         tokens_logged=TOKENS_FROM_BLOCKS,
         flashinfer_sampler=False,
+        sorting_sampler=True,
         cudagraph_estimate_env=False,
         summary=f"{OUTSIDE}; fused-MoE chunk 32768 tokens",
         source="0.11.0: v1/worker/gpu_worker.py determine_available_memory 279-280 (requested − "
@@ -86,11 +89,12 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
     ),
     VllmAccounting(
         (0, 12),
-        (0, 17),
+        (0, 16),
         cudagraph_in_budget=False,
         fused_moe_chunk_tokens=16384,
         tokens_logged=TOKENS_FROM_BLOCKS,
         flashinfer_sampler=False,
+        sorting_sampler=True,
         cudagraph_estimate_env=False,
         summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens",
         source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
@@ -98,8 +102,23 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
         "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 gpu_worker.py 407-408: requested − non_kv only); "
         "0.16.0 kv_cache_utils.py "
-        "_report_kv_cache_config 1290-1294 (num_blocks // groups × block); 0.12.0–0.17.0 "
+        "_report_kv_cache_config 1290-1294 (num_blocks // groups × block); 0.12.0–0.16.0 "
         "topk_topp_sampler.py: FlashInfer sampling only with VLLM_USE_FLASHINFER_SAMPLER=1 (envs.py default None)",
+    ),
+    VllmAccounting(
+        (0, 17),
+        (0, 17),
+        cudagraph_in_budget=False,
+        fused_moe_chunk_tokens=16384,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        sorting_sampler=False,
+        cudagraph_estimate_env=False,
+        summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens; top-k/top-p in place (Triton)",
+        source="0.17.0: as 0.12–0.16 (envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE, gpu_worker.py 407-408), but "
+        "v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p sends 8 rows or more to "
+        "topk_topp_triton.apply_top_k_top_p_triton, which masks the fp32 logits in place (0.19.0 lines 965-1030: "
+        "one cached buffer of min(SMs, rows) vocabulary rows)",
     ),
     VllmAccounting(
         (0, 18),
@@ -108,6 +127,7 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_BLOCKS,
         flashinfer_sampler=False,
+        sorting_sampler=False,
         cudagraph_estimate_env=True,
         summary=f"{OUTSIDE} (estimated and logged, subtracted only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1)",
         source="0.18.0/0.19.0: gpu_worker.py determine_available_memory calls profile_cudagraph_memory and "
@@ -123,6 +143,7 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_BLOCKS,
         flashinfer_sampler=False,
+        sorting_sampler=False,
         cudagraph_estimate_env=True,
         summary=f"{INSIDE}",
         source="0.20.0: envs.py 1725 VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default '1'; gpu_worker.py "
@@ -132,19 +153,35 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
     ),
     VllmAccounting(
         (0, 21),
+        (0, 25),
+        cudagraph_in_budget=True,
+        fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
+        tokens_logged=TOKENS_FROM_CONCURRENCY,
+        flashinfer_sampler=True,
+        sorting_sampler=False,
+        cudagraph_estimate_env=True,
+        summary=f"{INSIDE} (not on ROCm); logged tokens = concurrency × max_model_len",
+        source="0.21.0: gpu_worker.py determine_available_memory 409-447 (the graph estimate only when "
+        "current_platform.is_cuda(), 399-407: 'Skip on ROCm/HIP/XPU'); kv_cache_utils.py "
+        "_report_kv_cache_config 1708 (num_tokens = int(max_concurrency × max_model_len)), "
+        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0–0.25.0 the same; envs.py 48 "
+        "VLLM_USE_FLASHINFER_SAMPLER: bool = True (0.21.0), topk_topp_sampler.py forward_cuda on every GPU "
+        "FlashInfer supports (0.22.0 lines 39-47; the B200 logs print 'Using FlashInfer for top-p & top-k "
+        "sampling.')",
+    ),
+    VllmAccounting(
+        (0, 26),
         (0, 26),
         cudagraph_in_budget=True,
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_CONCURRENCY,
         flashinfer_sampler=True,
+        sorting_sampler=False,
         cudagraph_estimate_env=True,
+        rocm_cudagraph_estimate=True,
         summary=f"{INSIDE}; logged tokens = concurrency × max_model_len",
-        source="0.21.0: gpu_worker.py determine_available_memory 409-447; kv_cache_utils.py "
-        "_report_kv_cache_config 1708 (num_tokens = int(max_concurrency × max_model_len)), "
-        "get_max_concurrency_for_kv_cache_config 872-890; 0.22.0–0.26.0 the same; envs.py 48 "
-        "VLLM_USE_FLASHINFER_SAMPLER: bool = True (0.21.0), topk_topp_sampler.py forward_cuda on every GPU "
-        "FlashInfer supports (0.22.0 lines 39-47; the B200 logs print 'Using FlashInfer for top-p & top-k "
-        "sampling.')",
+        source="0.26.0: gpu_worker.py 496-506 estimates graphs on current_platform.is_cuda_alike() (ROCm "
+        "included); otherwise as 0.21–0.25",
     ),
     VllmAccounting(
         (0, 27),
@@ -153,13 +190,16 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         fused_moe_chunk_tokens=UNREAD_DP_GATHER_BOUND,
         tokens_logged=TOKENS_FROM_CONCURRENCY,
         flashinfer_sampler=True,
+        sorting_sampler=False,
         cudagraph_estimate_env=True,
+        rocm_cudagraph_estimate=True,
         summary=f"{INSIDE}; non-KV memory measured as the drop in free memory",
         source="0.27.0 utils/mem_utils.py memory_profiling 317-326 (non_kv = total_consumed, the free-memory "
         "drop since the worker started, + transient peak headroom: the same terms once gpu_worker.py "
         "_scoped_allocator_max_split keeps the profile run's blocks releasable, so no term is added); "
         "0.33.0 gpu_worker.py 753-757, kv_cache_utils.py get_kv_cache_capacity 1120-1128; 0.28.0–0.32.0 "
-        "the same; 0.33.0 envs.py 51 VLLM_USE_FLASHINFER_SAMPLER: bool = True",
+        "the same; 0.33.0 envs.py 51 VLLM_USE_FLASHINFER_SAMPLER: bool = True; graphs estimated on ROCm too "
+        "(gpu_worker.py 709-717 is_cuda_alike)",
     ),
 )
 

@@ -33,6 +33,8 @@ Bytes per format, as vLLM 0.33 allocates them (layers/quantization/):
 - NVFP4 (modelopt.py ModelOptNvFp4FusedMoE.create_weights, ModelOptLinearMethod): uint8 weight holding two
   e2m1 values (out × in/2), an fp8 e4m3 weight_scale per group of 16 inputs (out × in/16), and fp32
   per-tensor weight_scale_2 and input_scale per logical shard (per expert in the MoE).
+- MXFP4 (vLLM 0.22 quark/schemes/quark_ocp_mx.py create_weights, quark_moe.py QuarkOCP_MX_MoEMethod): uint8
+  weight holding two e2m1 values (out × in/2) and a uint8 e8m0 weight_scale per 32 inputs (out × in/32).
 - AWQ / GPTQ int4 (auto_awq.py, auto_gptq.py create_weights): int32-packed qweight (in × out / 2 bytes),
   scales in the model dtype per group (in/group × out × 2), int32-packed qzeros (in/group × out / 2) —
   GPTQ allocates qzeros always, AWQ with zero_point.
@@ -43,11 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshdeck.core.checkpoint_quant import FAMILIES
+from meshdeck.core.checkpoint_quant import FAMILIES, MXFP4_GROUP
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
 from meshdeck.core.rocm import padding_bytes_per_row
 
-WEIGHTS_DTYPES = ("fp8", "bf16", "int4", "nvfp4")
+WEIGHTS_DTYPES = ("fp8", "bf16", "int4", "nvfp4", "mxfp4")
 WEIGHTS_CONVENTIONS = {
     "fp8": "FP8 e4m3 linear layers with an fp32 scale per 128x128 block; embeddings, lm_head, norms, router, "
     "indexer wk/weights_proj and MTP eh_proj in BF16 (as DeepSeek ships it)",
@@ -55,6 +57,8 @@ WEIGHTS_CONVENTIONS = {
     "int4": "routed experts int4 weight-only (0.5 byte + one BF16 scale per 32 inputs), everything else BF16",
     "nvfp4": "NVFP4 (0.5 byte + one fp8 scale per 16 inputs) dense MLP, shared and routed experts; MLA, indexer, "
     "embeddings, lm_head, norms, router and the MTP layer in BF16 (NVIDIA's ModelOpt DeepSeek recipe)",
+    "mxfp4": "OCP MXFP4 (0.5 byte + one e8m0 scale byte per 32 inputs) dense MLP, shared and routed experts; MLA, "
+    "indexer, embeddings, lm_head, norms and router in BF16 (AMD's Quark recipe for DeepSeek-R1 and Kimi-K2.5)",
 }
 # What each --weights-dtype quantizes when the checkpoint does not say (see the module docstring).
 _DEFAULT_FAMILIES = {
@@ -62,6 +66,7 @@ _DEFAULT_FAMILIES = {
     "bf16": (),
     "int4": ("routed_experts",),
     "nvfp4": ("dense_mlp", "shared_experts", "routed_experts"),
+    "mxfp4": ("dense_mlp", "shared_experts", "routed_experts"),
 }
 NVFP4_GROUP = 16
 VOCAB_PADDING = 64  # vLLM DEFAULT_VOCAB_PADDING_SIZE
@@ -83,16 +88,16 @@ class LinearCost:
 class WeightFormat:
     """How every family of linear layers is stored under one --weights-dtype for one checkpoint."""
 
-    dtypes: tuple[tuple[str, str], ...]  # family -> fp8 | bf16 | int4 | nvfp4
+    dtypes: tuple[tuple[str, str], ...]  # family -> fp8 | bf16 | int4 | nvfp4 | mxfp4
     block: tuple[int, int]
-    group: int  # int4 / NVFP4 scale group
+    group: int  # int4 / NVFP4 / MXFP4 scale group
     zero_points: bool
 
     def of(self, family: str) -> str:
         return dict(self.dtypes)[family]
 
 
-_NATIVE = {"fp8": "fp8", "bf16": "bf16", "int4": "int4", "nvfp4": "nvfp4"}
+_NATIVE = {"fp8": "fp8", "bf16": "bf16", "int4": "int4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
 
 
 @lru_cache(maxsize=256)
@@ -104,6 +109,8 @@ def weight_format(card: ModelCard, weights_dtype: str, whole_layer_bf16: bool = 
         quantized = ()
     if weights_dtype == "nvfp4":
         group, zeros = (card.quant_group_size if native else 0) or NVFP4_GROUP, False
+    elif weights_dtype == "mxfp4":
+        group, zeros = MXFP4_GROUP, False
     else:
         group, zeros = card.int4_group_size or 32, bool(native and card.int4_zero_points)
     dtypes = tuple((f, weights_dtype if f in quantized else "bf16") for f in FAMILIES)
@@ -123,6 +130,8 @@ def _linear(out_features: int, in_features: int, dtype: str, fmt: WeightFormat, 
     if dtype == "nvfp4":
         scales = out_features * _ceil_div(in_features, fmt.group) + 2 * shards * FP32
         return LinearCost(out_features * in_features // 2, scales)
+    if dtype == "mxfp4":
+        return LinearCost(out_features * in_features // 2, out_features * _ceil_div(in_features, fmt.group))
     return LinearCost(out_features * in_features * BF16, 0)
 
 
@@ -135,6 +144,7 @@ class ShardShape:
     expert_parallel: bool
     weights_dtype: str
     rocm_row_padding: bool = False  # vLLM on ROCm pads FP8 linear and BF16 expert weights (see core.rocm)
+    vision_whole: bool = False  # --mm-encoder-tp-mode data: every rank holds the whole vision tower
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,7 @@ def _tensor_parallel_parts(
             if rocm_row_padding:
                 padding = out_features * padding_bytes_per_row(in_features, 1)
                 parts["rocm_row_padding"] = parts.get("rocm_row_padding", 0) + padding
-        else:  # int4 / NVFP4 scales are part of the format
+        else:  # int4 / NVFP4 / MXFP4 scales are part of the format
             parts[name] += cost.scale_bytes
 
     heads_local = card.num_attention_heads // tp
@@ -230,8 +240,8 @@ def layer_bytes(card: ModelCard, shape: ShardShape, moe: bool, whole_layer_bf16:
             rows = 2 * local_inter * padding_bytes_per_row(h, BF16) + h * padding_bytes_per_row(local_inter, BF16)
             parts["rocm_row_padding"] = parts.get("rocm_row_padding", 0) + local_experts * rows
         scale_bytes = local_experts * (w13.scale_bytes + w2.scale_bytes)
-        if expert_dtype in ("int4", "nvfp4"):
-            parts["routed_experts"] += scale_bytes  # group scales are part of the int4 / NVFP4 format
+        if expert_dtype in ("int4", "nvfp4", "mxfp4"):
+            parts["routed_experts"] += scale_bytes  # group scales are part of the int4 / NVFP4 / MXFP4 format
         else:
             scales += scale_bytes
     if scales:
@@ -318,9 +328,11 @@ def _rope_cache_bytes(card: ModelCard) -> int:
     return ropes * card.max_position_embeddings * card.qk_rope_head_dim * BF16
 
 
-def vision_tower_bytes(card: ModelCard, tensor_parallel: int) -> int:
-    """A multimodal card's BF16 vision tower + projector on one GPU of every stage (core/vision_tower.py)."""
-    return (_ceil_div(card.vision_params_tp, tensor_parallel) + card.vision_params_replicated) * BF16
+def vision_tower_bytes(card: ModelCard, shape: ShardShape) -> int:
+    """A multimodal card's BF16 vision tower + projector on one GPU of every stage (core/vision_tower.py): the
+    encoder blocks split over TP (`--mm-encoder-tp-mode weights`, vLLM's default) or whole (`data`)."""
+    split = 1 if shape.vision_whole else shape.tensor_parallel
+    return (_ceil_div(card.vision_params_tp, split) + card.vision_params_replicated) * BF16
 
 
 def _mtp_bytes(card: ModelCard, shape: ShardShape, table: int) -> int:
@@ -335,7 +347,7 @@ def _mtp_bytes(card: ModelCard, shape: ShardShape, table: int) -> int:
 @lru_cache(maxsize=4096)
 def shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_tokens: int) -> ShardTotals:
     table = padded_vocab_per_rank(card, shape.tensor_parallel) * card.hidden_size * BF16
-    every = _rope_cache_bytes(card) + vision_tower_bytes(card, shape.tensor_parallel)
+    every = _rope_cache_bytes(card) + vision_tower_bytes(card, shape)
     if card.has_sparse_indexer:
         every += max_num_batched_tokens * card.index_topk * 4  # topk_indices_buffer (int32)
     last = table + card.hidden_size * BF16 + (_mtp_bytes(card, shape, table) if mtp else 0)
@@ -435,7 +447,7 @@ def stage_weights(
         # DeepseekV2Model allocates topk_indices_buffer[max_num_batched_tokens, index_topk] int32 at init.
         totals["indexer"] = totals.get("indexer", 0) + max_num_batched_tokens * card.index_topk * 4
     totals["rope_caches"] = _rope_cache_bytes(card)
-    totals["vision_tower"] = vision_tower_bytes(card, shape.tensor_parallel)
+    totals["vision_tower"] = vision_tower_bytes(card, shape)
     if mtp and last_stage and card.num_nextn_predict_layers:
         totals["mtp_layer"] = _mtp_bytes(card, shape, table)
     order = (

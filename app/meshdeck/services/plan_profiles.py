@@ -101,6 +101,8 @@ def profile_mappings(
                 "max_num_seqs": settings.max_num_seqs_emitted,
                 "speculative_mtp": request.mtp,
             }
+            if request.mm_encoder_tp_mode != "weights":  # a profile has no field for it: the flag as vLLM takes it
+                mapping["vllm"]["extra_args"] = ["--mm-encoder-tp-mode", request.mm_encoder_tp_mode]
         if torch_settings is not None:
             mapping["torch"] = dict(torch_settings)
         mappings.append(mapping)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from meshdeck.core.errors import InputError
-from meshdeck.core.model_card import CHECKPOINT_INT4, CHECKPOINT_NVFP4, model_card_from_config
+from meshdeck.core.model_card import CHECKPOINT_INT4, CHECKPOINT_MXFP4, CHECKPOINT_NVFP4, model_card_from_config
 from meshdeck.core.weights import ShardShape, layer_bytes, shard_totals, stage_total, stage_weights
 from meshdeck.services.catalog import load_model
 
@@ -135,3 +135,68 @@ def test_gptq_dynamic_negative_rules_leave_modules_bf16():
     assert card.quant_method == "gptq" and card.int4_zero_points and card.int4_group_size == 64
     assert set(card.quantized_families) == {"dense_mlp", "shared_experts", "routed_experts"}
     assert card.unquantized_layers == ()
+
+
+MXFP4_QUANT = {
+    "quant_method": "quark",
+    "global_quant_config": {
+        "input_tensors": {"dtype": "fp4", "is_dynamic": True, "qscheme": "per_group", "group_size": 32},
+        "weight": {
+            "dtype": "fp4",
+            "is_dynamic": False,
+            "qscheme": "per_group",
+            "group_size": 32,
+            "scale_format": "e8m0",
+        },
+    },
+    "layer_quant_config": {},
+    "exclude": ["re:model\\.layers\\.\\d+\\.self_attn\\..*", "re:model\\.layers\\.\\d+\\.mlp\\.gate$", "lm_head"],
+}
+
+
+@pytest.fixture(scope="module")
+def r1_mxfp4():
+    config = json.loads((FIXTURES / "deepseek-r1-fp4" / "config.json").read_text())
+    config["quantization_config"] = copy.deepcopy(MXFP4_QUANT)
+    return model_card_from_config(config, "r1-mxfp4")
+
+
+def test_quark_mxfp4_reads_its_exclude_list_as_vllm_matches_it(r1_mxfp4):
+    """`re:` entries re.match the module prefix, other entries must equal it (quark/utils.py): every layer's
+    self_attn.* excluded -> the MLA families BF16; the MLPs (and the MTP layer, not excluded) MXFP4."""
+    assert r1_mxfp4.checkpoint_dtype == CHECKPOINT_MXFP4 and r1_mxfp4.quant_method == "quark"
+    assert set(r1_mxfp4.quantized_families) >= {"dense_mlp", "shared_experts", "routed_experts"}
+    assert not {"fused_qkv_a", "q_b_proj", "kv_b_proj", "o_proj"} & set(r1_mxfp4.quantized_families)
+    assert r1_mxfp4.unquantized_layers == ()
+
+
+def test_mxfp4_moe_layer_bytes_at_tp8(r1_mxfp4):
+    """One MoE layer per GPU at TP=8: routed expert w13 512·7168/2 = 1,835,008 + e8m0 scales 512·7168/32 =
+    114,688; w2 7168·256/2 = 917,504 + 7168·256/32 = 57,344 -> 2,924,544 per expert, × 256 = 748,683,264."""
+    shape = ShardShape(tensor_parallel=8, moe_ranks=8, expert_parallel=False, weights_dtype="mxfp4")
+    parts = layer_bytes(r1_mxfp4, shape, True).as_dict()
+    assert parts["routed_experts"] == 748_683_264
+    assert parts["shared_experts"] == 2_924_544
+
+
+@pytest.mark.parametrize(
+    ("weight", "field"),
+    [
+        ({"dtype": "fp8_e4m3", "qscheme": "per_tensor"}, "r1: quantization_config.global_quant_config.weight"),
+        (
+            {"dtype": "fp4", "qscheme": "per_group", "group_size": 16},
+            "r1: quantization_config.global_quant_config.weight",
+        ),
+        (None, "r1: quantization_config.global_quant_config.weight"),
+    ],
+)
+def test_a_quark_scheme_other_than_mxfp4_is_refused_naming_the_field(weight, field):
+    config = json.loads((FIXTURES / "deepseek-r1-fp4" / "config.json").read_text())
+    quant = copy.deepcopy(MXFP4_QUANT)
+    quant["global_quant_config"]["weight"] = weight
+    config["quantization_config"] = quant
+    with pytest.raises(InputError) as err:
+        model_card_from_config(config, "r1")
+    assert err.value.field == field
+    if weight is not None:
+        assert "OCP MXFP4" in err.value.problem

@@ -210,7 +210,7 @@ def test_json_output_without_profile_out_has_no_profiles_key(capsys) -> None:
 
 
 def test_a_multi_node_instance_lists_its_hosts_head_first(capsys, tmp_path: Path) -> None:
-    flags = (*H200, "--nodes", "2", "--tensor-parallel", "8", "--pipeline-parallel", "2")
+    flags = (*H200, "--nodes", "2", "--tensor-parallel", "8", "--pipeline-parallel", "2", "--expert-parallel", "off")
     target = tmp_path / "tp8pp2.yaml"
     code, _, _ = run_plan(capsys, *flags, "--hosts", "head,worker", "--profile-out", str(target))
     assert code == 0
@@ -242,6 +242,7 @@ def test_the_header_command_rewrites_the_file_byte_for_byte_even_with_spaces(cap
 
 def test_a_torch_layout_names_the_script_its_ranks_run_with_its_arguments(capsys, tmp_path: Path) -> None:
     flags = (*H200, "--nodes", "2", "--engine", "torch", "--tensor-parallel", "8", "--pipeline-parallel", "2")
+    flags = (*flags, "--expert-parallel", "off")
     target = tmp_path / "train.yaml"
     argv = (*flags, "--hosts", "gpu-a,gpu-b", "--profile-out", str(target), "--script", "/opt/jobs/train ds.py")
     code, _, err = run_plan(capsys, *argv, "--script-args", "--config '/data/my cfg.yaml' --steps 100")

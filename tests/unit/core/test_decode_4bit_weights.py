@@ -13,6 +13,7 @@ from meshdeck.core.evaluate import LayoutEvaluator
 from meshdeck.core.layout_parts import pipeline_stages
 from meshdeck.core.plan_request import resolve
 from meshdeck.core.planner import plan
+from meshdeck.core.reserve import ProcessMemory
 
 TP8 = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
 
@@ -22,8 +23,7 @@ def _step_inputs(request_for, card, weights_dtype, gpu_name="B200"):
     evaluator = LayoutEvaluator(request, resolve(request))
     sharding = evaluator.sharding(8, 1, False)
     kind = pipeline_stages(card, 1).kinds[0]
-    non_torch = 0
-    stage = evaluator.stage_memory(sharding, kind, non_torch)
+    stage = evaluator.stage_memory(sharding, kind, ProcessMemory(non_torch_bytes=0, communicator_bytes=0))
     return sharding.step_inputs(stage.weights_bytes, kind, kind.layers), stage.weights_bytes
 
 

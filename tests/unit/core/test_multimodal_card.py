@@ -107,3 +107,48 @@ def test_the_encoder_cache_is_part_of_the_profile_peak(k25_config, gpu):
         return plan(request).layouts[0].reserve
 
     assert reserve(k25).activation_peak_bytes - reserve(text).activation_peak_bytes == 8192 * 7168 * 2
+
+
+def _k25_request(k25_config, gpu, gpu_name="B200", tp=8, **settings):
+    card = model_card_from_config(k25_config, "k25")
+    cluster = make_cluster(gpu(gpu_name), 1, tp)
+    layout = {"tensor_parallel": tp, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
+    return PlanRequest(card, cluster, **layout, vllm_version=(0, 22), max_num_seqs=4, **settings)
+
+
+def _k25_layout(k25_config, gpu, **settings):
+    return plan(_k25_request(k25_config, gpu, **settings)).layouts[0]
+
+
+def test_data_mode_puts_the_whole_tower_on_every_gpu_and_says_so_in_the_flags(k25_config, gpu):
+    split = _k25_layout(k25_config, gpu)
+    whole = _k25_layout(k25_config, gpu, mm_encoder_tp_mode="data")
+    tower = vision_tower_params({}, 7168, "vision_config").split_over_tp
+    assert whole.weights_bytes_per_gpu - split.weights_bytes_per_gpu == (tower - tower // 8) * 2
+    assert "--mm-encoder-tp-mode" not in split.details.vllm_args
+    flag = whole.details.vllm_args.index("--mm-encoder-tp-mode")
+    assert whole.details.vllm_args[flag + 1] == "data"
+
+
+def test_the_encoder_mode_is_refused_for_a_model_without_a_tower_and_for_an_unknown_value(request_for, v32, k25_config):
+    with pytest.raises(InputError) as err:
+        request_for(v32, mm_encoder_tp_mode="data")
+    assert err.value.field == "--mm-encoder-tp-mode" and "no vision tower" in err.value.problem
+    with pytest.raises(InputError) as err:
+        request_for(model_card_from_config(k25_config, "k25"), mm_encoder_tp_mode="tensor")
+    assert err.value.field == "--mm-encoder-tp-mode" and "weights, data" in err.value.problem
+
+
+@pytest.mark.parametrize(("gpu_name", "warned"), [("MI355X", False), ("MI300X", True), ("B200", True)])
+def test_mxfp4_is_native_on_gfx950_only(request_for, v3, gpu_name, warned):
+    tp8 = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
+    layout = plan(request_for(v3, gpu_name, weights_dtype="mxfp4", max_model_len=16384, **tp8)).layouts[0]
+    assert ("mxfp4_emulated" in layout.details.warning_codes) is warned
+
+
+def test_a_profile_saved_from_a_data_mode_plan_launches_with_the_flag(k25_config, gpu):
+    from meshdeck.services.plan_profiles import profiles_from_layout
+
+    result = plan(_k25_request(k25_config, gpu, mm_encoder_tp_mode="data"))
+    (profile,) = profiles_from_layout(result.layouts[0], result, ["gpu-a"], "k25", "nvidia/Kimi-K2.5-NVFP4")
+    assert profile.vllm.extra_args == ["--mm-encoder-tp-mode", "data"]

@@ -24,7 +24,7 @@ SEGMENT_COLORS = {
     "reserve": "#F28E2B",
     "kv cache": "#59A14F",
     "free in budget": "#BAB0AC",
-    "graphs outside budget": "#B07AA1",
+    "NCCL / graphs outside budget": "#B07AA1",
     "outside utilization": "#D7D7D7",
     "driver / not visible": "#8C8C8C",
 }
@@ -50,7 +50,7 @@ def memory_bars(layout: LayoutPlan, total_bytes: int, torch_visible_bytes: int) 
             ("reserve", reserve.in_budget_bytes),
             ("kv cache", kv),
             ("free in budget", max(usable - used, 0)),
-            ("graphs outside budget", reserve.outside_budget_bytes),
+            ("NCCL / graphs outside budget", reserve.outside_budget_bytes),
             ("outside utilization", max(torch_visible_bytes - usable - reserve.outside_budget_bytes, 0)),
             ("driver / not visible", max(total_bytes - torch_visible_bytes, 0)),
         ]
