@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 from meshdeck.core.errors import InputError
 from meshdeck.core.planner import plan
-from meshdeck.core.reserve import IN_PLACE_SAMPLER_BYTES_PER_LOGIT, SORT_SAMPLER_BYTES_PER_LOGIT
+from meshdeck.core.reserve import (
+    IN_PLACE_SAMPLER_BYTES_PER_LOGIT,
+    SORT_SAMPLER_BYTES_PER_LOGIT,
+    GroupMembership,
+    process_memory_for_groups,
+)
 from meshdeck.core.vllm_releases import CUDAGRAPH_ESTIMATE_ENV, accounting_for, cudagraph_estimate_from_env
 
 TP8 = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
@@ -74,3 +79,14 @@ def test_the_env_value_is_read_as_vllm_reads_it():
     with pytest.raises(InputError) as err:
         cudagraph_estimate_from_env({CUDAGRAPH_ESTIMATE_ENV: "off"})
     assert err.value.field == CUDAGRAPH_ESTIMATE_ENV
+
+
+def test_communicator_bytes_follow_the_groups_and_never_enter_the_budget():
+    """Per communicator (a PyNccl and a torch one per group): 160 MiB of channel buffers inside a node, 256 MiB
+    across nodes, + 288 MiB of NVLS buffers on an NVSwitch group of more than 2; TP adds custom all-reduce."""
+    mib = 1 << 20
+    nvswitch = process_memory_for_groups((GroupMembership(8, False, True), GroupMembership(1, False, False)), 8)
+    across = process_memory_for_groups((GroupMembership(16, True, False),), 1)
+    assert nvswitch.communicator_bytes == 2 * (160 + 288) * mib + 32 * mib
+    assert across.communicator_bytes == 2 * 256 * mib
+    assert nvswitch.non_torch_bytes == across.non_torch_bytes == 768 * mib  # CUDA libraries only
