@@ -78,11 +78,24 @@ def _sparse_latent(card: ModelCard, gpu: GpuSpec, dtype: str) -> tuple[str, str,
     return "fp8", "fp8_ds_mla", packed, "FLASHMLA_SPARSE"
 
 
-def _dense_backend(gpu: GpuSpec) -> tuple[str, int]:
+FLASH_ATTN_MLA_FROM = (0, 12)  # 0.12.0 platforms/cuda.py _get_backend_priorities 61-66: FLASH_ATTN_MLA first on SM90
+FLASHINFER_MLA_FROM = (0, 15)  # 0.15.0 platforms/cuda.py 52-53: FLASHINFER_MLA ahead of CUTLASS_MLA on SM100
+
+
+def _dense_backend(gpu: GpuSpec, dtype: str, vllm_version: tuple[int, int]) -> tuple[str, int]:
+    """The dense MLA backend vLLM's CUDA priority list gives this GPU, and the block size it forces.
+
+    0.11.0 (cuda.py 140-175) forces FlashMLA (64-token blocks) on Hopper and CUTLASS_MLA (128) on Blackwell.
+    From 0.12 Hopper tries FLASH_ATTN_MLA first, which takes only a BF16 cache (flashattn_mla.py
+    supported_kv_cache_dtypes) in blocks of a multiple of 16 — an fp8 cache falls through to FlashMLA; from 0.15
+    Blackwell tries FLASHINFER_MLA first, whose smallest block is 32 (the B200 logs: "Setting kv cache block size
+    to 32 for FLASHINFER_MLA backend")."""
     if gpu.arch == "hopper":
+        if vllm_version >= FLASH_ATTN_MLA_FROM and dtype in ("auto", "bfloat16"):
+            return "FLASH_ATTN_MLA", 16
         return "FLASHMLA", 64
     if gpu.arch == "blackwell":
-        return "CUTLASS_MLA", 128
+        return ("FLASHINFER_MLA", 32) if vllm_version >= FLASHINFER_MLA_FROM else ("CUTLASS_MLA", 128)
     return "TRITON_MLA", 16
 
 
@@ -107,8 +120,9 @@ def kv_format(
 ) -> KvFormat:
     """Resolve `auto` (the model's BF16) and pick the backend vLLM picks, its bytes and block size, for this model
     on this GPU. Every layer's latent is kv_lora_rank + qk_rope_head_dim values; V3.2 adds the indexer's key cache
-    (index_head_dim fp8 + one fp32 scale per 128: 132 B) whatever the KV dtype. `vllm_version` matters on
-    AMD GPUs only (which backend, block size and KV dtypes a ROCm release has; None: the newest read)."""
+    (index_head_dim fp8 + one fp32 scale per 128: 132 B) whatever the KV dtype. `vllm_version` picks
+    the dense backend and its block size on NVIDIA (_dense_backend) and, on AMD GPUs, which backend, block size
+    and KV dtypes a ROCm release has (None: the newest read)."""
     dtype = normalize_kv_cache_dtype(kv_cache_dtype)
     if gpu.vendor == "amd":
         return _rocm_kv_format(card, dtype, vllm_version or NEWEST_READ)
@@ -118,14 +132,14 @@ def kv_format(
                 "--kv-cache-dtype",
                 f"{dtype} is V3.2's sparse-MLA cache format; {card.name} takes auto, bfloat16, fp8 or fp8_e4m3",
             )
-        backend, block = _dense_backend(gpu)
+        backend, block = _dense_backend(gpu, dtype, vllm_version or NEWEST_READ)
         storage = "bf16" if dtype in ("auto", "bfloat16") else "fp8"
         latent_bytes = card.mla_latent_dim * (2 if storage == "bf16" else 1)
         return KvFormat(storage, dtype, latent_bytes, 0, block, backend)
     storage, vllm_value, latent_bytes, backend = _sparse_latent(card, gpu, dtype)
     indexer_bytes = card.index_head_dim + (card.index_head_dim // 128) * 4
     if not gpu.runs_sparse_mla_kernels:
-        backend, block = _dense_backend(gpu)
+        backend, block = _dense_backend(gpu, dtype, vllm_version or NEWEST_READ)
     else:
         block = 64  # the indexer's backend takes only 64-token blocks on CUDA
     return KvFormat(storage, vllm_value, latent_bytes, indexer_bytes, block, backend)

@@ -238,7 +238,7 @@ def test_the_mi308_log_has_rocm_triton_mla_blocks_and_is_a_release_the_planner_r
     assert len(tokens) == 5
     block = kv_format(v3, gpu("MI300X"), "auto", (0, 11)).block_size
     assert block == 16 and all(t % block == 0 for t in tokens)
-    hopper_block = kv_format(v3, gpu("H200-SXM-141GB"), "auto").block_size
+    hopper_block = kv_format(v3, gpu("H200-SXM-141GB"), "auto", (0, 11)).block_size  # FlashMLA's 64
     assert any(t % hopper_block for t in tokens)
     with pytest.raises(InputError, match=r"--vllm-version: 0\.8: releases before 0\.11 .* the planner models vLLM"):
         parse_vllm_version("0.8")

@@ -34,11 +34,11 @@ from meshdeck.core.units import GIB
         ("v32", "B200", "fp8_e4m3", 576, 132, "fp8_e4m3", "FLASHINFER_MLA_SPARSE"),
         ("v32", "B200", "fp8_ds_mla", 656, 132, "fp8_ds_mla", "FLASHMLA_SPARSE"),
         ("v32", "B200", "nvfp4_ds_mla", 352, 132, "nvfp4_ds_mla", "FLASHMLA_SPARSE"),
-        ("v3", "H200-SXM-141GB", "auto", 1152, 0, "auto", "FLASHMLA"),
-        ("v3", "H200-SXM-141GB", "bfloat16", 1152, 0, "bfloat16", "FLASHMLA"),
+        ("v3", "H200-SXM-141GB", "auto", 1152, 0, "auto", "FLASH_ATTN_MLA"),
+        ("v3", "H200-SXM-141GB", "bfloat16", 1152, 0, "bfloat16", "FLASH_ATTN_MLA"),
         ("v3", "H200-SXM-141GB", "fp8", 576, 0, "fp8", "FLASHMLA"),
         ("v3", "H200-SXM-141GB", "fp8_e4m3", 576, 0, "fp8_e4m3", "FLASHMLA"),
-        ("v3", "B200", "fp8", 576, 0, "fp8", "CUTLASS_MLA"),
+        ("v3", "B200", "fp8", 576, 0, "fp8", "FLASHINFER_MLA"),
         ("v3", "A100-SXM4-80GB", "fp8_e4m3", 576, 0, "fp8_e4m3", "TRITON_MLA"),
     ],
 )
@@ -78,8 +78,23 @@ def test_packed_sparse_formats_are_refused_where_vllm_has_no_backend_for_them(
 
 def test_flashmla_backends_use_64_token_blocks_and_triton_16(v32, v3, gpu):
     assert kv_format(v32, gpu("H200-SXM-141GB"), "auto").block_size == 64
-    assert kv_format(v3, gpu("H100-SXM5-80GB"), "auto").block_size == 64
+    assert kv_format(v3, gpu("H100-SXM5-80GB"), "fp8").block_size == 64
     assert kv_format(v3, gpu("A100-SXM4-80GB"), "auto").block_size == 16
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "dtype", "release", "backend", "block"),
+    [
+        ("H200-SXM-141GB", "auto", (0, 11), "FLASHMLA", 64),  # 0.11 forces FlashMLA on Hopper
+        ("H200-SXM-141GB", "auto", (0, 12), "FLASH_ATTN_MLA", 16),  # then FA MLA leads, BF16 caches only
+        ("H200-SXM-141GB", "fp8", (0, 33), "FLASHMLA", 64),
+        ("B200", "fp8", (0, 14), "CUTLASS_MLA", 128),
+        ("B200", "fp8", (0, 15), "FLASHINFER_MLA", 32),  # the 0.19 / 0.22 B200 logs: block size 32
+    ],
+)
+def test_the_dense_backend_follows_the_releases_priority_list(v3, gpu, gpu_name, dtype, release, backend, block):
+    fmt = kv_format(v3, gpu(gpu_name), dtype, release)
+    assert (fmt.attention_backend, fmt.block_size) == (backend, block)
 
 
 def test_kimi_k2_log_46_80_gib_holds_715_072_tokens(kimi_k2, gpu):
