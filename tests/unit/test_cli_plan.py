@@ -63,7 +63,8 @@ def test_calibration_point_through_the_cli_with_vllms_defaults(capsys):
     # defaults otherwise -> "Model loading took 80.78 GiB", "GPU KV cache size: 418,304 tokens".
     code, out, _ = run_cli(
         capsys, "--model", "deepseek-v3.2", "--gpu", "H200-SXM-141GB", "--nodes", "1", "--gpus-per-node", "8",
-        "--gpu-memory-utilization", "0.85", "--max-model-len", "16384", "--tensor-parallel", "8", "--json",
+        "--gpu-memory-utilization", "0.85", "--max-model-len", "16384", "--tensor-parallel", "8",
+        "--vllm-version", "0.16", "--json",
     )  # fmt: skip
     assert code == 0
     data = json.loads(out)
