@@ -224,6 +224,7 @@ class LayoutReserve:
     activation_peak_bytes: int
     sampler_bytes: int
     drafter_bytes: int
+    cudagraph_in_budget: bool
 
     def for_stage(self, last_stage: bool, stage_layers: int, process: ProcessMemory) -> Reserve:
         """The reserve of one stage; `process` is what its libraries and process groups hold
@@ -233,7 +234,7 @@ class LayoutReserve:
             sampler_bytes=self.sampler_bytes if last_stage else 0,
             non_torch_bytes=process.non_torch_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
-            cudagraph_in_budget=cudagraphs_in_budget(self.inputs),
+            cudagraph_in_budget=self.cudagraph_in_budget,
             communicator_bytes=process.communicator_bytes,
         )
 
@@ -256,6 +257,7 @@ def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:
         activation_peak_bytes=activation_peak(card, inputs),
         sampler_bytes=sampler_peak(card, inputs),
         drafter_bytes=mtp_drafter_peak(card, inputs),
+        cudagraph_in_budget=cudagraphs_in_budget(inputs),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from meshdeck.core.errors import InputError
@@ -226,6 +227,7 @@ def modelled_ranges() -> str:
     return ", ".join(accounting.label for accounting in VLLM_ACCOUNTINGS)
 
 
+@lru_cache(maxsize=64)
 def accounting_for(version: Release) -> VllmAccounting:
     """The accounting of this release, or an error naming the flag and every modelled range."""
     for accounting in VLLM_ACCOUNTINGS:
