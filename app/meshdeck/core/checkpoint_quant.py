@@ -121,11 +121,17 @@ def modelopt_matcher(patterns: Sequence[str]) -> Any:
     return lambda name: any(p == name or p in name or fnmatch(name, p) for p in expanded)
 
 
-def quark_matcher(patterns: Sequence[str]) -> Any:
+def quark_matcher(patterns: Sequence[str], field: str) -> Any:
     """Quark's `exclude`: a module is skipped when an entry equals its prefix or, for `re:<regex>`, re.match-es it
-    (quark/utils.py _is_equal_or_regex_match)."""
+    (quark/utils.py _is_equal_or_regex_match). A pattern Python cannot compile is refused naming its index."""
     exact = {p for p in patterns if not p.startswith("re:")}
-    regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
+    regexes = []
+    for index, pattern in enumerate(patterns):
+        if pattern.startswith("re:"):
+            try:
+                regexes.append(re.compile(pattern[3:]))
+            except re.error as exc:
+                raise InputError(f"{field}[{index}]", f"{pattern[:80]!r} is not a regular expression: {exc}") from None
     return lambda name: name in exact or any(r.match(name) for r in regexes)
 
 

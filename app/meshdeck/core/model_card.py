@@ -243,7 +243,7 @@ def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
         return _Format(CHECKPOINT_NVFP4, "modelopt", group=group, skipped=skip, field=field)
     if method == "quark":
         group = quark_mxfp4_group(quant, field)
-        skip = quark_matcher(string_list(quant.get("exclude"), f"{field}.exclude"))
+        skip = quark_matcher(string_list(quant.get("exclude"), f"{field}.exclude"), f"{field}.exclude")
         return _Format(CHECKPOINT_MXFP4, "quark", group=group, families=FAMILIES, skipped=skip, field=field)
     raise InputError(
         f"{field}.quant_method",

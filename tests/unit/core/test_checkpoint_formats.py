@@ -200,3 +200,14 @@ def test_a_quark_scheme_other_than_mxfp4_is_refused_naming_the_field(weight, fie
     assert err.value.field == field
     if weight is not None:
         assert "OCP MXFP4" in err.value.problem
+
+
+def test_an_exclude_pattern_that_is_not_a_regex_is_refused_naming_its_index():
+    config = json.loads((FIXTURES / "deepseek-r1-fp4" / "config.json").read_text())
+    quant = copy.deepcopy(MXFP4_QUANT)
+    quant["exclude"] = ["lm_head", "re:model\\.layers\\.(\\d+"]
+    config["quantization_config"] = quant
+    with pytest.raises(InputError) as err:
+        model_card_from_config(config, "r1")
+    assert err.value.field == "r1: quantization_config.exclude[1]"
+    assert "not a regular expression" in err.value.problem
