@@ -102,6 +102,11 @@ class ModelCard:
         return self.index_topk > 0
 
     @property
+    def has_vision_tower(self) -> bool:
+        """A multimodal checkpoint (Kimi-K2.5): its vision tower and projector load beside the language model."""
+        return bool(self.vision_params_tp or self.vision_params_replicated)
+
+    @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 

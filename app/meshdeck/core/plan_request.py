@@ -127,8 +127,7 @@ class PlanRequest:
             raise InputError(
                 "--mm-encoder-tp-mode", f"{self.mm_encoder_tp_mode!r}; allowed: {', '.join(MM_ENCODER_TP_MODES)}"
             )
-        vision = self.model.vision_params_tp or self.model.vision_params_replicated
-        if self.mm_encoder_tp_mode != "weights" and not vision:
+        if self.mm_encoder_tp_mode != "weights" and not self.model.has_vision_tower:
             raise InputError("--mm-encoder-tp-mode", f"{self.model.name} has no vision tower; leave it at weights")
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:

@@ -167,7 +167,7 @@ def activation_peak(card: ModelCard, inputs: ReserveInputs) -> int:
 
 def encoder_cache_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     """A multimodal model's dummy encoder outputs, kept through the profile's language-model pass."""
-    if not (card.vision_params_tp or card.vision_params_replicated):
+    if not card.has_vision_tower:
         return 0
     return inputs.max_num_batched_tokens * card.hidden_size * BF16
 

@@ -63,6 +63,10 @@ class RuleInputs:
     vllm_version: tuple[int, int] | None = None  # the release planned for (what ROCm supports depends on it)
 
 
+def _gpu_label(gpu: GpuSpec) -> str:
+    return "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
+
+
 def _gpu_rules(
     card: ModelCard, gpu: GpuSpec, weights_dtype: str, vllm_version: tuple[int, int] | None = None
 ) -> list[Warning]:
@@ -102,11 +106,10 @@ def _gpu_rules(
         # vLLM 0.33: ModelOptNvFp4Config.get_min_capability() is 75 (quantization/modelopt.py) and
         # select_nvfp4_moe_backend (fused_moe/oracle/nvfp4.py) falls back to MARLIN where the FlashInfer and
         # CUTLASS FP4 kernels (SM100) are missing: the 4-bit weights are kept and dequantized to BF16
-        where = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
         out.append(
             Warning(
                 "nvfp4_weight_only",
-                f"NVFP4 needs Blackwell's FP4 tensor cores for W4A4; on {where} vLLM runs NVFP4 weights through "
+                f"NVFP4 needs Blackwell's FP4 tensor cores for W4A4; on {_gpu_label(gpu)} vLLM runs NVFP4 weights through "
                 "Marlin weight-only kernels (W4A16: 4-bit in memory, BF16 math) — the memory plan holds, prefill "
                 "is slower and the estimate assumes BF16 compute",
             )
@@ -115,11 +118,10 @@ def _gpu_rules(
         # vLLM 0.22 quark/schemes/quark_ocp_mx.py: emulate = not current_platform.supports_mx(), and only ROCm's
         # gfx95x (MI350X / MI355X) supports MX (platforms/rocm.py supports_mx); elsewhere the 4-bit weights are
         # kept and dequantized for every matmul
-        where = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
         out.append(
             Warning(
                 "mxfp4_emulated",
-                f"MXFP4 runs natively on MI350X / MI355X (gfx950) only; on {where} vLLM emulates it (4-bit weights in "
+                f"MXFP4 runs natively on MI350X / MI355X (gfx950) only; on {_gpu_label(gpu)} vLLM emulates it (4-bit weights in "
                 "memory, dequantized for every matmul) — the memory plan holds, compute is much slower",
             )
         )
