@@ -6,6 +6,8 @@ left off: the daemon serves its socket all the same and its hello says why (`set
 can tell the operator instead of seeing an agent that died at start. Only one daemon serves a socket: an exclusive lock on `<socket>.lock` decides, so a
 second `serve` (or a racing `attach`) fails cleanly instead of stealing the socket. The socket is 0600
 in a 0700 directory (paths.py) and a peer with another uid is refused (SO_PEERCRED).
+An accept() that fails for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) is retried
+after a growing wait and logged once per burst (accept_backoff.py): the daemon keeps serving.
 
 Sample seqs continue across restarts: the daemon reserves seqs ahead in `<state>/seq.json` and writes
 the exact next seq on a clean shutdown, so a client that remembers seq 5000 is never told "nothing
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import __version__, checks, protocol
+from .accept_backoff import AcceptBackoff, out_of_resources
 from .gpu.simulated import IDLE_USED_BYTES
 from .keeper import process_start_time
 from .machine import Machine, build_machine
@@ -209,17 +212,30 @@ class Daemon:
         if self._listener is None:
             self.start()
         assert self._listener is not None
+        backoff = AcceptBackoff()
         try:
             while not self._shutdown_requested.is_set():
                 try:
                     connection, _ = self._listener.accept()
                 except socket.timeout:
                     continue
-                except OSError:
+                except OSError as exc:
                     if self._shutdown_requested.is_set():
                         break
-                    raise
-                self._accept(connection)
+                    if not out_of_resources(exc):
+                        raise
+                    if backoff.failed():  # no descriptor or memory left: wait for some, keep serving
+                        log.error("accepting a connection on %s failed (%s); retrying", self.socket_path, exc)
+                    self._shutdown_requested.wait(backoff.delay_s)
+                    continue
+                failures = backoff.succeeded()
+                if failures:
+                    log.warning("accepting connections again after %d failed accepts", failures)
+                try:
+                    self._accept(connection)
+                except (OSError, RuntimeError) as exc:  # a peer gone already; no thread left to serve it
+                    log.error("serving a new connection failed: %s", exc)
+                    connection.close()
         finally:
             self._stop()
 
@@ -238,7 +254,11 @@ class Daemon:
         session = Session(connection, self, name="client-%d" % connection.fileno())
         with self._sessions_lock:
             self._sessions.append(session)
-        threading.Thread(target=session.run, name="session", daemon=True).start()
+        try:
+            threading.Thread(target=session.run, name="session", daemon=True).start()
+        except RuntimeError:
+            self.session_ended(session)
+            raise
 
     def request_shutdown(self) -> None:
         self._shutdown_requested.set()

@@ -6,18 +6,34 @@ scraped (`worker`, `engine`). Values are the newest sample in the ring; a simula
 `meshdeck_agent_info{simulated="true"}`. It binds only where told (the default host is 127.0.0.1).
 Names, help text, units and types (counter or gauge) come from the metric registry
 (metric_registry.py); a worker metric the registry lacks is exported as an unitless gauge.
+
+The HTTP server is this module's own (`_ExporterServer`, serving prometheus_client's WSGI app), not
+`prometheus_client.start_http_server`, which keeps an idle connection and its thread forever: a peer that
+opens connections and sends nothing would take every descriptor of the daemon, whose socket then cannot
+accept the app. Here each read or write waits at most IDLE_TIMEOUT_S, a connection lives at most
+CONNECTION_DEADLINE_S whatever it sends, at most MAX_CONNECTIONS are served at once (one more is closed
+as soon as it is accepted, logged once per burst), and an accept that fails for want of descriptors or
+memory waits a moment instead of spinning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+import socket
+import sys
+import threading
+import time
+from socketserver import ThreadingMixIn
 from typing import Any, Dict, Iterator, List, Optional, Tuple
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from . import __version__
+from .accept_backoff import AcceptBackoff, out_of_resources
 from .machine import Machine
 from .metric_registry import (
     COUNTER,
@@ -33,7 +49,13 @@ from .metric_registry import (
 from .ring import SampleRing
 from .wire_sample import Sample
 
+log = logging.getLogger(__name__)
+
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
+
+IDLE_TIMEOUT_S = 10.0  # one read or write of a scrape may wait this long
+CONNECTION_DEADLINE_S = 30.0  # a connection is shut after this long, however slowly it keeps sending
+MAX_CONNECTIONS = 32  # served at once; Prometheus scrapes with one
 
 
 def parse_listen(text: str) -> Tuple[str, int]:
@@ -118,16 +140,145 @@ class _Collector:
         yield from worker_families.values()
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """One scrape per connection; each socket operation waits at most the server's idle timeout."""
+
+    server: _ExporterServer
+
+    def setup(self) -> None:
+        self.request.settimeout(self.server.idle_timeout_s)
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests are not logged (Prometheus scrapes every few seconds)."""
+
+
+class _ExporterServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most `max_connections` at once, none past `deadline_s`."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(
+        self,
+        address: Tuple[str, int],
+        family: int,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        deadline_s: float = CONNECTION_DEADLINE_S,
+    ) -> None:
+        self.address_family = family
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
+        self.deadline_s = deadline_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._open: Dict[socket.socket, float] = {}  # connection -> when it is shut
+        self._watch = threading.Condition()
+        self._closing = False
+        self._refusing = False  # a burst of connections past the cap is being refused (logged at its start)
+        self._backoff = AcceptBackoff()
+        super().__init__(address, _QuietHandler)
+        self._watcher = threading.Thread(target=self._shut_overdue, name="exporter-deadlines", daemon=True)
+        self._watcher.start()
+
+    def get_request(self) -> Tuple[socket.socket, Any]:
+        try:
+            accepted = super().get_request()
+        except OSError as exc:
+            if out_of_resources(exc):
+                if self._backoff.failed():
+                    log.warning("Prometheus exporter: accept failed (%s); retrying while connections end", exc)
+                time.sleep(self._backoff.delay_s)
+            raise  # serve_forever ignores it and polls again
+        if self._backoff.succeeded():
+            log.info("Prometheus exporter: accepting connections again")
+        return accepted
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            if not self._refusing:
+                self._refusing = True
+                log.warning(
+                    "Prometheus exporter: %d connections open, the most it serves at once; closing new ones "
+                    "until some end",
+                    self.max_connections,
+                )
+            self.shutdown_request(request)
+            return
+        self._refusing = False
+        with self._watch:
+            self._open[request] = time.monotonic() + self.deadline_s
+            self._watch.notify()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to serve it (RuntimeError: can't start new thread)
+            self._release(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(request)
+
+    def _release(self, request: Any) -> None:
+        with self._watch:
+            self._open.pop(request, None)
+        self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that timed out, reset or was shut at its deadline is routine (no traceback in the log);
+        anything else is logged with its traceback, as socketserver would print it."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("Prometheus exporter: a connection from %s ended early", client_address, exc_info=True)
+        else:
+            log.exception("Prometheus exporter: serving %s failed", client_address)
+
+    def _shut_overdue(self) -> None:
+        with self._watch:
+            while not self._closing:
+                now = time.monotonic()
+                for connection, deadline in list(self._open.items()):
+                    if deadline <= now:
+                        del self._open[connection]
+                        with contextlib.suppress(OSError):
+                            connection.shutdown(socket.SHUT_RDWR)  # its thread's read or write ends now
+                next_deadline = min(self._open.values(), default=None)
+                self._watch.wait(None if next_deadline is None else max(0.01, next_deadline - now))
+
+    def server_close(self) -> None:
+        with self._watch:
+            self._closing = True
+            self._watch.notify()
+        super().server_close()
+
+
+def _listen_family(host: str, port: int) -> int:
+    """The address family `host` binds with (IPv6 for `::1`), as prometheus_client picks it."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return int(infos[0][0])
+
+
 class Exporter:
     def __init__(self, ring: SampleRing, machine: Machine) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(ring, machine))
-        self._server: Optional[WSGIServer] = None
+        self._server: Optional[_ExporterServer] = None
         self.address: Optional[Tuple[str, int]] = None
 
-    def start(self, listen: str) -> None:
+    def start(
+        self,
+        listen: str,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        deadline_s: float = CONNECTION_DEADLINE_S,
+    ) -> None:
+        """Listen on `listen` (HOST:PORT) and serve in a thread; OSError when it cannot listen there."""
         host, port = parse_listen(listen)
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        family = _listen_family(host, port)
+        server = _ExporterServer((host, port), family, max_connections, idle_timeout_s, deadline_s)
+        server.set_app(make_wsgi_app(self.registry))
+        threading.Thread(target=server.serve_forever, name="exporter", daemon=True).start()
         self._server = server
         self.address = (host, server.server_address[1])
 
