@@ -10,7 +10,8 @@
 A file that fails validation (wrong types, unknown keys, a layout that does not match its hosts,
 anchors/aliases) is refused with `meshdeck: error: FILE: field: problem` and exit status 2; nothing
 is stored. `export` writes the text exactly as imported unless `--canonical` asks for the normalised
-form; `-o FILE` writes a regular file atomically and a pipe or device directly (services/files.py).
+form; `-o FILE` writes a regular file atomically and a pipe or device directly (services/files.py), a
+file holding a secret 0600, and follows only the user's own symlinks.
 
 Secret env values (HF_TOKEN, ...) are kept in the OS keyring, not the database: `show` prints the
 keyring reference in their place, `export` writes the value itself (and says so on stderr). What is
@@ -159,10 +160,10 @@ def _export(args: argparse.Namespace) -> int:
     target = output_target(args.output or STDOUT, option="-o")
     with open_database(args.db) as db:
         exported = profile_service.exported_profile(db, args.name, args.version, canonical=args.canonical)
-    with open_output(target) as handle:
+    with open_output(target, private=exported.holds_secret) as handle:  # a file holding a secret: 0600
         handle.write(exported.text)
     for key in exported.from_keyring:
-        where = printable(args.output) if args.output and args.output != STDOUT else "stdout"
+        where = printable(target.destination)  # the file the bytes went to, not only the link named
         print(f"meshdeck: env.{key}: its secret value from the OS keyring is written to {where}", file=sys.stderr)
     return 0
 

@@ -32,6 +32,7 @@ from meshdeck.launch.profile_secrets import (
     parse_reference,
     profile_text_with_env,
     reference_for,
+    refuse_references,
     with_env,
 )
 from meshdeck.launch.profile_yaml import profile_text
@@ -100,9 +101,10 @@ def import_profile(
 ) -> StoredProfile:
     """Validate profile YAML and store it: a new profile, or (with `replace`) a new version of the one
     with its name. Its secret env values go to the OS keyring and the stored text carries references
-    in their place (profile_secrets). Raises InputError naming the file and field; on error nothing is
-    stored."""
+    in their place (profile_secrets); a keyring reference in the file is refused. Raises InputError naming
+    the file and field; on error nothing is stored."""
     profile = parse_profile(text, source)
+    refuse_references(profile, source)  # a file holds values: a reference would fetch someone's secret
     body = profile_text(text, source)
     exists = profile_store.find_profile(db, profile.name) is not None
     if exists and not replace:
@@ -118,16 +120,32 @@ def import_profile(
 
 def save_profile(db: Database, profile: Profile, note: str = "") -> StoredProfile:
     """Store an edited profile (from the console's editor) as the next version, or create it; its secret
-    env values go to the OS keyring, as on import."""
+    env values go to the OS keyring, as on import. Keyring references are kept only as the current
+    version holds them."""
     source = f"profile {profile.name}"
     checked = profile_from_mapping(profile_to_mapping(profile), source)
+    current = profile_store.find_profile(db, checked.name)
+    _refuse_new_references(checked, current, source)
     stored, text = profile_secrets.move_to_keyring(checked, None, source)
     data = profile_to_mapping(stored)
-    if profile_store.find_profile(db, stored.name) is None:
+    if current is None:
         version = profile_store.create_profile(db, stored.name, text, data, note)
     else:
         version = profile_store.update_profile(db, stored.name, text, data, note)
     return StoredProfile(stored, version)
+
+
+def _refuse_new_references(profile: Profile, current: ProfileVersion | None, source: str) -> None:
+    """The editor shows a stored profile's references and saves them back as they are; a reference the
+    current version does not hold (pasted from someone's file) is refused as an import refuses it."""
+    kept = dict((current.data.get("env") or {}) if current is not None else {})
+    for key, value in profile.env.items():
+        if parse_reference(value) is not None and kept.get(key) != value:
+            raise InputError(
+                f"{source}: env.{key}",
+                "is a keyring reference the stored profile does not hold; meshdeck writes references itself: "
+                "type the value (it goes to the OS keyring), or leave the key out",
+            )
 
 
 def get_profile(db: Database, name: str, version: int | None = None) -> StoredProfile:
@@ -146,6 +164,7 @@ def profile_for_launch(db: Database, name: str, version: int | None = None) -> P
 class ExportedProfile:
     text: str
     from_keyring: tuple[str, ...]  # env keys whose values were read from the OS keyring into `text`
+    holds_secret: bool = False  # `text` carries a secret value (from the keyring, or as an older meshdeck kept it)
 
 
 def exported_profile(
@@ -160,13 +179,14 @@ def exported_profile(
     except InputError:
         if canonical:
             raise
-        return ExportedProfile(stored.yaml, ())  # stored by an older meshdeck under looser rules: as it is
+        # stored by an older meshdeck under looser rules: as it is, and kept private
+        return ExportedProfile(stored.yaml, (), holds_secret=True)
     values = profile_secrets.read_secrets(profile, source)
     if canonical:
         text = dump_profile(with_env(profile, values, source))
     else:
         text = profile_text_with_env(profile, stored.yaml, values, source)
-    return ExportedProfile(text, tuple(values))
+    return ExportedProfile(text, tuple(values), holds_secret=bool(values or literal_secrets(profile)))
 
 
 def export_profile(db: Database, name: str, version: int | None = None, *, canonical: bool = False) -> str:

@@ -38,7 +38,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
-from meshdeck.services.files import atomic_output
+from meshdeck.services.files import open_output, output_target
 from meshdeck.services.profiles import ProfileSummary, ProfileVersion, StoredProfile
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
@@ -273,13 +273,14 @@ class ProfilesView(QWidget):
         db = self.context.db
         assert db is not None
 
-        def work(_progress: Progress) -> tuple[Path, tuple[str, ...]]:
+        def work(_progress: Progress) -> tuple[str, tuple[str, ...]]:
+            target = output_target(str(path), option="export")  # only the user's own symlinks are followed
             exported = profile_service.exported_profile(db, name)
-            with atomic_output(path) as stream:
+            with open_output(target, private=exported.holds_secret) as stream:
                 stream.write(exported.text)
-            return path, exported.from_keyring
+            return target.destination, exported.from_keyring
 
-        def done(answer: tuple[Path, tuple[str, ...]]) -> None:
+        def done(answer: tuple[str, tuple[str, ...]]) -> None:
             written, from_keyring = answer
             secrets = (
                 f" (with the secret values of {', '.join(from_keyring)} from the OS keyring)" if from_keyring else ""
