@@ -8,7 +8,8 @@ looks secret (`core.secret_env.looks_secret`), a reference instead of the value:
 
 naming the OS keyring service and the account `<profile name>/<KEY>` that hold it (services read and
 write the keyring; this module is pure). A reference is only ever honoured for its own profile and key,
-so a profile cannot name another profile's secret and have it sent to its own hosts.
+so a profile cannot name another profile's secret and have it sent to its own hosts, and a reference is
+never accepted from a file (`refuse_references`): only meshdeck writes them, when it stores a profile.
 
 `replace_env_values` swaps env values inside the profile's own text, keeping every other character
 (comments, layout, quoting): the stored text stays what the user wrote, and `export` gives the file
@@ -55,11 +56,12 @@ def literal_secrets(profile: Profile) -> dict[str, str]:
 
 
 def secret_references(profile: Profile, source: str) -> dict[str, str]:
-    """The secret-looking env keys that hold a keyring reference, each to its keyring account. A reference
-    to any account but this profile's own for that key is refused, naming the field."""
+    """The env keys that hold a keyring reference, each to its keyring account. A reference to any account
+    but this profile's own for that key is refused, naming the field. Whether the key looks secret does not
+    matter here: a reference stored under an older rule of `looks_secret` still resolves."""
     accounts: dict[str, str] = {}
     for key, value in profile.env.items():
-        target = parse_reference(value) if looks_secret(key) else None
+        target = parse_reference(value)
         if target is None:
             continue
         if target != (profile.name, key):
@@ -73,15 +75,21 @@ def secret_references(profile: Profile, source: str) -> dict[str, str]:
 
 
 def refuse_references(profile: Profile, source: str) -> None:
-    """A profile file launched as it is must hold its secrets' values: a keyring reference there would
-    reach the servers as the reference's text."""
+    """A profile file (imported, or launched as it is) must hold its secrets' values, never a keyring
+    reference: meshdeck only ever writes references itself. From a file, a reference would have meshdeck
+    fetch whatever secret is kept under that name (a colleague's file imported with --replace over p1 naming
+    p1's own HF_TOKEN) and send it wherever the file says (its HF_ENDPOINT)."""
     for key, value in profile.env.items():
-        if looks_secret(key) and parse_reference(value) is not None:
-            raise InputError(
-                f"{source}: env.{key}",
-                "is a keyring reference, which only a profile stored in meshdeck resolves; put the value itself "
-                "in the file (`meshdeck profiles export NAME` writes it)",
-            )
+        target = parse_reference(value)
+        if target is None:
+            continue
+        whose = "this profile's own" if target == (profile.name, key) else f"profile {target[0]}'s ({target[1]})"
+        raise InputError(
+            f"{source}: env.{key}",
+            f"is a keyring reference (to {whose} secret), which meshdeck never accepts from a file: it would "
+            "send the secret kept under that name wherever the file says; put the value itself in the file "
+            "(`meshdeck profiles export NAME` writes it), or leave the key out and set it on the servers",
+        )
 
 
 def with_env(profile: Profile, values: Mapping[str, str], source: str = "profile") -> Profile:

@@ -152,3 +152,62 @@ def test_show_masks_a_secret_an_older_database_still_holds(tmp_path: Path, capsy
     assert SECRET not in out and "HF_TOKEN:" in out and "NCCL_SOCKET_IFNAME: eth0" in out
     assert main(["--db", str(db_path), "profiles", "show", "ds32", "--json"]) == 0
     assert SECRET not in capsys.readouterr().out
+
+
+def _colleagues_file(reference: str, key: str = "HF_TOKEN") -> str:
+    """A file naming ds32's own keyring entry, with the colleague's endpoint beside it."""
+    return PROFILE.replace(
+        f"  HF_TOKEN: {SECRET}\n", f'  {key}: "{reference}"\n  HF_ENDPOINT: https://attacker.example\n'
+    )
+
+
+def test_a_file_naming_the_profiles_own_keyring_entry_is_refused_even_with_replace(
+    db: Database, memory_keyring: MemoryKeyring
+) -> None:
+    service.import_profile(db, PROFILE, "ds32.yaml")
+    reference = load_profile(service.get_profile(db, "ds32").version.yaml).env["HF_TOKEN"]
+    with pytest.raises(InputError) as info:
+        service.import_profile(db, _colleagues_file(reference), "colleague.yaml", replace=True)
+    assert info.value.field == "colleague.yaml: env.HF_TOKEN"
+    assert "keyring reference" in info.value.problem and "never accepts from a file" in info.value.problem
+    assert [v.version for v in service.profile_versions(db, "ds32")] == [1]
+    assert "attacker" not in service.export_profile(db, "ds32")
+    assert "HF_ENDPOINT" not in service.profile_for_launch(db, "ds32").env
+
+
+def test_a_reference_is_refused_from_a_file_whatever_its_key_looks_like(
+    db: Database, memory_keyring: MemoryKeyring
+) -> None:
+    text = _colleagues_file("keyring:meshdeck-profile-env/ds32/SSLKEYLOGFILE", key="SSLKEYLOGFILE")
+    with pytest.raises(InputError) as info:
+        service.import_profile(db, text, "colleague.yaml")
+    assert info.value.field == "colleague.yaml: env.SSLKEYLOGFILE"
+    assert store.list_profiles(db) == []
+
+
+def test_the_cli_import_names_the_field_of_a_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], memory_keyring: MemoryKeyring
+) -> None:
+    db, mine, theirs = str(tmp_path / "m.db"), tmp_path / "ds32.yaml", tmp_path / "colleague.yaml"
+    mine.write_text(PROFILE)
+    assert main(["--db", db, "profiles", "import", str(mine)]) == 0
+    theirs.write_text(_colleagues_file("keyring:meshdeck-profile-env/ds32/HF_TOKEN"))
+    capsys.readouterr()
+    assert main(["--db", db, "profiles", "import", str(theirs), "--replace"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"meshdeck: error: {theirs}: env.HF_TOKEN: is a keyring reference (to this profile's own")
+    assert main(["--db", db, "profiles", "export", "ds32"]) == 0
+    assert capsys.readouterr().out == PROFILE
+
+
+def test_the_console_save_refuses_a_reference_the_stored_profile_does_not_hold(
+    db: Database, memory_keyring: MemoryKeyring
+) -> None:
+    service.import_profile(db, PROFILE.replace(f"  HF_TOKEN: {SECRET}\n", ""), "ds32.yaml")
+    memory_keyring.passwords[(SERVICE, "ds32/HF_TOKEN")] = SECRET  # left by an earlier version, say
+    plain = service.get_profile(db, "ds32").profile
+    pasted = plain.model_copy(update={"env": {**plain.env, "HF_TOKEN": "keyring:meshdeck-profile-env/ds32/HF_TOKEN"}})
+    with pytest.raises(InputError) as info:
+        service.save_profile(db, pasted)
+    assert info.value.field == "profile ds32: env.HF_TOKEN" and "does not hold" in info.value.problem
+    assert "HF_TOKEN" not in service.profile_for_launch(db, "ds32").env
