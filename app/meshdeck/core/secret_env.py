@@ -1,24 +1,50 @@
 """Which environment variables hold secrets, and how their values are shown: the one predicate.
 
 A profile's env may carry an HF_TOKEN or a WANDB_API_KEY. The servers need the value; nothing meshdeck
-shows, logs or keeps in its database does (DESIGN.md §7). A key looks secret when its name contains
-TOKEN, KEY, SECRET or PASSWORD (any case); a few well-known switches whose names merely contain one of
-those words (TOKENIZERS_PARALLELISM) are not secrets. Their values are shown as MASK.
+shows, logs or keeps in its database does (DESIGN.md §7). Their values are shown as MASK.
+
+A key looks secret when one of its name parts (split at `_`, digits and camelCase humps: `WANDB_API_KEY`
+-> WANDB, API, KEY) is KEY, TOKEN, SECRET or PASSWORD (KEYS, SECRETS, PASSWORDS, PASSWD and PASSPHRASE
+too), or ends with one of those words (`PGPASSWORD`, `APIKEY`, `AUTHTOKEN`). A word buried inside a part
+does not count, and a key whose last part names a file, a path or a folder holds a path, not a secret:
+`SSLKEYLOGFILE`, `HF_TOKEN_PATH`, `VLLM_SSL_KEYFILE` are shown as they are, since a reviewer needs to see
+where they point. `TOKENIZERS_PARALLELISM`, `MAX_TOKENS` and other counts or switches are not secrets.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-NOT_SECRETS = frozenset({"TOKENIZERS_PARALLELISM"})
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE")
+_PLURALS = frozenset({"KEYS", "SECRETS", "PASSWORDS"})  # not TOKENS: MAX_NUM_BATCHED_TOKENS is a count
+_PATH_WORDS = ("FILE", "PATH", "DIR", "FOLDER", "FILENAME")  # a last part ending so names where a thing is
+NOT_SECRETS = frozenset({"TOKENIZERS_PARALLELISM", "HF_HUB_DISABLE_IMPLICIT_TOKEN"})
 MASK = "<masked>"
+_HUMP = re.compile(r"([a-z0-9])([A-Z])")
+_SEPARATORS = re.compile(r"[^A-Z]+")
+
+
+def name_parts(key: str) -> list[str]:
+    """`WANDB_API_KEY` -> [WANDB, API, KEY]; `myApiKey2` -> [MY, API, KEY]."""
+    return [part for part in _SEPARATORS.split(_HUMP.sub(r"\1_\2", key).upper()) if part]
 
 
 def looks_secret(key: str) -> bool:
     """Whether the env variable `key` holds a secret (its value is masked wherever it is shown or kept)."""
-    upper = key.upper()
-    return upper not in NOT_SECRETS and any(word in upper for word in SECRET_WORDS)
+    if key.upper() in NOT_SECRETS:
+        return False
+    parts = name_parts(key)
+    if not parts or parts[-1].endswith(_PATH_WORDS):
+        return False
+    return any(part in _PLURALS or part.endswith(SECRET_WORDS) for part in parts)
+
+
+def mentions_secret(text: str) -> bool:
+    """Whether free text (a line of a profile that no longer parses) names any secret word anywhere: the
+    broad rule, for text whose keys and values cannot be told apart."""
+    upper = text.upper()
+    return any(word in upper for word in SECRET_WORDS)
 
 
 def masked_value(key: str, value: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.secret_env import MASK, looks_secret
+from meshdeck.core.secret_env import MASK, looks_secret, mentions_secret
 from meshdeck.launch.profile import NAME_PATTERN, Profile, dump_profile, profile_from_mapping, profile_to_mapping
 from meshdeck.launch.profile_yaml import load_yaml
 
@@ -153,7 +153,9 @@ def profile_text_with_env(profile: Profile, text: str | None, values: Mapping[st
 
 def _masked_lines(text: str) -> str:
     """For text that does not parse: every line that names a secret-looking word keeps only its key."""
-    return "\n".join(f"{line.partition(':')[0]}: {MASK}" if looks_secret(line) else line for line in text.split("\n"))
+    return "\n".join(
+        f"{line.partition(':')[0]}: {MASK}" if mentions_secret(line) else line for line in text.split("\n")
+    )
 
 
 def masked_profile_text(text: str, source: str = "profile") -> str:

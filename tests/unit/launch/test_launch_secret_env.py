@@ -45,6 +45,17 @@ env:
         ("NCCL_SOCKET_IFNAME", False),
         ("HF_HOME", False),
         ("TOKENIZERS_PARALLELISM", False),  # a well-known switch, not a token
+        ("OPENAI_API_KEY", True),
+        ("AWS_SESSION_TOKEN", True),
+        ("API_KEYS", True),
+        ("myApiKey", True),
+        ("SSL_KEYFILE_PASSWORD", True),  # the last part decides: a password, though KEYFILE names a file
+        ("SSLKEYLOGFILE", False),  # a path a reviewer needs to see: KEY is inside a part, and it names a file
+        ("HF_TOKEN_PATH", False),
+        ("VLLM_SSL_KEYFILE", False),
+        ("AWS_SHARED_CREDENTIALS_FILE", False),
+        ("MAX_NUM_BATCHED_TOKENS", False),  # a count
+        ("PYTHON_KEYRING_BACKEND", False),
     ],
 )
 def test_which_env_keys_look_secret(key: str, secret: bool) -> None:
@@ -69,6 +80,17 @@ def test_the_dry_run_text_and_json_mask_secret_values(tmp_path: Path, capsys: py
     assert SECRET not in json.dumps(document)
     assert {n["env"]["NCCL_SOCKET_IFNAME"] for n in document["nodes"]} == {"eth0"}
     assert all("HF_TOKEN" in n["env"] and "WANDB_API_KEY" in n["env"] for n in document["nodes"])
+
+
+def test_the_dry_run_shows_a_path_valued_key_a_reviewer_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(PROFILE + "  SSLKEYLOGFILE: /srv/share/tls-keys.log\n  HF_TOKEN_PATH: /run/hf/token\n")
+    assert main(["--db", str(tmp_path / "no.db"), "launch", str(profile), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "SSLKEYLOGFILE=/srv/share/tls-keys.log" in text and "HF_TOKEN_PATH=/run/hf/token" in text
+    assert SECRET not in text
 
 
 def test_the_launch_stderr_plan_masks_secret_values(two_nodes: list) -> None:

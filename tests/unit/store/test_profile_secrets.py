@@ -211,3 +211,17 @@ def test_the_console_save_refuses_a_reference_the_stored_profile_does_not_hold(
         service.save_profile(db, pasted)
     assert info.value.field == "profile ds32: env.HF_TOKEN" and "does not hold" in info.value.problem
     assert "HF_TOKEN" not in service.profile_for_launch(db, "ds32").env
+
+
+def test_show_masks_every_line_naming_a_secret_in_text_that_no_longer_parses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The precise key rule needs a key; a line of broken text is masked whenever it names a secret word."""
+    db_path = tmp_path / "m.db"
+    from meshdeck.store.database import open_database
+
+    with open_database(db_path) as db:
+        store.create_profile(db, "old", "name: old\nenv:\n  HF_TOKEN: hf_abcFILE\n  : [broken\n", {"name": "old"})
+    assert main(["--db", str(db_path), "profiles", "show", "old"]) == 0
+    out = capsys.readouterr().out
+    assert "hf_abcFILE" not in out and "HF_TOKEN: <masked>" in out
