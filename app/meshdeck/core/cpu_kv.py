@@ -21,9 +21,11 @@ from typing import Any
 from meshdeck.core.errors import InputError
 from meshdeck.core.layout_parts import pp_partition
 from meshdeck.core.model_card import ModelCard
+from meshdeck.core.text import quoted
 
 CPU_BLOCK_SIZE = 16  # vLLM's CPU attention backends (CPU_MLA, CPU_ATTN) allocate 16-token blocks
 GIB = 1 << 30
+MAX_KV_BYTES = 1 << 50  # 1 PiB: no CPU worker has more; a larger value is a typo (or an attack on the arithmetic)
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
 
@@ -77,9 +79,13 @@ def kv_cache_space_bytes(env: Mapping[str, str], extra_args: Sequence[str] = ())
         try:
             gib = int(text)
         except ValueError:
-            raise InputError("env.VLLM_CPU_KVCACHE_SPACE", f"{text!r}: vLLM reads whole GiB (an integer)") from None
+            raise InputError(
+                "env.VLLM_CPU_KVCACHE_SPACE", f"{quoted(text)}: vLLM reads whole GiB (an integer)"
+            ) from None
         if gib < 1:
-            raise InputError("env.VLLM_CPU_KVCACHE_SPACE", f"{text!r}: at least 1 GiB")
+            raise InputError("env.VLLM_CPU_KVCACHE_SPACE", f"{quoted(text)}: at least 1 GiB")
+        if gib > MAX_KV_BYTES // GIB:
+            raise InputError("env.VLLM_CPU_KVCACHE_SPACE", f"{quoted(text)}: at most {MAX_KV_BYTES // GIB} GiB")
         return gib * GIB
     args = list(extra_args)
     for index, token in enumerate(args):
@@ -105,10 +111,12 @@ def human_readable_bytes(text: str) -> int:
             value = int(float(match.group(1)) * _DECIMAL[match.group(2)])
         else:
             value = int(match.group(1)) * _BINARY[match.group(2)]
-    except ValueError:
-        raise InputError(field, f"{text!r} is not a byte count (1073741824, 1G, 1.5g)") from None
+    except (ValueError, OverflowError):  # not a number; a 400-digit one times 10**9 as a float
+        raise InputError(field, f"{quoted(text)} is not a byte count (1073741824, 1G, 1.5g)") from None
     if value <= 0:
-        raise InputError(field, f"{text!r} must be positive")
+        raise InputError(field, f"{quoted(text)} must be positive")
+    if value > MAX_KV_BYTES:
+        raise InputError(field, f"{quoted(text)}: at most {MAX_KV_BYTES} bytes (1 PiB)")
     return value
 
 

@@ -53,3 +53,24 @@ def printable(text: str, limit: int | None = None) -> str:
 def printable_lines(text: str, limit: int | None = None) -> str:
     """As `printable`, but newlines and tabs are kept: for multi-line text the user asked to read (a log)."""
     return _shown(text, limit, _KEPT_IN_LINES)
+
+
+QUOTED_LIMIT = 60
+
+
+def quoted(value: object, limit: int = QUOTED_LIMIT) -> str:
+    """A value from outside, quoted for an error message as `repr` would, but never more than about `limit`
+    characters of it: `'99999…' (200000 characters)`. An error names what was wrong with a value; echoing
+    a 200,000-digit one back whole would bury what it says (and Python refuses to print an int of over 4,300
+    digits at all)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}{ELLIPSIS} ({len(value)} characters)"
+    try:
+        shown = repr(value)
+    except ValueError:  # a container holding an int too long to print
+        return f"a {type(value).__name__} too long to show"
+    return shown if len(shown) <= limit else f"{shown[:limit]}{ELLIPSIS} ({len(shown)} characters)"

@@ -4,7 +4,8 @@ A profile is untrusted, so the loader (a PyYAML SafeLoader) refuses what a profi
 attack does: anchors and aliases (YAML bombs), merge keys (`<<`, the same thing without an alias),
 nesting deeper than MAX_PROFILE_DEPTH (the composer recurses per level, so this is checked before
 Python's recursion limit is reached), a key given twice in one mapping (YAML keeps the last one
-silently, so what a reviewer reads is not what runs) and text over MAX_PROFILE_BYTES. Every refusal
+silently, so what a reviewer reads is not what runs), a number over MAX_INT_CHARS characters (Python
+cannot even convert one of 4,300 digits) and text over MAX_PROFILE_BYTES. Every refusal
 is an InputError naming the file and the line.
 """
 
@@ -18,6 +19,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 
 MAX_PROFILE_BYTES = 256 * 1024
+MAX_INT_CHARS = 100  # the longest number a profile may hold, as written
 MAX_PROFILE_DEPTH = 16  # a real profile nests 3 deep (vllm -> extra_args -> item); anything far deeper is hostile
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -61,6 +63,16 @@ class ProfileLoader(yaml.SafeLoader):
             raise _Refused("anchors (&name) are not allowed in a profile", event.start_mark)
         return super().compose_node(parent, index)
 
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        """An int no longer than MAX_INT_CHARS: Python refuses to convert one of over 4,300 digits (a
+        traceback from inside PyYAML), and no profile value comes near even this bound."""
+        if len(node.value) > MAX_INT_CHARS:
+            raise _Refused(
+                f"a number {len(node.value)} characters long", node.start_mark, "; put it in quotes if it is text"
+            )
+        value: int = self.construct_yaml_int(node)
+        return value
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, Any] = {}
         for key_node, _ in node.value:
@@ -75,6 +87,9 @@ class ProfileLoader(yaml.SafeLoader):
                 shown = printable(str(key))
                 raise _Refused(f"duplicate key '{shown}'", key_node.start_mark, f" (first at line {seen.line + 1})")
         return super().construct_mapping(node, deep=deep)
+
+
+ProfileLoader.add_constructor("tag:yaml.org,2002:int", ProfileLoader.construct_bounded_int)
 
 
 def profile_text(text: str | bytes, source: str) -> str:

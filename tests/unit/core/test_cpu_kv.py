@@ -49,6 +49,30 @@ def test_the_budget_is_read_as_vllm_reads_it() -> None:
         human_readable_bytes("1.5G")  # vLLM refuses decimals with binary suffixes
 
 
+def test_a_200k_digit_budget_is_one_short_line_quoting_its_start_and_length() -> None:
+    with pytest.raises(InputError) as info:
+        kv_cache_space_bytes({"VLLM_CPU_KVCACHE_SPACE": "9" * 200_000})
+    message = str(info.value)
+    assert len(message) < 200 and message.endswith("(200000 characters): vLLM reads whole GiB (an integer)")
+    assert message.startswith("env.VLLM_CPU_KVCACHE_SPACE: '999")
+
+
+@pytest.mark.parametrize(
+    ("env", "args"),
+    [
+        ({"VLLM_CPU_KVCACHE_SPACE": "9" * 400}, []),  # an int Python converts, but no budget is that large
+        ({}, ["--kv-cache-memory-bytes", "9" * 400 + ".5g"]),  # a float that overflows
+        ({}, ["--kv-cache-memory-bytes", "9" * 4_000]),
+    ],
+    ids=["env-400-digits", "flag-float-overflow", "flag-4000-digits"],
+)
+def test_a_budget_beyond_any_machine_is_refused_naming_where(env: dict[str, str], args: list[str]) -> None:
+    with pytest.raises(InputError) as info:
+        kv_cache_space_bytes(env, args)
+    assert len(str(info.value)) < 250
+    assert info.value.field in ("env.VLLM_CPU_KVCACHE_SPACE", "vllm.extra_args: --kv-cache-memory-bytes")
+
+
 @settings(deadline=None, max_examples=300)
 @given(
     budget=st.integers(min_value=1 << 20, max_value=64 * GIB),

@@ -96,3 +96,15 @@ def test_nesting_up_to_the_limit_is_still_read_and_then_validated_by_field() -> 
             f"name: t\nmodel: m\nhosts: [a]\ngpus_per_node: 1\nvllm: {{extra_args: {deep_extra_arg}}}\n", "ok.yaml"
         )
     assert str(excinfo.value).startswith("ok.yaml: vllm.extra_args[0]")  # a type error, not a depth error
+
+
+@pytest.mark.parametrize("number", ["9" * 200_000, "0x" + "f" * 5_000], ids=["decimal-200k-digits", "hex-5k-digits"])
+def test_a_number_too_long_for_python_is_refused_naming_its_line_not_a_traceback(number: str) -> None:
+    text = f"name: t\nmodel: m\nhosts: [a]\ngpus_per_node: 1\nenv:\n  FOO: {number}\n"
+    with pytest.raises(InputError) as excinfo:
+        load_profile(text, "big.yaml")
+    message = str(excinfo.value)
+    assert (
+        message
+        == f"big.yaml: a number {len(number)} characters long at line 6, column 8; put it in quotes if it is text"
+    )
