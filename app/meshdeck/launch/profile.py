@@ -4,8 +4,10 @@ A profile is untrusted input (it may come from a colleague or the internet): unk
 types, a key given twice, anchors/aliases/merge keys (YAML bombs), deep nesting and oversized files
 (profile_yaml.py reads every profile), control characters in any string (they would rewrite the
 terminal that shows the dry run), env variables meshdeck sets itself (`MESHDECK_*`: the inline
-workload and the layout; a node's own address) and layouts that do not match the hosts are refused
-before anything is stored or launched.
+workload and the layout; a node's own address), `vllm.extra_args` that set what the launcher sets itself
+(`--port`, `--tensor-parallel-size`, `--host`, `--model`, ...: vLLM takes the last one given, so the plan,
+the readiness check and the pre-flight would watch one thing while another ran) and layouts that do not
+match the hosts are refused before anything is stored or launched.
 `dump_profile(load_profile(text))` round-trips.
 
     name: ds32-h200-2n
@@ -36,6 +38,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.launch.profile_yaml import MAX_PROFILE_BYTES as MAX_PROFILE_BYTES
 from meshdeck.launch.profile_yaml import parse_yaml
+from meshdeck.launch.vllm_flags import flag_as_vllm_reads
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -77,7 +80,56 @@ def _not_reserved(key: str) -> str:
     return key
 
 
+_PER_NODE = "meshdeck sets it on each node from the layout and the hosts; remove it"
+LAUNCHER_FLAGS = {  # vLLM flags the launcher sets itself -> what a profile says instead
+    "--model": "the model is the profile's `model`",
+    "--port": "set vllm.port instead (the readiness check, the pre-flight port check and the serving URL use it)",
+    "--host": "vLLM listens on every interface and meshdeck checks and serves it at the head's address; remove it",
+    "--uds": "the API must listen on vllm.port: the readiness check and the serving URL use it; remove it",
+    "--tensor-parallel-size": "set layout.tensor_parallel instead",
+    "--pipeline-parallel-size": "set layout.pipeline_parallel instead",
+    "--data-parallel-size": "set layout.data_parallel instead",
+    "--enable-expert-parallel": "set layout.expert_parallel instead",
+    "--no-enable-expert-parallel": "set layout.expert_parallel instead",
+    "--max-model-len": "set vllm.max_model_len instead (the planner sizes the KV cache by it)",
+    "--gpu-memory-utilization": "set vllm.gpu_memory_utilization instead (the planner budgets by it)",
+    "--kv-cache-dtype": "set vllm.kv_cache_dtype instead (the planner sizes the KV cache by it)",
+    "--max-num-seqs": "set vllm.max_num_seqs instead",
+    "--distributed-executor-backend": "set vllm.distributed_backend instead",
+    "--master-port": "set vllm.master_port instead",
+    "--data-parallel-rpc-port": "set vllm.data_parallel_rpc_port instead",
+    "--nnodes": _PER_NODE,
+    "--node-rank": _PER_NODE,
+    "--master-addr": _PER_NODE,
+    "--headless": _PER_NODE,
+    "--data-parallel-size-local": _PER_NODE,
+    "--data-parallel-address": _PER_NODE,
+    "--data-parallel-start-rank": _PER_NODE,
+    "--data-parallel-rank": _PER_NODE,
+    "--data-parallel-backend": _PER_NODE,
+}
+
+
+def launcher_flag_reason(token: str) -> str | None:
+    """Why `token` of vllm.extra_args may not be there (it is, or abbreviates, a flag the launcher decides:
+    vLLM takes the last one given, so it would silently override the plan), or None."""
+    flag = flag_as_vllm_reads(token)
+    reason = LAUNCHER_FLAGS.get(flag) if flag is not None else None
+    if reason is None:
+        return None
+    shown = "" if token.split("=", 1)[0] == flag else f" ({flag} to vLLM)"
+    return f"{printable(token.split('=', 1)[0], 40)}{shown} would override the launcher (vLLM takes the last one given): {reason}"
+
+
+def _not_launcher_flag(token: str) -> str:
+    reason = launcher_flag_reason(token)
+    if reason is not None:
+        raise ValueError(reason)
+    return token
+
+
 Text = Annotated[str, AfterValidator(_no_control)]  # any profile string: no control characters
+ExtraArg = Annotated[str, AfterValidator(_no_control), AfterValidator(_not_launcher_flag)]
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN), AfterValidator(_not_reserved)]
 
 
@@ -111,7 +163,7 @@ class VllmSettings(_Strict):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     distributed_backend: Literal["mp", "ray"] = "mp"
     speculative_mtp: bool = False
-    extra_args: list[Text] = Field(default_factory=list)
+    extra_args: list[ExtraArg] = Field(default_factory=list)
     executable: str = "vllm"
     master_port: Annotated[int, Field(ge=1, le=65535)] = 29501
     data_parallel_rpc_port: Annotated[int, Field(ge=1, le=65535)] = 29550

@@ -24,6 +24,22 @@ def canonical_flag(token: str) -> str | None:
     return VLLM_FLAG_ALIASES.get(name, name)
 
 
+def flag_as_vllm_reads(token: str) -> str | None:
+    """The flag vLLM's parser takes `token` for, or None for a value: `canonical_flag`, then the part before
+    a dot (`--speculative-config.method` sets `--speculative-config`), then argparse's abbreviations
+    (vLLM leaves `allow_abbrev` on: `--tensor-parallel 4` is `--tensor-parallel-size 4`)."""
+    flag = canonical_flag(token)
+    if flag is None or flag in VLLM_SERVE_FLAGS:
+        return flag
+    if flag.startswith("--") and "." in flag:
+        return flag.split(".", 1)[0]
+    if flag.startswith("--"):
+        matches = [known for known in VLLM_SERVE_FLAGS if known.startswith(flag)]
+        if len(matches) == 1:
+            return matches[0]
+    return flag
+
+
 def flags_in(argv: Iterable[str]) -> list[str]:
     """The canonical flags an argv passes (after `vllm serve MODEL`)."""
     return [flag for token in argv if (flag := canonical_flag(token)) is not None]

@@ -38,7 +38,7 @@ from meshdeck.launch.plan import (
     merge_env,
 )
 from meshdeck.launch.profile import Profile
-from meshdeck.launch.vllm_flags import bad_choices, unknown_flags
+from meshdeck.launch.vllm_flags import bad_choices, flag_as_vllm_reads, flag_values, unknown_flags
 from meshdeck.launch.vllm_known_flags import VLLM_VERSION
 
 API_READY_LINE = r"Application startup complete"
@@ -85,11 +85,26 @@ def engine_args(profile: Profile) -> tuple[list[str], list[str]]:
         # no flag: vLLM takes the model's own maximum context from its config
         cut = args.index("--max-model-len")
         del args[cut : cut + 2]
+    warnings += _override_warnings(settings.extra_args, args)
     if unknown := unknown_flags(settings.extra_args):
         warnings.append(f"vllm.extra_args: {', '.join(unknown)} not flags of vLLM {VLLM_VERSION}")
     if problems := bad_choices(settings.extra_args):
         warnings.append(f"vllm.extra_args: unexpected values: {'; '.join(problems)}")
     return args, warnings
+
+
+def _override_warnings(extra_args: Sequence[str], common: Sequence[str]) -> list[str]:
+    """One warning per vllm.extra_args flag that replaces one meshdeck passes for this model (a V3.2 parser,
+    MTP's --speculative-config): legitimate, but the dry run says so. The flags the launcher decides are
+    refused with the profile (launch.profile.LAUNCHER_FLAGS)."""
+    ours = flag_values(list(common))
+    warnings = []
+    for index, token in enumerate(extra_args):
+        flag = flag_as_vllm_reads(token)
+        if flag is not None and flag in ours:
+            given = f"meshdeck's {ours[flag]}" if ours[flag] is not None else "the one meshdeck passes"
+            warnings.append(f"vllm.extra_args[{index}]: {flag} replaces {given} (vLLM takes the last one given)")
+    return warnings
 
 
 def layout_class(profile: Profile) -> str:

@@ -18,6 +18,7 @@ from meshdeck.launch.profile import (
     NAME_PATTERN,
     Profile,
     dump_profile,
+    launcher_flag_reason,
     load_profile,
     profile_from_mapping,
     profile_to_mapping,
@@ -61,7 +62,7 @@ def valid_profiles(draw: st.DrawFn) -> Profile:
                 "port": st.integers(1, 65535),
                 "distributed_backend": st.sampled_from(["mp", "ray"]),
                 "speculative_mtp": st.booleans(),
-                "extra_args": st.lists(clean_text, max_size=4),
+                "extra_args": st.lists(clean_text.filter(lambda a: launcher_flag_reason(a) is None), max_size=4),
                 "executable": _program(),
             },
         )
