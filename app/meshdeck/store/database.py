@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,11 +31,12 @@ import platformdirs
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import NullPool, QueuePool
 
 from meshdeck.core.errors import InputError
-from meshdeck.store.database_errors import database_problem, file_problem
+from meshdeck.store.database_errors import database_problem, file_problem, is_disk_full
 from meshdeck.store.migrations import APPLICATION_ID, LATEST_VERSION, apply_migrations
+from meshdeck.store.owned_paths import resolve_owned
 from meshdeck.store.private_files import PRIVATE_FILE_MODE, create_private_file, make_private_dir, tighten
 
 log = logging.getLogger(__name__)
@@ -89,13 +91,29 @@ def _check_header(path: Path) -> bool:
     return True
 
 
-def _probe(path: Path) -> tuple[int, int, list[str]]:
-    """(application_id, user_version, table names), read through a read-only connection."""
+def _reader_without_shm(path: Path) -> sqlite3.Connection:
+    """A connection that reads a WAL database without its -shm file: on a full disk SQLite cannot create or
+    grow that file, and every ordinary connection, read-only ones included, fails at its first read. In
+    EXCLUSIVE locking mode SQLite keeps the WAL index in its own memory instead (sqlite.org/wal.html,
+    "Use of WAL Without Shared-Memory"); it holds the file's lock until it is closed, so each one serves
+    one read. `query_only`: it writes nothing."""
+    connection = sqlite3.connect(str(path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+    connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+    connection.execute("PRAGMA query_only = ON")
+    return connection
+
+
+def _probe(path: Path, *, without_shm: bool = False) -> tuple[int, int, list[str]]:
+    """(application_id, user_version, table names), read through a read-only connection (`without_shm`:
+    one that needs no -shm file, for a full disk)."""
     uri = path.resolve().as_uri() + "?mode=ro"
     try:
-        connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        if without_shm:
+            connection = _reader_without_shm(path)
+        else:
+            connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
-        raise InputError(_field(path), database_problem(exc, path) or f"cannot be opened ({exc})") from None
+        raise _OpenFailed(exc, "cannot be opened") from None
     try:
         application_id = connection.execute("PRAGMA application_id").fetchone()[0]
         user_version = connection.execute("PRAGMA user_version").fetchone()[0]
@@ -106,10 +124,21 @@ def _probe(path: Path) -> tuple[int, int, list[str]]:
             )
         ]
     except sqlite3.Error as exc:  # a damaged file, or a folder, disk or mount it cannot be used in
-        raise InputError(_field(path), database_problem(exc, path) or f"cannot be read ({exc})") from None
+        raise _OpenFailed(exc, "cannot be read") from None
     finally:
         connection.close()
     return int(application_id), int(user_version), tables
+
+
+class _OpenFailed(Exception):
+    """SQLite refused while opening: `open_database` decides between a read-only fallback and an InputError."""
+
+    def __init__(self, error: sqlite3.Error, doing: str) -> None:
+        super().__init__(str(error))
+        self.error, self.doing = error, doing
+
+    def input_error(self, path: Path) -> InputError:
+        return InputError(_field(path), database_problem(self.error, path) or f"{self.doing} ({self.error})")
 
 
 def _check_compatible(path: Path, application_id: int, user_version: int, tables: list[str]) -> None:
@@ -140,12 +169,18 @@ def _make_private(db_path: Path) -> None:
 
 
 class Database:
-    """An open meshdeck database: an SQLAlchemy engine plus dedicated raw connections for bulk ingest."""
+    """An open meshdeck database: an SQLAlchemy engine plus dedicated raw connections for bulk ingest.
 
-    def __init__(self, path: Path, engine: Engine, schema_version: int) -> None:
+    `read_only` (opened on a full disk): why nothing can be written; reads go through connections that need
+    no -shm file, one per read, and each write first tries to open the file as usual again (space may have
+    been freed), raising that reason as an InputError while it cannot."""
+
+    def __init__(self, path: Path, engine: Engine, schema_version: int, read_only: InputError | None = None) -> None:
         self.path = path
         self.engine = engine
         self.schema_version = schema_version
+        self.read_only = read_only
+        self._reopen_lock = threading.Lock()
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -156,6 +191,7 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE): committed on exit, rolled back whole on an exception."""
+        self._writable()
         with self.usable(), self.engine.connect() as connection:
             connection.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             with connection.begin():
@@ -163,10 +199,28 @@ class Database:
 
     def raw_connection(self, *, cache_kib: int | None = None) -> sqlite3.Connection:
         """A new plain sqlite3 connection with meshdeck's settings, owned (and closed) by the caller."""
+        self._writable()
         with self.usable():
             connection = sqlite3.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
             configure_connection(connection, cache_kib=cache_kib)
         return connection
+
+    def _writable(self) -> None:
+        """Nothing to do once opened as usual; opened read-only on a full disk, try the usual way again."""
+        if self.read_only is None:
+            return
+        with self._reopen_lock:
+            if self.read_only is None:
+                return
+            try:
+                self.schema_version = _open_and_prepare(self.path)
+            except _OpenFailed as failed:
+                if is_disk_full(failed.error, self.path):
+                    raise InputError(self.read_only.field, self.read_only.problem) from None
+                raise failed.input_error(self.path) from None
+            old, self.engine, self.read_only = self.engine, _make_engine(self.path), None
+            old.dispose()
+            log.info("%s: the disk has room again; the database is writable", self.path)
 
     @contextmanager
     def usable(self) -> Iterator[None]:
@@ -198,14 +252,20 @@ class Database:
         return f"Database({str(self.path)!r}, schema_version={self.schema_version})"
 
 
-def _make_engine(path: Path) -> Engine:
-    engine = create_engine(
-        URL.create("sqlite+pysqlite", database=str(path)),
-        poolclass=QueuePool,
-        pool_size=4,
-        max_overflow=8,
-        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
-    )
+def _make_engine(path: Path, *, without_shm: bool = False) -> Engine:
+    """The engine of an open database; `without_shm` (a full disk): a connection per read that needs no
+    -shm file (`_reader_without_shm`), closed after it so its exclusive lock is held only while it reads."""
+    url = URL.create("sqlite+pysqlite", database=str(path))
+    if without_shm:
+        engine = create_engine(url, poolclass=NullPool, creator=lambda: _reader_without_shm(path))
+    else:
+        engine = create_engine(
+            url,
+            poolclass=QueuePool,
+            pool_size=4,
+            max_overflow=8,
+            connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -242,28 +302,62 @@ def _prepare(connection: sqlite3.Connection, db_path: Path) -> int:
             pause = min(pause * 2, 0.5)
 
 
+def _open_and_prepare(db_path: Path) -> int:
+    """Open `db_path` as usual (creating its -wal and -shm), switch it to WAL and migrate it; the version."""
+    try:
+        connection = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise _OpenFailed(exc, "cannot be opened") from None
+    try:
+        return _prepare(connection, db_path)
+    except sqlite3.Error as exc:
+        raise _OpenFailed(exc, "cannot be prepared") from None
+    finally:
+        connection.close()
+
+
 def open_database(path: str | Path | None = None) -> Database:
     """Open (creating or upgrading as needed) meshdeck's database; `None` means the platform data dir.
 
+    A symlink on the way is followed only when it is the user's own (store/owned_paths.py), and a new
+    database is created 0600 where it leads (a dangling link's target included). On a full disk an
+    existing, current database opens read-only (`Database.read_only`): `profiles list`, `history hosts`
+    and every other reading command work, and a write says the disk is full.
+
     Raises InputError naming the file when it cannot be used; in that case nothing was written to it.
     """
-    db_path = default_database_path() if path is None else Path(path).expanduser()
+    given = default_database_path() if path is None else Path(path).expanduser()
+    try:
+        db_path = resolve_owned(given, field=_field(given)).path
+    except OSError as exc:
+        raise InputError(_field(given), f"cannot be reached ({exc.strerror})") from None
     try:
         make_private_dir(db_path.parent, tighten_existing=path is None)  # a folder the user named is theirs
     except OSError as exc:
         raise InputError(_field(db_path), f"its folder cannot be created ({exc.strerror})") from None
-    if _check_header(db_path):
-        _check_compatible(db_path, *_probe(db_path))
-    _make_private(db_path)
+    exists = _check_header(db_path)
     try:
-        connection = sqlite3.connect(str(db_path), timeout=BUSY_TIMEOUT_MS / 1000)
-    except sqlite3.Error as exc:
-        raise InputError(_field(db_path), database_problem(exc, db_path) or f"cannot be opened ({exc})") from None
-    try:
-        version = _prepare(connection, db_path)
-    except sqlite3.Error as exc:
-        raise InputError(_field(db_path), database_problem(exc, db_path) or f"cannot be prepared ({exc})") from None
-    finally:
-        connection.close()
+        if exists:
+            _check_compatible(db_path, *_probe(db_path))
+        _make_private(db_path)
+        version = _open_and_prepare(db_path)
+    except _OpenFailed as failed:
+        if not (exists and is_disk_full(failed.error, db_path)):
+            raise failed.input_error(db_path) from None
+        return _open_read_only(db_path, failed.input_error(db_path))
     log.debug("opened %s at schema version %d", db_path, version)
     return Database(db_path, _make_engine(db_path), version)
+
+
+def _open_read_only(db_path: Path, full: InputError) -> Database:
+    """An existing database on a full disk, for reading: checked as usual through a connection that needs no
+    -shm file. One that needs a migration cannot be opened (that is a write): `full` is raised."""
+    try:
+        application_id, user_version, tables = _probe(db_path, without_shm=True)
+    except _OpenFailed as failed:
+        raise (full if is_disk_full(failed.error, db_path) else failed.input_error(db_path)) from None
+    _check_compatible(db_path, application_id, user_version, tables)
+    if user_version != LATEST_VERSION:
+        raise full
+    log.info("%s: %s; opened read-only", db_path, full.problem)
+    return Database(db_path, _make_engine(db_path, without_shm=True), user_version, read_only=full)

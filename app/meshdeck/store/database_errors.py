@@ -23,13 +23,34 @@ UNCHANGED = "what is stored was not changed"
 _NEARLY_FULL_BYTES = 1 << 20  # less free space than this, and an I/O error is taken as a full disk
 
 
-def database_problem(exc: BaseException, path: Path) -> str | None:
-    """The sentence for an error about the file or its disk, or None for any other error."""
+def _sqlite_error(exc: BaseException) -> tuple[sqlite3.Error, str] | None:
+    """The sqlite3 error inside `exc` and its kind (SQLITE_IOERR_SHMSIZE -> SQLITE_IOERR), or None."""
     error = exc.orig if isinstance(exc, DBAPIError) else exc
     if not isinstance(error, sqlite3.Error):
         return None
     name = getattr(error, "sqlite_errorname", None) or ""
-    kind = "_".join(name.split("_")[:2])  # SQLITE_IOERR_SHMSIZE -> SQLITE_IOERR
+    return error, "_".join(name.split("_")[:2])
+
+
+def is_disk_full(exc: BaseException, path: Path) -> bool:
+    """Whether `exc` is SQLite meeting a full disk where `path` lives (SQLITE_FULL, or an I/O error or a
+    file it cannot create with under 1 MiB free: the -shm file that cannot grow)."""
+    found = _sqlite_error(exc)
+    if found is None:
+        return False
+    kind = found[1]
+    if kind == "SQLITE_FULL":
+        return True
+    return kind in ("SQLITE_IOERR", "SQLITE_CANTOPEN") and _free_bytes(path.parent) < _NEARLY_FULL_BYTES
+
+
+def database_problem(exc: BaseException, path: Path) -> str | None:
+    """The sentence for an error about the file or its disk, or None for any other error."""
+    found = _sqlite_error(exc)
+    if found is None:
+        return None
+    error, kind = found
+    name = getattr(error, "sqlite_errorname", None) or ""
     detail = str(error)
     if kind in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
         return damaged(path, detail)
@@ -37,7 +58,7 @@ def database_problem(exc: BaseException, path: Path) -> str | None:
         return None
     folder = path.parent
     space = _free_bytes(folder)
-    if kind == "SQLITE_FULL" or (kind in ("SQLITE_IOERR", "SQLITE_CANTOPEN") and space < _NEARLY_FULL_BYTES):
+    if is_disk_full(exc, path):
         return (
             f"the disk holding it is full ({_size(space)} free in {folder}; SQLite: {detail}); "
             f"free some space and try again — {UNCHANGED}"

@@ -5,7 +5,9 @@ folder it cannot write), and what is stored is left byte for byte as it was.
 Disk full is tested twice: for real on a 4 MiB tmpfs (ENOSPC from the file system, as a full disk gives it;
 mounted only where the test may mount, i.e. as root with CAP_SYS_ADMIN, unmounted afterwards, skipped
 elsewhere), and everywhere with SQLite's `PRAGMA max_page_count`, which makes SQLite return the same
-SQLITE_FULL without any mount. A read-only folder or file does not stop root, so as root those commands
+SQLITE_FULL without any mount. On a full disk a reading command still works (the database opens read-only,
+through connections that need no -shm file); that is tested on the tmpfs and, everywhere, with the
+SQLITE_FULL of an ordinary open injected. A read-only folder or file does not stop root, so as root those commands
 run as `nobody`."""
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import pytest
 from meshdeck.core.errors import InputError
+from meshdeck.launch.profile import load_profile
+from meshdeck.services.profiles import save_profile
+from meshdeck.store import database as database_module
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import HostRecord, add_host, list_hosts
 from meshdeck.store.writer import SampleWriter, WriterSettings
@@ -34,6 +39,13 @@ def _fill_history(path: Path, seconds: int = 2000) -> None:
         with SampleWriter(db) as writer:
             rows = [(s, HOUR_START + s, f"gpu{g}", "power_w", 300.0 + g) for s in range(1, seconds) for g in range(8)]
             writer.submit_rows("gpu-a", rows)
+    _checkpoint(path)
+
+
+READ_ONLY_PROFILE = "name: tiny\nmodel: m\nhosts: [gpu-a]\ngpus_per_node: 1\n"
+
+
+def _checkpoint(path: Path) -> None:
     connection = sqlite3.connect(path)  # everything in the main file: the -wal and -shm go away on close
     connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     connection.close()
@@ -130,22 +142,51 @@ def _fill_disk(folder: Path) -> Path:
     return filler
 
 
-def test_a_full_disk_is_one_line_for_reads_and_writes_and_nothing_stored_changes(small_tmpfs: Path) -> None:
+def test_on_a_full_disk_reads_work_a_write_is_one_line_and_nothing_stored_changes(small_tmpfs: Path) -> None:
     path = small_tmpfs / "m.db"
     _fill_history(path, seconds=400)
+    with open_database(path) as db:
+        save_profile(db, load_profile(READ_ONLY_PROFILE))
+    _checkpoint(path)
     before = _files(small_tmpfs)
     filler = _fill_disk(small_tmpfs)
-    for argv in (["history", "hosts"], ["history", "retention", "--raw-days", "3"]):
-        code, out, err = _cli(["--db", str(path), *argv])
-        assert (code, out) == (2, ""), err
-        assert err.count("\n") == 1 and "damaged" not in err and "Traceback" not in err
-        assert err.startswith(f"meshdeck: error: database {path}: the disk holding it is full")
+    for argv, shows in ((["history", "hosts"], "gpu-a"), (["profiles", "list"], "tiny"), (["hosts", "list"], "gpu-a")):
+        code, out, err = _cli(["--db", str(path), *argv])  # reading needs no room: no -shm file to grow
+        assert (code, err) == (0, "") and shows in out, err
+    code, out, err = _cli(["--db", str(path), "history", "retention", "--raw-days", "3"])
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and "damaged" not in err and "Traceback" not in err
+    assert err.startswith(f"meshdeck: error: database {path}: the disk holding it is full")
     for leftover in small_tmpfs.glob("m.db-*"):
         leftover.unlink()  # an empty -wal / -shm SQLite may have created: not stored data
     assert _files(small_tmpfs) == before
     filler.unlink()
-    code, out, _ = _cli(["--db", str(path), "history", "hosts"])
-    assert code == 0 and "gpu-a" in out
+    code, out, _ = _cli(["--db", str(path), "history", "retention", "--raw-days", "3"])
+    assert code == 0
+
+
+def test_a_database_opened_on_a_full_disk_reads_refuses_writes_and_writes_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same without a mount: SQLITE_FULL injected where an ordinary open makes its -shm file."""
+    path = tmp_path / "m.db"
+    _fill_history(path, seconds=50)
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorname = "SQLITE_FULL"  # type: ignore[attr-defined]
+
+    def no_room(_path: Path) -> int:
+        raise database_module._OpenFailed(full, "cannot be prepared")
+
+    monkeypatch.setattr(database_module, "_open_and_prepare", no_room)
+    with open_database(path) as db:
+        assert db.read_only is not None
+        assert [h.name for h in list_hosts(db)] == ["gpu-a"]
+        with pytest.raises(InputError) as info:
+            add_host(db, HostRecord("gpu-b", "ops@10.0.0.2"))
+        assert str(info.value).startswith(f"database {path}: the disk holding it is full")
+        monkeypatch.undo()  # space freed: the next write opens the file as usual
+        add_host(db, HostRecord("gpu-b", "ops@10.0.0.2"))
+        assert db.read_only is None and [h.name for h in list_hosts(db)] == ["gpu-a", "gpu-b"]
 
 
 def test_the_writer_on_a_full_disk_keeps_its_batch_and_says_the_disk_is_full(small_tmpfs: Path) -> None:

@@ -17,6 +17,7 @@ import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from meshdeck.core.errors import InputError
 from meshdeck.remote.hostkeys import HostKeyStore
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import HostRecord, add_host
@@ -109,3 +110,37 @@ def test_meshdecks_known_hosts_is_0600_in_a_0700_data_dir_and_a_looser_one_is_ti
     assert store.known_keys("gpu-a")
     assert _mode(own) == 0o600
     assert any("tightened" in r.getMessage() and str(own) in r.getMessage() for r in caplog.records)
+
+
+def test_a_database_created_through_a_dangling_symlink_is_0600_in_a_0700_folder(
+    tmp_path: Path, open_umask: None
+) -> None:
+    link = tmp_path / "meshdeck.db"
+    real = tmp_path / "elsewhere" / "real.db"
+    link.symlink_to(real)  # the user's own link, to a database not made yet
+    with open_database(link) as db:
+        add_host(db, HostRecord("gpu-a", "ops@10.0.0.1"))
+        files = _database_files_named(real)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert _mode(real.parent) == 0o700
+    assert files == {"real.db": 0o600, "real.db-shm": 0o600, "real.db-wal": 0o600}
+
+
+def _database_files_named(db: Path) -> dict[str, int]:
+    return {p.name: _mode(p) for p in sorted(db.parent.iterdir()) if p.name.startswith(db.name)}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a link to another uid (lchown) needs root")
+def test_a_database_link_another_user_planted_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    wanted = tmp_path / "alice" / "stolen.db"
+    wanted.parent.mkdir()
+    link = shared / "m.db"
+    link.symlink_to(wanted)
+    os.lchown(link, 54_321, 54_321)
+    with pytest.raises(InputError) as info:
+        open_database(link)
+    assert info.value.field == f"database {link}" and "is a symlink owned by uid 54321" in info.value.problem
+    assert not wanted.exists()
