@@ -26,7 +26,9 @@ from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.placement import GroupLinks, group_links, pipeline_inside_nvlink_node
 from meshdeck.core.plan_request import PlanRequest, ResolvedSettings
 from meshdeck.core.reserve import ProcessMemory, ReserveInputs, layout_reserve, process_memory_for_groups
+from meshdeck.core.roofline_speed import RooflineInputs, RooflineSpeed
 from meshdeck.core.rules import practice_tier
+from meshdeck.core.serving import Deployment, EngineShape, ServingEstimate, SpeedModel, aggregated_estimate
 from meshdeck.core.throughput import DecodeModel
 from meshdeck.core.traffic import TrafficItem, decode_traffic
 from meshdeck.core.units import GIB
@@ -44,6 +46,7 @@ class LayoutEstimate:
     batch_per_replica: int
     traffic: tuple[TrafficItem, ...]  # per token through the busiest stage
     warnings: tuple[str, ...]  # CUDA graphs that do not fit the headroom (vLLM < 0.20)
+    roofline: RooflineInputs | None = None  # what the roofline speed model needs of this layout
 
 
 NOT_ESTIMATED = LayoutEstimate(0.0, 0.0, "", 0, (), ())
@@ -72,7 +75,15 @@ def refused(candidate: LayoutCandidate, reason: str) -> LayoutPlan:
 class LayoutEvaluator:
     """Evaluates the layouts of one request (one plan)."""
 
-    def __init__(self, request: PlanRequest, settings: ResolvedSettings, supported: bool = True) -> None:
+    def __init__(
+        self,
+        request: PlanRequest,
+        settings: ResolvedSettings,
+        supported: bool = True,
+        speed: SpeedModel | None = None,
+        roofline_reason: str = "",
+    ) -> None:
+        """`speed` answers TTFT / TPOT (measured kernels); None: the roofline alone, saying `roofline_reason`."""
         self.request, self.settings, self.supported = request, settings, supported
         self.mtp_layers = request.model.num_nextn_predict_layers if request.mtp else 0
         self.speculative_tokens = request.mtp_speculative_tokens if request.mtp else 0
@@ -84,6 +95,8 @@ class LayoutEvaluator:
             weights_fp8=settings.weights_dtype == "fp8",
             speculative_tokens=self.speculative_tokens,
         )
+        self.roofline = RooflineSpeed(self.decode, request.model, roofline_reason)
+        self.speed: SpeedModel = speed if speed is not None else self.roofline
         self.accounting = accounting_for(request.vllm_version)
         self.blocks_per_request = -(-settings.max_model_len // settings.kv.block_size)
         self.kv_block_bytes_per_layer = settings.kv.block_size * settings.kv.bytes_per_token_per_layer
@@ -189,9 +202,11 @@ class LayoutEvaluator:
         # per-GPU figures are those of the busiest stage
         busiest = memory.busiest_stage
         busiest_memory, kv_cache_bytes = memory.of(busiest), memory.kv_cache_bytes(busiest)
+        serving: ServingEstimate | str | None = None
         if fits:
             shortfall = 0
             estimate = self.estimate(candidate, sharding, busiest.kind, busiest_memory, links, kv.tokens)
+            serving = self.serving(candidate, kv.tokens, estimate.roofline)
             reason = (
                 f"fits with {kv_cache_bytes / GIB:.1f} GiB KV per GPU; "
                 f"est. {estimate.tokens_per_s:,.0f} tok/s ({estimate.bound} bound)"
@@ -236,6 +251,9 @@ class LayoutEvaluator:
             pipeline_memory=memory,
             practice_tier=practice_tier(pp, dp, pipeline_in_node),
             reason=reason,
+            serving=serving if isinstance(serving, ServingEstimate) else None,
+            speed_inputs=estimate.roofline,
+            serving_problem=serving if isinstance(serving, str) else "",
             details_factory=partial(
                 layout_details,
                 request,
@@ -259,6 +277,29 @@ class LayoutEvaluator:
                 max_num_batched_tokens=settings.max_num_batched_tokens,
             ),
         )
+
+    def serving(
+        self, candidate: LayoutCandidate, kv_tokens_per_replica: int, roofline: RooflineInputs | None
+    ) -> ServingEstimate | str:
+        """The layout's TTFT, TPOT and tokens/s at the plan's workload, or why it cannot serve it."""
+        settings = self.settings
+        deployment = Deployment(
+            shape=EngineShape(
+                candidate.tensor_parallel,
+                candidate.pipeline_parallel,
+                candidate.data_parallel,
+                candidate.expert_parallel,
+                self.request.cluster.gpus_per_node,
+            ),
+            instances=candidate.placement.instances,
+            kv_tokens_per_replica=kv_tokens_per_replica,
+            max_num_seqs=settings.max_num_seqs,
+            chunk_tokens=settings.max_num_batched_tokens,
+            speculative_tokens=self.speculative_tokens,
+            roofline=roofline,
+        )
+        fallback = None if self.speed is self.roofline else self.roofline
+        return aggregated_estimate(deployment, self.request.workload, self.speed, fallback=fallback)
 
     def estimate(
         self,
@@ -285,9 +326,8 @@ class LayoutEvaluator:
         )
         step = sharding.step_inputs(memory.weights_bytes, stage, memory.kv_layers)
         batch = max(1, min(settings.max_num_seqs, kv_tokens_per_replica // max(1, settings.context_tokens)))
-        busy, single = self.decode.estimates(
-            step, self.decode.links(traffic), batches=(batch, 1), pipeline_parallel=pipeline_parallel
-        )
+        link_costs = self.decode.links(traffic)
+        busy, single = self.decode.estimates(step, link_costs, batches=(batch, 1), pipeline_parallel=pipeline_parallel)
         warnings: tuple[str, ...] = ()
         outside = memory.reserve.outside_budget_bytes
         headroom = self.request.cluster.gpu.torch_visible_bytes - settings.usable_bytes_per_gpu
@@ -304,4 +344,5 @@ class LayoutEvaluator:
             batch_per_replica=batch,
             traffic=traffic,
             warnings=warnings,
+            roofline=RooflineInputs(step, link_costs, pipeline_parallel),
         )

@@ -15,6 +15,7 @@ from typing import Any
 from meshdeck.core.layout_parts import PipelineMemory
 from meshdeck.core.placement import Placement, RankPlacement, rank_map
 from meshdeck.core.reserve import Reserve
+from meshdeck.core.serving import ServingEstimate, parallel_label
 from meshdeck.core.traffic import TrafficItem, traffic_by_link
 from meshdeck.core.units import GIB
 from meshdeck.core.weights import StageWeights
@@ -80,8 +81,13 @@ class LayoutPlan:
     pipeline_memory: PipelineMemory | None = None  # what each stage holds: see `stages`
     practice_tier: int = 0  # rules.PRACTICE_*: 0 documented; higher ranks lower whatever the estimate
     reason: str = ""
+    # TTFT, TPOT and tokens/s at the plan's workload (serving.py), or why there is none ("" when it fits and has one)
+    serving: ServingEstimate | None = None
+    serving_problem: str = ""
     # Warnings and flags are only needed for the layouts someone looks at: built on first use.
     details_factory: Callable[[], LayoutDetails] | None = field(default=None, compare=False, repr=False)
+    # what the roofline speed model needs of this layout (roofline_speed.RooflineInputs; None when it does not fit)
+    speed_inputs: Any = field(default=None, compare=False, repr=False)
     weights_factory: Callable[[], StageWeights] | None = field(default=None, compare=False, repr=False)
 
     @cached_property
@@ -165,14 +171,9 @@ class LayoutPlan:
         return rank_map(self.placement, self.tensor_parallel, self.pipeline_parallel, self.data_parallel)
 
     def label(self) -> str:
-        parts = [f"TP{self.tensor_parallel}"]
-        if self.pipeline_parallel > 1:
-            parts.append(f"PP{self.pipeline_parallel}")
-        if self.data_parallel > 1:
-            parts.append(f"DP{self.data_parallel}")
-        if self.expert_parallel:
-            parts.append("EP")
-        text = "·".join(parts)
+        text = parallel_label(
+            self.tensor_parallel, self.pipeline_parallel, self.data_parallel, "EP" if self.expert_parallel else ""
+        )
         return f"{self.instances}× {text}" if self.instances > 1 else text
 
     def as_dict(self, *, include_rank_map: bool = True, rank_note: str = "") -> dict[str, Any]:
@@ -226,6 +227,8 @@ class LayoutPlan:
             "vllm_args": list(self.vllm_args),
             "reason": self.reason,
             "rank_note": rank_note,
+            "serving": self.serving.as_dict() if self.serving is not None else None,
+            "serving_problem": self.serving_problem or None,
         }
         if include_rank_map:
             out["rank_map"] = [r.as_dict() for r in self.rank_map]

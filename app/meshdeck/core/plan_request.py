@@ -6,7 +6,7 @@ GUI shows the same text next to the matching field. Defaults follow vLLM's own f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from meshdeck.core.cluster import ClusterSpec
 from meshdeck.core.errors import InputError
@@ -14,6 +14,7 @@ from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
+from meshdeck.core.serving import Workload
 from meshdeck.core.vllm_releases import (
     CUDAGRAPH_ESTIMATE_ENV,
     NEWEST_MODELLED,
@@ -101,6 +102,11 @@ class PlanRequest:
     data_parallel: int | None = None
     expert_parallel: bool | None = None
     training: TrainingSettings | None = None
+    workload: Workload = field(
+        default_factory=Workload
+    )  # what the serving estimate assumes (--isl, --osl, --concurrency, SLA)
+    disaggregated: bool = False  # also plan prefill/decode pools (--disaggregated)
+    hosts_without_rdma: tuple[str, ...] = ()  # detected hosts with no active InfiniBand/RoCE port (agents' NICs)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -151,6 +157,21 @@ class PlanRequest:
             if value is not None:
                 _positive_int(value, flag)
         _positive_int(self.mtp_speculative_tokens, "--mtp-tokens", maximum=16)
+        longest = self.max_model_len or self.model.max_position_embeddings
+        if not self.workload.stated and self.workload.tokens_per_request > longest:
+            # the default workload shrinks to a short context; a stated one is the operator's and is refused
+            half = max(1, longest // 2)
+            object.__setattr__(
+                self, "workload", replace(self.workload, input_tokens=half, output_tokens=max(1, longest - half))
+            )
+        if self.workload.tokens_per_request > longest:
+            raise InputError(
+                "--isl",
+                f"--isl {self.workload.input_tokens:,} + --osl {self.workload.output_tokens:,} tokens exceed "
+                f"max_model_len {longest:,}: vLLM refuses such a request",
+            )
+        if self.disaggregated and (self.engine != "vllm" or self.mode != "serve"):
+            raise InputError("--disaggregated", "plans vLLM serving pools only (--engine vllm --mode serve)")
         if self.mtp and not self.model.num_nextn_predict_layers:
             raise InputError("--mtp", f"{self.model.name} has no MTP layer (num_nextn_predict_layers is 0)")
 

@@ -7,10 +7,11 @@ traffic and vllm serve flags spelled out under the table.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.rules import EP_TIE_TOLERANCE
+from meshdeck.core.serving import pareto_front
 from meshdeck.core.units import GIB, KIB, MIB
 
 if TYPE_CHECKING:
@@ -26,16 +27,42 @@ COLUMNS = (
     ("KV tok/replica", ">"),
     ("KV tok total", ">"),
     ("conc@len", ">"),
-    ("est. tok/s", ">"),
-    ("est. tok/s/req", ">"),
-    ("bound (est.)", "<"),
+    ("in flight", ">"),
+    ("TTFT ms", ">"),
+    ("TPOT ms", ">"),
+    ("tok/s", ">"),
+    ("tok/s/GPU", ">"),
+    ("tok/s/user", ">"),
     ("warn", ">"),
 )
+SPEED_COLUMNS = 6  # in flight … tok/s/user: the serving estimate (TTFT, TPOT, throughput) at the workload
+
+
+def _speed_cells(layout: LayoutPlan) -> list[str]:
+    serving = layout.serving
+    if serving is None:
+        return ["—"] * SPEED_COLUMNS
+    mark = "" if serving.source.measured else "~"  # ~: the roofline's (see the speed line under the table)
+    sla = "" if serving.sla is None or serving.sla.meets else " ✗"
+    return [
+        f"{serving.concurrency:,}",
+        f"{mark}{serving.ttft_ms:,.0f}",
+        f"{mark}{serving.tpot_ms:,.1f}{sla}",
+        f"{mark}{serving.output_tokens_per_s:,.0f}",
+        f"{mark}{serving.output_tokens_per_s_per_gpu:,.0f}",
+        f"{mark}{serving.tokens_per_s_per_user:,.1f}",
+    ]
 
 
 def _row(rank: int, layout: LayoutPlan) -> list[str]:
     if not layout.valid:
-        return [str(rank), layout.label(), str(layout.gpus), *["—"] * 9, f"invalid: {layout.invalid_reason}"]
+        return [
+            str(rank),
+            layout.label(),
+            str(layout.gpus),
+            *["—"] * (len(COLUMNS) - 4),
+            f"invalid: {layout.invalid_reason}",
+        ]
     reserve = layout.reserve.in_budget_bytes / GIB if layout.reserve else 0.0
     if not layout.fits:
         return [
@@ -45,7 +72,7 @@ def _row(rank: int, layout: LayoutPlan) -> list[str]:
             f"{layout.weights_gib_per_gpu:.1f}",
             f"{reserve:.1f}",
             f"short {layout.shortfall_bytes / GIB:.1f}",
-            *["—"] * 6,
+            *["—"] * (3 + SPEED_COLUMNS),
             str(len(layout.warnings)),
         ]
     return [
@@ -58,9 +85,7 @@ def _row(rank: int, layout: LayoutPlan) -> list[str]:
         f"{layout.kv_tokens_per_replica:,}",
         f"{layout.kv_tokens_total:,}",
         f"{layout.max_concurrency:.1f}x",
-        f"{layout.est_decode_tokens_per_s:,.0f}",
-        f"{layout.est_decode_tokens_per_s_per_request:.1f}",
-        layout.est_bound,
+        *_speed_cells(layout),
         str(len(layout.warnings)),
     ]
 
@@ -82,9 +107,76 @@ def table(layouts: list[LayoutPlan]) -> str:
 
 RANKING_LEGEND = (
     "order: documented layouts first, then PP inside an NVLink node, then DP × PP (see their warnings); "
-    f"within each, the goal's estimate — a DP layout with EP goes ahead of its twin without EP inside "
-    f"{EP_TIE_TOLERANCE:.0%}"
+    f"within each, the goal's serving estimate — a DP layout with EP goes ahead of its twin without EP inside "
+    f"{EP_TIE_TOLERANCE:.0%}; ✗: misses the SLA targets"
 )
+
+
+def _speed_line(result: PlanResult) -> str:
+    source = result.speed_source
+    if source is None:
+        return ""
+    text = source.text()
+    marker = "" if source.measured else " (~ marks it in the table)"
+    return f"speed at {result.request.workload.text()}: {text}{marker}"
+
+
+def front_rows(result: PlanResult) -> list[tuple[str, str, Any]]:
+    """(kind, label, ServingEstimate) on the throughput–interactivity front: aggregated layouts and pools."""
+    points: list[tuple[str, str, Any]] = [
+        ("aggregated", layout.label(), layout.serving) for layout in result.fitting if layout.serving is not None
+    ]
+    points += [("disaggregated", option.label(), option.serving) for option in result.disaggregated]
+    front = pareto_front([(s.tokens_per_s_per_user, s.output_tokens_per_s_per_gpu) for _, _, s in points])
+    return [points[i] for i in front]
+
+
+def render_front(result: PlanResult) -> list[str]:
+    rows = front_rows(result)
+    if not rows:
+        return []
+    out = ["", "Throughput–interactivity front (no layout beats these on both tok/s per GPU and tok/s per user):"]
+    for kind, label, serving in rows:
+        mark = "" if serving.source.measured else "~"
+        out.append(
+            f"  {mark}{serving.tokens_per_s_per_user:8.1f} tok/s/user  {mark}{serving.output_tokens_per_s_per_gpu:9,.0f} "
+            f"tok/s/GPU  TTFT {serving.ttft_ms:8,.0f} ms  {serving.concurrency:6,} in flight  {label} ({kind})"
+        )
+    return out
+
+
+def render_disaggregated(result: PlanResult, top: int) -> list[str]:
+    if not result.request.disaggregated:
+        return []
+    out = ["", "Prefill/decode-disaggregated (rate-matched pools; KV over NixlConnector):"]
+    if not result.disaggregated:
+        return [*out, "  no split of this cluster holds a prefill and a decode worker"]
+    best = result.aggregated_best
+    if best is not None and best.serving is not None:
+        s = best.serving
+        out.append(
+            f"  aggregated best, {best.label()} on {best.gpus} GPUs: {s.output_tokens_per_s:,.0f} tok/s "
+            f"({s.output_tokens_per_s_per_gpu:,.0f}/GPU), TTFT {s.ttft_ms:,.0f} ms, TPOT {s.tpot_ms:,.1f} ms"
+        )
+    for i, option in enumerate(result.disaggregated[:top]):
+        s = option.serving
+        versus = "" if option.versus_aggregated is None else f" — {option.versus_aggregated:.2f}× the aggregated"
+        sla = (
+            ""
+            if s.sla is None
+            else (" (meets the SLA)" if s.sla.meets else f" (misses the SLA by {s.sla.worst_miss:.0%})")
+        )
+        out.append(
+            f"  {i + 1}. {option.label()} on {s.gpus} GPUs: {s.output_tokens_per_s:,.0f} tok/s "
+            f"({s.output_tokens_per_s_per_gpu:,.0f}/GPU), TTFT {s.ttft_ms:,.0f} ms (KV transfer "
+            f"{option.kv_transfer_ms:,.1f} ms), TPOT {s.tpot_ms:,.1f} ms, {s.concurrency:,} in flight{versus}{sla}"
+        )
+    first = result.disaggregated[0]
+    for pool in (first.prefill, first.decode):
+        env = " ".join(f"{key}={value}" for key, value in pool.env)
+        out.append(f"  {pool.role} worker: {env + ' ' if env else ''}vllm serve <model> {shlex.join(pool.vllm_args)}")
+    out += [f"  warning: {warning}" for warning in first.warnings]
+    return out
 
 
 def _bytes(n_bytes: float) -> str:
@@ -134,6 +226,9 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
         if tail:
             out.append("… " + "; ".join(tail))
         out.append(RANKING_LEGEND)
+        out.append(_speed_line(result))
+    out += render_disaggregated(result, top)
+    out += render_front(result)
     out += ["", f"Top pick: {result.top_reason}"]
     best = result.layouts[0] if result.layouts else None
     if best is not None and best.valid:

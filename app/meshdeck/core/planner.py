@@ -7,9 +7,11 @@ as fit — so "fewer GPUs" layouts appear whenever an instance size does not div
 Within an instance TP is tried over the divisors of the head count, PP over the divisors of what
 is left (stages step across nodes; up to 16 stages), DP takes the rest; expert parallel on and off. Layouts vLLM
 would refuse are kept with their reason (shown with --all); layouts that fit are ranked first by practice
-(documented layouts before PP inside an NVLink node, before DP × PP — see `rank_layouts`), then by:
-- throughput: estimated decode tokens/s of the whole cluster;
-- latency: estimated tokens/s one request sees;
+(documented layouts before PP inside an NVLink node, before DP × PP — see `rank_layouts`), then by the
+serving estimate at the operator's workload (serving.py: measured kernels where the tables reach, else the
+roofline; a layout the kernel tables could not answer ranks after those they could):
+- throughput: output tokens/s of the whole deployment (with SLA targets: of the layouts that meet them);
+- latency: tokens/s one request sees (1 / TPOT);
 - context: KV tokens per replica (how long or how many contexts one replica holds).
 """
 
@@ -40,6 +42,14 @@ from meshdeck.core.rules import (
     PRACTICE_NOTES,
     PRACTICE_PP_INSIDE_NVLINK_NODE,
     gpu_supported,
+)
+from meshdeck.core.serving import (
+    SOURCE_ROOFLINE,
+    PlanProgress,
+    SpeedModel,
+    SpeedSource,
+    no_progress,
+    serving_rank_key,
 )
 from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
@@ -134,12 +144,23 @@ def _ep_options(request: PlanRequest, moe_ranks: int) -> tuple[bool, ...]:
 
 
 def _metric(layout: LayoutPlan, goal: str) -> tuple[float, float]:
-    """What the goal ranks fitting layouts by (primary, tie-break)."""
-    if goal == "latency":
-        return (layout.est_decode_tokens_per_s_per_request, layout.est_decode_tokens_per_s)
+    """What the goal ranks fitting layouts by (primary, tie-break): the serving estimate where there is one."""
+    serving = layout.serving
     if goal == "context":
-        return (float(layout.kv_tokens_per_replica), layout.est_decode_tokens_per_s)
-    return (layout.est_decode_tokens_per_s, float(layout.kv_tokens_total))
+        return (float(layout.kv_tokens_per_replica), serving.output_tokens_per_s if serving else 0.0)
+    return serving_rank_key(serving, goal)
+
+
+ROOFLINE_AMONG_KERNELS_NOTE = (
+    "its speed is the roofline's (the kernel tables had no answer for this shape): ranked after the layouts "
+    "with measured-kernel estimates"
+)
+
+
+def _speed_tier(layout: LayoutPlan, measured_plan: bool) -> float:
+    """0 for a layout whose estimate is of the plan's own source; 1 for a roofline stand-in in a measured plan."""
+    serving = layout.serving
+    return float(measured_plan and serving is not None and serving.source.kind == SOURCE_ROOFLINE)
 
 
 def _ep_preference_note(layout: LayoutPlan, twin: LayoutPlan, shortfall: float) -> str:
@@ -159,7 +180,7 @@ class Ranking(NamedTuple):
     notes: tuple[str, ...]
 
 
-def rank_layouts(layouts: list[LayoutPlan], goal: str) -> Ranking:
+def rank_layouts(layouts: list[LayoutPlan], goal: str, *, measured_plan: bool = False) -> Ranking:
     """Layouts in rank order: runnable and fitting first, then practice, then the goal's estimate.
 
     - A layout vLLM does not document (DP × PP) or that puts pipeline stages inside an NVLink node
@@ -167,6 +188,8 @@ def rank_layouts(layouts: list[LayoutPlan], goal: str) -> Ranking:
       in-node PP keeps its place when no documented layout fits (then PP is what makes it fit).
     - With DP > 1, the EP variant of a layout ranks ahead of the same layout without EP unless its
       estimate is more than EP_TIE_TOLERANCE worse (the two differ only by a few hundred MiB of reserve).
+    - In a plan with measured-kernel speed (`measured_plan`), a layout the tables could not answer (its speed
+      is the roofline's) ranks after those they could: the two sources are not comparable.
     A layout whose place is not the estimate's alone gets a note saying why (the note belongs to the
     ranking, not to the layout: the same layout ranks differently for another goal).
     """
@@ -188,7 +211,7 @@ def rank_layouts(layouts: list[LayoutPlan], goal: str) -> Ranking:
         if twin is None:
             continue
         own, other = metrics[id(layout)], metrics[id(twin)]
-        if own < other and own[0] >= (1 - EP_TIE_TOLERANCE) * other[0]:
+        if own < other and own[0] > 0 and own[0] >= (1 - EP_TIE_TOLERANCE) * other[0]:
             metrics[id(layout)] = other
             notes[id(layout)] = _ep_preference_note(layout, twin, 1 - own[0] / other[0] if other[0] else 0.0)
 
@@ -203,13 +226,16 @@ def rank_layouts(layouts: list[LayoutPlan], goal: str) -> Ranking:
             notes[id(layout)] = PP_MAKES_IT_FIT_NOTE
         elif tier_of(layout) > best_tier:  # demoted below a layout that fits: say why (first)
             notes[id(layout)] = "; ".join(filter(None, (PRACTICE_NOTES[layout.practice_tier], notes.get(id(layout)))))
+        if _speed_tier(layout, measured_plan):
+            notes[id(layout)] = "; ".join(filter(None, (notes.get(id(layout)), ROOFLINE_AMONG_KERNELS_NOTE)))
 
     def key(layout: LayoutPlan) -> tuple[float, ...]:
         head = (float(layout.valid), float(layout.supported), float(layout.fits))
         if not layout.fits:
-            return (*head, 0.0, -float(layout.shortfall_bytes), 0.0, 0.0, 0.0)
+            return (*head, 0.0, 0.0, -float(layout.shortfall_bytes), 0.0, 0.0, 0.0)
         ep_with_dp = float(layout.expert_parallel and layout.data_parallel > 1)
-        return (*head, -float(tier_of(layout)), *metrics[id(layout)], ep_with_dp, -float(layout.gpus))
+        speed_tier = -_speed_tier(layout, measured_plan)
+        return (*head, -float(tier_of(layout)), speed_tier, *metrics[id(layout)], ep_with_dp, -float(layout.gpus))
 
     ranked = sorted(layouts, key=key, reverse=True)
     return Ranking(ranked, tuple(notes.get(id(layout), "") for layout in ranked))
@@ -225,6 +251,8 @@ class PlanResult:
     notes: tuple[str, ...] = ()
     training: Any = None  # a TrainingPlan for --mode train
     rank_notes: tuple[str, ...] = ()  # per layout, in rank order: why it sits there (see rank_layouts)
+    speed_source: SpeedSource | None = None  # where the serving estimates come from (None: --mode train)
+    disaggregated: tuple[Any, ...] = ()  # DisaggregatedPlan, best first (--disaggregated)
 
     @cached_property
     def _note_by_layout(self) -> dict[int, str]:
@@ -237,6 +265,11 @@ class PlanResult:
     @property
     def fitting(self) -> list[LayoutPlan]:
         return [layout for layout in self.layouts if layout.fits and layout.valid]
+
+    @property
+    def aggregated_best(self) -> LayoutPlan | None:
+        """The best-ranked aggregated layout with a serving estimate (what disaggregated plans are held against)."""
+        return next((layout for layout in self.fitting if layout.serving is not None), None)
 
     def as_dict(
         self, *, include_all: bool = False, top: int | None = None, include_rank_map: bool = True
@@ -283,6 +316,8 @@ class PlanResult:
                 "vllm_accounting": ".".join(str(v) for v in request.vllm_version),
                 "vllm_accounting_range": accounting_for(request.vllm_version).label,
             },
+            "workload": request.workload.as_dict(),
+            "speed_source": self.speed_source.as_dict() if self.speed_source else None,
             "top_reason": self.top_reason,
             "notes": list(self.notes),
             "layouts_total": len(self.layouts),
@@ -290,6 +325,18 @@ class PlanResult:
             "layouts": [
                 layout.as_dict(include_rank_map=include_rank_map, rank_note=self.rank_note(layout)) for layout in chosen
             ],
+            **self._disaggregated_dict(),
+        }
+
+    def _disaggregated_dict(self) -> dict[str, Any]:
+        if not self.request.disaggregated:
+            return {}
+        best = self.aggregated_best
+        return {
+            "disaggregated": [option.as_dict() for option in self.disaggregated],
+            "aggregated_best": None
+            if best is None or best.serving is None
+            else {"layout": best.label(), "gpus": best.gpus, "serving": best.serving.as_dict()},
         }
 
 
@@ -321,22 +368,42 @@ def _top_reason(layouts: list[LayoutPlan], goal: str, settings: ResolvedSettings
             "--gpu-memory-utilization or use --kv-cache-dtype fp8"
         )
     kv = f"{top.kv_tokens_per_replica:,} KV tokens per replica ({top.max_concurrency:.1f}× max_model_len)"
+    serving = top.serving
+    speed = (
+        f"{serving.output_tokens_per_s:,.0f} output tok/s ({serving.output_tokens_per_s_per_gpu:,.0f} per GPU), "
+        f"TPOT {serving.tpot_ms:,.1f} ms, TTFT {serving.ttft_ms:,.0f} ms at {serving.concurrency:,} in flight "
+        f"({'measured kernels' if serving.source.measured else 'roofline'})"
+        if serving is not None
+        else f"no serving estimate: {top.serving_problem}"
+    )
     if goal == "latency":
-        why = f"fastest single request, est. {top.est_decode_tokens_per_s_per_request:.1f} tok/s per request"
+        why = "fastest for one request" + (f", {serving.tokens_per_s_per_user:.1f} tok/s per user" if serving else "")
+        why += f": {speed}"
     elif goal == "context":
         why = f"most KV per replica: {kv}"
-        kv = f"est. {top.est_decode_tokens_per_s:,.0f} tok/s"
+        kv = speed
     else:
-        why = (
-            f"highest est. cluster decode throughput, {top.est_decode_tokens_per_s:,.0f} tok/s ({top.est_bound} bound)"
-        )
+        why = f"highest output throughput: {speed}"
+    if serving is not None and serving.sla is not None and not serving.sla.meets:
+        why += f"; no layout meets the SLA targets — this one misses by {serving.sla.worst_miss:.0%}"
     caveat = "" if top.supported else " — but see its warnings: vLLM cannot run it on this GPU"
     note = f"; {top_note}" if top_note else ""
     return f"{top.label()} on {top.gpus} GPUs: {why}; {kv}{note}{caveat}"
 
 
-def plan(request: PlanRequest) -> PlanResult:
-    """Evaluate and rank every candidate layout (or, for --mode train, the training layouts)."""
+def plan(
+    request: PlanRequest,
+    speed: SpeedModel | None = None,
+    *,
+    roofline_reason: str = "",
+    progress: PlanProgress = no_progress,
+) -> PlanResult:
+    """Evaluate and rank every candidate layout (or, for --mode train, the training layouts).
+
+    `speed` answers TTFT / TPOT from measured kernels (meshdeck.speed builds one where its tables reach);
+    without it the roofline answers and `roofline_reason` says why. `progress(done, total, what)` is called
+    as layouts are estimated; it may raise serving.Cancelled to stop the plan.
+    """
     settings = resolve(request)
     counts = parameter_counts(request.model)
     if request.mode == "train":
@@ -345,8 +412,14 @@ def plan(request: PlanRequest) -> PlanResult:
         training = plan_training(request, settings, counts)
         return PlanResult(request, settings, counts, [], training.top_reason, training.notes, training)
     supported = gpu_supported(request.model, request.cluster.gpu, settings.weights_dtype, request.vllm_version)
-    evaluate = LayoutEvaluator(request, settings, supported).evaluate
-    layouts = [evaluate(candidate) for candidate in candidate_layouts(request)]
+    evaluator = LayoutEvaluator(request, settings, supported, speed, roofline_reason)
+    candidates = list(candidate_layouts(request))
+    steps = len(candidates) + (1 if request.disaggregated else 0)
+    layouts = []
+    for done, candidate in enumerate(candidates):
+        if done % 16 == 0:
+            progress(done, steps, "layouts")
+        layouts.append(evaluator.evaluate(candidate))
     if not layouts and any(
         v is not None for v in (request.tensor_parallel, request.pipeline_parallel, request.data_parallel)
     ):
@@ -354,10 +427,14 @@ def plan(request: PlanRequest) -> PlanResult:
             "--tensor-parallel",
             f"no layout on {request.cluster.nodes}×{request.cluster.gpus_per_node} GPUs matches the TP/PP/DP filters",
         )
-    ranking = rank_layouts(layouts, request.goal)
+    speed_source = evaluator.speed.source
+    ranking = rank_layouts(layouts, request.goal, measured_plan=speed_source.measured)
     scored = ranking.layouts
     notes: tuple[str, ...] = (
-        "est_* numbers are estimates from bandwidth and FLOP models, not measurements",
+        f"serving: {speed_source.text()}; workload {request.workload.text()}"
+        + ("" if request.workload.stated else " (the default: --isl, --osl, --concurrency, --ttft-ms, --tpot-ms)"),
+        *_fallback_note(scored, speed_source),
+        "est_decode_* numbers are the roofline's decode estimate (bandwidth and FLOP models), not measurements",
         f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
         _accounting_note(request.vllm_version),
     )
@@ -369,4 +446,35 @@ def plan(request: PlanRequest) -> PlanResult:
             f"{MTP_ACCEPTANCE:g} (≈{expected_accepted_tokens(request.mtp_speculative_tokens):.2f} tokens per step)",
         )
     top_reason = _top_reason(scored, request.goal, settings, ranking.notes[0] if scored else "")
-    return PlanResult(request, settings, counts, scored, top_reason, notes, rank_notes=ranking.notes)
+    disaggregated: tuple[Any, ...] = ()
+    if request.disaggregated:
+        from meshdeck.core.disaggregated import plan_disaggregated  # only --disaggregated pays for it
+
+        progress(len(candidates), steps, "prefill/decode pools")
+        disaggregated = plan_disaggregated(evaluator, scored)
+    progress(steps, steps, "done")
+    return PlanResult(
+        request,
+        settings,
+        counts,
+        scored,
+        top_reason,
+        notes,
+        rank_notes=ranking.notes,
+        speed_source=speed_source,
+        disaggregated=disaggregated,
+    )
+
+
+def _fallback_note(layouts: list[LayoutPlan], source: SpeedSource) -> tuple[str, ...]:
+    """Where a measured plan's tables had no answer and the roofline stood in, said once for the plan."""
+    if not source.measured:
+        return ()
+    stand_ins = [lay for lay in layouts if lay.serving is not None and lay.serving.source.kind == SOURCE_ROOFLINE]
+    if not stand_ins:
+        return ()
+    names = ", ".join(layout.label() for layout in stand_ins[:4]) + (" …" if len(stand_ins) > 4 else "")
+    return (
+        f"{len(stand_ins)} layout(s) ({names}) have no measured-kernel answer: their speed is the roofline's, "
+        "labelled so, and they rank after the measured ones",
+    )

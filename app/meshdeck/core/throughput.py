@@ -160,13 +160,20 @@ class DecodeModel:
                 )
         return LinkCosts(tuple(collectives), hop)
 
-    def step(self, inputs: DecodeStepInputs, collectives: tuple[CollectiveCost, ...], batch: int) -> tuple[float, str]:
+    def step(
+        self,
+        inputs: DecodeStepInputs,
+        collectives: tuple[CollectiveCost, ...],
+        batch: int,
+        context_tokens: int | None = None,
+    ) -> tuple[float, str]:
         """(seconds, bound) for one decode step of `batch` sequences on the busiest stage.
 
         With speculative decoding every sequence runs 1 + k query tokens through the model per step.
+        `context_tokens` defaults to the plan's (--context-tokens); the serving roofline passes its workload's.
         """
         tokens_per_sequence = self.tokens_per_sequence
-        context_tokens = self.context_tokens
+        context_tokens = self.context_tokens if context_tokens is None else context_tokens
         moe_tokens = batch * inputs.data_parallel * tokens_per_sequence
         touched = expected_distinct_experts(self.n_routed_experts, self.experts_per_token, moe_tokens)
         expert_bytes = touched * inputs.expert_bytes_per_expert_layer * inputs.moe_layers
@@ -209,6 +216,7 @@ class DecodeModel:
         *,
         batches: tuple[int, ...],
         pipeline_parallel: int,
+        context_tokens: int | None = None,
     ) -> tuple[DecodeEstimate, ...]:
         """Replica tokens/s at each batch size (concurrent sequences), and the speed one request sees.
 
@@ -220,7 +228,7 @@ class DecodeModel:
         for requested in batches:
             batch = max(1, requested)
             micro = max(1, -(-batch // pipeline_parallel))
-            step, bound = self.step(inputs, links.collectives, micro)
+            step, bound = self.step(inputs, links.collectives, micro, context_tokens)
             stage_time = step + hop * micro * (1 + speculative_tokens)
             round_trip = pipeline_parallel * stage_time / self.accepted
             tokens_per_s = min(batch, pipeline_parallel * micro) / round_trip

@@ -51,11 +51,13 @@ def test_the_best_layout_is_written_as_a_valid_profile_of_the_named_hosts(capsys
     assert layout_of(profile.layout) == layout_key(best)
     assert profile.hosts == ["gpu-a"] and profile.gpus_per_node == 8
     assert profile.model == "deepseek-ai/DeepSeek-V3.2"  # the bundled card's Hugging Face id
-    assert profile.name == "deepseek-v3.2-tp1-dp8-ep" == f"deepseek-v3.2-{'-'.join(best_label_parts(best))}"
+    name = f"deepseek-v3.2-{'-'.join(best_label_parts(best))}"
+    label = "·".join(part.upper() for part in best_label_parts(best))
+    assert profile.name == name
     assert (profile.vllm.max_model_len, profile.vllm.gpu_memory_utilization) == (163840, 0.9)
     header = text.splitlines()[0]
     assert header == f"# meshdeck plan --gpu H200-SXM-141GB --profile-out {shlex.quote(str(target))} --hosts gpu-a"
-    assert f"Profile: rank 1, TP1·DP8·EP → {target} (deepseek-v3.2-tp1-dp8-ep on gpu-a)" in out
+    assert f"Profile: rank 1, {label} → {target} ({name} on gpu-a)" in out
     assert not list(tmp_path.glob(".*"))  # the temporary file was renamed away
 
 

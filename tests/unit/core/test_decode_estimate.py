@@ -46,8 +46,11 @@ def test_estimates_are_labelled_in_json_keys_and_table_header(request_for, v32):
     from meshdeck.core.plan_text import render_plan
 
     result = plan(request_for(v32))
-    assert all(key.startswith("est_") for key in result.as_dict()["layouts"][0] if "tokens_per_s" in key)
-    assert "est. tok/s" in render_plan(result) and "bound (est.)" in render_plan(result)
+    layout = result.as_dict()["layouts"][0]
+    assert all(key.startswith("est_") for key in layout if "tokens_per_s" in key)
+    assert layout["serving"]["source"] == "roofline"  # no kernel tables asked for: the roofline, said so
+    text = render_plan(result)
+    assert "TPOT ms" in text and "speed from the ROOFLINE estimate" in text and "~" in text.split("\n")[5]
 
 
 def test_mtp_raises_the_single_request_estimate_by_the_accepted_draft_length(request_for, v32):

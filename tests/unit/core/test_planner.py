@@ -18,8 +18,8 @@ def test_fitting_layouts_come_first_in_practice_then_goal_order(request_for, v32
     from meshdeck.core.rules import EP_TIE_TOLERANCE
 
     for goal, metric in (
-        ("throughput", lambda lay: lay.est_decode_tokens_per_s),
-        ("latency", lambda lay: lay.est_decode_tokens_per_s_per_request),
+        ("throughput", lambda lay: lay.serving.output_tokens_per_s),
+        ("latency", lambda lay: lay.serving.tokens_per_s_per_user),
         ("context", lambda lay: lay.kv_tokens_per_replica),
     ):
         layouts = plan(request_for(v32, goal=goal)).layouts
@@ -98,8 +98,9 @@ def test_layout_that_does_not_divide_the_cluster_is_refused(request_for, v32):
 
 def test_top_reason_names_the_pick_and_its_estimate(request_for, v32):
     result = plan(request_for(v32))
-    assert result.top_reason.startswith(result.layouts[0].label())
-    assert "est." in result.top_reason
+    top = result.layouts[0]
+    assert result.top_reason.startswith(top.label())
+    assert f"TPOT {top.serving.tpot_ms:,.1f} ms" in result.top_reason and "(roofline)" in result.top_reason
 
 
 def test_json_form_has_the_issue_keys_and_labels_estimates(request_for, v32):

@@ -19,9 +19,21 @@ from meshdeck.core.rules import (
     PRACTICE_DP_WITH_PP,
     PRACTICE_PP_INSIDE_NVLINK_NODE,
 )
+from meshdeck.core.serving import SOURCE_KERNELS, SOURCE_ROOFLINE, ServingEstimate, SpeedSource
 from meshdeck.core.units import GB
 
+ROOFLINE = SpeedSource(SOURCE_ROOFLINE, "roofline")
+KERNELS = SpeedSource(SOURCE_KERNELS, "aiconfigurator-core test tables")
+
 GOALS = ("throughput", "latency", "context")
+
+
+def serving_at(rate: float, source: SpeedSource = ROOFLINE) -> ServingEstimate:
+    """A serving estimate of `rate` output tokens/s and rate / 100 tokens/s per user (TPOT 100,000 / rate ms)."""
+    return ServingEstimate(
+        ttft_ms=100.0, tpot_ms=100_000.0 / rate if rate else 0.0, output_tokens_per_s=rate, gpus=8, nodes=1.0,
+        concurrency=1, concurrency_requested=None, batch_per_replica=1, capacity_per_replica=1, source=source,
+    )  # fmt: skip
 
 
 def fitting(tp: int, pp: int, dp: int, ep: bool, rate: float, *, tier: int = PRACTICE_DOCUMENTED) -> LayoutPlan:
@@ -29,7 +41,7 @@ def fitting(tp: int, pp: int, dp: int, ep: bool, rate: float, *, tier: int = PRA
     return LayoutPlan(
         tp, pp, dp, ep, Placement(tp * pp * dp, 1, 8), True, None, True, fits=True,
         est_decode_tokens_per_s=rate, est_decode_tokens_per_s_per_request=rate / 100,
-        kv_tokens_per_replica=int(rate), practice_tier=tier,
+        kv_tokens_per_replica=int(rate), practice_tier=tier, serving=serving_at(rate),
     )  # fmt: skip
 
 
@@ -141,3 +153,27 @@ def test_the_96gb_h20_cannot_hold_the_dp8_recipe_layout_at_any_utilization(reque
         request_for(v32, "H20", tensor_parallel=1, pipeline_parallel=1, data_parallel=8, expert_parallel=True)
     ).layouts[0]
     assert not layout.fits and layout.weights_bytes_per_gpu > gpu("H20").torch_visible_bytes
+
+
+def test_in_a_measured_plan_a_roofline_stand_in_ranks_after_the_measured_layouts_and_says_why():
+    measured = replace(fitting(8, 1, 1, False, 1000.0), serving=serving_at(1000.0, KERNELS))
+    stand_in = fitting(1, 1, 8, True, 50_000.0)  # the roofline's number: not comparable with a measurement
+    ranked, notes = rank_layouts([stand_in, measured], "throughput", measured_plan=True)
+    assert labels(ranked) == ["TP8", "TP1·DP8·EP"]
+    assert "roofline" in notes[1] and notes[0] == ""
+    # a plan that is the roofline's throughout compares its own numbers
+    assert labels(rank_layouts([measured, stand_in], "throughput").layouts) == ["TP1·DP8·EP", "TP8"]
+
+
+def test_sla_meeting_layouts_rank_first_then_the_smallest_miss():
+    from meshdeck.core.serving import SlaCheck
+
+    def with_sla(layout: LayoutPlan, meets: bool, miss: float) -> LayoutPlan:
+        sla = SlaCheck(1000.0, 50.0, meets, 0.0, miss)
+        return replace(layout, serving=replace(layout.serving, sla=sla))
+
+    fast_missing = with_sla(fitting(1, 1, 8, True, 9000.0), False, 0.5)
+    slow_meeting = with_sla(fitting(8, 1, 1, False, 1000.0), True, 0.0)
+    near_miss = with_sla(fitting(2, 1, 4, True, 5000.0), False, 0.1)
+    ranked = rank_layouts([fast_missing, near_miss, slow_meeting], "throughput").layouts
+    assert labels(ranked) == ["TP8", "TP2·DP4·EP", "TP1·DP8·EP"]
