@@ -47,15 +47,17 @@ def test_json_lists_fitting_layouts_in_rank_order_with_every_issue_key(capsys):
         assert layout["fits"] is True
         assert all(isinstance(w, str) for w in layout["warnings"])
         assert all(isinstance(a, str) for a in layout["vllm_args"])
-    # practice first (documented, then PP inside an NVLink node, then DP × PP), then the estimate
+    # practice first (documented, then PP inside an NVLink node, then DP × PP), then the serving estimate
     tiers = [2 if "dp_with_pp" in lay["warning_codes"] else int("pp_inside_nvlink_node" in lay["warning_codes"])
              for lay in layouts]  # fmt: skip
     assert tiers == sorted(tiers)
     documented = [lay for lay, tier in zip(layouts, tiers, strict=True) if tier == 0]
     for ahead, behind in itertools.pairwise(documented):
-        if ahead["est_decode_tokens_per_s"] < behind["est_decode_tokens_per_s"]:
+        ahead_rate, behind_rate = (lay["serving"]["output_tokens_per_s"] for lay in (ahead, behind))
+        if ahead_rate < behind_rate:
             assert ahead["expert_parallel"] and ahead["rank_note"].startswith("ranked ahead of")
-            assert ahead["est_decode_tokens_per_s"] >= 0.95 * behind["est_decode_tokens_per_s"]
+            assert ahead_rate >= 0.95 * behind_rate
+    assert {lay["serving"]["source"] for lay in layouts} == {data["speed_source"]["label"]}
 
 
 def test_calibration_point_through_the_cli_with_vllms_defaults(capsys):
@@ -92,7 +94,7 @@ def test_default_output_is_a_readable_table_naming_the_top_pick(capsys):
     code, out, _ = run_cli(capsys, "--gpu", "H200-SXM-141GB")
     assert code == 0
     assert "Top pick:" in out
-    assert "est. tok/s" in out
+    assert "TTFT ms" in out and "TPOT ms" in out and "tok/s/GPU" in out and "speed from measured kernels" in out
     assert "vllm serve <model> --tensor-parallel-size" in out
 
 
@@ -237,7 +239,7 @@ def test_make_run_command_reads_well(capsys):
     assert code == 0
     header = out.splitlines()[0]
     assert "deepseek-v3.2" in header and "H200-SXM-141GB" in header
-    assert "note: est_* numbers are estimates" in out
+    assert "note: est_decode_* numbers are the roofline's decode estimate" in out
 
 
 def test_table_says_where_its_settings_and_order_come_from(capsys):

@@ -32,12 +32,14 @@ from meshdeck.core.gpu_spec import resolve_gpu
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest, TrainingSettings, parse_vllm_version
 from meshdeck.core.plan_text import render_plan, render_training
-from meshdeck.core.planner import PlanResult, plan
+from meshdeck.core.planner import PlanResult
+from meshdeck.core.serving import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS, Workload
 from meshdeck.core.units import GBIT
 from meshdeck.core.vllm_releases import NEWEST_MODELLED, modelled_ranges, release_text
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model, load_topology
 from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.planning import plan_with_speed
 
 BOOLEAN_WORDS = {
     "on": True,
@@ -111,6 +113,26 @@ def register(subparsers: Subparsers) -> None:
     )
     add("--topology", help="`nvidia-smi topo -m` output or an agent inventory JSON of one node")
     add("--context-tokens", help="context length the decode estimate assumes (default min(max-model-len, 4096))")
+    add("--isl", help=f"serving workload: input tokens per request (default {DEFAULT_INPUT_TOKENS})")
+    add("--osl", help=f"serving workload: output tokens per request (default {DEFAULT_OUTPUT_TOKENS})")
+    add(
+        "--concurrency",
+        help="requests in flight across the whole deployment (a DP8 layout holds C/8 per rank; default: as many "
+        "as each layout holds)",
+    )
+    add("--ttft-ms", help="SLA: time-to-first-token target; ranks the layouts that meet it first")
+    add("--tpot-ms", help="SLA: time-per-output-token target (1000 / tokens per second per user)")
+    add(
+        "--speed",
+        default="kernels",
+        help="kernels | roofline: TTFT / TPOT from measured kernel tables (aiconfigurator-core, where they reach "
+        "this GPU; else the roofline, said so) or the roofline estimate only (default kernels)",
+    )
+    add(
+        "--disaggregated",
+        action="store_true",
+        help="also plan prefill/decode-disaggregated pools, rate-matched, against the best aggregated layout",
+    )
     add(
         "--vllm-version",
         help=f"vLLM release whose memory accounting to follow, one of the modelled ranges {modelled_ranges()} "
@@ -214,6 +236,21 @@ def _cluster(args: argparse.Namespace) -> ClusterSpec:
     )
 
 
+SPEED_CHOICES = ("kernels", "roofline")
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    given = [args.isl, args.osl, args.concurrency, args.ttft_ms, args.tpot_ms]
+    return Workload(
+        input_tokens=_int(args.isl, "--isl") or DEFAULT_INPUT_TOKENS,
+        output_tokens=_int(args.osl, "--osl") or DEFAULT_OUTPUT_TOKENS,
+        concurrency=_int(args.concurrency, "--concurrency"),
+        ttft_ms=None if args.ttft_ms is None else _float(args.ttft_ms, "--ttft-ms"),
+        tpot_ms=None if args.tpot_ms is None else _float(args.tpot_ms, "--tpot-ms"),
+        stated=any(value is not None for value in given),
+    )
+
+
 def build_request(args: argparse.Namespace) -> PlanRequest:
     model = load_model(args.model)
     cluster = _cluster(args)
@@ -248,6 +285,8 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
         pipeline_parallel=_int(args.pipeline_parallel, "--pipeline-parallel"),
         data_parallel=_int(args.data_parallel, "--data-parallel"),
         expert_parallel=_bool(args.expert_parallel, "--expert-parallel"),
+        workload=_workload(args),
+        disaggregated=bool(args.disaggregated),
     )
 
 
@@ -255,7 +294,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     top = _int(args.top, "--top")
     wanted = profile_request(args)
     request = build_request(args)
-    result: PlanResult = plan(request)
+    result: PlanResult = plan_with_speed(request, _choice(args.speed, "--speed", SPEED_CHOICES))
     written = [] if wanted is None else write_plan_profiles(wanted, result, args.model, command_line(parser, args))
     if args.json:
         if result.training is not None:
