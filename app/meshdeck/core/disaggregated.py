@@ -168,22 +168,23 @@ def _batches(limit: int, choices: tuple[int, ...]) -> list[int]:
 
 
 def _packs(sizes: list[tuple[int, int]], nodes: int, gpus_per_node: int) -> bool:
-    """Whether `count` workers of each size fit the nodes: multi-node workers take whole nodes, the rest pack."""
-    free = [gpus_per_node] * nodes
-    for size, count in sorted(sizes, reverse=True):
-        for _ in range(count):
-            if size >= gpus_per_node:
-                need = size // gpus_per_node
-                empty = [i for i, left in enumerate(free) if left == gpus_per_node][:need]
-                if len(empty) < need:
-                    return False
-                for i in empty:
-                    free[i] = 0
-                continue
-            spot = next((i for i, left in enumerate(free) if left >= size), None)
-            if spot is None:
-                return False
-            free[spot] -= size
+    """Whether `count` workers of each size fit the nodes: workers of a node or more take whole nodes, the rest
+    (sizes dividing a node) pack into the nodes left, largest first — exact for the two sizes of two pools."""
+    whole = sum(size // gpus_per_node * count for size, count in sizes if size >= gpus_per_node)
+    if whole > nodes:
+        return False
+    empty, partial = nodes - whole, 0  # nodes untouched; free GPUs of the one node the last size left part-full
+    for size, count in sorted(((s, c) for s, c in sizes if s < gpus_per_node and c > 0), reverse=True):
+        into_partial = min(count, partial // size)
+        count -= into_partial
+        partial -= into_partial * size
+        per_node = gpus_per_node // size
+        needed = -(-count // per_node)
+        if needed > empty:
+            return False
+        empty -= needed
+        left = count % per_node
+        partial += (per_node - left) * size if left else 0
     return True
 
 
@@ -207,6 +208,8 @@ class _Planner:
                 continue
             shapes.setdefault(_shape(layout, gpus_per_node), layout)
         self.shapes = shapes
+        self._decode_options: dict[tuple[EngineShape, int], _WorkerOption | None] = {}
+        self._ladders: dict[EngineShape, list[_WorkerOption]] = {}
 
     def _ask(
         self, shape: EngineShape, layout: LayoutPlan, role: str, batch: int
@@ -259,12 +262,33 @@ class _Planner:
         return min(self.settings.max_num_seqs, layout.kv_tokens_per_replica // self.workload.tokens_per_request)
 
     def decode_option(self, shape: EngineShape, layout: LayoutPlan, batch: int) -> _WorkerOption | None:
+        key = (shape, batch)
+        if key in self._decode_options:
+            return self._decode_options[key]
+        option = None
         answered = self._ask(shape, layout, "decode", batch)
-        if answered is None or answered[0].tpot_ms <= 0:
-            return None
-        times, source = answered
-        rate = batch * shape.data_parallel / (self.workload.output_tokens * times.tpot_ms / 1000.0)
-        return _WorkerOption(layout, shape, batch, rate, times, source)
+        if answered is not None and answered[0].tpot_ms > 0:
+            times, source = answered
+            rate = batch * shape.data_parallel / (self.workload.output_tokens * times.tpot_ms / 1000.0)
+            option = _WorkerOption(layout, shape, batch, rate, times, source)
+        self._decode_options[key] = option
+        return option
+
+    def decode_ladder(self, shape: EngineShape, layout: LayoutPlan) -> list[_WorkerOption]:
+        """The batches a decode worker of this shape may run, smallest first, up to its capacity and TPOT target."""
+        if shape in self._ladders:
+            return self._ladders[shape]
+        capacity = self.decode_capacity(layout)
+        ladder: list[_WorkerOption] = []
+        for batch in sorted({*_batches(capacity, DECODE_BATCHES), capacity}) if capacity >= 1 else ():
+            option = self.decode_option(shape, layout, batch)
+            if option is None:
+                continue
+            if self.workload.tpot_ms is not None and option.times.tpot_ms > self.workload.tpot_ms and batch > 1:
+                break
+            ladder.append(option)
+        self._ladders[shape] = ladder
+        return ladder
 
     def decode_for(
         self, shape: EngineShape, layout: LayoutPlan, workers: int, needed_rate: float
@@ -281,17 +305,11 @@ class _Planner:
         requested = self.workload.concurrency
         if requested is not None:
             return self.decode_option(shape, layout, min(capacity, -(-requested // (workers * shape.data_parallel))))
-        fallback = None
-        for batch in sorted({*_batches(capacity, DECODE_BATCHES), capacity}):
-            option = self.decode_option(shape, layout, batch)
-            if option is None:
-                continue
-            if self.workload.tpot_ms is not None and option.times.tpot_ms > self.workload.tpot_ms and batch > 1:
-                break
-            fallback = option
+        ladder = self.decode_ladder(shape, layout)
+        for option in ladder:
             if workers * option.requests_per_s * DECODE_DEGRADATION >= needed_rate:
                 return option
-        return fallback
+        return ladder[-1] if ladder else None
 
     def kv_transfer_ms(self) -> float:
         """One prompt's KV cache from a prefill GPU to a decode GPU over the network (rail-per-GPU NICs)."""
@@ -299,6 +317,28 @@ class _Planner:
         bytes_total = self.workload.input_tokens * kv.bytes_per_token_per_layer * self.card.num_hidden_layers
         per_gpu = self.cluster.inter_node_bytes_per_s / self.cluster.gpus_per_node
         return bytes_total / per_gpu * 1000.0
+
+    def _prefill_counts(
+        self, prefill: _WorkerOption, decode_shape: EngineShape, decode_layout: LayoutPlan
+    ) -> list[int]:
+        """Prefill worker counts worth trying: around where the pools' rates cross, and the extremes.
+
+        The prefill pool's rate grows with its workers and the decode pool's shrinks with the GPUs left, so the
+        deployment's rate, their minimum, peaks where they cross: x* = c·T / (a·g_d + c·g_p) with a and c the
+        degraded rates of one prefill worker and of one decode worker at its fullest batch.
+        """
+        total, gp, gd = self.cluster.total_gpus, prefill.shape.gpus, decode_shape.gpus
+        most = total // gp
+        ladder = self.decode_ladder(decode_shape, decode_layout)
+        if most < 1 or not ladder:
+            return []
+        if self.workload.concurrency is not None or most <= 16:
+            return list(range(1, most + 1))
+        a = prefill.requests_per_s * PREFILL_DEGRADATION
+        c = max(option.requests_per_s for option in ladder) * DECODE_DEGRADATION
+        crossing = c * total / (a * gd + c * gp)
+        near = range(math.floor(crossing) - 2, math.ceil(crossing) + 3)
+        return sorted({x for x in (1, most, *near) if 1 <= x <= most})
 
     def combine(
         self, prefill: _WorkerOption, decode_shape: EngineShape, decode_layout: LayoutPlan, transfer_ms: float
@@ -308,7 +348,7 @@ class _Planner:
         total, gpn = cluster.total_gpus, cluster.gpus_per_node
         gp, gd = prefill.shape.gpus, decode_shape.gpus
         best: tuple[float, int, int, _WorkerOption] | None = None
-        for x in range(1, total // gp + 1):
+        for x in self._prefill_counts(prefill, decode_shape, decode_layout):
             y = (total - x * gp) // gd
             while y >= 1 and not _packs([(gp, x), (gd, y)], cluster.nodes, gpn):
                 y -= 1

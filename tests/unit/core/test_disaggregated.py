@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from meshdeck.core.disaggregated import (
     DECODE_DEGRADATION,
     PREFILL_DEGRADATION,
@@ -132,3 +134,53 @@ def test_one_node_that_cannot_hold_two_pools_plans_none(request_for, v32) -> Non
     result = plan(replace(request_for(v32, "H200-SXM-141GB", 1, 8), disaggregated=True))
     assert result.disaggregated == ()
     assert result.as_dict()["disaggregated"] == []
+
+
+def _first_fit(sizes: list[tuple[int, int]], nodes: int, per_node: int) -> bool:
+    """The plain simulation `_packs` computes in closed form: whole nodes first, then first fit, largest first."""
+    free = [per_node] * nodes
+    for size, count in sorted(sizes, reverse=True):
+        for _ in range(count):
+            if size >= per_node:
+                empty = [i for i, left in enumerate(free) if left == per_node][: size // per_node]
+                if len(empty) < size // per_node:
+                    return False
+                for i in empty:
+                    free[i] = 0
+            else:
+                spot = next((i for i, left in enumerate(free) if left >= size), None)
+                if spot is None:
+                    return False
+                free[spot] -= size
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    per_node=st.sampled_from([2, 4, 6, 8, 12, 16]),
+    nodes=st.integers(1, 12),
+    data=st.data(),
+)
+def test_packing_in_closed_form_matches_the_first_fit_simulation(per_node: int, nodes: int, data) -> None:
+    divisors = [d for d in range(1, per_node + 1) if per_node % d == 0]
+    sizes = divisors + [per_node * k for k in (2, 3, 4)]
+    pools = [(data.draw(st.sampled_from(sizes)), data.draw(st.integers(0, 12))) for _ in range(2)]
+    assert _packs(pools, nodes, per_node) == _first_fit(pools, nodes, per_node)
+
+
+def test_the_crossing_search_finds_the_split_an_exhaustive_scan_finds(request_for, v32, monkeypatch) -> None:
+    from dataclasses import replace
+
+    from meshdeck.core import disaggregated
+
+    request = request_for(v32, "H200-SXM-141GB", 24, 8, max_model_len=16384)
+    request = replace(request, workload=Workload(4096, 512, stated=True), disaggregated=True)
+    fast = plan(request).disaggregated
+    monkeypatch.setattr(
+        disaggregated._Planner,
+        "_prefill_counts",
+        lambda self, prefill, shape, layout: list(range(1, self.cluster.total_gpus // prefill.shape.gpus + 1)),
+    )
+    exhaustive = plan(request).disaggregated
+    assert fast[0].serving.output_tokens_per_s == pytest.approx(exhaustive[0].serving.output_tokens_per_s, rel=1e-9)
+    assert fast[0].label() == exhaustive[0].label()
