@@ -57,6 +57,12 @@ def _read_json(path: Path, label: str) -> Any:
         raise InputError(
             label, f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise InputError(
+            label, f"{path} nests JSON too deeply to be a config (past Python's recursion limit)"
+        ) from None
+    except ValueError as exc:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+        raise InputError(label, f"{path} holds a value Python cannot read: {exc}") from None
 
 
 def bundled_model_names() -> tuple[str, ...]:
