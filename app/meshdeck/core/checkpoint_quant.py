@@ -6,7 +6,8 @@ whether the layer gets the quantized method or UnquantizedLinearMethod (BF16); t
 same matching to every quantizable module of a DeepSeek-V3 model and reduces the result to what the
 planner counts: the component families the checkpoint quantizes, and the decoder layers it leaves BF16
 as a whole. A list the planner cannot express that way (a family quantized in some layers only) is
-refused naming the field, never approximated.
+refused naming the field, never approximated. The lists are compiled once and matched in bounded time
+(module_match.py, regex_cost.py): a list or pattern past its bound is refused naming it before matching starts.
 
 vLLM 0.33 sources (vllm/model_executor/layers/quantization/):
 - auto_awq.py AutoAWQConfig.get_quant_method: `modules_to_not_convert` matched as substrings
@@ -23,13 +24,14 @@ vLLM 0.33 sources (vllm/model_executor/layers/quantization/):
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from fnmatch import fnmatch
 from typing import Any
 
+from meshdeck.core.config_limits import GROUP_LIMIT, bounded_int, shown
 from meshdeck.core.errors import InputError
+from meshdeck.core.module_match import MAX_MATCH_WORK, NameMatcher, entry_list
+from meshdeck.core.regex_cost import NameShape
 
 MXFP4_GROUP = 32  # OCP MX block: one e8m0 scale per 32 values
 
@@ -69,11 +71,12 @@ class ModelShape:
     has_indexer: bool
 
     moe_layers: frozenset[int]
+    module_prefix: str = ""  # what vLLM puts before `model.layers.<i>` (a multimodal model: "language_model.")
 
 
 def layer_modules(shape: ModelShape, layer: int) -> dict[str, tuple[str, ...]]:
     """Family -> the HF module prefixes of `layer` (model.layers.<layer>.…) that vLLM quantizes or not."""
-    base = f"model.layers.{layer}."
+    base = f"{shape.module_prefix}model.layers.{layer}."
     families: dict[str, tuple[str, ...]] = {}
     for family, names in _ATTENTION_MODULES.items():
         if not shape.has_q_lora and family in _NO_Q_LORA_MODULES:
@@ -97,44 +100,6 @@ class Exclusions:
     unquantized_layers: tuple[int, ...]  # decoder layer indices; num_hidden_layers is the MTP layer
 
 
-def string_list(value: Any, field: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InputError(field, f"must be a list of module names, got {value!r}")
-    return list(value)
-
-
-def substring_matcher(patterns: Sequence[str]) -> Any:
-    """AWQ's modules_to_not_convert: a module is skipped when any entry is a substring of its prefix."""
-    return lambda name: any(p in name for p in patterns)
-
-
-def modelopt_matcher(patterns: Sequence[str]) -> Any:
-    """ModelOpt's exclude_modules / ignore after vLLM's `path*` -> `path`, `path.*` rewrite."""
-    expanded: list[str] = []
-    for p in patterns:
-        if len(p) >= 2 and p[-1] == "*" and p[-2] != ".":
-            expanded += [p[:-1], p[:-1] + ".*"]
-        else:
-            expanded.append(p)
-    return lambda name: any(p == name or p in name or fnmatch(name, p) for p in expanded)
-
-
-def quark_matcher(patterns: Sequence[str], field: str) -> Any:
-    """Quark's `exclude`: a module is skipped when an entry equals its prefix or, for `re:<regex>`, re.match-es it
-    (quark/utils.py _is_equal_or_regex_match). A pattern Python cannot compile is refused naming its index."""
-    exact = {p for p in patterns if not p.startswith("re:")}
-    regexes = []
-    for index, pattern in enumerate(patterns):
-        if pattern.startswith("re:"):
-            try:
-                regexes.append(re.compile(pattern[3:]))
-            except re.error as exc:
-                raise InputError(f"{field}[{index}]", f"{pattern[:80]!r} is not a regular expression: {exc}") from None
-    return lambda name: name in exact or any(r.match(name) for r in regexes)
-
-
 def quark_mxfp4_group(quant: Mapping[str, Any], field: str) -> int:
     """The scale group of a Quark OCP MXFP4 checkpoint (weights fp4 per_group, e8m0 scales), else InputError.
 
@@ -151,37 +116,35 @@ def quark_mxfp4_group(quant: Mapping[str, Any], field: str) -> int:
     if shape != ("fp4", "per_group", MXFP4_GROUP) or weight.get("scale_format", "e8m0") != "e8m0":
         raise InputError(
             where,
-            f"dtype {shape[0]!r}, qscheme {shape[1]!r}, group_size {shape[2]!r} is not modelled; allowed: OCP MXFP4 "
+            f"dtype {shown(shape[0])}, qscheme {shown(shape[1])}, group_size {shown(shape[2])} is not modelled; "
+            "allowed: OCP MXFP4 "
             f"(dtype 'fp4', qscheme 'per_group', group_size {MXFP4_GROUP}, scale_format 'e8m0')",
         )
     return MXFP4_GROUP
 
 
-def gptq_matcher(dynamic: Mapping[str, Any], quantized_only: Sequence[str]) -> Any:
-    """GPTQ: `-:regex` dynamic rules skip a module; a non-empty modules_in_block_to_quantize limits the rest."""
-    negatives = [re.compile(k.removeprefix("-:")) for k in dynamic if k.startswith("-:")]
-
-    def skipped(name: str) -> bool:
-        if any(r.match(name) for r in negatives):
-            return True
-        return bool(quantized_only) and not any(q in name for q in quantized_only)
-
-    return skipped
-
-
-def exclusions(shape: ModelShape, skipped: Any, field: str) -> Exclusions:
+def exclusions(shape: ModelShape, skipped: NameMatcher, field: str) -> Exclusions:
     """Apply `skipped(module_prefix) -> bool` to every quantizable module and reduce it to families and layers.
 
     A layer whose every quantizable module is skipped is a BF16 layer; in the other main layers each
     family must be skipped everywhere or nowhere (the planner prices one format per family). The MTP layer
-    (index num_hidden_layers) either is skipped whole or follows the main layers.
+    (index num_hidden_layers) either is skipped whole or follows the main layers. Before any matching, the
+    matcher's bound over these names (module_match.py) must stay under MAX_MATCH_WORK, else `field` is refused.
     """
     layers = shape.num_hidden_layers + (1 if shape.num_nextn_predict_layers else 0)
+    modules_by_layer = [layer_modules(shape, layer) for layer in range(layers)]
+    names = [name for modules in modules_by_layer for family in modules.values() for name in family]
+    work = skipped.work(NameShape.of(names)) * len(names)
+    if work > MAX_MATCH_WORK:
+        raise InputError(
+            field,
+            f"its exclusion patterns may take up to {work:.2g} steps over the {len(names)} module names of this "
+            f"{layers}-layer model (limit {MAX_MATCH_WORK:.2g}); use fewer or simpler patterns",
+        )
     whole: list[int] = []
     per_family: dict[str, set[int]] = {}
     present: dict[str, set[int]] = {}
-    for layer in range(layers):
-        modules = layer_modules(shape, layer)
+    for layer, modules in enumerate(modules_by_layer):
         decided = {family: [bool(skipped(m)) for m in names] for family, names in modules.items()}
         if all(all(v) for v in decided.values()):
             whole.append(layer)
@@ -224,9 +187,8 @@ def modelopt_fields(quant: Mapping[str, Any], field: str) -> tuple[str, int, lis
         excluded = quant.get("ignore", quant.get("exclude_modules"))
         where = field
     if not isinstance(algo, str):
-        raise InputError(f"{where}.quant_algo", f"missing; allowed: 'NVFP4' (got {algo!r})")
+        raise InputError(f"{where}.quant_algo", f"missing; allowed: 'NVFP4' (got {shown(algo)})")
     if group is None:
         group = 16  # ModelOptNvFp4Config's default
-    if isinstance(group, bool) or not isinstance(group, int) or group <= 0:
-        raise InputError(f"{where}.group_size", f"must be a positive integer, got {group!r}")
-    return algo.upper(), group, string_list(excluded, f"{where}.exclude_modules")
+    group = bounded_int(group, f"{where}.group_size", GROUP_LIMIT)
+    return algo.upper(), group, entry_list(excluded, f"{where}.exclude_modules")

@@ -3,7 +3,8 @@
 Everything the planner counts — weights per component, KV bytes per token, traffic per token —
 derives from these numbers, so a user can point `--model` at any DeepseekV3 / DeepseekV32 checkpoint
 (DeepSeek-V3, R1, V3.1, V3.2, Kimi-K2 …) and get the right answer for *that* config, not a table
-typed in for one model. A config that is not this architecture is refused naming `architectures`.
+typed in for one model. A config that is not this architecture is refused naming `architectures`; a size
+past its physical bound (config_limits.py) is refused naming its field.
 """
 
 from __future__ import annotations
@@ -13,19 +14,18 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from meshdeck.core.checkpoint_quant import (
-    FAMILIES,
-    ModelShape,
-    exclusions,
+from meshdeck.core.checkpoint_quant import FAMILIES, ModelShape, exclusions, modelopt_fields, quark_mxfp4_group
+from meshdeck.core.config_limits import FIELD_LIMITS, GROUP_LIMIT, bounded_int, shown
+from meshdeck.core.errors import InputError
+from meshdeck.core.module_match import (
+    NameMatcher,
+    entry_list,
     gptq_matcher,
-    modelopt_fields,
     modelopt_matcher,
     quark_matcher,
-    quark_mxfp4_group,
-    string_list,
-    substring_matcher,
+    substrings,
 )
-from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
 from meshdeck.core.vision_tower import vision_tower_params
 
 SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
@@ -155,18 +155,14 @@ def _get(config: Mapping[str, Any], key: str, source: str, *, default: Any = Non
 
 def _positive_int(config: Mapping[str, Any], key: str, source: str, *, default: int | None = None) -> int:
     value = _get(config, key, source, default=default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{source}: {key}", f"must be a positive integer, got {value!r}")
-    return value
+    return bounded_int(value, f"{source}: {key}", FIELD_LIMITS[key])
 
 
 def _non_negative_int(config: Mapping[str, Any], key: str, source: str, *, default: int = 0) -> int:
     value = config.get(key, default)
     if value is None:
         value = default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{source}: {key}", f"must be a non-negative integer, got {value!r}")
-    return value
+    return bounded_int(value, f"{source}: {key}", FIELD_LIMITS[key], minimum=0, what="a non-negative integer")
 
 
 @dataclass(frozen=True)
@@ -178,7 +174,7 @@ class _Format:
     group: int = 0
     zero_points: bool = False
     families: tuple[str, ...] = ()
-    skipped: Any = None  # module prefix -> left unquantized, for the formats that list exclusions
+    skipped: NameMatcher | None = None  # module prefix -> left unquantized, for the formats that list exclusions
     field: str = ""
 
 
@@ -186,8 +182,14 @@ def _int_field(quant: Mapping[str, Any], keys: tuple[str, ...], field: str, allo
     value = next((quant[k] for k in keys if k in quant), None)
     if not isinstance(value, int) or isinstance(value, bool) or not (value in allowed if allowed else value != 0):
         want = f"one of {', '.join(map(str, allowed))}" if allowed else "a positive integer or -1"
-        raise InputError(f"{field}.{keys[0]}", f"must be {want}, got {value!r}")
+        raise InputError(f"{field}.{keys[0]}", f"must be {want}, got {shown(value)}")
     return value
+
+
+def _int4_group(weights: Mapping[str, Any], field: str) -> int:
+    """compressed-tensors' `group_size` of int4 weights (absent or null: 32, the W4A16 recipes' group)."""
+    size = weights.get("group_size")
+    return 32 if size is None else bounded_int(size, f"{field}.group_size", GROUP_LIMIT)
 
 
 def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
@@ -203,18 +205,23 @@ def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
         if (
             not isinstance(block, list | tuple)
             or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+            or not all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= GROUP_LIMIT for b in block)
         ):
-            raise InputError(f"{field}.weight_block_size", f"must be [n, k], got {block!r}")
+            raise InputError(
+                f"{field}.weight_block_size", f"must be [n, k], each at most {GROUP_LIMIT}, got {shown(block)}"
+            )
         return _Format(CHECKPOINT_FP8_BLOCK, "fp8", (int(block[0]), int(block[1])), families=FAMILIES)
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
-        for group in groups.values() if isinstance(groups, Mapping) else ():
+        for group_name, group in groups.items() if isinstance(groups, Mapping) else ():
             weights = group.get("weights") if isinstance(group, Mapping) else None
             if isinstance(weights, Mapping) and weights.get("num_bits") == 4:
-                size = weights.get("group_size") or 32
+                where = f"{field}.config_groups.{printable(str(group_name), limit=40)}.weights"
                 return _Format(
-                    CHECKPOINT_INT4, "compressed-tensors", int4_group=int(size), families=("routed_experts",)
+                    CHECKPOINT_INT4,
+                    "compressed-tensors",
+                    int4_group=_int4_group(weights, where),
+                    families=("routed_experts",),
                 )
         raise InputError(
             f"{field}.config_groups",
@@ -225,34 +232,37 @@ def _checkpoint_format(config: Mapping[str, Any], source: str) -> _Format:
         group = _int_field(quant, ("group_size", "q_group_size"), field)
         if group < 0:
             raise InputError(f"{field}.group_size", "-1 (one group per row) is not modelled; allowed: a positive size")
+        bounded_int(group, f"{field}.group_size", GROUP_LIMIT)
         if method == "awq":
             zero_point = quant.get("zero_point")
             if not isinstance(zero_point, bool):
-                raise InputError(f"{field}.zero_point", f"must be true or false, got {zero_point!r}")
-            skip = substring_matcher(
-                string_list(quant.get("modules_to_not_convert"), f"{field}.modules_to_not_convert")
+                raise InputError(f"{field}.zero_point", f"must be true or false, got {shown(zero_point)}")
+            skip: NameMatcher = substrings(
+                entry_list(quant.get("modules_to_not_convert"), f"{field}.modules_to_not_convert")
             )
             return _Format(CHECKPOINT_INT4, "awq", int4_group=group, zero_points=zero_point, skipped=skip, field=field)
         dynamic = quant.get("dynamic") or {}
         if not isinstance(dynamic, Mapping):
-            raise InputError(f"{field}.dynamic", f"must be an object, got {dynamic!r}")
+            raise InputError(f"{field}.dynamic", f"must be an object, got {shown(dynamic)}")
         only = quant.get("modules_in_block_to_quantize") or []
+        if not isinstance(only, list):
+            raise InputError(f"{field}.modules_in_block_to_quantize", f"must be a list, got {shown(only)}")
         flat = [m for item in only for m in (item if isinstance(item, list) else [item])]
-        skip = gptq_matcher(dynamic, string_list(flat, f"{field}.modules_in_block_to_quantize"))
+        skip = gptq_matcher(dynamic, entry_list(flat, f"{field}.modules_in_block_to_quantize"), field)
         return _Format(CHECKPOINT_INT4, "gptq", int4_group=group, zero_points=True, skipped=skip, field=field)
     if method in ("modelopt", "modelopt_fp4"):
         algo, group, excluded = modelopt_fields(quant, field)
         if algo != "NVFP4":
-            raise InputError(f"{field}.quant_algo", f"{algo!r} is not modelled; allowed: 'NVFP4'")
-        skip = modelopt_matcher(excluded)
+            raise InputError(f"{field}.quant_algo", f"{shown(algo)} is not modelled; allowed: 'NVFP4'")
+        skip = modelopt_matcher(excluded, f"{field}.exclude_modules")
         return _Format(CHECKPOINT_NVFP4, "modelopt", group=group, skipped=skip, field=field)
     if method == "quark":
         group = quark_mxfp4_group(quant, field)
-        skip = quark_matcher(string_list(quant.get("exclude"), f"{field}.exclude"), f"{field}.exclude")
+        skip = quark_matcher(entry_list(quant.get("exclude"), f"{field}.exclude"), f"{field}.exclude")
         return _Format(CHECKPOINT_MXFP4, "quark", group=group, families=FAMILIES, skipped=skip, field=field)
     raise InputError(
         f"{field}.quant_method",
-        f"{method!r} is not understood; allowed: 'fp8' (block-quantized, as DeepSeek ships), "
+        f"{shown(method)} is not understood; allowed: 'fp8' (block-quantized, as DeepSeek ships), "
         "'compressed-tensors' (int4 experts), 'awq', 'gptq' (int4), 'modelopt' / 'modelopt_fp4' (NVFP4), "
         "'quark' (MXFP4), or no quantization_config (bf16)",
     )
@@ -264,7 +274,6 @@ def _with_exclusions(card: ModelCard, fmt: _Format, module_prefix: str = "") -> 
     `module_prefix` is what vLLM puts before `model.layers.<i>` in a multimodal model ("language_model.")."""
     if fmt.skipped is None:
         return card
-    skipped = fmt.skipped if not module_prefix else (lambda name: fmt.skipped(module_prefix + name))
     last = card.num_hidden_layers
     moe = frozenset(i for i in range(last) if card.is_moe_layer(i)) | ({last} if card.n_routed_experts else set())
     shape = ModelShape(
@@ -273,8 +282,9 @@ def _with_exclusions(card: ModelCard, fmt: _Format, module_prefix: str = "") -> 
         has_q_lora=card.q_lora_rank is not None,
         has_indexer=card.has_sparse_indexer,
         moe_layers=moe,
+        module_prefix=module_prefix,
     )
-    found = exclusions(shape, skipped, fmt.field)
+    found = exclusions(shape, fmt.skipped, fmt.field)
     families = tuple(f for f in FAMILIES if f not in found.unquantized_families)
     return replace(card, quantized_families=families, unquantized_layers=found.unquantized_layers)
 
@@ -288,8 +298,11 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
     if not isinstance(config, Mapping):
         raise InputError(source, f"config.json must be a JSON object, got {type(config).__name__}")
     architectures = config.get("architectures")
-    if not isinstance(architectures, list) or not architectures:
-        raise InputError(f"{source}: architectures", f"missing; allowed: {_allowed_architectures()}")
+    if not isinstance(architectures, list) or not architectures or not all(isinstance(a, str) for a in architectures):
+        raise InputError(f"{source}: architectures", f"must be a list of names; allowed: {_allowed_architectures()}")
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise InputError(f"{source}: model_type", f"must be a name, got {shown(model_type)}")
     wrapper = next((a for a in architectures if a in MULTIMODAL_ARCHITECTURES), None)
     if wrapper is not None:
         return _multimodal_card(config, source, name, wrapper)
@@ -297,7 +310,7 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
     if architecture is None:
         raise InputError(
             f"{source}: architectures",
-            f"{architectures!r} is not a DeepSeek-V3 architecture; allowed: {_allowed_architectures()}",
+            f"{shown(architectures[0])} is not a DeepSeek-V3 architecture; allowed: {_allowed_architectures()}",
         )
     return _text_card(config, source, name, architecture)
 
@@ -335,8 +348,8 @@ def _text_card(
 ) -> ModelCard:
     fmt = _checkpoint_format(config, source)
     q_lora = config.get("q_lora_rank")
-    if q_lora is not None and (isinstance(q_lora, bool) or not isinstance(q_lora, int) or q_lora <= 0):
-        raise InputError(f"{source}: q_lora_rank", f"must be a positive integer or null, got {q_lora!r}")
+    if q_lora is not None:
+        bounded_int(q_lora, f"{source}: q_lora_rank", FIELD_LIMITS["q_lora_rank"], what="a positive integer (or null)")
     index_topk = _non_negative_int(config, "index_topk", source)
     card = ModelCard(
         name=name or str(config.get("model_type") or architecture),

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck.core.config_limits import VISION_LIMITS, bounded_int, shown
 from meshdeck.core.errors import InputError
 
 VISION_DEFAULTS = {
@@ -48,20 +49,20 @@ class VisionTowerParams:
 
 
 def _size(config: Mapping[str, Any], key: str, field: str) -> int:
-    value = config.get(key, VISION_DEFAULTS[key])
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{field}.{key}", f"must be a positive integer, got {value!r}")
-    return value
+    return bounded_int(config.get(key, VISION_DEFAULTS[key]), f"{field}.{key}", VISION_LIMITS[key])
 
 
 def _merge_kernel(config: Mapping[str, Any], field: str) -> tuple[int, int]:
-    value = config.get("merge_kernel_size", DEFAULT_MERGE_KERNEL)
+    key = "merge_kernel_size"
+    value = config.get(key, DEFAULT_MERGE_KERNEL)
     if (
         not isinstance(value, list | tuple)
         or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= VISION_LIMITS[key] for v in value)
     ):
-        raise InputError(f"{field}.merge_kernel_size", f"must be [height, width], got {value!r}")
+        raise InputError(
+            f"{field}.{key}", f"must be [height, width], each at most {VISION_LIMITS[key]}, got {shown(value)}"
+        )
     return int(value[0]), int(value[1])
 
 
