@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from meshdeck.remote.events import AgentEvent, HostStateChanged, InventoryReceived, SamplesReceived
@@ -102,27 +101,73 @@ def test_a_job_reports_progress_and_its_result_on_the_gui_thread(qtbot) -> None:
     assert job.wait(5)
 
 
-def test_starting_a_job_again_cancels_and_waits_for_the_old_one_first(qtbot) -> None:
+def test_starting_a_job_again_lets_the_old_one_go_at_once_and_runs_the_new_one_after_its_worker(qtbot) -> None:
+    """The GUI thread never joins a worker: the old job (whose work ignores cancellation) ends at once, and the
+    new one runs only once the old worker returned — one worker per name, none waited for."""
     runner = JobRunner()
     release = threading.Event()
-    first_ran_to_end = []
+    order: list[str] = []
 
-    def slow(p):
-        while not p.cancelled.is_set():
-            time.sleep(0.01)
-        first_ran_to_end.append(True)
-        p.check()
+    def stubborn(_p):
+        release.wait(30)
+        order.append("old returned")
+        return "stale"
 
-    first = runner.start("history", slow)
-    cancelled = []
+    first = runner.start("history", stubborn)
+    stale, cancelled = [], []
+    first.succeeded.connect(stale.append)
     first.cancelled.connect(lambda: cancelled.append(True))
-    second = runner.start("history", lambda p: release.set() or "fresh")
-    assert not first.is_running()  # stopped before the second started
-    assert first_ran_to_end == [True]
+    second = runner.start("history", lambda p: order.append("new ran") or "fresh")
+    qtbot.waitUntil(lambda: cancelled == [True], timeout=5000)  # the old job ended before its worker did
+    assert first.is_running() and not second.started and order == []  # the new one waits for that worker
+    assert runner.running("history") is second
+    release.set()
+    with qtbot.waitSignal(second.succeeded, timeout=30000) as blocker:
+        pass
+    assert blocker.args == ["fresh"] and order == ["old returned", "new ran"]
+    assert stale == []  # the old job's late result is never delivered
+    assert first.wait(5) and second.wait(5)
+
+
+def test_a_new_job_overtakes_an_old_worker_that_ignores_its_cancellation_too_long(qtbot) -> None:
+    runner = JobRunner(overtake_after_s=0.2)
+    release = threading.Event()
+    first = runner.start("plan", lambda _p: release.wait(30))
+    second = runner.start("plan", lambda _p: "fresh")
     with qtbot.waitSignal(second.succeeded, timeout=30000):
         pass
-    qtbot.waitUntil(lambda: cancelled == [True], timeout=30000)
-    assert second.wait(5)
+    assert first.is_running()  # still blocked: the new job did not wait for it for good
+    release.set()
+    assert first.wait(5)
+
+
+def test_cancelling_a_job_without_side_effects_ends_it_at_once_and_drops_its_late_result(qtbot) -> None:
+    runner = JobRunner()
+    release = threading.Event()
+    job = runner.start("plan", lambda _p: release.wait(30) and "late", abandon_on_cancel=True)
+    results: list[object] = []
+    job.succeeded.connect(results.append)
+    with qtbot.waitSignal(job.ended, timeout=5000):
+        job.cancel()
+    assert job.is_running() and runner.running("plan") is None
+    release.set()
+    assert job.wait(5)
+    qtbot.wait(50)
+    assert results == []
+
+
+def test_a_job_cancelled_before_its_turn_never_runs(qtbot) -> None:
+    runner = JobRunner()
+    release = threading.Event()
+    ran: list[str] = []
+    runner.start("launch", lambda _p: release.wait(30))
+    waiting = runner.start("launch", lambda _p: ran.append("ran"))
+    with qtbot.waitSignal(waiting.cancelled, timeout=5000):
+        waiting.cancel()
+    release.set()
+    assert runner.shutdown(5)
+    qtbot.wait(50)
+    assert ran == [] and not waiting.started
 
 
 def test_a_failing_job_reports_one_line_and_a_cancelled_one_does_not_fail(qtbot) -> None:

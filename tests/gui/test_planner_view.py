@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import yaml
 from gui_helpers import connect_hosts
@@ -87,6 +89,38 @@ def test_a_bad_input_is_shown_under_the_form_naming_the_field(qtbot, planner) ->
         planner.form.plan_button.click()
     qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=30000)
     assert planner.form.error.text().startswith("--model:")
+
+
+def test_a_plan_that_takes_long_is_cancelled_at_once_and_plan_clicks_never_wait(qtbot, planner, monkeypatch) -> None:
+    """A slow plan (a hostile checkpoint's) neither blocks the GUI thread nor keeps its job: Cancel ends it now,
+    a second click supersedes the first without joining its worker, and a late result is never shown."""
+    import meshdeck.ui.views.planner.view as planner_view
+
+    release = threading.Event()
+    real_plan = planner_view.plan
+
+    def slow_plan(request):
+        release.wait(30)
+        return real_plan(request)
+
+    monkeypatch.setattr(planner_view, "plan", slow_plan)
+    planned: list[object] = []
+    planner.planned.connect(planned.append)
+    planner.form.plan_button.click()
+    first = planner.context.jobs.running("plan")
+    planner.form.plan_button.click()  # supersedes the first: returns without waiting for its worker
+    second = planner.context.jobs.running("plan")
+    assert first is not None and second is not None and second is not first and first.is_running()
+    with qtbot.waitSignal(second.ended, timeout=5000):
+        second.cancel()
+    assert planner.summary.text() == "Planning cancelled." and planner.context.jobs.running("plan") is None
+    release.set()
+    assert first.wait(30)
+    qtbot.wait(100)
+    assert planned == [] and not second.started  # neither the stale result nor the cancelled plan arrives
+    monkeypatch.setattr(planner_view, "plan", real_plan)
+    _plan(qtbot, planner)
+    assert planner.result is not None and len(planned) == 1
 
 
 def test_export_profile_writes_yaml_that_loads_as_the_planned_layout(qtbot, planner, tmp_path, monkeypatch) -> None:

@@ -169,7 +169,7 @@ class PlannerView(QWidget):
         self._hosts_timer.timeout.connect(self._refresh_hosts)
         assert context.hosts is not None
         context.hosts.changed.connect(lambda _host: self._hosts_timer.start())
-        job = context.jobs.start("load GPU catalog", lambda _progress: load_gpu_catalog())
+        job = context.jobs.start("load GPU catalog", lambda _progress: load_gpu_catalog(), abandon_on_cancel=True)
         job.succeeded.connect(self.form.set_gpu_catalog)
         self._refresh_hosts()
 
@@ -192,9 +192,15 @@ class PlannerView(QWidget):
             request, detected = inputs.to_request()
             return plan(request), detected
 
-        job = self.context.jobs.start("plan", work)
+        # planning has no side effects: a cancelled or superseded plan is let go, never waited for
+        job = self.context.jobs.start("plan", work, abandon_on_cancel=True)
         job.succeeded.connect(lambda answer, inputs=inputs: self._show(answer, inputs))
         job.failed.connect(self._failed)
+        job.cancelled.connect(self._cancelled)
+
+    def _cancelled(self) -> None:
+        if self.context.jobs.running("plan") is None:  # not superseded by a newer plan
+            self.summary.setText("Planning cancelled.")
 
     def _failed(self, message: str) -> None:
         self.form.show_error(message)
