@@ -61,11 +61,12 @@ def test_json_lists_fitting_layouts_in_rank_order_with_every_issue_key(capsys):
 
 
 def test_calibration_point_through_the_cli_with_vllms_defaults(capsys):
-    # VLLM-FACTS.md: vLLM 0.16.0, V3.2 TP8 on 8×H200, util 0.85, max_model_len 16384, KV auto and vLLM's
-    # defaults otherwise -> "Model loading took 80.78 GiB", "GPU KV cache size: 418,304 tokens".
+    # RedHat's validation database (fixtures/calibration/SOURCES.md): vLLM 0.16.0, V3.2 TP8 on 8×H200, util 0.92,
+    # max_model_len 8192, KV auto and vLLM's defaults otherwise -> "Model loading took 80.62 GiB",
+    # "GPU KV cache size: 578,368 tokens".
     code, out, _ = run_cli(
         capsys, "--model", "deepseek-v3.2", "--gpu", "H200-SXM-141GB", "--nodes", "1", "--gpus-per-node", "8",
-        "--gpu-memory-utilization", "0.85", "--max-model-len", "16384", "--tensor-parallel", "8",
+        "--gpu-memory-utilization", "0.92", "--max-model-len", "8192", "--tensor-parallel", "8",
         "--vllm-version", "0.16", "--json",
     )  # fmt: skip
     assert code == 0
@@ -77,8 +78,8 @@ def test_calibration_point_through_the_cli_with_vllms_defaults(capsys):
         if (lay["tensor_parallel"], lay["pipeline_parallel"], lay["data_parallel"], lay["expert_parallel"])
         == (8, 1, 1, False)
     )
-    assert tp8["weights_gib_per_gpu"] == pytest.approx(80.78, rel=0.03)
-    assert tp8["kv_tokens_per_replica"] == pytest.approx(418_304, rel=0.05)
+    assert tp8["weights_gib_per_gpu"] == pytest.approx(80.62, rel=0.01)
+    assert tp8["kv_tokens_per_replica"] == pytest.approx(578_368, rel=0.02)
     assert "--max-num-seqs" not in tp8["vllm_args"]  # vLLM's default is what ran; nothing to pass
 
 

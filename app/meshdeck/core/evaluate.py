@@ -141,6 +141,7 @@ class LayoutEvaluator:
             and not (self.accounting.flashinfer_sampler and request.cluster.gpu.vendor == "nvidia"),
             cudagraph_in_budget=request.cudagraph_memory_estimate,
             rocm=request.cluster.gpu.vendor == "amd",
+            gpu_arch=request.cluster.gpu.arch,
         )
         return Sharding(
             card=card,

@@ -3,6 +3,13 @@
 vLLM (v1/worker/gpu_worker.py determine_available_memory) runs one dummy forward of
 max_num_batched_tokens tokens plus one dummy sampler pass over max_num_seqs rows, then sets
     KV budget = total × gpu_memory_utilization − (weights + torch peak increase + non-torch increase)
+The two passes run one after the other (gpu_model_runner.py profile_run: _dummy_run, then
+_dummy_sampler_run; 0.16.0 lines 5168-5180, 0.18.0 5516-5528), and the torch peak is the allocator's
+high-water mark, so the reserve holds the larger of the two, not their sum: the forward pass's transient
+tensors are freed layer by layer, and what is still allocated when the sampler runs is the hidden states
+profile_run holds, the encoder cache it clears only afterwards, and the fused-MoE workspace vLLM's
+WorkspaceManager keeps (v1/worker/workspace.py; which kernel keeps what is a release trait,
+vllm_releases.MoeWorkspace). `sampler_bytes` is what the sampler pass adds above the forward's peak.
 Each term here is modelled from what drives it, not fitted as a percentage of the weights:
 - activation peak: the residual stream (hidden + residual + layer output) at max_num_batched_tokens,
   plus the largest per-layer transient — the fused-MoE workspace (tokens × top-k rows of
@@ -30,6 +37,9 @@ Each term here is modelled from what drives it, not fitted as a percentage of th
   takes the snapshot the non-torch increase is measured from (gpu_worker.py init_device: 0.11.0
   lines 164-182, 0.19.0 263-282, 0.22.0 280-299, 0.33.0 504-541): they are outside the KV budget and
   live in the 1 − gpu_memory_utilization headroom, like CUDA graphs before 0.20 (`communicator_bytes`);
+- the CUDA-graph memory profile (0.18 on): it runs inside the window the non-torch increase is measured
+  over, and with tensor parallel it leaves non-torch memory behind that no source term accounts for —
+  GRAPH_PROFILE_NON_TORCH_BYTES, measured, not read from the source (see its comment);
 - CUDA graphs: captured after the KV cache is sized; from vLLM 0.20 their profiled estimate is
   subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default), older releases leave them
   outside the budget (they then live in the 1 − gpu_memory_utilization headroom).
@@ -45,7 +55,12 @@ from dataclasses import dataclass
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.model_card import ModelCard
 from meshdeck.core.units import MIB
-from meshdeck.core.vllm_releases import accounting_for
+from meshdeck.core.vllm_releases import (
+    MOE_WORKSPACE_FLASHINFER_CUTLASS,
+    MOE_WORKSPACE_TRITON,
+    VllmAccounting,
+    accounting_for,
+)
 
 BF16 = 2
 DEEP_GEMM_BLOCK_M = 128
@@ -59,6 +74,16 @@ NCCL_COMM_INTER_NODE_BYTES = 256 * MIB  # + network proxy/IB buffers
 NCCL_NVLS_PER_RANK_BYTES = 288 * MIB  # "nvlsPerRankSize 301989888" (NCCL on 8×H200, vLLM issue #9699)
 CUSTOM_ALL_REDUCE_BYTES = 32 * MIB  # vLLM custom all-reduce buffers (TP inside one NVLink node)
 CUDAGRAPH_BYTES_PER_GRAPH = 256 * 1024  # executable graph + pool growth per captured piece
+# Non-torch memory held in the measured window from vLLM 0.18 with tensor parallel > 1. Not itemised from the
+# source: it is what public H200/B200 logs of a dense model hold beyond every modelled term — RedHat's
+# Llama-3.3-70B TP4 runs (ashishkamra/vllm-memory-estimator test_data/validation_db.json at 8b0e21d: 0.18.0 and
+# 0.19.0, gpu_memory_utilization 0.92, 8K context) keep 4.155-4.165 GiB out of the budget where 0.75 (CUDA
+# libraries) + 1.71 (sampler, 1024 × 128256 × 14 B) + 0.125 (hidden states) are modelled: 1.567-1.577 GiB on
+# H200, 1.60 on B200; at 0.16 the same runs leave nothing over (−0.09), and the same logs at TP1 leave ≤ 0.2 GiB.
+# 0.18 is where the CUDA-graph memory profile moved inside the window (gpu_worker.py 384-399), so the term is
+# charged from there (0.17, without it, is unmeasured). The DeepSeek rows of the calibration table (H200
+# 0.18/0.19, B200 0.18/0.19) are held with it, not fitted to it.
+GRAPH_PROFILE_NON_TORCH_BYTES = 1610 * MIB
 
 
 @dataclass(frozen=True)
@@ -90,18 +115,21 @@ class ReserveInputs:
     sorting_sampler: bool = True  # the dummy sampler pass sorts the logits (vllm_releases.py, see sampler_peak)
     cudagraph_in_budget: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as launched; None: default
     rocm: bool = False  # vLLM on ROCm (the graph estimate is skipped there before 0.26)
+    gpu_arch: str = ""  # hopper | blackwell | … (gpu_spec.GpuSpec.arch): picks the FP8 MoE kernel whose workspace stays
 
 
 @dataclass(frozen=True)
 class Reserve:
     """Bytes per GPU vLLM keeps out of the KV cache (or needs beside it), by term."""
 
-    activation_peak_bytes: int
-    sampler_bytes: int
+    activation_peak_bytes: int  # the forward pass's torch peak
+    sampler_bytes: int  # what the sampler pass adds above the forward's peak (kept + its logits − forward, ≥ 0)
     non_torch_bytes: int
     cudagraph_bytes: int
     cudagraph_in_budget: bool
     communicator_bytes: int = 0  # NCCL and custom all-reduce buffers, created before vLLM's snapshot
+    sampler_pass_bytes: int = 0  # the sampler pass's own logits tensors (sampler_peak)
+    kept_bytes: int = 0  # what is still allocated from the forward pass while the sampler runs
 
     @property
     def in_budget_bytes(self) -> int:
@@ -122,6 +150,8 @@ class Reserve:
             "cudagraph_bytes": self.cudagraph_bytes,
             "cudagraph_in_budget": self.cudagraph_in_budget,
             "communicator_bytes": self.communicator_bytes,
+            "sampler_pass_bytes": self.sampler_pass_bytes,
+            "kept_bytes": self.kept_bytes,
         }
 
 
@@ -170,6 +200,46 @@ def encoder_cache_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     if not card.has_vision_tower:
         return 0
     return inputs.max_num_batched_tokens * card.hidden_size * BF16
+
+
+def moe_kept_workspace(card: ModelCard, inputs: ReserveInputs, accounting: VllmAccounting) -> int:
+    """The FP8 block MoE workspace vLLM's WorkspaceManager keeps after the forward pass (vllm_releases.MoeWorkspace):
+    read for a tensor-parallel layout on Hopper (no expert parallel, one DP rank); 0 where it was not read."""
+    fp8_block = inputs.deep_gemm_moe  # FP8 block-quantized MoE weights (plan_request sets it for Hopper/Blackwell)
+    if not fp8_block or inputs.gpu_arch != "hopper" or inputs.rocm or inputs.expert_parallel:
+        return 0
+    if inputs.data_parallel != 1:
+        return 0
+    tokens = inputs.max_num_batched_tokens
+    k = card.hidden_size
+    n = 2 * (card.moe_intermediate_size // inputs.moe_ranks)  # w13: gate and up
+    top_k = card.num_experts_per_tok
+    kind = accounting.hopper_fp8_tp_moe_workspace
+    if kind == MOE_WORKSPACE_TRITON:
+        # modular_kernel._allocate_buffers: workspaces by the chunk, the output (M, K) in workspace13 when it fits
+        rows = min(tokens, accounting.fused_moe_chunk_tokens) * top_k
+        kept = rows * (max(n // 2, k) + max(n, k)) * BF16
+        return kept if tokens * k <= rows * max(n // 2, k) else kept + tokens * k * BF16
+    if kind == MOE_WORKSPACE_FLASHINFER_CUTLASS:
+        return tokens * k * BF16  # workspace13 (M, K), the output in it; workspace2 (0,)
+    return 0
+
+
+def kept_through_sampler(card: ModelCard, inputs: ReserveInputs, accounting: VllmAccounting) -> int:
+    """Still allocated when the dummy sampler runs: the forward's hidden states (profile_run holds them), the
+    encoder cache (cleared after the sampler) and the MoE workspace the WorkspaceManager keeps."""
+    hidden_states = inputs.max_num_batched_tokens * card.hidden_size * BF16
+    return hidden_states + encoder_cache_peak(card, inputs) + moe_kept_workspace(card, inputs, accounting)
+
+
+def graph_profile_non_torch(inputs: ReserveInputs, accounting: VllmAccounting) -> int:
+    """GRAPH_PROFILE_NON_TORCH_BYTES where the release profiles CUDA graphs inside the measured window and
+    the platform runs that profile (CUDA; ROCm only from 0.26), with tensor parallel."""
+    if not accounting.graph_profile_in_window or inputs.tensor_parallel <= 1:
+        return 0
+    if inputs.rocm and not accounting.rocm_cudagraph_estimate:
+        return 0
+    return GRAPH_PROFILE_NON_TORCH_BYTES
 
 
 def mtp_drafter_peak(card: ModelCard, inputs: ReserveInputs) -> int:
@@ -222,20 +292,31 @@ class LayoutReserve:
     card: ModelCard
     inputs: ReserveInputs
     activation_peak_bytes: int
-    sampler_bytes: int
+    sampler_bytes: int  # the sampler pass's logits tensors (sampler_peak)
     drafter_bytes: int
     cudagraph_in_budget: bool
+    kept_bytes: int = 0  # kept_through_sampler
+    graph_profile_bytes: int = 0  # graph_profile_non_torch
+    sampler_after_forward: bool = True  # vllm_releases.VllmAccounting.sampler_after_forward (0.11: the two summed)
 
     def for_stage(self, last_stage: bool, stage_layers: int, process: ProcessMemory) -> Reserve:
         """The reserve of one stage; `process` is what its libraries and process groups hold
-        (process_memory_for_groups)."""
+        (process_memory_for_groups). Only the last stage samples; its torch peak is the larger of the forward
+        pass and the sampler pass on top of what the forward keeps."""
+        forward = self.activation_peak_bytes + (self.drafter_bytes if last_stage else 0)
+        sampler_pass = self.sampler_bytes if last_stage else 0
+        above_forward = max(0, self.kept_bytes + sampler_pass - forward) if last_stage else 0
+        if not self.sampler_after_forward:
+            above_forward = sampler_pass
         return Reserve(
-            activation_peak_bytes=self.activation_peak_bytes + (self.drafter_bytes if last_stage else 0),
-            sampler_bytes=self.sampler_bytes if last_stage else 0,
-            non_torch_bytes=process.non_torch_bytes,
+            activation_peak_bytes=forward,
+            sampler_bytes=above_forward,
+            non_torch_bytes=process.non_torch_bytes + self.graph_profile_bytes,
             cudagraph_bytes=cudagraph_memory(self.card, self.inputs, stage_layers),
             cudagraph_in_budget=self.cudagraph_in_budget,
             communicator_bytes=process.communicator_bytes,
+            sampler_pass_bytes=sampler_pass,
+            kept_bytes=self.kept_bytes if last_stage else 0,
         )
 
 
@@ -251,6 +332,7 @@ def cudagraphs_in_budget(inputs: ReserveInputs) -> bool:
 
 
 def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:
+    accounting = accounting_for(inputs.vllm_version)
     return LayoutReserve(
         card=card,
         inputs=inputs,
@@ -258,6 +340,9 @@ def layout_reserve(card: ModelCard, inputs: ReserveInputs) -> LayoutReserve:
         sampler_bytes=sampler_peak(card, inputs),
         drafter_bytes=mtp_drafter_peak(card, inputs),
         cudagraph_in_budget=cudagraphs_in_budget(inputs),
+        kept_bytes=kept_through_sampler(card, inputs, accounting),
+        graph_profile_bytes=graph_profile_non_torch(inputs, accounting),
+        sampler_after_forward=accounting.sampler_after_forward,
     )
 
 

@@ -7,8 +7,9 @@ same in all of them: KV budget = total × gpu_memory_utilization − non-KV memo
 dummy forward pass (gpu_worker.py determine_available_memory), and blocks = floor(budget / page size /
 layers) (kv_cache_utils.py get_num_blocks) — the reserve terms themselves live in core/reserve.py.
 What changes between ranges is below: where CUDA graphs go, the fused-MoE chunk that bounds the
-profile run's MoE workspace, how the logged "GPU KV cache size" is derived from the blocks, and how
-the non-KV memory is measured.
+profile run's MoE workspace, which FP8 MoE kernel keeps its workspace past the profile's forward pass,
+whether the CUDA-graph memory profile runs inside the measured window, how the logged "GPU KV cache
+size" is derived from the blocks, and how the non-KV memory is measured.
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ from typing import Literal
 from meshdeck.core.errors import InputError
 
 Release = tuple[int, int]
+
+# What the FP8 block-quantized fused MoE of a tensor-parallel layout (no expert parallel, one DP rank) keeps in
+# vLLM's WorkspaceManager (v1/worker/workspace.py) after the profile's forward pass, so that it is still
+# allocated while the dummy sampler runs — on Hopper, where the kernel choice below was read:
+# "none": fused_experts allocates its caches per call and frees them (0.12–0.13, Fp8MoEMethod.apply);
+# "triton": TritonExperts through the modular kernel, (M, top-k, max(N/2, K)) + (M, top-k, max(N, K)) BF16;
+# "flashinfer_cutlass": FlashInferExperts through the modular kernel, (M, K) BF16 (its GEMM scratch is its own).
+MoeWorkspace = Literal["none", "triton", "flashinfer_cutlass"]
+MOE_WORKSPACE_NONE: MoeWorkspace = "none"
+MOE_WORKSPACE_TRITON: MoeWorkspace = "triton"
+MOE_WORKSPACE_FLASHINFER_CUTLASS: MoeWorkspace = "flashinfer_cutlass"
 
 # how the logged "GPU KV cache size: N tokens" comes from the block count
 TokensLogged = Literal["blocks", "concurrency"]
@@ -43,6 +55,14 @@ class VllmAccounting:
     summary: str  # what the plan's note says about this range
     source: str  # where in the release's source each trait was read
     rocm_cudagraph_estimate: bool = False  # the graph estimate also runs on ROCm (before 0.26 it is skipped there)
+    hopper_fp8_tp_moe_workspace: MoeWorkspace = MOE_WORKSPACE_NONE  # see MoeWorkspace
+    graph_profile_in_window: bool = False  # profile_cudagraph_memory runs inside the non-torch measurement
+    # The profile's torch peak is the larger of its forward pass and its sampler pass (core/reserve.py). 0.11 keeps
+    # the planner's earlier sum of the two: its public DeepSeek-architecture logs (Kimi-K2-Thinking in the
+    # calibration table; RedHat's R1-0528 0.11.2 H200 runs) hold 1.1-1.7 GiB more than the larger of the two, for a
+    # term not found in 0.11.1's source (its FP8 and Marlin MoE call fused_experts / fused_marlin_moe directly,
+    # fp8.py 1301, compressed_tensors_moe.py 1676), while its Llama-3.3-70B runs hold none.
+    sampler_after_forward: bool = True
 
     def holds(self, version: Release) -> bool:
         return self.first <= version <= self.last
@@ -69,6 +89,16 @@ OUTSIDE = "CUDA graphs captured after sizing, outside the KV budget"
 UNREAD_DP_GATHER_BOUND = 32768
 INSIDE = "CUDA graphs' profiled estimate subtracted from the KV budget"
 
+# What 0.12–0.16 share (each range below adds how its FP8 MoE keeps its workspace)
+READ_012_016 = (
+    "0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
+    "fused_moe/modular_kernel.py 1047 min(M, chunk); 0.13.0–0.16.0 utils/mem_utils.py memory_profiling "
+    "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 gpu_worker.py 407-408: requested − non_kv only); "
+    "0.16.0 kv_cache_utils.py _report_kv_cache_config 1290-1294 (num_blocks // groups × block); 0.12.0–0.16.0 "
+    "topk_topp_sampler.py: FlashInfer sampling only with VLLM_USE_FLASHINFER_SAMPLER=1 (envs.py default None); "
+)
+
 VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
     VllmAccounting(
         (0, 11),
@@ -87,9 +117,45 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         "v1/sample/ops/topk_topp_sampler.py 36-45 samples with FlashInfer only when it is installed, which the "
         "wheel's requirements leave to the `flashinfer` extra (METADATA: flashinfer-python==0.3.1; extra == "
         "'flashinfer'), so a pip install samples natively",
+        sampler_after_forward=False,
     ),
     VllmAccounting(
         (0, 12),
+        (0, 13),
+        cudagraph_in_budget=False,
+        fused_moe_chunk_tokens=16384,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        sorting_sampler=True,
+        cudagraph_estimate_env=False,
+        summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens",
+        source=READ_012_016
+        + "FP8 block MoE: 0.12.0/0.13.0 quantization/fp8.py get_fp8_moe_backend (0.13.0 125-206: DeepGEMM MoE off "
+        "by default at TP 8, so TRITON) and Fp8MoEMethod.apply calls fused_experts directly (0.12.0 1315, "
+        "0.13.0 1283), whose caches are freed with the call: nothing is kept past the forward pass",
+        hopper_fp8_tp_moe_workspace=MOE_WORKSPACE_NONE,
+    ),
+    VllmAccounting(
+        (0, 14),
+        (0, 14),
+        cudagraph_in_budget=False,
+        fused_moe_chunk_tokens=16384,
+        tokens_logged=TOKENS_FROM_BLOCKS,
+        flashinfer_sampler=False,
+        sorting_sampler=True,
+        cudagraph_estimate_env=False,
+        summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens; the Triton MoE workspace is kept",
+        source="0.14.0: as 0.12–0.13, but the FP8 MoE kernel is chosen by fused_moe/oracle/fp8.py "
+        "select_fp8_moe_backend 51-150 (TRITON at TP 8: DeepGEMM MoE off 115-121, FlashInfer only with "
+        "VLLM_USE_FLASHINFER_MOE_FP8) and built as a modular kernel (quantization/fp8.py 822 "
+        "make_fp8_moe_kernel), whose workspaces come from the WorkspaceManager (fused_moe/modular_kernel.py "
+        "855-866 current_workspace_manager().get_simultaneous, v1/worker/workspace.py): TritonExperts."
+        "workspace_shapes (fused_moe.py 2324-2339) = (M, top-k, max(N/2, K)) + (M, top-k, max(N, K)), kept "
+        "after the forward pass",
+        hopper_fp8_tp_moe_workspace=MOE_WORKSPACE_TRITON,
+    ),
+    VllmAccounting(
+        (0, 15),
         (0, 16),
         cudagraph_in_budget=False,
         fused_moe_chunk_tokens=16384,
@@ -98,13 +164,12 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         sorting_sampler=True,
         cudagraph_estimate_env=False,
         summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens",
-        source="0.12.0 envs.py 790 / 0.17.0 envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE str(16 * 1024), used by 0.17.0 "
-        "fused_moe/modular_kernel.py 1047 min(M, chunk); 0.13.0–0.16.0 utils/mem_utils.py memory_profiling "
-        "(the three terms of 0.11), gpu_worker.py without profile_cudagraph_memory and envs.py without "
-        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.17.0 gpu_worker.py 407-408: requested − non_kv only); "
-        "0.16.0 kv_cache_utils.py "
-        "_report_kv_cache_config 1290-1294 (num_blocks // groups × block); 0.12.0–0.16.0 "
-        "topk_topp_sampler.py: FlashInfer sampling only with VLLM_USE_FLASHINFER_SAMPLER=1 (envs.py default None)",
+        source=READ_012_016
+        + "FP8 block MoE: 0.16.0 fused_moe/oracle/fp8.py select_fp8_moe_backend 154-166 tries FLASHINFER_CUTLASS "
+        "before TRITON (0.15.0 the same list), and flashinfer_cutlass_moe.py takes FP8 block scales on 9.0 "
+        "(_supports_quant_scheme 104-130) with workspace_shapes (M, K) and (0,) (187-188): one (M, K) BF16 "
+        "buffer is kept (the public 0.16 H200 log names FLASHINFER_CUTLASS)",
+        hopper_fp8_tp_moe_workspace=MOE_WORKSPACE_FLASHINFER_CUTLASS,
     ),
     VllmAccounting(
         (0, 17),
@@ -116,10 +181,13 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         sorting_sampler=False,
         cudagraph_estimate_env=False,
         summary=f"{OUTSIDE}; fused-MoE chunk 16384 tokens; top-k/top-p in place (Triton)",
-        source="0.17.0: as 0.12–0.16 (envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE, gpu_worker.py 407-408), but "
+        source="0.17.0: as 0.15–0.16 (envs.py 825 VLLM_FUSED_MOE_CHUNK_SIZE, gpu_worker.py 407-408), but "
         "v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p sends 8 rows or more to "
         "topk_topp_triton.apply_top_k_top_p_triton, which masks the fp32 logits in place (0.19.0 lines 965-1030: "
-        "one cached buffer of min(SMs, rows) vocabulary rows)",
+        "one cached buffer of min(SMs, rows) vocabulary rows); FP8 block MoE: fused_moe/oracle/fp8.py "
+        "_get_priority_backends 85-95 puts TRITON first on Hopper without EP (FLASHINFER_CUTLASS with EP), whose "
+        "TritonExperts workspaces the WorkspaceManager keeps (as 0.14)",
+        hopper_fp8_tp_moe_workspace=MOE_WORKSPACE_TRITON,
     ),
     VllmAccounting(
         (0, 18),
@@ -135,7 +203,13 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         "applies it only if envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (0.18.0 gpu_worker.py 413, 437), "
         "default '0' (0.18.0 envs.py 1636, 0.19.0 envs.py 1655); VLLM_FUSED_MOE_CHUNK_SIZE gone, "
         "0.18.0 fused_moe/modular_kernel.py 1189-1193 allocates the workspaces for M_full; sampling native "
-        "unless VLLM_USE_FLASHINFER_SAMPLER=1 (0.18.0 / 0.19.0 envs.py 48 default None)",
+        "unless VLLM_USE_FLASHINFER_SAMPLER=1 (0.18.0 / 0.19.0 envs.py 48 default None); the graph profile runs "
+        "inside `with memory_profiling(...)` (0.18.0 gpu_worker.py 384-399, 0.19.0 366-381), whose non-torch "
+        "increase is taken at its exit (utils/mem_utils.py 272-274); FP8 block MoE on Hopper without EP: "
+        "TRITON first (oracle/fp8.py _get_priority_backends 85-95), workspaces kept (modular_kernel.py "
+        "_allocate_buffers 1009-1070, fused_moe.py TritonExperts.workspace_shapes 1979-1994)",
+        hopper_fp8_tp_moe_workspace=MOE_WORKSPACE_TRITON,
+        graph_profile_in_window=True,
     ),
     VllmAccounting(
         (0, 20),
@@ -150,7 +224,10 @@ VLLM_ACCOUNTINGS: tuple[VllmAccounting, ...] = (
         source="0.20.0: envs.py 1725 VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default '1'; gpu_worker.py "
         "determine_available_memory 387-425 (torch peak taken before the graph profile; requested − "
         "non_kv − estimate); kv_cache_utils.py get_num_blocks 930; envs.py 48 VLLM_USE_FLASHINFER_SAMPLER "
-        "default None (native sampling)",
+        "default None (native sampling); the graph profile inside the measured window (gpu_worker.py 366-385) "
+        "and the Triton MoE workspace kept, as 0.18–0.19",
+        hopper_fp8_tp_moe_workspace=MOE_WORKSPACE_TRITON,
+        graph_profile_in_window=True,
     ),
     VllmAccounting(
         (0, 21),

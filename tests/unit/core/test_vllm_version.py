@@ -28,7 +28,7 @@ from meshdeck.core.planner import plan
 from meshdeck.core.vllm_releases import NEWEST_MODELLED, VLLM_ACCOUNTINGS, accounting_for
 
 TP8 = {"tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 1, "expert_parallel": False}
-RANGES = "0.11, 0.12–0.16, 0.17, 0.18–0.19, 0.20, 0.21–0.25, 0.26, 0.27–0.33"
+RANGES = "0.11, 0.12–0.13, 0.14, 0.15–0.16, 0.17, 0.18–0.19, 0.20, 0.21–0.25, 0.26, 0.27–0.33"
 
 
 @pytest.mark.parametrize("text", ["0.6", "0.7.3", "0.8", "0.10.2", "0.34", "1.0", "v2.1"])
