@@ -17,6 +17,7 @@ from meshdeck.ui.views.planner.save import ProfileAnswer, ProfileDialog, Profile
 from meshdeck.ui.views.planner.view import PlannerView
 from meshdeck.ui.widgets.rank_map import rank_labels
 from meshdeck_agent.wire_inventory import Inventory
+from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import QDialog, QLineEdit
 
 
@@ -97,13 +98,13 @@ def test_a_plan_that_takes_long_is_cancelled_at_once_and_plan_clicks_never_wait(
     import meshdeck.ui.views.planner.view as planner_view
 
     release = threading.Event()
-    real_plan = planner_view.plan
+    real_plan = planner_view.plan_with_speed
 
-    def slow_plan(request):
+    def slow_plan(request, speed="kernels", progress=None):
         release.wait(30)
-        return real_plan(request)
+        return real_plan(request, speed)
 
-    monkeypatch.setattr(planner_view, "plan", slow_plan)
+    monkeypatch.setattr(planner_view, "plan_with_speed", slow_plan)
     planned: list[object] = []
     planner.planned.connect(planned.append)
     planner.form.plan_button.click()
@@ -118,7 +119,7 @@ def test_a_plan_that_takes_long_is_cancelled_at_once_and_plan_clicks_never_wait(
     assert first.wait(30)
     qtbot.wait(100)
     assert planned == [] and not second.started  # neither the stale result nor the cancelled plan arrives
-    monkeypatch.setattr(planner_view, "plan", real_plan)
+    monkeypatch.setattr(planner_view, "plan_with_speed", real_plan)
     _plan(qtbot, planner)
     assert planner.result is not None and len(planned) == 1
 
@@ -296,3 +297,76 @@ def test_unreadable_plan_settings_leave_the_defaults(qtbot, console_context) -> 
     qtbot.addWidget(view)
     assert (view.form.max_model_len.value(), view.form.utilization.value()) == (0, 0.9)
     assert view.form.nodes.value() == view.form.nodes.maximum()  # a number past the range is brought within it
+
+
+def test_every_layout_is_a_point_on_the_throughput_interactivity_chart_and_a_click_selects_its_row(
+    qtbot, planner
+) -> None:
+    planner.form.isl.setValue(2048)
+    planner.form.osl.setValue(512)
+    planner.form.tpot_target.setValue(60.0)
+    _plan(qtbot, planner)
+    result = planner.result
+    assert result.request.workload.input_tokens == 2048 and result.request.workload.tpot_ms == 60.0
+    with_serving = [layout for layout in result.fitting if layout.serving is not None]
+    assert len(planner.front.points) == len(with_serving) > 3
+    # the front: no point beats another on both axes
+    for point in planner.front.front:
+        assert not any(o.x > point.x and o.y > point.y for o in planner.front.points)
+    assert planner.front.sla_line is not None and planner.front.sla_line.value() == pytest.approx(1000 / 60.0)
+    # the table names the speed's source on every row and in the summary
+    source_column = 14
+    sources = {planner.table.item(row, source_column).text() for row in range(len(with_serving))}
+    assert sources <= {"measured kernels", "roofline"} and sources
+    assert "Speed:" in planner.summary.text()
+    # clicking a point selects its layout's row
+    target = planner.front.points[-1]
+    view = planner.front.plot.getPlotItem().vb
+    position = view.mapViewToScene(QPointF(target.x, target.y))
+    assert planner.front.nearest(position) is target
+    planner.front._click(type("Click", (), {"scenePos": lambda self: position})())
+    assert planner.table.selectionModel().selectedRows()[0].row() == target.key[1]
+    assert "tok/s per GPU" in planner.front.readout.text()
+
+
+def test_disaggregated_plans_appear_beside_the_aggregated_best_with_their_pools_flags(qtbot, planner) -> None:
+    planner.form.disaggregated.setChecked(True)
+    planner.form.speed.setCurrentIndex(planner.form.speed.findData("roofline"))
+    _plan(qtbot, planner)
+    result = planner.result
+    assert result.disaggregated and result.speed_source is not None and not result.speed_source.measured
+    assert "ROOFLINE" in planner.summary.text()
+    table = planner.disaggregated.table
+    assert table.rowCount() == len(result.disaggregated)
+    assert "prefill:" in planner.disaggregated.pools.toPlainText()
+    assert "--kv-transfer-config" in planner.disaggregated.pools.toPlainText()
+    assert any(point.disaggregated for point in planner.front.points)
+    planner._point_clicked(("disaggregated", 1))
+    assert table.selectionModel().selectedRows()[0].row() == 1
+
+
+def test_planning_shows_progress_and_cancel_stops_it(qtbot, planner, monkeypatch) -> None:
+    import meshdeck.ui.views.planner.view as planner_view
+
+    started, release = threading.Event(), threading.Event()
+    real_plan = planner_view.plan_with_speed
+
+    def reporting_plan(request, speed="kernels", progress=None):
+        progress(1, 4, "layouts")
+        started.set()
+        release.wait(30)
+        progress(2, 4, "layouts")  # raises JobCancelled once Cancel was pressed
+        return real_plan(request, speed)
+
+    monkeypatch.setattr(planner_view, "plan_with_speed", reporting_plan)
+    planner.form.plan_button.click()
+    job = planner.context.jobs.running("plan")
+    assert planner.progress.isVisible() and planner.cancel_button.isVisible()
+    qtbot.waitUntil(lambda: planner.progress.value() == 250, timeout=10000)
+    assert "estimating layouts" in planner.progress.format()
+    planner.cancel_button.click()
+    qtbot.waitUntil(lambda: planner.summary.text() == "Planning cancelled.", timeout=5000)
+    assert not planner.progress.isVisible() and not planner.cancel_button.isVisible()
+    release.set()
+    assert job is not None and job.wait(30)  # the worker stopped at its next progress report
+    assert planner.result is None

@@ -56,6 +56,11 @@ class DetectedCluster:
     def simulated(self) -> bool:
         return any(f.simulated for f in self.facts.values())
 
+    @property
+    def hosts_without_rdma(self) -> tuple[str, ...]:
+        """Hosts whose agents reported no active InfiniBand/RoCE port (a KV transfer or DeepEP needs one)."""
+        return tuple(host for host in self.hosts if not self.facts[host].rdma_bytes_per_s)
+
 
 def cluster_from_inventories(
     inventories: Mapping[str, Inventory],

@@ -8,7 +8,7 @@ from __future__ import annotations
 from meshdeck.core.plan_request import PlanRequest
 from meshdeck.core.planner import PlanResult, plan
 from meshdeck.core.serving import PlanProgress, no_progress
-from meshdeck.speed.kernels import kernel_speed_for
+from meshdeck.speed.kernels import import_library, kernel_speed_for
 
 ROOFLINE_CHOSEN = "the roofline was asked for (--speed roofline)"
 
@@ -21,3 +21,9 @@ def plan_with_speed(request: PlanRequest, speed: str = "kernels", progress: Plan
     if isinstance(kernels, str):
         return plan(request, roofline_reason=kernels, progress=progress)
     return plan(request, kernels, progress=progress)
+
+
+def warm_up_speed_tables() -> str | None:
+    """Import the kernel library ahead of the first plan (the console does it in a job at start); its reason
+    when it cannot be used here, None when it can."""
+    return import_library()

@@ -43,6 +43,7 @@ from meshdeck.speed.tables import SpeedTables, speed_tables
 log = logging.getLogger(__name__)
 
 _LIBRARY_LOGGERS = ("aiconfigurator_core",)
+NOT_INSTALLED = "aiconfigurator-core is not installed (it has wheels for Linux x86_64/aarch64 and macOS arm64 only)"
 _LOCK = threading.Lock()  # the library's caches and engine handles are not safe across threads
 _CACHE_LIMIT = 50_000
 _ANSWERS: OrderedDict[tuple[Any, ...], StepTimes | None] = OrderedDict()
@@ -109,6 +110,14 @@ def _library() -> _Library | str:
         return f"aiconfigurator-core cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
     _quiet_library()
     return _Library(config, common, get_model, get_database, get_backend, get_version_slots, _get_model_info)
+
+
+def import_library() -> str | None:
+    """Import the library now (pandas, its Rust engine: ~1 s) — None, or why it cannot be used here."""
+    if package_version() is None:
+        return NOT_INSTALLED
+    library = _library()
+    return library if isinstance(library, str) else None
 
 
 def _low_fidelity_summary(messages: Any) -> tuple[str, ...]:
@@ -324,7 +333,7 @@ def kernel_speed_for(request: PlanRequest, engine: str = "vllm") -> KernelSpeed 
         return f"no kernel tables for a {settings.kv.kv_cache_dtype} KV cache"
     version = package_version()
     if version is None:
-        return "aiconfigurator-core is not installed (no wheel for this platform: Linux x86_64/aarch64, macOS arm64)"
+        return NOT_INSTALLED
     library = _library()
     if isinstance(library, str):
         return library

@@ -34,6 +34,7 @@ from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, d
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest
+from meshdeck.core.serving import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS, MAX_WORKLOAD_TOKENS, Workload
 from meshdeck.core.vllm_releases import NEWEST_MODELLED
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model
@@ -61,6 +62,22 @@ class PlannerInputs:
     gpu_memory_utilization: float
     max_num_seqs: int | None
     mtp: bool
+    input_tokens: int = DEFAULT_INPUT_TOKENS
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    concurrency: int | None = None  # None: each layout at what it holds
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    disaggregated: bool = False
+    speed: str = "kernels"  # services.planning: "kernels" (measured tables where they reach) or "roofline"
+
+    @property
+    def workload(self) -> Workload:
+        stated = (self.input_tokens, self.output_tokens) != (DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS) or any(
+            value is not None for value in (self.concurrency, self.ttft_ms, self.tpot_ms)
+        )
+        return Workload(
+            self.input_tokens, self.output_tokens, self.concurrency, self.ttft_ms, self.tpot_ms, stated=stated
+        )
 
     def to_request(self) -> tuple[PlanRequest, DetectedCluster | None]:
         detected = None
@@ -92,6 +109,9 @@ class PlannerInputs:
             max_num_seqs=self.max_num_seqs,
             mtp=self.mtp,
             vllm_version=release,
+            workload=self.workload,
+            disaggregated=self.disaggregated,
+            hosts_without_rdma=detected.hosts_without_rdma if detected else (),
         )
         return request, detected
 
@@ -178,6 +198,50 @@ class PlannerForm(QWidget):
         serving_form.addRow("max_num_seqs", self.max_num_seqs)
         serving_form.addRow(self.mtp)
 
+        workload_box = QGroupBox("Workload and speed")
+        self.isl = QSpinBox()
+        self.isl.setObjectName("plannerIsl")
+        self.isl.setRange(1, MAX_WORKLOAD_TOKENS)
+        self.isl.setValue(DEFAULT_INPUT_TOKENS)
+        self.osl = QSpinBox()
+        self.osl.setObjectName("plannerOsl")
+        self.osl.setRange(1, MAX_WORKLOAD_TOKENS)
+        self.osl.setValue(DEFAULT_OUTPUT_TOKENS)
+        self.concurrency = QSpinBox()
+        self.concurrency.setObjectName("plannerConcurrency")
+        self.concurrency.setRange(0, 10_000_000)
+        self.concurrency.setSpecialValueText("what each layout holds")
+        self.concurrency.setToolTip("Requests in flight across the whole deployment (a DP8 layout holds C/8 per rank)")
+        self.ttft_target = QDoubleSpinBox()
+        self.ttft_target.setObjectName("plannerTtftTarget")
+        self.ttft_target.setRange(0, 3_600_000)
+        self.ttft_target.setDecimals(0)
+        self.ttft_target.setSuffix(" ms")
+        self.ttft_target.setSpecialValueText("no target")
+        self.tpot_target = QDoubleSpinBox()
+        self.tpot_target.setObjectName("plannerTpotTarget")
+        self.tpot_target.setRange(0, 60_000)
+        self.tpot_target.setDecimals(1)
+        self.tpot_target.setSuffix(" ms")
+        self.tpot_target.setSpecialValueText("no target")
+        self.disaggregated = QCheckBox("Also plan prefill/decode pools")
+        self.disaggregated.setObjectName("plannerDisaggregated")
+        self.speed = QComboBox()
+        self.speed.setObjectName("plannerSpeed")
+        self.speed.addItem("measured kernels (aiconfigurator-core)", "kernels")
+        self.speed.addItem("roofline estimate only", "roofline")
+        self.speed.setToolTip(
+            "Measured kernel tables where they reach this GPU and model (else the roofline, said in the results)"
+        )
+        workload_form = QFormLayout(workload_box)
+        workload_form.addRow("Input tokens (ISL)", self.isl)
+        workload_form.addRow("Output tokens (OSL)", self.osl)
+        workload_form.addRow("Concurrency", self.concurrency)
+        workload_form.addRow("TTFT target", self.ttft_target)
+        workload_form.addRow("TPOT target", self.tpot_target)
+        workload_form.addRow(self.disaggregated)
+        workload_form.addRow("Speed", self.speed)
+
         self.plan_button = QPushButton("Plan")
         self.plan_button.setObjectName("planButton")
         self.plan_button.setDefault(True)
@@ -191,6 +255,7 @@ class PlannerForm(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(cluster_box)
         layout.addWidget(serving_box)
+        layout.addWidget(workload_box)
         layout.addWidget(self.plan_button)
         layout.addWidget(self.error)
         layout.addStretch(1)
@@ -252,6 +317,13 @@ class PlannerForm(QWidget):
             gpu_memory_utilization=round(self.utilization.value(), 3),
             max_num_seqs=self.max_num_seqs.value() or None,
             mtp=self.mtp.isChecked(),
+            input_tokens=self.isl.value(),
+            output_tokens=self.osl.value(),
+            concurrency=self.concurrency.value() or None,
+            ttft_ms=self.ttft_target.value() or None,
+            tpot_ms=self.tpot_target.value() or None,
+            disaggregated=self.disaggregated.isChecked(),
+            speed=self.speed.currentData(),
         )
 
     def show_error(self, text: str | None) -> None:
@@ -268,6 +340,8 @@ class PlannerForm(QWidget):
         settings.setValue("planner/utilization", self.utilization.value())
         settings.setValue("planner/gpu", self.gpu.currentText())
         settings.setValue("planner/nodes", self.nodes.value())
+        settings.setValue("planner/isl", self.isl.value())
+        settings.setValue("planner/osl", self.osl.value())
 
     def restore_settings(self, settings: QSettings) -> None:
         for combo, key in ((self.model, "model"), (self.goal, "goal"), (self.kv_dtype, "kv_dtype")):
@@ -281,6 +355,8 @@ class PlannerForm(QWidget):
         _restore_number(self.max_model_len, settings.value("planner/max_model_len"))
         _restore_number(self.utilization, settings.value("planner/utilization"))
         _restore_number(self.nodes, settings.value("planner/nodes"))
+        _restore_number(self.isl, settings.value("planner/isl"))
+        _restore_number(self.osl, settings.value("planner/osl"))
 
 
 def _restore_number(box: QSpinBox | QDoubleSpinBox, value: object) -> None:

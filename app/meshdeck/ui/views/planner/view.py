@@ -1,13 +1,20 @@
 """The planner view: inputs pre-filled from the connected hosts, the ranked layouts, and for the chosen
 layout its per-GPU memory, its ranks drawn on the real GPUs, its warnings and `vllm serve` flags.
 
-Planning runs as a job (model cards and the GPU catalog are files); a new plan cancels one still
-running. "Save as profile" turns the chosen layout into one profile per instance of it (validated
-by launch.profile) and stores it; "Export YAML" writes the same profile to a file.
+Every layout carries its serving estimate at the form's workload (TTFT, TPOT, tokens/s per GPU and per user)
+from measured kernel tables, or the roofline where those do not reach — said in the summary and marked per
+row. The throughput–interactivity chart puts every layout (and every prefill/decode-disaggregated plan) on one
+plane with its Pareto front; clicking a point selects its row.
+
+Planning runs as a job (model cards, the GPU catalog and the kernel tables are files) with a progress bar and
+a Cancel button; a new plan lets one still running go. "Save as profile" turns the chosen layout into one
+profile per instance of it (validated by launch.profile) and stores it; "Export YAML" writes the same profile
+to a file.
 """
 
 from __future__ import annotations
 
+import html
 import logging
 import shlex
 
@@ -18,6 +25,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -28,12 +36,15 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.layout_plan import LayoutPlan
-from meshdeck.core.planner import PlanResult, plan
+from meshdeck.core.planner import PlanResult
 from meshdeck.services.catalog import load_gpu_catalog
 from meshdeck.services.cluster import DetectedCluster
+from meshdeck.services.planning import plan_with_speed, warm_up_speed_tables
+from meshdeck.ui.charts.serving_front import FrontPoint, ServingFrontChart
 from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
+from meshdeck.ui.views.planner.disaggregated import DisaggregatedTable
 from meshdeck.ui.views.planner.form import PlannerForm, PlannerInputs
 from meshdeck.ui.views.planner.save import ProfileSaver
 from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
@@ -52,10 +63,30 @@ COLUMNS = (
     "KV GiB/GPU",
     "KV tokens/replica",
     "max concurrency",
-    "est. decode tok/s",
-    "bound",
+    "in flight",
+    "TTFT ms",
+    "TPOT ms",
+    "tok/s/GPU",
+    "tok/s/user",
+    "speed from",
     "warnings",
 )
+TEXT_COLUMNS = (1, 4, 14)  # left-aligned
+
+
+def _serving_cells(layout: LayoutPlan) -> list[str]:
+    serving = layout.serving
+    if serving is None:
+        return ["—"] * 5 + ["" if not layout.serving_problem else "no estimate"]
+    miss = "" if serving.sla is None or serving.sla.meets else " ✗"
+    return [
+        f"{serving.concurrency:,}",
+        f"{serving.ttft_ms:,.0f}",
+        f"{serving.tpot_ms:,.1f}{miss}",
+        f"{serving.output_tokens_per_s_per_gpu:,.0f}",
+        f"{serving.tokens_per_s_per_user:,.1f}",
+        "measured kernels" if serving.source.measured else "roofline",
+    ]
 
 
 def _layout_row(rank: int, layout: LayoutPlan) -> list[str]:
@@ -70,8 +101,7 @@ def _layout_row(rank: int, layout: LayoutPlan) -> list[str]:
         f"{layout.kv_cache_gib_per_gpu:.1f}",
         f"{layout.kv_tokens_per_replica:,}",
         f"{layout.max_concurrency:.2f}×",
-        f"{layout.est_decode_tokens_per_s:,.0f}",
-        layout.est_bound,
+        *_serving_cells(layout),
         str(len(layout.warnings)),
     ]
 
@@ -123,10 +153,22 @@ class PlannerView(QWidget):
         self.flags = QPlainTextEdit()
         self.flags.setObjectName("vllmFlags")
         self.flags.setReadOnly(True)
+        self.front = ServingFrontChart()
+        self.front.point_clicked.connect(self._point_clicked)
+        self.disaggregated = DisaggregatedTable()
         self.details = QTabWidget()
         self.details.addTab(layout_scroll, "Memory and ranks")
         self.details.addTab(self.warnings, "Warnings")
         self.details.addTab(self.flags, "vllm serve flags and traffic")
+        self.front_tab = self.details.addTab(self.front, "Throughput vs interactivity")
+        self.disaggregated_tab = self.details.addTab(self.disaggregated, "Prefill/decode pools")
+        self.progress = QProgressBar()
+        self.progress.setObjectName("planProgress")
+        self.progress.setVisible(False)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setObjectName("cancelPlan")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.cancel_plan)
 
         self.saver = ProfileSaver(context, self)
         self.saver.saved.connect(self.profiles_saved.emit)
@@ -146,6 +188,10 @@ class PlannerView(QWidget):
 
         results = QWidget()
         right = QVBoxLayout(results)
+        running = QHBoxLayout()
+        running.addWidget(self.progress, 1)
+        running.addWidget(self.cancel_button)
+        right.addLayout(running)
         right.addWidget(self.summary)
         right.addWidget(self.notes)
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -171,6 +217,8 @@ class PlannerView(QWidget):
         context.hosts.changed.connect(lambda _host: self._hosts_timer.start())
         job = context.jobs.start("load GPU catalog", lambda _progress: load_gpu_catalog(), abandon_on_cancel=True)
         job.succeeded.connect(self.form.set_gpu_catalog)
+        # the kernel library's import (pandas, its Rust engine) paid before the first Plan click, not on it
+        context.jobs.start("load kernel tables", lambda _progress: warm_up_speed_tables(), abandon_on_cancel=True)
         self._refresh_hosts()
 
     # ------------------------------------------------------------------ hosts
@@ -188,15 +236,44 @@ class PlannerView(QWidget):
         self.form.show_error(None)
         self.summary.setText("planning…")
 
-        def work(_progress: Progress) -> tuple[PlanResult, DetectedCluster | None]:
+        def work(progress: Progress) -> tuple[PlanResult, DetectedCluster | None]:
             request, detected = inputs.to_request()
-            return plan(request), detected
+
+            def report(done: int, total: int, what: str) -> None:
+                progress.check()  # Cancel: JobCancelled stops the plan between layouts
+                progress.report(done / total if total else None, f"estimating {what}")
+
+            return plan_with_speed(request, inputs.speed, report), detected
 
         # planning has no side effects: a cancelled or superseded plan is let go, never waited for
         job = self.context.jobs.start("plan", work, abandon_on_cancel=True)
         job.succeeded.connect(lambda answer, inputs=inputs: self._show(answer, inputs))
         job.failed.connect(self._failed)
         job.cancelled.connect(self._cancelled)
+        job.progressed.connect(self._progressed)
+        job.ended.connect(self._plan_ended)
+        self.progress.setRange(0, 0)
+        self.progress.setFormat("planning…")
+        self.progress.setVisible(True)
+        self.cancel_button.setVisible(True)
+
+    def cancel_plan(self) -> None:
+        job = self.context.jobs.running("plan")
+        if job is not None:
+            job.cancel()
+
+    def _progressed(self, fraction: float, message: str) -> None:
+        if fraction < 0:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(round(fraction * 1000))
+        self.progress.setFormat(f"{message} %p%" if fraction >= 0 else message)
+
+    def _plan_ended(self) -> None:
+        if self.context.jobs.running("plan") is None:  # no newer plan took its place
+            self.progress.setVisible(False)
+            self.cancel_button.setVisible(False)
 
     def _cancelled(self) -> None:
         if self.context.jobs.running("plan") is None:  # not superseded by a newer plan
@@ -213,23 +290,56 @@ class PlannerView(QWidget):
         cluster = result.request.cluster
         where = f"{', '.join(detected.hosts)} (detected)" if detected else "typed-in cluster"
         simulated = " — simulated hosts" if detected and detected.simulated else ""
+        source = result.speed_source
+        speed = (
+            ""
+            if source is None
+            else f"<br><b>Speed:</b> {html.escape(source.text())}"
+            if source.measured
+            else f"<br><b>Speed: ROOFLINE estimate, not measured</b> — {html.escape(source.reason or 'asked for')}"
+        )
         self.summary.setText(
-            f"<b>{result.request.model.name}</b> on {cluster.nodes}×{cluster.gpus_per_node} {cluster.gpu.name}, "
-            f"{where}{simulated}: {len(result.fitting)} of {len(layouts)} layouts fit.<br>{result.top_reason}"
+            f"<b>{html.escape(result.request.model.name)}</b> on {cluster.nodes}×{cluster.gpus_per_node} "
+            f"{html.escape(cluster.gpu.name)}, {html.escape(where)}{simulated}: {len(result.fitting)} of "
+            f"{len(layouts)} layouts fit at {html.escape(result.request.workload.text())}."
+            f"<br>{html.escape(result.top_reason)}{speed}"
         )
         self.notes.setText(" · ".join([*(detected.notes if detected else ()), *result.notes]))
         self.table.setRowCount(len(layouts))
         for row, layout in enumerate(layouts):
             for column, text in enumerate(_layout_row(row + 1, layout)):
                 item = QTableWidgetItem(text)
-                if column >= 2 and column != 10:
+                if column >= 2 and column not in TEXT_COLUMNS:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if not (layout.fits and layout.valid):
                     item.setForeground(self.palette().placeholderText())
                 self.table.setItem(row, column, item)
+        self._show_front(result)
+        self.disaggregated.set_plan(result)
+        self.details.setTabText(self.disaggregated_tab, f"Prefill/decode pools ({len(result.disaggregated)})")
         if layouts:
             self.table.selectRow(0)
         self.planned.emit(result)
+
+    def _show_front(self, result: PlanResult) -> None:
+        points = [
+            FrontPoint(("layout", row), layout.label(), layout.serving)
+            for row, layout in enumerate(result.layouts)
+            if layout.serving is not None and layout.fits and layout.valid
+        ]
+        points += [
+            FrontPoint(("disaggregated", index), option.label(), option.serving, disaggregated=True)
+            for index, option in enumerate(result.disaggregated)
+        ]
+        self.front.set_points(points, tpot_target_ms=result.request.workload.tpot_ms)
+
+    def _point_clicked(self, key: object) -> None:
+        assert isinstance(key, tuple)
+        kind, index = key
+        if kind == "layout":
+            self.table.selectRow(index)
+        else:
+            self.disaggregated.select(index)
 
     def selected_layout(self) -> LayoutPlan | None:
         rows = self.table.selectionModel().selectedRows()
@@ -249,6 +359,7 @@ class PlannerView(QWidget):
             button.setEnabled(layout is not None and layout.valid)
         if layout is None or self.result is None:
             return
+        self.front.select(("layout", self.table.selectionModel().selectedRows()[0].row()))
         cluster = self.result.request.cluster
         self.memory.set_bars(memory_bars(layout, cluster.gpu.memory_bytes, cluster.gpu.torch_visible_bytes))
         self.rank_map.set_layout(layout, cluster.nodes, cluster.gpus_per_node, self.node_names())
