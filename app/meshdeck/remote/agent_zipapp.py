@@ -15,6 +15,13 @@ prometheus_client's LICENSE and NOTICE come from its dist-info), with their vers
 LICENSES/VENDORED.txt. Entries are sorted and time-stamped 1980-01-01, so the same sources give the
 same bytes. Every write is atomic (a temp file in the target dir, then `os.replace`), so two processes
 building into one cache at once both end with a whole file.
+
+The cache is trusted only as far as it is checked: the cache dir must be a directory of this user that no
+one else can write (`private_cache_dir`: made 0700; one owned by another user, writable by others or a
+symbolic link is refused, naming it and what to do), and a cached file is used only when its bytes are the
+build of the current sources (`current_build`, made in memory once per process and compared by SHA-256);
+any other file under that name is rebuilt over, with a warning. A file someone else planted there is
+therefore never uploaded to a server.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import importlib.util
 import io
 import logging
 import os
+import stat
 import tempfile
 import threading
 import zipfile
@@ -50,6 +58,10 @@ _cache_lock = threading.Lock()  # one build per process even when every host thr
 
 class ZipappBuildError(Exception):
     """The zipapp cannot be built here (a source or vendored dependency is missing); says which."""
+
+
+class UnsafeCacheDir(ZipappBuildError):
+    """The cache dir is not this user's alone (another owner, writable by others, a symbolic link)."""
 
 
 def agent_source_dir() -> Path:
@@ -178,21 +190,100 @@ def agent_cache_dir() -> Path:
     return platformdirs.user_cache_path("meshdeck", appauthor=False)
 
 
-def cached_agent_zipapp(cache_dir: Path | None = None) -> Path:
-    """The zipapp for the current sources in the cache dir, built there first if it is not there yet.
+def private_cache_dir(directory: Path) -> Path:
+    """`directory`, created 0700 if missing; raises UnsafeCacheDir for one this user does not hold alone.
 
-    Raises ZipappBuildError (something to build from is missing) or OSError (the cache dir cannot be
-    written).
-    """
-    directory = cache_dir if cache_dir is not None else agent_cache_dir()
+    A directory of this user that others may only read (an older meshdeck made it 0755) is made 0700; one
+    owned by another user, writable by group or others, or a symbolic link is refused: whoever else can
+    write there could plant the zipapp that is uploaded to every server."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.lstat()
+    what_to_do = f"set ${AGENT_CACHE_DIR_ENV} to a directory of your own (it is made 0700)"
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeCacheDir(f"the agent cache dir {directory} is a symbolic link; {what_to_do}")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeCacheDir(f"the agent cache dir {directory} is not a directory; {what_to_do}")
+    if info.st_uid != os.geteuid():
+        raise UnsafeCacheDir(
+            f"the agent cache dir {directory} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()}); "
+            f"{what_to_do}"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        raise UnsafeCacheDir(
+            f"the agent cache dir {directory} is writable by others (mode {mode:04o}); empty it and "
+            f"`chmod 700` it, or {what_to_do}"
+        )
+    if mode != 0o700:
+        directory.chmod(0o700)
+        log.info("made the agent cache dir %s private (mode %04o -> 0700)", directory, mode)
+    return directory
+
+
+_builds: dict[str, tuple[bytes, str]] = {}  # source digest -> (archive bytes, their SHA-256), this process's
+
+
+def current_build(digest: str | None = None) -> tuple[bytes, str]:
+    """The zipapp of the current sources (whose agent_source_digest is `digest`, computed when not given) and
+    its SHA-256, built in memory once per process and digest."""
+    digest = digest or agent_source_digest()
     with _cache_lock:
-        path = directory / f"{CACHED_PREFIX}{agent_source_digest()[:16]}.pyz"
-        if path.is_file() and zipfile.is_zipfile(path):
-            return path
-        build_agent_zipapp(path)
-        log.info("built the agent zipapp %s (%d bytes) for this meshdeck's agent sources", path, path.stat().st_size)
+        if digest not in _builds:
+            data = zipapp_bytes(collect_entries())
+            _builds.clear()
+            _builds[digest] = (data, hashlib.sha256(data).hexdigest())
+        return _builds[digest]
+
+
+def _file_sha256(path: Path) -> str | None:
+    """SHA-256 of a regular file of this user that no one else can write, read without following a link;
+    None for anything else (missing, a link, another owner's, group- or world-writable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            return None
+        digest = hashlib.sha256()
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cached_agent_zipapp(cache_dir: Path | None = None) -> Path:
+    """The zipapp for the current sources in the cache dir (see cached_agent_build)."""
+    return cached_agent_build(cache_dir)[0]
+
+
+def cached_agent_build(cache_dir: Path | None = None) -> tuple[Path, str]:
+    """The zipapp for the current sources in the cache dir and the SHA-256 its bytes have, written there
+    first unless a file with exactly those bytes is there already (a different file under its name is
+    replaced, and the warning names it).
+
+    Raises ZipappBuildError (something to build from is missing; UnsafeCacheDir: the cache dir is not
+    this user's alone) or OSError (the cache dir cannot be written).
+    """
+    digest = agent_source_digest()
+    data, sha256 = current_build(digest)  # first: a build that cannot be made leaves no cache dir behind
+    directory = private_cache_dir(cache_dir if cache_dir is not None else agent_cache_dir())
+    with _cache_lock:
+        path = directory / f"{CACHED_PREFIX}{digest[:16]}.pyz"
+        found = _file_sha256(path)
+        if found == sha256:
+            return path, sha256
+        if found is not None or os.path.lexists(path):
+            log.warning(
+                "the cached agent zipapp %s is not this meshdeck's build of it (SHA-256 %s, expected %s); replacing it",
+                path,
+                (found or "unreadable, or not a file of yours alone")[:64],
+                sha256,
+            )
+        _write_atomically(path, data)
+        log.info("built the agent zipapp %s (%d bytes) for this meshdeck's agent sources", path, len(data))
         _prune_old_builds(directory, keep=path)
-        return path
+        return path, sha256
 
 
 def _prune_old_builds(directory: Path, keep: Path) -> None:

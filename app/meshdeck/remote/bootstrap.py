@@ -6,28 +6,40 @@ the absolute cache dir (default `~/.cache/meshdeck`, created 0700), whether a fi
 there, free bytes, and the SHA-256 of `agent-<hash>.pyz` if present. When that hash equals the local
 zipapp's, nothing is uploaded (unless `force`: after an agent answered with another protocol, the app
 uploads it again); otherwise SFTP writes `.agent-<hash>.pyz.<random>.tmp` and renames it into place, so
-a reader never sees half a file. A local zipapp built for another protocol than this app speaks (a stale
-dist/meshdeck-agent.pyz) is refused before anything is uploaded, naming both versions. Each failure is one `BootstrapError` line: no python3,
+a reader never sees half a file. A local zipapp built for another protocol or agent version than this app
+runs (a stale dist/meshdeck-agent.pyz), or one declaring none, is refused before anything is uploaded, naming
+both versions. Each failure is one `BootstrapError` line: no python3,
 python too old (naming the version found), read-only home, not writable, no disk space, upload failed.
+
+What is uploaded and run is checked end to end. The local zipapp is read once, from a file of this user (or
+root) that no one else can write, and those bytes are hashed, checked for their versions and uploaded. The
+remote cache dir must be this SSH user's and writable by no one else (the probe makes it 0700 and refuses
+another owner's, a group- or world-writable one, or a symbolic link). The uploaded file is run through
+`run_verified_argv`: a few lines of Python on the server that open it, check again that it is the user's
+alone, hash it and run it only when the SHA-256 is the one uploaded (else exit RUN_REFUSED_EXIT, one line
+on stderr), so a file changed on the server between the probe and the start never runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
 import re
 import secrets
+import stat
 import sys
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import paramiko
+from meshdeck_agent import __version__ as AGENT_VERSION
 from meshdeck_agent.protocol import PROTOCOL_VERSION
 
 from meshdeck.core.text import printable
@@ -45,6 +57,9 @@ AGENT_PYZ_ENV = "MESHDECK_AGENT_PYZ"
 AGENT_PYZ_NAME = "meshdeck-agent.pyz"
 _NO_PYTHON_MARK = "MESHDECK-NO-PYTHON"
 _NO_PYTHON_EXIT = 3
+MAX_ZIPAPP_BYTES = 64 * 1024 * 1024  # the agent is ~260 KB; a local file past this is not one
+RUN_REFUSED_EXIT = 86  # the remote runner refused the agent file (not the user's alone, or another SHA-256)
+RUN_REFUSED_MARK = "meshdeck-agent: refused: "
 
 # Runs under the remote login shell as `sh -c FINDER sh PROBE CACHE_DIR AGENT_NAME PYTHON...`.
 _FINDER = f"""probe=$1; cache=$2; agent=$3; shift 3
@@ -62,7 +77,7 @@ exit {_NO_PYTHON_EXIT}
 
 # Runs on the server's python (>= 3.9, stdlib only); prints one JSON object.
 _PROBE = r"""
-import errno, hashlib, json, os, platform, sys
+import errno, hashlib, json, os, platform, stat, sys
 cache, agent = sys.argv[1], sys.argv[2]
 out = {"python": sys.executable, "version": list(sys.version_info[:3]), "machine": platform.machine(),
        "system": platform.system(), "home": os.path.expanduser("~"), "error": None, "free_bytes": None,
@@ -72,8 +87,19 @@ out["cache_dir"] = cache
 def fail(stage, exc):
     out["error"] = {"stage": stage, "errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)),
                     "message": exc.strerror or str(exc), "path": getattr(exc, "filename", None) or cache}
+def unsafe(why):
+    out["error"] = {"stage": "unsafe", "errno": "UNSAFE", "message": why, "path": cache}
 try:
     os.makedirs(cache, mode=0o700, exist_ok=True)
+    info = os.lstat(cache)
+    if stat.S_ISLNK(info.st_mode):
+        unsafe("is a symbolic link")
+    elif info.st_uid != os.geteuid():
+        unsafe("belongs to uid %d, not to this user (uid %d)" % (info.st_uid, os.geteuid()))
+    elif info.st_mode & 0o022:
+        unsafe("is writable by others (mode %04o)" % stat.S_IMODE(info.st_mode))
+    elif stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(cache, 0o700)
 except OSError as exc:
     fail("mkdir", exc)
 if out["error"] is None:
@@ -100,16 +126,80 @@ print(json.dumps(out))
 """
 
 
+# Runs the uploaded agent on the server as `python3 -I -c RUN_VERIFIED <path> <sha256> attach ...` (Python >= 3.9,
+# stdlib only): the file must be a regular file of this user, writable by no one else, in a directory of this
+# user writable by no one else, and hash to <sha256>; then the agent runs from it as `python3 -I <path>` would.
+# The ownership checks keep the file as verified for the daemon and keepers the agent later starts from it.
+RUN_VERIFIED = r"""
+import hashlib, os, stat, sys
+path, want = sys.argv[1], sys.argv[2]
+def refuse(why):
+    sys.stderr.write("%s%s %s\n" % (__MARK__, path, why))
+    sys.exit(__EXIT__)
+me, folder = os.geteuid(), os.path.dirname(os.path.abspath(path))
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    where = os.stat(folder)
+except OSError as exc:
+    refuse("cannot be opened: %s" % (exc.strerror or exc))
+with os.fdopen(fd, "rb") as f:
+    info = os.fstat(f.fileno())
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != me or info.st_mode & 0o022:
+        refuse("is not a file of this user that only this user can write (owner uid %d, mode %04o)"
+               % (info.st_uid, stat.S_IMODE(info.st_mode)))
+    if where.st_uid != me or where.st_mode & 0o022:
+        refuse("is in %s, which is not this user's alone" % folder)
+    h = hashlib.sha256()
+    for block in iter(lambda: f.read(1 << 20), b""):
+        h.update(block)
+if h.hexdigest() != want:
+    refuse("has SHA-256 %s, not %s as uploaded: it was changed on the server" % (h.hexdigest(), want))
+sys.argv[:] = [path] + sys.argv[3:]
+sys.path.insert(0, path)
+from meshdeck_agent.__main__ import main
+sys.exit(main())
+""".replace("__MARK__", repr(RUN_REFUSED_MARK)).replace("__EXIT__", str(RUN_REFUSED_EXIT))
+
+
+def run_verified_argv(python: str, agent_path: str, sha256: str, args: Sequence[str]) -> list[str]:
+    """argv that runs the agent at `agent_path` on the server with `args`, if it still hashes to `sha256`."""
+    return [python, "-I", "-c", RUN_VERIFIED, agent_path, sha256, *args]
+
+
+def _read_own_file(path: Path) -> bytes:
+    """The bytes of the zipapp at `path`, read once from a regular file of this user or root that no one
+    else can write; AgentNotFound naming the file and what to do otherwise."""
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:  # a FIFO is refused, not waited on
+            info = os.fstat(handle.fileno())
+            owners = (os.geteuid(), 0)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid not in owners or info.st_mode & 0o022:
+                mode = stat.S_IMODE(info.st_mode)
+                raise AgentNotFound(
+                    f"agent zipapp {path}: not a file of yours that only you can write (owner uid {info.st_uid}, "
+                    f"mode {mode:04o}), so it is not uploaded; use a zipapp of your own (`chmod go-w` it) or "
+                    f"leave ${AGENT_PYZ_ENV} unset and meshdeck builds one itself"
+                )
+            data = handle.read(MAX_ZIPAPP_BYTES + 1)
+    except OSError as exc:
+        raise AgentNotFound(f"agent zipapp {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_ZIPAPP_BYTES:
+        raise AgentNotFound(f"agent zipapp {path} is over {MAX_ZIPAPP_BYTES >> 20} MiB: not an agent zipapp")
+    return data
+
+
 @dataclass(frozen=True)
 class AgentPackage:
-    """The local zipapp to upload: its path, SHA-256 and size, and the agent version and protocol it
-    carries (read from its meshdeck_agent sources; None when it has none, e.g. a test's stand-in)."""
+    """The local zipapp to upload: its path, SHA-256 and size, the agent version and protocol it carries
+    (read from its meshdeck_agent sources; None when it has none), and its bytes as they were hashed (what
+    is uploaded; empty for a stand-in made without from_path, whose file is read and hashed again)."""
 
     path: Path
     sha256: str
     size: int
     agent_version: str | None = None
     protocol: int | None = None
+    data: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def remote_name(self) -> str:
@@ -117,29 +207,39 @@ class AgentPackage:
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str]) -> AgentPackage:
+        """The zipapp at `path`, read once (see _read_own_file: a file of this user or root alone)."""
         path = Path(path)
-        digest = hashlib.sha256()
-        try:
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        except OSError as exc:
-            raise AgentNotFound(f"agent zipapp {path}: {exc.strerror or exc}") from None
-        version, protocol = _zipapp_versions(path)
-        return cls(path, digest.hexdigest(), path.stat().st_size, version, protocol)
+        data = _read_own_file(path)
+        version, protocol = _zipapp_versions(data)
+        return cls(path, hashlib.sha256(data).hexdigest(), len(data), version, protocol, data)
+
+    def content(self) -> bytes:
+        """The bytes to upload: those hashed by from_path, else the file's, which must still hash to sha256."""
+        if self.data:
+            return self.data
+        data = _read_own_file(self.path)
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise AgentNotFound(f"agent zipapp {self.path} changed since it was hashed; connect again")
+        return data
 
     def check_protocol(self, label: str) -> None:
-        """Refuse a zipapp built for another protocol than this app speaks (BootstrapError "stale_agent")."""
-        if self.protocol is not None and self.protocol != PROTOCOL_VERSION:
-            raise BootstrapError(
-                "stale_agent",
-                f"{label}: the agent zipapp {self.path} is agent {self.agent_version or '?'} speaking protocol "
-                f"{self.protocol}, but this meshdeck speaks protocol {PROTOCOL_VERSION}; rebuild it with "
-                f"`make agent-pyz` (or point ${AGENT_PYZ_ENV} at a matching one)",
-            )
+        """Refuse a zipapp that is not this app's agent: another protocol or agent version, or none declared
+        (not a meshdeck agent at all). BootstrapError "stale_agent", naming both."""
+        if self.protocol == PROTOCOL_VERSION and self.agent_version == AGENT_VERSION:
+            return
+        if self.protocol is None:
+            found = "declares no agent protocol (it is not a meshdeck agent zipapp)"
+        else:
+            found = f"is agent {printable(self.agent_version or '?', 64)} speaking protocol {self.protocol}"
+        raise BootstrapError(
+            "stale_agent",
+            f"{label}: the agent zipapp {self.path} {found}, but this meshdeck speaks protocol {PROTOCOL_VERSION} "
+            f"with agent {AGENT_VERSION}; rebuild it with `make agent-pyz` (or point ${AGENT_PYZ_ENV} at a "
+            f"matching one, or leave it unset and meshdeck builds one itself)",
+        )
 
 
-def _zipapp_versions(path: Path) -> tuple[str | None, int | None]:
+def _zipapp_versions(data: bytes) -> tuple[str | None, int | None]:
     """(agent version, protocol) from a zipapp's meshdeck_agent/__init__.py and handshake.py, read as text
     (older zipapps have PROTOCOL_VERSION in protocol.py)."""
 
@@ -148,10 +248,10 @@ def _zipapp_versions(path: Path) -> tuple[str | None, int | None]:
         return next((archive.read(name).decode() for name in candidates if name in names), "")
 
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             init = text(archive, "meshdeck_agent/__init__.py")
             proto = text(archive, "meshdeck_agent/handshake.py", "meshdeck_agent/protocol.py")
-    except (OSError, zipfile.BadZipFile, UnicodeDecodeError):
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError, EOFError, NotImplementedError):
         return None, None
     version = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", init, re.MULTILINE)
     protocol = re.search(r"^PROTOCOL_VERSION\s*=\s*(\d+)\s*$", proto, re.MULTILINE)
@@ -192,14 +292,20 @@ def find_agent_package(explicit: str | os.PathLike[str] | None = None) -> AgentP
             f"agent zipapp not found in this meshdeck bundle (looked at {looked}); set ${AGENT_PYZ_ENV}"
         )
     try:
-        built = agent_zipapp.cached_agent_zipapp()
+        built, expected = agent_zipapp.cached_agent_build()
+    except agent_zipapp.UnsafeCacheDir as exc:
+        raise AgentNotFound(str(exc)) from None
     except (agent_zipapp.ZipappBuildError, OSError) as exc:
         reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.filename else str(exc)
         raise AgentNotFound(
             f"agent zipapp not found (looked at {looked}) and building one in {agent_zipapp.agent_cache_dir()} "
-            f"failed: {reason}; set ${agent_zipapp.AGENT_CACHE_DIR_ENV} to a writable dir or ${AGENT_PYZ_ENV} to a zipapp"
+            f"failed: {reason}; set ${agent_zipapp.AGENT_CACHE_DIR_ENV} to a writable directory of your own "
+            f"or ${AGENT_PYZ_ENV} to a zipapp"
         ) from None
-    return AgentPackage.from_path(built)
+    package = AgentPackage.from_path(built)
+    if package.sha256 != expected:  # the cache was checked a moment ago: someone with your rights changed it
+        raise AgentNotFound(f"the cached agent zipapp {built} changed while it was read; connect again")
+    return package
 
 
 @dataclass(frozen=True)
@@ -275,6 +381,12 @@ def check_platform(label: str, platform: RemotePlatform, package: AgentPackage, 
     error = platform.error
     if error:
         code, message, path = (printable(str(error.get(key)), 200) for key in ("errno", "message", "path"))
+        if error.get("stage") == "unsafe":
+            raise BootstrapError(
+                "unsafe_cache_dir",
+                f"{label}: the remote cache dir {path} {message}, so the agent is not put there; use a directory "
+                f"only this SSH user can write (--remote-cache-dir; default ~/.cache/meshdeck)",
+            )
         if code == "EROFS":
             raise BootstrapError(
                 "read_only",
@@ -298,10 +410,11 @@ def check_platform(label: str, platform: RemotePlatform, package: AgentPackage, 
 def _upload(conn: SshConnection, package: AgentPackage, directory: str, final_name: str) -> None:
     temp = f"{directory}/.{final_name}.{secrets.token_hex(6)}.tmp"
     final = f"{directory}/{final_name}"
+    data = package.content()  # the bytes that were hashed: the remote runner checks that hash again
     sftp = conn.sftp()
     try:
         try:
-            sftp.put(str(package.path), temp, confirm=True)
+            sftp.putfo(io.BytesIO(data), temp, file_size=len(data), confirm=True)
             sftp.chmod(temp, 0o600)
             try:
                 sftp.posix_rename(temp, final)

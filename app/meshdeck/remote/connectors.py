@@ -5,7 +5,8 @@ learned on the way (host key, python, architecture, where the agent lives). The 
 again after every drop, so a connector keeps no connection state of its own.
 
 - `SshConnector`: `python3 -I <cache>/agent-<hash>.pyz attach [--socket S] [--simulate SPEC]
-  [--prometheus HOST:PORT]` on an exec channel; the command line is an argv list joined with shlex.join.
+  [--prometheus HOST:PORT]` on an exec channel, run through bootstrap.RUN_VERIFIED (it checks the file's
+  SHA-256 and owner on the server first); the command line is an argv list joined with shlex.join.
 - `LocalConnector`: `sys.executable -I -S -c <run the agent from its folder> attach ...` over pipes, for
   the machine meshdeck runs on and for `meshdeck --demo` (why -I -S: `LocalConnector.argv`).
 
@@ -28,8 +29,18 @@ import meshdeck_agent
 from meshdeck_agent.protocol import ATTACH_EXIT_VERSION_CONFLICT, Hello
 
 from meshdeck.core.host_address import parse_listen_address
-from meshdeck.remote.bootstrap import DEFAULT_CACHE_DIR, DEFAULT_PYTHONS, AgentPackage, bootstrap, find_agent_package
-from meshdeck.remote.errors import AgentVersionConflict, BootstrapError, ConnectError, ConnectionLost
+from meshdeck.core.text import printable
+from meshdeck.remote.bootstrap import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_PYTHONS,
+    RUN_REFUSED_EXIT,
+    RUN_REFUSED_MARK,
+    AgentPackage,
+    bootstrap,
+    find_agent_package,
+    run_verified_argv,
+)
+from meshdeck.remote.errors import AgentVersionConflict, BootstrapError, ConnectError, ConnectionLost, ProtocolMismatch
 from meshdeck.remote.hostkeys import HostKeyPrompt, HostKeyStore
 from meshdeck.remote.read_hub import shared_hub
 from meshdeck.remote.rpc import RpcClient
@@ -105,15 +116,32 @@ class AgentLink:
 def say_hello(client: RpcClient, link: AgentLink, host: str, timeout: float) -> Hello:
     """`client.start()` on a link to `attach`. An attach that exited with ATTACH_EXIT_VERSION_CONFLICT (a
     daemon of another version it could not replace) raises AgentVersionConflict with attach's own line,
-    which names both versions; other failures raise as client.start does."""
+    which names both versions; one the server refused to run (RUN_REFUSED_EXIT: the uploaded file changed
+    or is not the user's alone) raises BootstrapError "agent_changed" with the server's line; an agent whose
+    hello names another version than the one uploaded (link.details["agent_version"]) raises
+    ProtocolMismatch (the supervisor uploads it again once). Other failures raise as client.start does."""
     try:
-        return client.start(timeout)
+        hello = client.start(timeout)
     except ConnectionLost:
         status, last_line = attach_outcome(link.stream)
         if status == ATTACH_EXIT_VERSION_CONFLICT:
             message = last_line.removeprefix("meshdeck-agent: error: ") or "attach exited: version conflict"
             raise AgentVersionConflict(f"{host}: {message}") from None
+        if status == RUN_REFUSED_EXIT or last_line.startswith(RUN_REFUSED_MARK):  # its status may be lost in a close
+            message = last_line.removeprefix(RUN_REFUSED_MARK) or "the server refused to run the agent file"
+            raise BootstrapError(
+                "agent_changed",
+                f"{host}: the agent was not started: {message}; check who else can write there, then connect again",
+            ) from None
         raise
+    uploaded = link.details.get("agent_version")
+    if uploaded is not None and hello.agent != uploaded:
+        client.close("the agent is not the one uploaded")
+        raise ProtocolMismatch(
+            f"{host}: the agent answered as {printable(hello.agent, 64)} (protocol {hello.protocol}), but agent "
+            f"{uploaded} was uploaded and started"
+        )
+    return hello
 
 
 class Connector(Protocol):
@@ -147,8 +175,10 @@ class SshConnector:
     def reinstall(self) -> None:
         self.force_upload = True
 
-    def attach_argv(self, python: str, agent_path: str) -> list[str]:
-        return [python, "-I", agent_path, *self.agent.attach_args()]  # -I: no user site, no PYTHON* env
+    def attach_argv(self, python: str, agent_path: str, sha256: str) -> list[str]:
+        """`python -I` (no user site, no PYTHON* env) running the agent at `agent_path` only if it still
+        hashes to `sha256` (bootstrap.RUN_VERIFIED)."""
+        return run_verified_argv(python, agent_path, sha256, self.agent.attach_args())
 
     def open(self, progress: Progress) -> AgentLink:
         if self.package is not None:
@@ -160,7 +190,7 @@ class SshConnector:
             progress("bootstrapping")
             placed = bootstrap(conn, package, self.cache_dir, self.pythons, progress, force=self.force_upload)
             self.force_upload = False
-            argv = self.attach_argv(placed.platform.python, placed.agent_path)
+            argv = self.attach_argv(placed.platform.python, placed.agent_path, package.sha256)
             progress("starting the agent")
             channel = conn.open_exec(argv)
         except BaseException:
@@ -174,6 +204,7 @@ class SshConnector:
             "machine": placed.platform.machine,
             "agent_path": placed.agent_path,
             "agent_sha256": package.sha256,
+            "agent_version": package.agent_version,
             "uploaded": placed.uploaded,
             "route": self.route.describe(),
         }

@@ -91,7 +91,9 @@ class BootstrapError(RemoteError):
     """The server cannot run the agent: no python3, too old, no disk space, read-only home, upload failed.
 
     `reason` is a stable code: no_python, python_too_old, no_disk_space, read_only, not_writable,
-    upload_failed, probe_failed, stale_agent (the local zipapp speaks another protocol than this app).
+    upload_failed, probe_failed, stale_agent (the local zipapp is not this app's agent version and protocol),
+    unsafe_cache_dir (the remote cache dir is not the SSH user's alone), agent_changed (the server refused to
+    run the uploaded file: it no longer has the uploaded SHA-256, or is not the user's alone).
     """
 
     permanent = True

@@ -11,14 +11,21 @@ from meshdeck.remote.bootstrap import AgentPackage, bootstrap
 from meshdeck.remote.errors import BootstrapError
 from meshdeck.remote.ssh import connect
 from meshdeck.remote.sshconfig import resolve_route
+from meshdeck_agent import __version__ as AGENT_VERSION
+from meshdeck_agent.protocol import PROTOCOL_VERSION
 from sshd import SshdServer
 
 pytestmark = pytest.mark.sshd
 
 
 def _zipapp(path: Path, marker: str) -> AgentPackage:
+    """A zipapp that prints `marker`, declaring this app's agent version and protocol (bootstrap refuses any
+    other); its agent's main prints the marker too, as the verified runner starts it."""
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("__main__.py", f"print({marker!r})\n")
+        archive.writestr("meshdeck_agent/__init__.py", f'__version__ = "{AGENT_VERSION}"\n')
+        archive.writestr("meshdeck_agent/handshake.py", f"PROTOCOL_VERSION = {PROTOCOL_VERSION}\n")
+        archive.writestr("meshdeck_agent/__main__.py", f"def main():\n    print({marker!r})\n    return 0\n")
     return AgentPackage.from_path(path)
 
 

@@ -16,6 +16,8 @@ from meshdeck.remote.bootstrap import AgentPackage, bootstrap
 from meshdeck.remote.errors import BootstrapError, RemoteOutputTooLarge
 from meshdeck.remote.ssh import SshConnection, connect
 from meshdeck.remote.sshconfig import resolve_route
+from meshdeck_agent import __version__ as AGENT_VERSION
+from meshdeck_agent.protocol import PROTOCOL_VERSION
 from sshd import SshdServer
 
 pytestmark = pytest.mark.sshd
@@ -72,6 +74,8 @@ def test_a_bootstrap_probe_that_floods_fails_naming_the_host_with_memory_bounded
     python.chmod(0o755)
     with zipfile.ZipFile(tmp_path / "agent.pyz", "w") as archive:
         archive.writestr("__main__.py", "print('agent')\n")
+        archive.writestr("meshdeck_agent/__init__.py", f'__version__ = "{AGENT_VERSION}"\n')
+        archive.writestr("meshdeck_agent/handshake.py", f"PROTOCOL_VERSION = {PROTOCOL_VERSION}\n")
     package = AgentPackage.from_path(tmp_path / "agent.pyz")
     raised, peak = _peak_while(lambda: bootstrap(conn, package, cache_dir=str(tmp_path / "c"), pythons=[str(python)]))
     assert isinstance(raised, BootstrapError) and raised.reason == "probe_failed", repr(raised)

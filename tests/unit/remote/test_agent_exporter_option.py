@@ -38,7 +38,7 @@ def test_a_stored_host_attaches_over_ssh_with_its_exporter_quoted_on_the_exec_li
     settings = FleetSettings(known_hosts=str(tmp_path / "kh"), ssh_config=None, agent_socket="/run/md.sock")
     record = HostRecord(name="gpu-a", target="ops@10.0.0.5", prometheus="[::1]:9400")
     connector = RecordConnector(record, settings, settings.host_key_store()).connector()
-    argv = connector.attach_argv("/usr/bin/python3", "/home/ops/.cache/meshdeck/agent-x.pyz")
+    argv = connector.attach_argv("/usr/bin/python3", "/home/ops/.cache/meshdeck/agent-x.pyz", "ab" * 32)
     assert argv[-2:] == ["--prometheus", "[::1]:9400"]
     line = shlex.join(argv)  # what SshConnection.open_exec sends to the login shell
     assert "'[::1]:9400'" in line  # brackets are a shell glob: quoted
@@ -49,4 +49,4 @@ def test_ssh_connector_passes_the_exporter_address_through(tmp_path: Path) -> No
     settings = FleetSettings(known_hosts=str(tmp_path / "kh"), ssh_config=None)
     connector = ssh_connector(settings, "ops@10.0.0.5", prometheus="10.0.0.5:9400")
     assert connector.agent.prometheus == "10.0.0.5:9400"
-    assert connector.attach_argv("python3", "a.pyz")[-2:] == ["--prometheus", "10.0.0.5:9400"]
+    assert connector.attach_argv("python3", "a.pyz", "ab" * 32)[-2:] == ["--prometheus", "10.0.0.5:9400"]

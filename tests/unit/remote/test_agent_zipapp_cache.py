@@ -3,6 +3,7 @@ the agent's sources are unchanged, builds anew when they change, and says why wh
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -90,13 +91,13 @@ def test_the_digest_follows_the_agent_sources_and_vendored_versions(monkeypatch:
 
 def test_hosts_connecting_at_once_build_it_once(cache_dir: Path, monkeypatch: pytest.MonkeyPatch):
     builds = []
-    real_build = agent_zipapp.build_agent_zipapp
+    real_write = agent_zipapp._write_atomically
 
-    def counting_build(out: Path) -> Path:
+    def counting_write(out: Path, data: bytes) -> None:
         builds.append(out)
-        return real_build(out)
+        real_write(out, data)
 
-    monkeypatch.setattr(agent_zipapp, "build_agent_zipapp", counting_build)
+    monkeypatch.setattr(agent_zipapp, "_write_atomically", counting_write)
     start = threading.Barrier(6)
     found: list[Path] = []
 
@@ -140,6 +141,7 @@ def test_an_unwritable_cache_dir_is_named_in_the_error(cache_dir: Path, tmp_path
 
 
 def test_a_missing_vendored_dependency_is_named_in_the_error(cache_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(agent_zipapp, "_builds", {})  # nothing built yet in this process
     real_find_spec = agent_zipapp.importlib.util.find_spec
     monkeypatch.setattr(
         agent_zipapp.importlib.util, "find_spec", lambda name: None if name == "pynvml" else real_find_spec(name)
@@ -175,3 +177,96 @@ def test_a_named_zipapp_that_is_missing_is_an_error_not_a_silent_build(cache_dir
     with pytest.raises(AgentNotFound, match=r"other\.pyz \(given\) does not exist"):
         find_agent_package(tmp_path / "other.pyz")
     assert not cache_dir.exists()
+
+
+# -- what the cache trusts: a directory of this user alone, and a file only when it is this build ------------------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+NOBODY = 65534
+
+
+def test_a_zipapp_planted_under_the_cached_name_is_rebuilt_not_uploaded(cache_dir: Path, tmp_path: Path, caplog):
+    """The red-team case: someone who could write to the cache put a tiny zipapp under the name the current
+    sources give; it used to be uploaded and run on every server as the operator's SSH user."""
+    cache_dir.mkdir(mode=0o700)
+    planted = cache_dir / f"meshdeck-agent-{agent_source_digest()[:16]}.pyz"
+    with zipfile.ZipFile(planted, "w") as archive:
+        archive.writestr("__main__.py", "import os; os.system('id > /tmp/owned')\n")
+    with caplog.at_level("WARNING", logger="meshdeck.remote.agent_zipapp"):
+        package = find_agent_package()
+    build = build_agent_zipapp(tmp_path / "dist" / "meshdeck-agent.pyz").read_bytes()
+    assert package.path == planted and planted.read_bytes() == build and package.data == build
+    assert (package.agent_version, package.protocol) == (AGENT_VERSION, PROTOCOL_VERSION)
+    assert any("is not this meshdeck's build" in r.message and str(planted) in r.message for r in caplog.records)
+
+
+def test_the_cache_dir_is_made_private_to_the_user(cache_dir: Path):
+    find_agent_package()
+    assert cache_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_cache_dir_others_may_only_read_is_made_private(cache_dir: Path):
+    cache_dir.mkdir(mode=0o755)
+    cache_dir.chmod(0o755)  # what an older meshdeck made
+    find_agent_package()
+    assert cache_dir.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
+def test_a_cache_dir_writable_by_others_is_refused_naming_it_and_what_to_do(cache_dir: Path, mode: int):
+    cache_dir.mkdir()
+    cache_dir.chmod(mode)
+    with pytest.raises(AgentNotFound) as refused:
+        find_agent_package()
+    message = str(refused.value)
+    assert f"the agent cache dir {cache_dir} is writable by others (mode {mode:04o})" in message
+    assert "chmod 700" in message and AGENT_CACHE_DIR_ENV in message and "of your own" in message
+    assert list(cache_dir.iterdir()) == []  # nothing written there
+
+
+@as_root
+def test_a_cache_dir_of_another_user_is_refused(cache_dir: Path):
+    cache_dir.mkdir(mode=0o700)
+    os.chown(cache_dir, NOBODY, NOBODY)
+    with pytest.raises(AgentNotFound, match=rf"{cache_dir} belongs to uid {NOBODY}, not to you \(uid 0\)"):
+        find_agent_package()
+    assert list(cache_dir.iterdir()) == []
+
+
+def test_a_cache_dir_that_is_a_symbolic_link_is_refused(cache_dir: Path, tmp_path: Path):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    cache_dir.symlink_to(target)
+    with pytest.raises(AgentNotFound, match=rf"{cache_dir} is a symbolic link; set \$MESHDECK_AGENT_CACHE_DIR"):
+        find_agent_package()
+    assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o757])
+def test_a_named_zipapp_others_can_write_is_refused(cache_dir: Path, tmp_path: Path, monkeypatch, mode: int):
+    named = build_agent_zipapp(tmp_path / "mine.pyz")
+    named.chmod(mode)
+    monkeypatch.setenv(AGENT_PYZ_ENV, str(named))
+    with pytest.raises(AgentNotFound, match=rf"{named}: not a file of yours that only you can write .*mode {mode:04o}"):
+        find_agent_package()
+    named.chmod(0o644)
+    assert find_agent_package().path == named  # the user's own file, as they chose it
+
+
+@as_root
+def test_a_named_or_bundled_zipapp_of_another_user_is_refused(cache_dir: Path, tmp_path: Path, monkeypatch):
+    theirs = build_agent_zipapp(tmp_path / "resources" / "meshdeck-agent.pyz")
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(AgentNotFound, match=rf"owner uid {NOBODY}"):
+        find_agent_package(theirs)
+    monkeypatch.setattr(bootstrap, "bundled_agent_candidates", lambda: [theirs])
+    with pytest.raises(AgentNotFound, match=rf"owner uid {NOBODY}"):
+        find_agent_package()
+
+
+def test_what_is_uploaded_is_the_bytes_that_were_hashed_even_if_the_file_changes_after(tmp_path: Path):
+    pyz = build_agent_zipapp(tmp_path / "meshdeck-agent.pyz")
+    package = bootstrap.AgentPackage.from_path(pyz)
+    hashed = pyz.read_bytes()
+    pyz.write_bytes(b"PK swapped after the check")
+    assert package.content() == hashed and hashlib.sha256(package.content()).hexdigest() == package.sha256

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -9,19 +10,26 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from meshdeck.remote.agent_zipapp import build_agent_zipapp
 from meshdeck.remote.bootstrap import (
+    RUN_REFUSED_EXIT,
+    RUN_REFUSED_MARK,
     AgentPackage,
     RemotePlatform,
     check_platform,
     find_agent_package,
     parse_probe,
     probe_argv,
+    run_verified_argv,
 )
 from meshdeck.remote.errors import AgentNotFound, BootstrapError
+from meshdeck_agent import __version__ as AGENT_VERSION
+from meshdeck_agent.protocol import PROTOCOL_VERSION
 
 
 def _run_probe(cache_dir: str, pythons: list[str], agent_name: str = "agent-x.pyz") -> tuple[int, bytes, bytes]:
@@ -179,8 +187,28 @@ def test_a_stale_local_zipapp_is_refused_naming_both_protocols(tmp_path: Path) -
     assert refused.value.reason == "stale_agent" and refused.value.permanent
     assert "agent 0.0.7 speaking protocol 0" in message and "this meshdeck speaks protocol 1" in message
     assert "make agent-pyz" in message
-    _agent_zip(tmp_path / "current.pyz", "0.1.0", 1).check_protocol("gpu-a")  # matching: accepted
+    _agent_zip(tmp_path / "current.pyz", AGENT_VERSION, 1).check_protocol("gpu-a")  # matching: accepted
     AgentPackage.from_path(tmp_path / "current.pyz")  # and read the same way again
+
+
+def test_a_zipapp_of_this_protocol_but_another_agent_version_is_refused(tmp_path: Path) -> None:
+    other = _agent_zip(tmp_path / "other.pyz", "0.0.1", PROTOCOL_VERSION, module="handshake.py")
+    with pytest.raises(BootstrapError) as refused:
+        other.check_protocol("gpu-a")
+    assert refused.value.reason == "stale_agent"
+    assert f"is agent 0.0.1 speaking protocol {PROTOCOL_VERSION}" in str(refused.value)
+    assert f"with agent {AGENT_VERSION}" in str(refused.value)
+
+
+def test_a_zip_declaring_no_protocol_is_refused_before_anything_is_uploaded(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.pyz"  # the red team's 191-byte zipapp: a __main__.py and nothing else
+    with zipfile.ZipFile(planted, "w") as archive:
+        archive.writestr("__main__.py", "import os; os.system('id > /tmp/owned')\n")
+    package = AgentPackage.from_path(planted)
+    assert (package.agent_version, package.protocol) == (None, None)
+    with pytest.raises(BootstrapError) as refused:
+        package.check_protocol("gpu-a")
+    assert refused.value.reason == "stale_agent" and "declares no agent protocol" in str(refused.value)
 
 
 def test_a_stale_zipapp_is_refused_before_the_server_is_contacted(tmp_path: Path) -> None:
@@ -225,3 +253,105 @@ def test_control_characters_from_the_probe_are_escaped_in_its_error():
     with pytest.raises(BootstrapError) as failed:
         parse_probe("gpu-a", 2, b"", b"\x1b[2Jsh: cannot fork\r", ["python3"])
     assert "\\x1b[2Jsh: cannot fork" in str(failed.value) and "\x1b" not in str(failed.value)
+
+
+# -- the remote cache dir must be the SSH user's alone ------------------------------------------------------------
+
+
+def _probe_platform(cache: Path) -> RemotePlatform:
+    return parse_probe("gpu-a", *_run_probe(str(cache), [sys.executable]), [sys.executable])
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_remote_cache_dir_others_can_write_is_refused(tmp_path: Path, package: AgentPackage, mode: int):
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(mode)
+    with pytest.raises(BootstrapError) as refused:
+        check_platform("gpu-a", _probe_platform(cache), package)
+    assert refused.value.reason == "unsafe_cache_dir" and refused.value.permanent
+    assert f"gpu-a: the remote cache dir {cache} is writable by others (mode {mode:04o})" in str(refused.value)
+    assert "--remote-cache-dir" in str(refused.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_remote_cache_dir_of_another_user_is_refused(tmp_path: Path, package: AgentPackage):
+    cache = tmp_path / "theirs"
+    cache.mkdir(mode=0o700)
+    os.chown(cache, 65534, 65534)
+    with pytest.raises(BootstrapError, match=r"belongs to uid 65534, not to this user \(uid 0\)") as refused:
+        check_platform("gpu-a", _probe_platform(cache), package)
+    assert refused.value.reason == "unsafe_cache_dir"
+
+
+def test_a_remote_cache_dir_that_is_a_symbolic_link_is_refused(tmp_path: Path, package: AgentPackage):
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(BootstrapError, match=r"link is a symbolic link"):
+        check_platform("gpu-a", _probe_platform(tmp_path / "link"), package)
+
+
+def test_a_remote_cache_dir_others_may_only_read_is_made_private(tmp_path: Path, package: AgentPackage):
+    cache = tmp_path / "mine"
+    cache.mkdir()
+    cache.chmod(0o755)
+    check_platform("gpu-a", _probe_platform(cache), package)
+    assert cache.stat().st_mode & 0o777 == 0o700
+
+
+# -- the remote runner: the uploaded file runs only while it is the one uploaded -------------------------------------
+
+
+@pytest.fixture
+def uploaded(tmp_path: Path) -> tuple[Path, str]:
+    """A real agent zipapp as the upload leaves it: 0600 in a 0700 directory; and its SHA-256."""
+    folder = tmp_path / "remote-cache"
+    folder.mkdir(mode=0o700)
+    pyz = folder / "agent-x.pyz"
+    pyz.write_bytes(build_agent_zipapp(tmp_path / "build.pyz").read_bytes())
+    pyz.chmod(0o600)
+    return pyz, hashlib.sha256(pyz.read_bytes()).hexdigest()
+
+
+def _run_verified(pyz: Path, sha256: str) -> subprocess.CompletedProcess[str]:
+    argv = run_verified_argv(sys.executable, str(pyz), sha256, ["version", "--json"])
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+
+
+def test_the_remote_runner_runs_the_agent_when_it_has_the_uploaded_sha256(uploaded: tuple[Path, str]):
+    ran = _run_verified(*uploaded)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"agent": AGENT_VERSION, "protocol": PROTOCOL_VERSION, "python": ANY}
+
+
+def test_the_remote_runner_refuses_a_file_changed_after_the_upload(uploaded: tuple[Path, str]):
+    pyz, sha256 = uploaded
+    with pyz.open("ab") as handle:
+        handle.write(b"\n")  # still a runnable zip: Python finds the archive from its end
+    ran = _run_verified(pyz, sha256)
+    assert ran.returncode == RUN_REFUSED_EXIT and ran.stdout == ""
+    assert ran.stderr.startswith(f"{RUN_REFUSED_MARK}{pyz} has SHA-256 ")
+    assert f"not {sha256} as uploaded: it was changed on the server" in ran.stderr
+
+
+@pytest.mark.parametrize(("file_mode", "dir_mode", "why"), [
+    (0o666, 0o700, "is not a file of this user that only this user can write"),
+    (0o600, 0o777, "which is not this user's alone"),
+    (0o600, 0o1777, "which is not this user's alone"),
+])  # fmt: skip
+def test_the_remote_runner_refuses_a_file_others_could_change(
+    uploaded: tuple[Path, str], file_mode: int, dir_mode: int, why: str
+):
+    pyz, sha256 = uploaded
+    pyz.chmod(file_mode)
+    pyz.parent.chmod(dir_mode)
+    ran = _run_verified(pyz, sha256)
+    assert ran.returncode == RUN_REFUSED_EXIT and why in ran.stderr
+
+
+def test_the_remote_runner_does_not_follow_a_symbolic_link(uploaded: tuple[Path, str]):
+    pyz, sha256 = uploaded
+    link = pyz.with_name("agent-link.pyz")
+    link.symlink_to(pyz)
+    ran = _run_verified(link, sha256)
+    assert ran.returncode == RUN_REFUSED_EXIT and "cannot be opened" in ran.stderr

@@ -13,6 +13,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from meshdeck.core.errors import InputError
+from meshdeck.remote.agent_zipapp import build_agent_zipapp
+from meshdeck.remote.bootstrap import RUN_VERIFIED
 from meshdeck.remote.connectors import RUN_AGENT_FROM
 from meshdeck.remote.errors import HostKeyUnknown, NotConnected, RpcError
 from meshdeck.remote.events import HostStateChanged, SamplesReceived
@@ -109,10 +111,13 @@ def test_ssh_connector_resolves_the_route_and_remote_paths(tmp_path: Path):
     assert connector.route.describe().endswith("-> ops@10.0.0.5:2222")
     assert [hop.port for hop in connector.route.hops] == [2200, 2222]
     assert connector.cache_dir == "/scratch/md"
-    assert connector.attach_argv("/usr/bin/python3", "/scratch/md/agent-x.pyz") == [
+    assert connector.attach_argv("/usr/bin/python3", "/scratch/md/agent-x.pyz", "ab" * 32) == [
         "/usr/bin/python3",
         "-I",
+        "-c",
+        RUN_VERIFIED,
         "/scratch/md/agent-x.pyz",
+        "ab" * 32,
         "attach",
         "--socket",
         "/run/md.sock",
@@ -138,8 +143,7 @@ def test_local_connector_runs_the_package_or_in_a_frozen_app_the_zipapp(tmp_path
         "/venv/bin/python", "-I", "-S", "-c", RUN_AGENT_FROM, agent_folder, "attach",
         "--socket", "/tmp/md/a.sock", "--simulate", "8xH200", "--interval", "0.5",
     ]  # fmt: skip
-    pyz = tmp_path / "meshdeck-agent.pyz"
-    pyz.write_bytes(b"PK")
+    pyz = build_agent_zipapp(tmp_path / "meshdeck-agent.pyz")  # only this app's agent version is run
     monkeypatch.setattr("sys.frozen", True, raising=False)
     frozen = LocalConnector("demo-a", options, agent_pyz=str(pyz)).argv()
     assert frozen[1:4] == ["-I", str(pyz), "attach"] and frozen[0].endswith("python3")

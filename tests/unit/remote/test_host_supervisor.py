@@ -9,8 +9,16 @@ import threading
 from typing import Any
 
 import pytest
+from meshdeck.remote.bootstrap import RUN_REFUSED_EXIT, RUN_REFUSED_MARK
 from meshdeck.remote.connectors import AgentLink
-from meshdeck.remote.errors import AgentVersionConflict, AuthFailed, ConnectError, NotConnected, ProtocolMismatch
+from meshdeck.remote.errors import (
+    AgentVersionConflict,
+    AuthFailed,
+    BootstrapError,
+    ConnectError,
+    NotConnected,
+    ProtocolMismatch,
+)
 from meshdeck.remote.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.remote.sample_pump import SamplePump
 from meshdeck.remote.streams import SocketStream, _StderrTail
@@ -390,6 +398,46 @@ def test_an_old_daemon_attach_cannot_replace_fails_the_host_with_attachs_message
         assert isinstance(supervisor.error, AgentVersionConflict)
         assert watch.parked.wait(10)  # waiting for retry(), not for a backoff to run out
         assert connector.opens == 1
+    finally:
+        supervisor.stop()
+
+
+@pytest.mark.parametrize("status", [RUN_REFUSED_EXIT, -1])  # -1: the channel closed before its exit status came
+def test_an_agent_file_the_server_refused_to_run_fails_the_host_once_naming_it(status: int):
+    line = f"{RUN_REFUSED_MARK}/home/ops/.cache/meshdeck/agent-x.pyz has SHA-256 {'b' * 64}, not {'a' * 64} as uploaded"
+    connector = _AttachConnector(status, line)
+    recorder = Recorder()
+    supervisor = HostSupervisor("gpu-a", connector, recorder, settings=FAST)
+    watch = _watch_parking(supervisor)
+    supervisor.start()
+    try:
+        recorder.wait_for(lambda: supervisor.state == "failed")
+        assert isinstance(supervisor.error, BootstrapError) and supervisor.error.reason == "agent_changed"
+        assert supervisor.reason.startswith("gpu-a: the agent was not started: /home/ops/.cache/meshdeck/agent-x.pyz")
+        assert watch.parked.wait(10) and connector.opens == 1  # not run again and again
+    finally:
+        supervisor.stop()
+
+
+class _UploadedConnector(FakeConnector):
+    """Links that say which agent version was uploaded, as SshConnector's do."""
+
+    def open(self, progress) -> AgentLink:
+        link = super().open(progress)
+        link.details["agent_version"] = "0.2.0"
+        return link
+
+
+def test_an_agent_answering_as_another_version_than_the_one_uploaded_is_uploaded_again_once_then_fails():
+    connector = _UploadedConnector(agent_version="6.6.6")
+    recorder = Recorder()
+    supervisor = HostSupervisor("gpu-a", connector, recorder, settings=FAST)
+    supervisor.start()
+    try:
+        recorder.wait_for(lambda: supervisor.state == "failed")
+        assert isinstance(supervisor.error, ProtocolMismatch)
+        assert "answered as 6.6.6 (protocol 1), but agent 0.2.0 was uploaded" in supervisor.reason
+        assert connector.reinstalls == 1 and connector.opens == 2
     finally:
         supervisor.stop()
 
