@@ -18,12 +18,12 @@ EMPTY = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
 
 def _answer(path: str, params: dict[str, list[str]]) -> tuple[int, bytes]:
     asked = params.get("query", params.get("match[]", [""]))[0]
+    wanted = "meshdeck_gpu_power_w" in asked or "meshdeck_(gpu|host|nic|worker)_.+" in asked  # power, or all
     if path.endswith("/series"):
         if asked == "meshdeck_agent_info":
             return 200, recorded("series_agent_info.json")
-        wanted = "meshdeck_gpu_power_w" in asked or "meshdeck_(gpu|host|nic|worker)_.+" in asked  # power, or all
         return 200, LISTING if wanted else b'{"status":"success","data":[]}'
-    return 200, recorded("query_range_power_gpu_a.json") if "meshdeck_gpu_power_w" in asked else EMPTY
+    return 200, recorded("query_range_power_gpu_a.json") if wanted else EMPTY  # a raw export asks for all at once
 
 
 def _choose_prometheus(view: HistoryView, url: str) -> None:

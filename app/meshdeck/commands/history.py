@@ -32,6 +32,7 @@ import sys
 
 from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
 from meshdeck.services import history as history_service
 from meshdeck.services import prometheus_history
 from meshdeck.services.files import STDOUT, open_output, output_target
@@ -93,7 +94,11 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         choices=prometheus_history.SOURCES,
         help="this console's database (default) or a Prometheus server that scrapes the agents' exporters",
     )
-    parser.add_argument("--prometheus-url", metavar="URL", help="with --source prometheus: e.g. http://localhost:9090")
+    parser.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="with --source prometheus: e.g. http://localhost:9090 (http://USER:PASSWORD@host:9090 for basic auth)",
+    )
     parser.add_argument(
         "--prometheus-host-label",
         default=prometheus_history.DEFAULT_HOST_LABEL,
@@ -105,8 +110,11 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=prometheus_history.DEFAULT_TIMEOUT_S,
         metavar="S",
-        help="seconds one request to Prometheus may take (default 15)",
+        help="seconds one request to Prometheus may take, connect to last byte (default 15)",
     )
+
+
+SHOWN_HOST_CHARS = 200  # a host name from Prometheus, as `history hosts` prints it
 
 
 def _prometheus(args: argparse.Namespace) -> prometheus_history.PrometheusSource:
@@ -124,8 +132,8 @@ def _prometheus_hosts(args: argparse.Namespace) -> int:
         print(json.dumps([{"host": name} for name in names], indent=2))
     elif not names:
         print(f"Prometheus at {source.url} has scraped no meshdeck agent in the last 7 days")
-    else:
-        print("\n".join(names))
+    else:  # the server's label values: escaped (no ESC, no newline reaches the terminal) and cut short
+        print("\n".join(printable(name, SHOWN_HOST_CHARS) for name in names))
     return 0
 
 

@@ -2,10 +2,12 @@
 
 Fleets larger than one desktop keep their history in the operator's Prometheus, which scrapes every
 agent's exporter (`meshdeck-agent serve --prometheus HOST:PORT`). This module is the boundary to that
-server: it builds the request, bounds what it waits for (a timeout per request) and what it reads (a
-byte cap per response), and checks the reply's shape (`status`, `data.resultType`, each series'
-`metric` labels and `[time, "value"]` pairs) before anything past it sees a value. Every error names
-the URL asked and the field that was wrong.
+server, which meshdeck does not control: each request has one deadline from connecting to the reply's
+last byte, a reply is read up to a byte bound and decoded up to a bound on points and series, redirects
+are refused, and `user:password@` in the URL is sent as basic auth and never shown (prometheus_http.py).
+The reply's shape (`status`, `data.resultType`, each series' `metric` labels and `[time, "value"]` pairs)
+is checked before anything past it sees a value. Every error names the URL asked (its password hidden),
+the field that was wrong and, for a bound, the query and the bound.
 
     client = PrometheusClient("http://prometheus:9090")
     step = choose_step(since, until, max_points=1000)
@@ -14,37 +16,48 @@ the URL asked and the field that was wrong.
 
 Prometheus refuses a `query_range` whose (end - start) / step exceeds 11,000 points per series;
 `choose_step` never asks for more (and `MAX_RANGE_POINTS` is what `query_range` checks before asking).
+Label values are the server's text, kept as sent: escape them (core.text.printable) before showing them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
+from meshdeck.remote.prometheus_http import PrometheusError as PrometheusError
+from meshdeck.remote.prometheus_http import ServerURL, parse_server_url, post_form, said
 
 MAX_RANGE_POINTS = 11_000  # Prometheus' own limit on points per series in one query_range
-DEFAULT_TIMEOUT_S = 15.0
-DEFAULT_MAX_RESPONSE_BYTES = 64 << 20  # one reply; a chart or an export chunk stays far below
+DEFAULT_TIMEOUT_S = 15.0  # one request, connect to last byte
+# One reply's bounds. meshdeck asks for at most 200,000 points per export request (~30 bytes each as
+# Prometheus writes them) and ~1,000 per series for a chart; an agent listing is a label set per host.
+# A reply past them is refused before it takes more memory (decoded JSON takes ~10-30x its bytes).
+DEFAULT_MAX_RESPONSE_BYTES = 32 << 20
+DEFAULT_MAX_POINTS = 500_000
+DEFAULT_MAX_SERIES = 50_000
 MIN_STEP_S = 0.001  # Prometheus' resolution is the millisecond
+SHOWN_QUERY_CHARS = 160
 
 
-class PrometheusError(InputError):
-    """A Prometheus server could not be asked, or answered something this client cannot use: input from
-    outside, reported as the CLI and the console report any (one line, exit status 2).
+@dataclass(frozen=True)
+class ReplyLimits:
+    """What one reply may hold: points (all its series together) and series (or label sets)."""
 
-    `str(error)` names the URL asked and the field (or the HTTP step) that was wrong."""
+    max_points: int = DEFAULT_MAX_POINTS
+    max_series: int = DEFAULT_MAX_SERIES
 
-    def __init__(self, url: str, field: str, problem: str) -> None:
-        self.url = url
-        self.reply_field = field
-        super().__init__(f"Prometheus at {url}: {field}", problem)
+    @property
+    def max_containers(self) -> int:
+        """JSON arrays and objects a reply within the bounds holds at most: a point is an array, a series an
+        object with a label object and an array of points (a label set: one object), plus the envelope."""
+        return self.max_points + 3 * self.max_series + 8
+
+
+DEFAULT_LIMITS = ReplyLimits()
 
 
 @dataclass(frozen=True)
@@ -57,20 +70,10 @@ class PrometheusSeries:
     values: tuple[float, ...]
 
 
-def parse_base_url(text: str, *, field: str = "prometheus_url") -> str:
-    """`http://host:9090` (a path prefix such as `/prometheus` kept; no query, no fragment) or an InputError-like
-    ValueError naming `field`."""
-    value = text.strip()
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(field, f"{text!r} is not an http(s) URL of a Prometheus server (e.g. http://localhost:9090)")
-    if parts.query or parts.fragment:
-        raise InputError(field, f"{text!r}: give the server's base URL, without ?query or #fragment")
-    try:
-        parts.port  # noqa: B018  # raises for a port out of range
-    except ValueError as exc:
-        raise InputError(field, f"{text!r}: {exc}") from None
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+def parse_base_url(text: str, *, field: str = "prometheus_url") -> ServerURL:
+    """The server a `http://[user:password@]host:9090[/prefix]` URL names (no query, no fragment), or an
+    InputError naming `field` (the password never in it)."""
+    return parse_server_url(text, field=field)
 
 
 def choose_step(since: float, until: float, max_points: int) -> float:
@@ -92,22 +95,31 @@ def range_points(since: float, until: float, step: float) -> int:
 
 
 class PrometheusClient:
-    """Read-only calls to one Prometheus server; thread-safe (no state besides the settings)."""
+    """Read-only calls to one Prometheus server; thread-safe (no state besides the settings).
+
+    `base_url` is what messages name (the password hidden); the credentials stay in `server`."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | ServerURL,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        limits: ReplyLimits = DEFAULT_LIMITS,
     ) -> None:
-        self.base_url = parse_base_url(base_url)
+        self.server = base_url if isinstance(base_url, ServerURL) else parse_base_url(base_url)
+        self.base_url = self.server.shown
         self.timeout_s = timeout_s
         self.max_response_bytes = max_response_bytes
+        self.limits = limits
+
+    def __repr__(self) -> str:
+        return f"PrometheusClient({self.base_url!r}, timeout_s={self.timeout_s!r})"
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[PrometheusSeries]:
         """`/api/v1/query_range`: the matrix `query` gives at every step from start to end (inclusive)."""
-        url = self._url("/api/v1/query_range")
+        path = "/api/v1/query_range"
+        url = self.base_url + path
         if not (math.isfinite(start) and math.isfinite(end) and math.isfinite(step)) or end < start or step <= 0:
             raise PrometheusError(url, "range", f"start {start}, end {end}, step {step}: need start <= end, step > 0")
         if range_points(start, end, step) > MAX_RANGE_POINTS:
@@ -125,71 +137,91 @@ class PrometheusClient:
             ("end", _stamp(max(first, last))),
             ("step", f"{step:.3f}"),
         ]
-        data = self._get(url, params)
-        return parse_matrix(data, url)
+        what = f"query_range '{printable(query, SHOWN_QUERY_CHARS)}'"
+        return decode_matrix(self._post(path, params, what), url, self.limits, what)
 
     def series(self, matchers: Iterable[str], start: float, end: float) -> list[dict[str, str]]:
         """`/api/v1/series`: the label sets of the series that match any of `matchers` in [start, end]."""
-        url = self._url("/api/v1/series")
-        params = [("match[]", m) for m in matchers] + [("start", _stamp(start)), ("end", _stamp(end))]
-        return parse_label_sets(self._get(url, params), url)
+        path = "/api/v1/series"
+        asked = list(matchers)
+        params = [("match[]", m) for m in asked] + [("start", _stamp(start)), ("end", _stamp(end))]
+        what = f"series '{printable(' '.join(asked), SHOWN_QUERY_CHARS)}'"
+        return decode_label_sets(self._post(path, params, what), self.base_url + path, self.limits, what)
 
-    def _url(self, path: str) -> str:
-        return self.base_url + path
-
-    def _get(self, url: str, params: list[tuple[str, str]]) -> Any:
-        """The `data` of a successful reply (POST form, as Prometheus accepts for long queries)."""
-        body = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(
-            url, data=body, headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+    def _post(self, path: str, params: list[tuple[str, str]], what: str) -> bytes:
+        """The body of a successful reply (POST form, as Prometheus accepts for long queries)."""
+        return post_form(
+            self.server, path, params, timeout_s=self.timeout_s, max_bytes=self.max_response_bytes, what=what
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                raw = reply.read(self.max_response_bytes + 1)
-        except urllib.error.HTTPError as exc:
-            # Prometheus answers 400 / 422 / 503 with its JSON error body: say what it said.
-            raw = exc.read(64 << 10)
-            raise PrometheusError(url, f"HTTP {exc.code}", _error_text(raw) or str(exc.reason)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PrometheusError(url, "connection", f"{reason} (after up to {self.timeout_s:g} s)") from None
-        if len(raw) > self.max_response_bytes:
-            raise PrometheusError(
-                url, "response", f"longer than {self.max_response_bytes} bytes: ask for a shorter range or fewer series"
-            )
-        return parse_reply(raw, url)
+
+
+def decode_matrix(
+    raw: bytes, url: str, limits: ReplyLimits = DEFAULT_LIMITS, what: str = "the request"
+) -> list[PrometheusSeries]:
+    """A query_range reply's bytes as typed series, or a PrometheusError (never another exception, whatever
+    the bytes: tests/unit/remote/test_prometheus_reply_properties.py)."""
+    return parse_matrix(parse_reply(raw, url, limits, what), url, limits, what)
+
+
+def decode_label_sets(
+    raw: bytes, url: str, limits: ReplyLimits = DEFAULT_LIMITS, what: str = "the request"
+) -> list[dict[str, str]]:
+    """A series reply's bytes as label sets, or a PrometheusError (never another exception)."""
+    return parse_label_sets(parse_reply(raw, url, limits, what), url, limits, what)
 
 
 def _stamp(seconds: float) -> str:
     return f"{seconds:.3f}"
 
 
-def _error_text(raw: bytes) -> str:
+def _brief(value: Any) -> str:
+    """A JSON value as an error message may quote it: containers by kind only (one may be nested past the
+    recursion limit, or megabytes long), scalars escaped and cut short."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return f"'{printable(value, 40)}'"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return "a number too large to be a time or value"
+    return printable(json.dumps(value), 40)
+
+
+def _too_many(url: str, field: str, what: str, count: str, bound: str) -> PrometheusError:
+    return PrometheusError(
+        url,
+        field,
+        f"the reply to {what} holds {count}, over the bound of {bound} per reply: ask for a shorter range, "
+        "a larger step or fewer series",
+    )
+
+
+def parse_reply(raw: bytes, url: str, limits: ReplyLimits = DEFAULT_LIMITS, what: str = "the request") -> Any:
+    """The `data` field of a Prometheus API reply `{"status": "success", "data": ...}`.
+
+    Before decoding, the reply's arrays and objects are counted (bytes.count: no decoding): a reply with
+    more than the points and series `limits` allow could hold is refused before it takes memory."""
+    containers = raw.count(b"[") + raw.count(b"{")  # brackets inside strings count too: an upper bound
+    if containers > limits.max_containers:
+        raise _too_many(
+            url,
+            "response",
+            what,
+            f"{containers} arrays and objects",
+            f"{limits.max_points} points in {limits.max_series} series",
+        )
     try:
         payload = json.loads(raw)
-    except ValueError:
-        return _printable(raw.decode("utf-8", "replace"))[:300]
-    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
-        return _printable(f"{payload.get('errorType', 'error')}: {payload['error']}")[:300]
-    return ""
-
-
-def _printable(text: str) -> str:
-    """The text with control characters shown as escapes: what a server says reaches a terminal or a widget."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def parse_reply(raw: bytes, url: str) -> Any:
-    """The `data` field of a Prometheus API reply `{"status": "success", "data": ...}`."""
-    try:
-        payload = json.loads(raw)
+    except RecursionError:
+        raise PrometheusError(url, "body", "JSON nested deeper than Python decodes (no Prometheus reply is)") from None
     except ValueError as exc:
-        raise PrometheusError(url, "body", f"not JSON ({exc})") from None
+        raise PrometheusError(url, "body", f"not JSON ({printable(str(exc), 200)})") from None
     if not isinstance(payload, dict):
-        raise PrometheusError(url, "body", f"expected a JSON object, got {type(payload).__name__}")
+        raise PrometheusError(url, "body", f"expected a JSON object, got {_brief(payload)}")
     status = payload.get("status")
     if status != "success":
-        detail = _error_text(raw) or f"status {status!r}"
+        detail = said(payload) or f"status {_brief(status)}"
         raise PrometheusError(url, "status", detail)
     if "data" not in payload:
         raise PrometheusError(url, "data", "missing")
@@ -202,23 +234,48 @@ def _labels(value: Any, url: str, field: str) -> dict[str, str]:
     return value
 
 
-def parse_label_sets(data: Any, url: str) -> list[dict[str, str]]:
-    """`/api/v1/series`' data: a list of label objects."""
+def parse_label_sets(
+    data: Any, url: str, limits: ReplyLimits = DEFAULT_LIMITS, what: str = "the request"
+) -> list[dict[str, str]]:
+    """`/api/v1/series`' data: a list of label objects (at most `limits.max_series`)."""
     if not isinstance(data, list):
-        raise PrometheusError(url, "data", f"expected a list of label sets, got {type(data).__name__}")
+        raise PrometheusError(url, "data", f"expected a list of label sets, got {_brief(data)}")
+    if len(data) > limits.max_series:
+        raise _too_many(url, "data", what, f"{len(data)} series", f"{limits.max_series} series")
     return [_labels(item, url, f"data[{i}]") for i, item in enumerate(data)]
 
 
-def parse_matrix(data: Any, url: str) -> list[PrometheusSeries]:
-    """A query_range's data: `{"resultType": "matrix", "result": [{"metric": {...}, "values": [[t, "v"], ...]}]}`."""
+def parse_matrix(
+    data: Any, url: str, limits: ReplyLimits = DEFAULT_LIMITS, what: str = "the request"
+) -> list[PrometheusSeries]:
+    """A query_range's data: `{"resultType": "matrix", "result": [{"metric": {...}, "values": [[t, "v"], ...]}]}`
+    (at most `limits.max_series` series and `limits.max_points` points in all)."""
     if not isinstance(data, dict):
-        raise PrometheusError(url, "data", f"expected an object, got {type(data).__name__}")
+        raise PrometheusError(url, "data", f"expected an object, got {_brief(data)}")
     if data.get("resultType") != "matrix":
-        raise PrometheusError(url, "data.resultType", f"expected 'matrix', got {data.get('resultType')!r}")
+        raise PrometheusError(url, "data.resultType", f"expected 'matrix', got {_brief(data.get('resultType'))}")
     result = data.get("result")
     if not isinstance(result, list):
         raise PrometheusError(url, "data.result", "expected a list of series")
+    if len(result) > limits.max_series:
+        raise _too_many(url, "data.result", what, f"{len(result)} series", f"{limits.max_series} series")
+    points = sum(
+        len(item["values"]) for item in result if isinstance(item, dict) and isinstance(item.get("values"), list)
+    )
+    if points > limits.max_points:
+        raise _too_many(url, "data.result", what, f"{points} points", f"{limits.max_points} points")
     return [_series(item, url, f"data.result[{i}]") for i, item in enumerate(result)]
+
+
+def _time(stamp: Any) -> float | None:
+    """A point's time as a finite float, or None."""
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return None
+    try:
+        value = float(stamp)
+    except OverflowError:  # an integer past the float range
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _series(item: Any, url: str, field: str) -> PrometheusSeries:
@@ -230,22 +287,25 @@ def _series(item: Any, url: str, field: str) -> PrometheusSeries:
         raise PrometheusError(url, f"{field}.values", "expected a list of [time, value] pairs")
     ts: list[float] = []
     values: list[float] = []
+    previous: float | None = None
     for j, point in enumerate(points):
         where = f"{field}.values[{j}]"
         if not (isinstance(point, list) and len(point) == 2):
             raise PrometheusError(url, where, 'expected a [time, "value"] pair')
         stamp, text = point
-        if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
-            raise PrometheusError(url, f"{where}[0]", f"expected a time in Unix seconds, got {stamp!r}")
+        when = _time(stamp)
+        if when is None:
+            raise PrometheusError(url, f"{where}[0]", f"expected a time in Unix seconds, got {_brief(stamp)}")
         if not isinstance(text, str):
-            raise PrometheusError(url, f"{where}[1]", f"expected the value as a string, got {text!r}")
+            raise PrometheusError(url, f"{where}[1]", f"expected the value as a string, got {_brief(text)}")
         try:
             value = float(text)
         except ValueError:
-            raise PrometheusError(url, f"{where}[1]", f"{_printable(text)[:40]!r} is not a number") from None
-        if ts and stamp <= ts[-1]:
-            raise PrometheusError(url, f"{where}[0]", f"time {stamp} is not after the previous point's {ts[-1]}")
+            raise PrometheusError(url, f"{where}[1]", f"{_brief(text)} is not a number") from None
+        if previous is not None and when <= previous:
+            raise PrometheusError(url, f"{where}[0]", f"time {when!r} is not after the previous point's {previous!r}")
+        previous = when
         if math.isfinite(value):
-            ts.append(float(stamp))
+            ts.append(when)
             values.append(value)
     return PrometheusSeries(labels=labels, ts=tuple(ts), values=tuple(values))

@@ -25,10 +25,11 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, NoReturn
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.samples import Device
+from meshdeck.core.text import printable
 from meshdeck.remote.prometheus import (
     DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S,  # the CLI shows it
 )
@@ -59,13 +60,24 @@ DEFAULT_HOST_LABEL = "host"
 MIN_CHART_STEP_S = 1.0  # the agents' default sample interval: a finer step repeats the same scrape
 ENVELOPE_FROM_S = 60.0  # steps this long or longer are drawn as min-max envelopes, as the 1-minute rollups are
 POINTS_PER_REQUEST = 200_000  # points (all series together) one export request asks for
+# An export reads at most this many series of a host, of this many metrics: an agent exports ~600 series
+# of ~60 metrics. Past them a (hostile or mislabelled) server would fan one export out into a request per
+# step (raw) or per metric (buckets); the user narrows it with --metric / --device instead.
+MAX_EXPORT_SERIES = 10_000
+MAX_EXPORT_METRICS = 500
+SHOWN_NAME_CHARS = 80  # a host or label value quoted in a message
+SHOWN_HOSTS = 20
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 @dataclass(frozen=True)
 class PrometheusSource:
     """Where history comes from when it is not this console's database: a Prometheus server's base URL,
-    the label that names the host in its scrape config, and how long one request may take."""
+    the label that names the host in its scrape config, and how long one request may take (connect to
+    last byte).
+
+    `url` is given as `http://[user:password@]host:9090[/prefix]`; once parsed it holds the URL as messages
+    show it (the password replaced by ***), and only the client keeps the credentials."""
 
     url: str
     host_label: str = DEFAULT_HOST_LABEL
@@ -73,12 +85,14 @@ class PrometheusSource:
     client: PrometheusClient = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "url", parse_base_url(self.url, field="--prometheus-url"))
+        server = parse_base_url(self.url, field="--prometheus-url")
+        object.__setattr__(self, "url", server.shown)
         if not _LABEL_NAME.match(self.host_label):
-            raise InputError("--prometheus-host-label", f"{self.host_label!r} is not a Prometheus label name")
+            shown = printable(self.host_label, SHOWN_NAME_CHARS)
+            raise InputError("--prometheus-host-label", f"'{shown}' is not a Prometheus label name")
         if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 600):
             raise InputError("--prometheus-timeout", f"{self.timeout_s!r} must be between 0 and 600 seconds")
-        object.__setattr__(self, "client", PrometheusClient(self.url, timeout_s=self.timeout_s))
+        object.__setattr__(self, "client", PrometheusClient(server, timeout_s=self.timeout_s))
 
     def selector(self, *, host: str, names: Sequence[str] | None = None, device: Device | None = None) -> str:
         """`{__name__=~"a|b", host="gpu-a", gpu="3"}`: the series of `host` (of `names`, of `device`)."""
@@ -145,20 +159,24 @@ def _keyed(
         known = metric if name is None else meshdeck_metric(name)
         device = device_of(series.labels)
         if known is None or device is None or source.host_of(series.labels) != host:
-            log.debug("Prometheus series %s is not one meshdeck's exporter writes; skipped", dict(series.labels))
+            log.debug("Prometheus series %s is not one meshdeck's exporter writes; skipped", _shown(series.labels))
             continue
         key = (device.text, known)
         if key in seen:
             log.warning(
                 "Prometheus has two series for %s %s %s (%s and %s): the first is used",
-                host,
-                *key,
-                dict(seen[key]),
-                dict(series.labels),
+                *(printable(text, SHOWN_NAME_CHARS) for text in (host, *key)),
+                _shown(seen[key]),
+                _shown(series.labels),
             )
             continue
         seen[key] = series.labels
         yield key, series
+
+
+def _shown(labels: Mapping[str, str]) -> str:
+    """A series' labels as a log line may show them: the server's text escaped and cut short."""
+    return printable(str(dict(labels)), 300)
 
 
 def _read_raw(
@@ -272,8 +290,12 @@ def export_history(
     """Write the matching series of `host` in [since, until) as `history.export_history` writes SQLite's
     (same columns, same formats); returns the number of points. Without `since`, the last 24 hours.
 
-    Rows come per metric, then per time chunk (as many steps as one bounded request holds), then per
-    series; each row names its host, device and metric.
+    Raw rows come per time chunk (as many steps as one bounded request holds for every series listed: one
+    query selects all the metrics, `__name__=~"a|b|..."`), then per series; bucketed rows per metric (the
+    `*_over_time` functions drop the name), then per chunk, then per series. Each row names its host,
+    device and metric; a device or metric name from the server is written escaped (core.text.printable:
+    no control character reaches a terminal, no newline starts a row of its own).
+    An export reads at most MAX_EXPORT_SERIES series of MAX_EXPORT_METRICS metrics (an InputError beyond).
     """
     check_export_format(fmt)
     chosen = tier_by_name(tier)
@@ -287,35 +309,32 @@ def export_history(
     names = prometheus_names(metric) if metric is not None else None
     if metric is not None and not names:
         raise InputError("--metric", f"{metric!r} is not a metric name")
-    listing = source.client.series([source.selector(host=host, names=names, device=wanted)], start, end)
-    metrics: dict[str, set[str]] = {}
-    for labels in listing:
-        known = meshdeck_metric(labels.get("__name__", ""))
-        found = device_of(labels)
-        if known is not None and found is not None:
-            metrics.setdefault(known, set()).add(found.text)
+    selector = source.selector(host=host, names=names, device=wanted)
+    listing = source.client.series([selector], start, end)
+    metrics = _listed_metrics(source, host, listing)
     if not metrics:
-        hosts = prometheus_hosts(source, since=start, until=end)
-        if host not in hosts:
-            raise InputError(
-                "--host",
-                f"Prometheus at {source.url} has no series of host {host!r} between {iso_time(start)} and "
-                f"{iso_time(end)} (hosts it has: {', '.join(hosts) or 'none'})",
-            )
-        raise InputError("--metric", f"host {host!r} has no series matching metric={metric!r} device={device!r}")
+        _refuse_empty(source, host, metric, device, start, end)
     bucket_s = chosen.bucket_ms / 1000
     step = bucket_s or step_s
+    reads: list[tuple[str | None, str, int]]  # (the metric of a bucketed read, its selector, its series)
+    if bucket_s:  # per metric: the functions drop the name, so two metrics' series would be one
+        reads = [
+            (name, source.selector(host=host, names=prometheus_names(name), device=wanted), len(metrics[name]))
+            for name in sorted(metrics)
+        ]
+    else:  # every metric in one query per chunk, sized by every series listed (named or not)
+        reads = [(None, selector, len(listing))]
     writer = export_writer(out, fmt, raw=not bucket_s)
     count = 0
-    for name in sorted(metrics):
-        selector = source.selector(host=host, names=prometheus_names(name), device=wanted)
-        for chunk_start, chunk_end in _chunks(start, end, step, len(metrics[name]), aligned=bool(bucket_s)):
-            if bucket_s:
-                points = _read_buckets(source, selector, host, name, chunk_start, chunk_end, step)
+    for name, query, series in reads:
+        for chunk_start, chunk_end in _chunks(start, end, step, series, aligned=bool(bucket_s)):
+            if name is not None:
+                points = _read_buckets(source, query, host, name, chunk_start, chunk_end, step)
             else:
-                points = _read_raw(source, selector, host, name, chunk_start, chunk_end, step)
+                points = _read_raw(source, query, host, None, chunk_start, chunk_end, step)
             for (device_text, metric_name), kept in sorted(points.items()):
-                prefix = [host, device_text, metric_name, series_unit(device_text, metric_name)]
+                unit = series_unit(device_text, metric_name)
+                prefix = [printable(host), printable(device_text), printable(metric_name), unit]
                 for i, ts in enumerate(kept.ts):
                     if not start <= ts < end:
                         continue
@@ -327,6 +346,47 @@ def export_history(
                     count += 1
     writer.close()
     return count
+
+
+def _listed_metrics(source: PrometheusSource, host: str, listing: Sequence[Mapping[str, str]]) -> dict[str, set[str]]:
+    """metric -> the devices the listing has it for; an InputError past the export's bounds."""
+    if len(listing) > MAX_EXPORT_SERIES:
+        raise InputError(
+            "--metric",
+            f"Prometheus at {source.url} lists {len(listing)} series of host '{printable(host, SHOWN_NAME_CHARS)}'; "
+            f"one export reads at most {MAX_EXPORT_SERIES}: choose one --metric or --device",
+        )
+    metrics: dict[str, set[str]] = {}
+    for labels in listing:
+        known = meshdeck_metric(labels.get("__name__", ""))
+        found = device_of(labels)
+        if known is not None and found is not None:
+            metrics.setdefault(known, set()).add(found.text)
+    if len(metrics) > MAX_EXPORT_METRICS:
+        raise InputError(
+            "--metric",
+            f"Prometheus at {source.url} lists {len(metrics)} metrics of host '{printable(host, SHOWN_NAME_CHARS)}'; "
+            f"one export reads at most {MAX_EXPORT_METRICS}: choose one --metric",
+        )
+    return metrics
+
+
+def _refuse_empty(
+    source: PrometheusSource, host: str, metric: str | None, device: str | None, start: float, end: float
+) -> NoReturn:
+    """The InputError for an export that matched nothing: an unknown host (naming some the server has) or a
+    metric / device the host lacks."""
+    hosts = prometheus_hosts(source, since=start, until=end)
+    if host not in hosts:
+        shown = ", ".join(printable(name, SHOWN_NAME_CHARS) for name in hosts[:SHOWN_HOSTS])
+        if len(hosts) > SHOWN_HOSTS:
+            shown += f" and {len(hosts) - SHOWN_HOSTS} more"
+        raise InputError(
+            "--host",
+            f"Prometheus at {source.url} has no series of host {host!r} between {iso_time(start)} and "
+            f"{iso_time(end)} (hosts it has: {shown or 'none'})",
+        )
+    raise InputError("--metric", f"host {host!r} has no series matching metric={metric!r} device={device!r}")
 
 
 def _chunks(start: float, end: float, step: float, series: int, *, aligned: bool) -> Iterator[tuple[float, float]]:

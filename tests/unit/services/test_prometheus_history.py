@@ -233,3 +233,62 @@ def test_the_labels_a_device_is_selected_by_map_back_to_that_device(device: Devi
     labels = {name: value for name, value in device_labels(device) if value}
     assert device_of(labels) == device
     assert Device.from_text(device.text) == device
+
+
+def _worker_listing(metrics: int, series_each: int = 1) -> list[dict[str, str]]:
+    return [
+        {"__name__": f"meshdeck_worker_custom_{m}", "host": "gpu-a", "worker": f"w{s}"}
+        for m in range(metrics)
+        for s in range(series_each)
+    ]
+
+
+def _serving(listing: list[dict[str, str]]):
+    body = json.dumps({"status": "success", "data": listing}).encode()
+
+    def answer(path: str, _params: dict[str, list[str]]) -> tuple[int, bytes]:
+        if path.endswith("/series"):
+            return 200, body
+        return 200, b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+
+    return answer
+
+
+def test_a_raw_export_asks_for_every_metric_in_one_request_per_chunk():
+    """300 metrics of one series each over 60 s: one request (18,000 points), not one per metric."""
+    with fake_prometheus(_serving(_worker_listing(300))) as fake:
+        export_history(PrometheusSource(fake.url), io.StringIO(), host="gpu-a", since=0.0, until=60.0)
+    queries = [params["query"][0] for path, params in fake.requests if path.endswith("/query_range")]
+    assert queries == ['{__name__=~"meshdeck_(gpu|host|nic|worker)_.+",host="gpu-a"}']
+
+
+@pytest.mark.parametrize(
+    ("listing", "bound"),
+    [
+        (_worker_listing(1, prometheus_history.MAX_EXPORT_SERIES + 1), "reads at most 10000: choose one --metric"),
+        (_worker_listing(prometheus_history.MAX_EXPORT_METRICS + 1), "reads at most 500: choose one --metric"),
+    ],
+)
+def test_an_export_past_the_series_or_metric_bound_is_refused_before_reading_any_point(
+    listing: list[dict[str, str]], bound: str
+):
+    with fake_prometheus(_serving(listing)) as fake, pytest.raises(InputError) as raised:
+        export_history(PrometheusSource(fake.url), io.StringIO(), host="gpu-a", since=0.0, until=86_400.0, tier="1m")
+    assert str(raised.value).startswith(f"--metric: Prometheus at {fake.url} lists ") and bound in str(raised.value)
+    assert [path for path, _params in fake.requests] == ["/api/v1/series"]
+
+
+def test_an_unknown_host_lists_at_most_twenty_hosts_each_escaped_and_cut_short():
+    names = ["evil\x1b[2J" + "x" * 500] + [f"h{i:02d}" for i in range(30)]
+    agents = json.dumps({"status": "success", "data": [{"host": name} for name in names]}).encode()
+
+    def answer(path: str, params: dict[str, list[str]]) -> tuple[int, bytes]:
+        if params.get("match[]") == ["meshdeck_agent_info"]:
+            return 200, agents
+        return 200, b'{"status":"success","data":[]}'
+
+    with fake_prometheus(answer) as fake, pytest.raises(InputError) as raised:
+        export_history(PrometheusSource(fake.url), io.StringIO(), host="gpu-z", since=0.0, until=10.0)
+    message = str(raised.value)
+    assert "\x1b" not in message and "evil\\x1b[2J" in message and "x" * 100 not in message
+    assert message.endswith(", h18 and 11 more)")
