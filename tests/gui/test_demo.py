@@ -82,7 +82,9 @@ def test_demo_runs_its_tour_and_saves_one_png_per_view(tmp_path: Path, platform:
         assert step in log, log[-3000:]
     assert "launch failed" not in log
     names = sorted(p.name for p in shots.glob("*.png"))
-    assert names == sorted(f"{i + 1:02d}-{key}.png" for i, key in enumerate(_view_keys()))
+    views = [f"{i + 1:02d}-{key}.png" for i, key in enumerate(_view_keys())]
+    planner = next(name for name in views if name.endswith("-planner.png"))
+    assert names == sorted([*views, planner.replace(".png", "-front.png")])  # + the throughput-interactivity chart
     assert all(p.stat().st_size > 10_000 for p in shots.glob("*.png"))
 
 

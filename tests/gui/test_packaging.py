@@ -39,6 +39,7 @@ def test_spec_is_python_and_names_files_that_exist() -> None:
         "packaging/build_agent.py",
         "packaging/meshdeck.desktop",
         "resources/gpus.json",
+        "resources/speed-tables.json",
         "resources/models",
         "resources/icons/meshdeck-256.png",
         "resources/qss",

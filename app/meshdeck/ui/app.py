@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QApplication
 
 from meshdeck.services.console import ConsoleServices
 from meshdeck.ui.bridge import FleetBridge
+from meshdeck.ui.charts.serving_front import ServingFrontChart
 from meshdeck.ui.charts.time_chart import TimeChart
 from meshdeck.ui.collector import CollectorPolicy
 from meshdeck.ui.context import ConsoleContext
@@ -61,6 +62,8 @@ def repaint_charts(window: MainWindow) -> None:
     """The system switched light/dark: charts take their colours from the new palette."""
     for chart in window.findChildren(TimeChart):
         chart.apply_palette()
+    for front in window.findChildren(ServingFrontChart):
+        front.apply_palette()
 
 
 def wire_window(window: MainWindow) -> None:

@@ -109,6 +109,7 @@ class DemoTour(QObject):
         self.step.emit("planning DeepSeek V3.2 on the detected hosts")
         planner._refresh_hosts()  # both hosts are in, ticked: plan on exactly them
         planner.form.model.setCurrentText("deepseek-v3.2")
+        planner.form.disaggregated.setChecked(True)  # the chart then shows prefill/decode pools beside the layouts
         planner.planned.connect(self._planned)
         planner.plan()
 

@@ -1,4 +1,5 @@
-"""`--screenshots DIR`: one PNG of the whole window per view, named `NN-<view>.png`.
+"""`--screenshots DIR`: one PNG of the whole window per view, named `NN-<view>.png`, and one per extra page a
+view names (`screenshot_pages()`: the planner's throughput–interactivity chart), named `NN-<view>-<page>.png`.
 
 Each view is brought to the front, given time to lay out and (for chart views) redrawn from the
 data it has before the window is grabbed, so every picture shows what a user would see. Works on
@@ -38,10 +39,18 @@ def save_screenshots(window: MainWindow, folder: str | Path) -> list[Path]:
         if callable(refresh):
             refresh()
         _pump(SETTLE_MS)
-        path = target / f"{index + 1:02d}-{key}.png"
-        if not window.grab().save(str(path), "PNG"):
-            raise OSError(f"could not write {path}")
-        written.append(path)
-        log.info("screenshot %s", path)
+        written.append(_grab(window, target / f"{index + 1:02d}-{key}.png"))
+        pages = getattr(view, "screenshot_pages", None)
+        for page, show in pages() if callable(pages) else ():
+            show()
+            _pump(SETTLE_MS)
+            written.append(_grab(window, target / f"{index + 1:02d}-{key}-{page}.png"))
     window.show_view(current)
     return written
+
+
+def _grab(window: MainWindow, path: Path) -> Path:
+    if not window.grab().save(str(path), "PNG"):
+        raise OSError(f"could not write {path}")
+    log.info("screenshot %s", path)
+    return path

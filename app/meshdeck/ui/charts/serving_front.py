@@ -77,6 +77,17 @@ class ServingFrontChart(QWidget):
         layout.addWidget(self.readout)
         self.plot.scene().sigMouseMoved.connect(self._hover)
         self.plot.scene().sigMouseClicked.connect(self._click)
+        self.apply_palette()
+
+    def apply_palette(self) -> None:
+        """The system's light or dark palette, as every chart of the console takes it (theme.py)."""
+        background, foreground = theme.chart_background(), theme.chart_foreground()
+        self.plot.setBackground(background)
+        for name in ("left", "bottom"):
+            axis = self.plot.getPlotItem().getAxis(name)
+            axis.setPen(foreground)
+            axis.setTextPen(foreground)
+        self.legend.setLabelTextColor(foreground)
 
     def set_points(self, points: list[FrontPoint], *, tpot_target_ms: float | None = None) -> None:
         """Draw the plan: every point, the front, and the TPOT target (if any)."""

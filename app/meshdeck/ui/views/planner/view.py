@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import logging
 import shlex
+from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
@@ -389,6 +390,10 @@ class PlannerView(QWidget):
         layout = self.selected_layout()
         if layout is not None and self.result is not None:
             self.saver.save(layout, self.result, self.node_names(), self.inputs.model, to_file=True)
+
+    def screenshot_pages(self) -> list[tuple[str, Callable[[], None]]]:
+        """Pages `--screenshots` grabs besides the view as it stands: the throughput–interactivity chart."""
+        return [("front", lambda: self.details.setCurrentIndex(self.front_tab))]
 
     def save_settings(self, settings: QSettings) -> None:
         self.form.save_settings(settings)
