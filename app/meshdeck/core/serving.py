@@ -19,6 +19,7 @@ What this module adds on top of a speed model is the serving arithmetic, the sam
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -443,7 +444,9 @@ def aggregated_estimate(
     )
 
 
-def _largest_batch_meeting_sla(capacity: int, workload: Workload, ask: Any) -> int | str:
+def _largest_batch_meeting_sla(
+    capacity: int, workload: Workload, ask: Callable[[int], tuple[StepTimes, SpeedSource] | None]
+) -> int | str:
     """The largest batch per replica whose TTFT and TPOT meet the targets (1 when even one request misses).
 
     TTFT and TPOT grow with the batch, so a binary search over 1 … capacity finds it.
