@@ -27,6 +27,11 @@ backlog and `settle_s` is null; after it,
 every host's samples produced in the window are waited for (`drain_timeout_s`), the writer is flushed, and
 SQLite is asked what it holds.
 
+Stopping early: `run_fleet_benchmark(..., stop=event)` watches `stop` in every wait (the command sets it
+from SIGINT and SIGTERM); once set, the run raises `FleetBenchmarkStopped` after stopping every agent it
+started (as after a whole run: asked to shut down, then by their sockets, then any process still naming
+the run's folder) and removing its folder. A run has at most MAX_HOSTS hosts.
+
 What each number is (all measured in this run, none assumed):
 
 - `client_cpu_pct`: CPU time (user + system, every thread) of this process only — not the agents, not their
@@ -117,6 +122,9 @@ log = logging.getLogger(__name__)
 
 RSS_EVERY_S = 0.25
 CALL_TIMEOUT_S = 60.0
+# Each host is two local processes (its daemon and its `attach` relay, ~30 MB each) and three pipes here: 1,000
+# is ~60 GB and past what one machine serves (this 2-core machine was measured to 278).
+MAX_HOSTS = 1_000
 CONTRACT_KEYS = (
     "hosts",
     "gpus",
@@ -161,6 +169,10 @@ class ConsoleProbe(Protocol):
     def close(self) -> None: ...
 
 
+class FleetBenchmarkStopped(Exception):
+    """The run was stopped early (its `stop` event was set); everything it started is stopped and removed."""
+
+
 def since(count_before: int, record: tuple[int, list[float]]) -> list[float]:
     """The entries of a bounded record (count so far, the most recent kept) added after it counted
     `count_before`: its tail, not an index from its start (which shifts once the record is full)."""
@@ -192,8 +204,11 @@ class FleetBenchmarkSettings:
     directory: str | None = None  # where the temporary folder goes (default /tmp: agent sockets need short paths)
 
     def __post_init__(self) -> None:
-        if self.hosts < 1:
-            raise InputError("--hosts", f"must be at least 1, got {self.hosts}")
+        if not 1 <= self.hosts <= MAX_HOSTS:
+            raise InputError(
+                "--hosts",
+                f"must be from 1 to {MAX_HOSTS} (each host is two local agent processes), got {self.hosts}",
+            )
         if self.gpus_per_host < 1:
             raise InputError("--gpus-per-host", f"must be at least 1, got {self.gpus_per_host}")
         if not (math.isfinite(self.seconds) and self.seconds > 0):
@@ -474,9 +489,13 @@ class FleetBenchmark:
 class _Run:
     """One benchmark: the folder, the services, the agents; `close()` stops and removes them all."""
 
-    def __init__(self, settings: FleetBenchmarkSettings, console: ConsoleProbe | None) -> None:
+    def __init__(
+        self, settings: FleetBenchmarkSettings, console: ConsoleProbe | None, stop: threading.Event | None = None
+    ) -> None:
         self.settings = settings
         self.console = console
+        self.stop = stop
+        self.closing = False  # close() waits for the agents' shutdown whatever `stop` says
         base = settings.directory or ("/tmp" if Path("/tmp").is_dir() else None)
         self.folder = Path(tempfile.mkdtemp(prefix="mdfb-", dir=base))
         self.names = [f"sim-{index:03d}" for index in range(settings.hosts)]
@@ -500,10 +519,25 @@ class _Run:
         assert self.services is not None
         return self.services.writer
 
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set() and not self.closing
+
+    def check_stop(self) -> None:
+        if self.stopping():
+            raise FleetBenchmarkStopped()
+
     def wait(self, ready: Callable[[], bool], timeout_s: float) -> bool:
-        if self.console is not None:
-            return self.console.wait(ready, timeout_s)
-        return plain_wait(ready, timeout_s)
+        """Wait for `ready()` (running the console's event loop, with one) up to `timeout_s`; raises
+        FleetBenchmarkStopped as soon as `stop` is set (except while closing)."""
+        self.check_stop()
+
+        def done() -> bool:
+            return self.stopping() or ready()
+
+        waiting = self.console.wait if self.console is not None else plain_wait
+        finished = waiting(done, timeout_s)
+        self.check_stop()
+        return finished
 
     def host_dir(self, name: str) -> Path:
         return self.folder / name
@@ -611,6 +645,7 @@ class _Run:
     def close(self) -> None:
         """Stop the agents (asked first, then by their sockets, then any process naming the folder), the
         console and the services; remove the folder."""
+        self.closing = True
         if self.services is not None:
             connected = [n for n in self.names if n in self.meter.first_delivery]
             self.ask_all("agent.shutdown", lambda _name: {}, connected)
@@ -656,12 +691,16 @@ def connect_phase(run: _Run, client_cpu_s: float, busy_start: tuple[float, float
     }
 
 
-def run_fleet_benchmark(settings: FleetBenchmarkSettings, console: ConsoleProbe | None = None) -> FleetBenchmark:
-    """Run the benchmark the module doc describes; everything it started is stopped and removed after."""
+def run_fleet_benchmark(
+    settings: FleetBenchmarkSettings, console: ConsoleProbe | None = None, stop: threading.Event | None = None
+) -> FleetBenchmark:
+    """Run the benchmark the module doc describes; everything it started is stopped and removed after, also
+    when `stop` is set meanwhile (then FleetBenchmarkStopped is raised)."""
     bytecode = agent_bytecode()
-    run = _Run(settings, console)
+    run = _Run(settings, console, stop)
     run.agent_bytecode = bytecode
     try:
+        run.check_stop()
         if console is not None:
             assert run.services is not None
             console.attach(run.services)
@@ -756,6 +795,7 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
     rss = PeakRss().start()
     run.meter.measuring(True)
     wall_start, cpu_start = time.monotonic(), time.process_time()
+    log.info("bench fleet: the window opens: measuring %d hosts for %g s", len(windows), settings.seconds)
 
     run.wait(lambda: False, settings.seconds)
 
@@ -789,6 +829,7 @@ def _measure(run: _Run, connect_all_s: float | None, settle_s: float | None) -> 
 
     if not run.wait(delivered, settings.drain_timeout_s):
         log.warning("bench fleet: not every sample of the window was delivered within %g s", settings.drain_timeout_s)
+    run.check_stop()
     if not run.writer.flush(timeout=settings.drain_timeout_s):
         log.warning("bench fleet: the final flush did not finish within %g s", settings.drain_timeout_s)
     stats_end = run.writer.stats()

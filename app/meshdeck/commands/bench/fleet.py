@@ -7,22 +7,29 @@ Each host is its own `meshdeck-agent --simulate {G}xH200` daemon with its own so
 temporary folder, reached through its own `attach` process and protocol session; the console's services
 record every sample into a temporary SQLite database. `--console` also runs the console's window offscreen
 in this process (QT_QPA_PLATFORM=offscreen), showing the fleet view (`gui_view` names it). Exactly what each number means: `meshdeck.services.fleet_benchmark`.
-Everything started is stopped and the folder removed afterwards.
+Everything started is stopped and the folder removed afterwards, also on Ctrl+C (SIGINT) or SIGTERM, which
+end the run early (exit status 130 / 143). At most 1,000 hosts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
+import threading
 from collections.abc import Callable
 
 from meshdeck.commands import Subparsers
 from meshdeck.commands.bench._arguments import positive_int, positive_seconds
+from meshdeck.commands.bench._signals import stop_on_signals
 from meshdeck.core.errors import InputError
 from meshdeck.services.fleet_benchmark import (
     CONTRACT_KEYS,
+    MAX_HOSTS,
     ConsoleProbe,
     FleetBenchmarkSettings,
+    FleetBenchmarkStopped,
     run_fleet_benchmark,
 )
 
@@ -31,7 +38,9 @@ def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "fleet", help="N simulated agents through the fleet and the store (and the console offscreen)"
     )
-    parser.add_argument("--hosts", type=positive_int, required=True, help="agents to run, one per host")
+    parser.add_argument(
+        "--hosts", type=positive_int, required=True, help=f"agents to run, one per host (at most {MAX_HOSTS})"
+    )
     parser.add_argument("--gpus-per-host", type=positive_int, default=8, help="simulated GPUs per host (default 8)")
     parser.add_argument("--seconds", type=positive_seconds, default=60.0, help="the measuring window (default 60)")
     parser.add_argument(
@@ -61,7 +70,19 @@ def _run(args: argparse.Namespace) -> int:
         if make is None:
             raise InputError("--console", "this build of meshdeck has no console (PySide6 is missing)")
         console = make()
-    document = run_fleet_benchmark(settings, console).as_dict()
+    stop = threading.Event()
+    with stop_on_signals(stop) as received:
+        try:
+            result = run_fleet_benchmark(settings, console, stop)
+        except FleetBenchmarkStopped:
+            signum = received[0] if received else signal.SIGINT
+            print(
+                f"meshdeck bench fleet: stopped by {signal.Signals(signum).name}; "
+                "every agent it started is stopped and its folder removed",
+                file=sys.stderr,
+            )
+            return 128 + signum
+    document = result.as_dict()
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
