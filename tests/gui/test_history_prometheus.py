@@ -83,3 +83,25 @@ def test_a_url_that_is_no_prometheus_url_is_said_in_the_status(qtbot, console_co
     qtbot.addWidget(view)
     _choose_prometheus(view, "localhost:9090")
     assert view.status.text().startswith("--prometheus-url: 'localhost:9090' is not an http(s) URL")
+
+
+def test_a_basic_auth_password_never_reaches_the_settings_file_and_hosts_show_escaped(
+    qtbot, console_context, tmp_path
+) -> None:
+    from meshdeck.services.prometheus_history import url_without_password
+    from PySide6.QtCore import QSettings
+
+    assert url_without_password("http://ops:s3cret@prom:9090/p") == "http://ops@prom:9090/p"
+    assert url_without_password("http://prom:9090") == "http://prom:9090"
+    view = HistoryView(console_context)
+    qtbot.addWidget(view)
+    view.prometheus_url.setText("http://ops:s3cret@prom:9090")
+    settings = QSettings(str(tmp_path / "console.ini"), QSettings.Format.IniFormat)
+    view.save_settings(settings)
+    settings.sync()
+    assert "s3cret" not in (tmp_path / "console.ini").read_text()
+    hostile = "gpu\x1b[2J\x1b]0;owned\x07" + "x" * 5000  # a label value a server sent
+    view._hosts_loaded([hostile, "gpu-a"])
+    assert "\x1b" not in view.host.itemText(0) and len(view.host.itemText(0)) <= 200
+    view.host.setCurrentIndex(0)
+    assert view.selected_host() == hostile  # queried as the server spells it

@@ -23,6 +23,7 @@ import logging
 import math
 import re
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, NoReturn
@@ -405,3 +406,24 @@ def _chunks(start: float, end: float, step: float, series: int, *, aligned: bool
         stop = min(last, first + (steps_per_request - 1) * step)
         yield first, stop
         first = stop + step
+
+
+SHOWN_HOST_CHARACTERS = 200
+
+
+def shown_host(name: str) -> str:
+    """A host name a Prometheus label gave, as a view shows it: control characters escaped, cut short."""
+    text = printable(name)
+    return text if len(text) <= SHOWN_HOST_CHARACTERS else text[: SHOWN_HOST_CHARACTERS - 1] + "…"
+
+
+def url_without_password(url: str) -> str:
+    """The URL as settings may keep it: a `user:password@` loses its password (the user types it again)."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        if parts.password is None:
+            return url
+    except ValueError:
+        return ""  # not a URL: nothing worth keeping, nothing leaked
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}@{host}"))

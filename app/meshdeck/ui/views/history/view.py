@@ -35,7 +35,7 @@ from meshdeck.services import history as history_service
 from meshdeck.services import prometheus_history
 from meshdeck.services.files import open_output, output_target
 from meshdeck.services.history import SeriesRange
-from meshdeck.services.prometheus_history import PrometheusSource
+from meshdeck.services.prometheus_history import PrometheusSource, shown_host
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.dashboard.charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
@@ -198,11 +198,12 @@ class HistoryView(QWidget):
         job.succeeded.connect(self._hosts_loaded)
 
     def _hosts_loaded(self, names: list[str]) -> None:
-        chosen = self.host.currentText()
+        chosen = self.selected_host()
         self.host.clear()
-        self.host.addItems(names)
+        for name in names:  # a label value from a server: shown escaped and cut short, queried as it is
+            self.host.addItem(shown_host(name), name)
         if chosen in names:
-            self.host.setCurrentText(chosen)
+            self.host.setCurrentIndex(names.index(chosen))
         if not names and self.source.currentData() == "prometheus":
             self.status.setText("This Prometheus has scraped no meshdeck agent in the last 7 days.")
         elif not names:
@@ -227,7 +228,7 @@ class HistoryView(QWidget):
         return lambda **query: history_service.chart(db, **query)
 
     def query(self) -> None:
-        host = self.host.currentText()
+        host = self.selected_host()
         read = self._reader() if host else None
         if read is None or not host:
             if not host:
@@ -269,7 +270,7 @@ class HistoryView(QWidget):
     # ------------------------------------------------------------------ export
 
     def export_csv(self) -> None:
-        host = self.host.currentText()
+        host = self.selected_host()
         if (self.context.db is None and self.source.currentData() == "sqlite") or not host:
             self.status.setText("Choose a host with history first.")
             return
@@ -305,9 +306,15 @@ class HistoryView(QWidget):
 
     # ------------------------------------------------------------------ settings
 
+    def selected_host(self) -> str:
+        """The chosen host's name as its source spells it (the combo box shows it escaped)."""
+        data = self.host.currentData()
+        return data if isinstance(data, str) else self.host.currentText()
+
     def save_settings(self, settings: QSettings) -> None:
         settings.setValue("history/source", self.source.currentData())
-        settings.setValue("history/prometheus_url", self.prometheus_url.text())
+        # a basic-auth password is never written to the settings file: the URL is kept without it
+        settings.setValue("history/prometheus_url", prometheus_history.url_without_password(self.prometheus_url.text()))
         settings.setValue("history/prometheus_host_label", self.prometheus_host_label.text())
 
     def restore_settings(self, settings: QSettings) -> None:
