@@ -181,7 +181,7 @@ def _export(args: argparse.Namespace) -> int:
         with open_database(args.db) as db, open_output(target) as handle:
             count = history_service.export_history(db, handle, **options)
     if target.path is not None:
-        print(f"wrote {count} points to {args.output}", file=sys.stderr)
+        print(f"wrote {count} points to {printable(target.destination)}", file=sys.stderr)
     return 0
 
 

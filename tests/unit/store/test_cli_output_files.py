@@ -89,6 +89,15 @@ def test_a_symlink_to_a_file_keeps_pointing_at_it_and_the_file_gets_the_export(e
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".out")) == ["link.out", "real.out"]
 
 
+def test_history_export_names_the_file_the_points_went_to_not_only_the_link(
+    db_with_history: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "real.csv").write_text("")
+    (tmp_path / "link.csv").symlink_to("real.csv")
+    code, _, err = _export_history(capsys, db_with_history, str(tmp_path / "link.csv"))
+    assert code == 0 and f"points to {tmp_path / 'real.csv'} (through the symlink" in err
+
+
 def test_a_dangling_symlink_gets_its_target_created(export, tmp_path: Path) -> None:
     link = tmp_path / "link.out"
     link.symlink_to("made.out")
