@@ -101,9 +101,11 @@ class DashboardView(QWidget):
         self.pause_button = QPushButton("Pause")
         self.pause_button.setObjectName("pauseButton")
         self.pause_button.setCheckable(True)
-        self.pause_button.setToolTip("Hold the charts still to pan and zoom (Ctrl+P); data keeps arriving")
+        self.pause_button.setToolTip("Hold the charts still to pan and zoom (Ctrl+Shift+P); data keeps arriving")
         self.pause_button.toggled.connect(self.set_paused)
-        QShortcut(QKeySequence("Ctrl+P"), self, self.pause_button.toggle)
+        # Not Ctrl+P (every desktop's Print) nor Space (it presses the focused button): see Help > Keyboard shortcuts
+        pause = QShortcut(QKeySequence("Ctrl+Shift+P"), self, self.pause_button.toggle)
+        pause.setWhatsThis("Pause or resume the charts (data keeps arriving)")
         self.simulated_badge = QLabel("SIMULATED data")
         self.simulated_badge.setObjectName("simulatedBadge")
         self.simulated_badge.setToolTip("These hosts run meshdeck-agent --simulate: the GPUs and vLLM are stand-ins")

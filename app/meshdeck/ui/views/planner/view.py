@@ -121,7 +121,7 @@ class PlannerView(QWidget):
         self.form = PlannerForm()
         self.form.restore_settings(context.settings)
         self.form.plan_requested.connect(self.plan)
-        QShortcut(QKeySequence("Ctrl+Return"), self, self.plan)
+        QShortcut(QKeySequence("Ctrl+Return"), self, self.plan).setWhatsThis("Plan: rank every layout")
         form_scroll = QScrollArea()
         form_scroll.setWidgetResizable(True)
         form_scroll.setWidget(self.form)
