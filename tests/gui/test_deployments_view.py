@@ -100,6 +100,7 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
     checks = {view.preflight_table.item(r, 0).text() for r in range(view.preflight_table.rowCount())}
     assert {"ports free", "clocks"} <= checks
     assert view.prepared is not None and view.prepared.simulated
+    assert view.preflight.passed, [r.reason for r in view.preflight.failures]
 
     planned = []
     demo_context.deployments.planned_memory.connect(planned.append)
@@ -107,6 +108,7 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
         view.launch_button.click()
     snapshot = launched.args[0]
     assert snapshot.state == "running" and snapshot.name == name
+    assert f"pre-flight of launch {snapshot.id}" in view.preflight_caption.text()  # the launch ran its own
     qtbot.waitUntil(lambda: view.workers.table.rowCount() == len(snapshot.workers), timeout=30000)
     assert {view.workers.table.item(r, 3).text() for r in range(view.workers.table.rowCount())} == {"running"}
     assert view.stop_button.isEnabled()
@@ -116,11 +118,33 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
     assert view.planned.table.item(0, 1).text() != "—"  # the prediction the launch carried
     qtbot.waitUntil(lambda: view.planned.table.item(0, 2).text() != "—", timeout=60000)  # vLLM's startup line
 
+    # the case: a second launch of the same profile while the first holds the GPUs and ports
+    view.launch_button.click()
+    second = demo_context.jobs.running("launch")
+    assert second is not None
+    qtbot.waitUntil(lambda: second.has_ended, timeout=240000)
+    assert view.blocked is not None, view.message.text()
+    failed = {r.check for r in view.blocked.report.failures}
+    assert failed & {"GPU memory", "ports free"}, failed
+    assert [d.id for d in demo_context.deploy.list()] == [snapshot.id]  # nothing of the second was started
+    view.select(snapshot.id)
+
     view.tabs.setCurrentWidget(view.logs)
     qtbot.waitUntil(lambda: "KV cache" in view.logs.text.toPlainText(), timeout=30000)
     view.logs.search.setText("KV cache")
     assert view.logs.highlight() >= 1
 
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    def confirm() -> None:  # Stop asks first (tests/gui/test_deployments_preflight_and_stop.py)
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(20, confirm)
+            return
+        next(b for b in box.buttons() if b.text().replace("&", "") == f"Stop {snapshot.id}").click()
+
+    QTimer.singleShot(0, confirm)
     view.stop_button.click()
     qtbot.waitUntil(lambda: demo_context.deploy.get(snapshot.id).state == "stopped", timeout=120000)
     qtbot.waitUntil(lambda: not view.stop_button.isEnabled(), timeout=30000)

@@ -1,9 +1,15 @@
-"""`meshdeck launch PROFILE.yaml [--dry-run] [--json] [--skip-preflight] [--force] [--wait]`
+"""`meshdeck launch PROFILE [--stored] [--dry-run] [--json] [--skip-preflight] [--force] [--wait]`
 
+PROFILE         a profile YAML file, or the name of a stored profile (`meshdeck profiles list`); a name that is
+                both a file here and a stored profile is refused: write ./NAME for the file, --stored for the other
 --dry-run       print every node's command (argv and env) and run nothing, contact nothing
 --json          with --dry-run: {"nodes": [{"host", "argv", "env", ...}, ...], ...}; otherwise the outcome
---skip-preflight  launch without the pre-flight checks; --force launches even if one fails
+--skip-preflight  launch without the pre-flight checks; --force launches even if one fails (both are
+                recorded in the deployment's events, as the console's "Launch anyway" is)
 --wait          stay until the deployment ends (a torch job) and print its result
+
+The pre-flight runs inside the launch (`DeployService.launch_profile`, as in the console): a failed check
+starts nothing and exits 1 unless --force.
 
 Hosts are the names `meshdeck hosts add` stored; `local` is this machine's agent. The deployment keeps
 running on the agents when this command returns; see `meshdeck deployments list|stop|logs`.
@@ -16,6 +22,7 @@ import json
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshdeck.commands import Subparsers
@@ -23,22 +30,31 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile, load_profile
 from meshdeck.launch.profile_secrets import refuse_references
+from meshdeck.services import profiles as profile_service
 from meshdeck.services.deployments import hosts as deploy_hosts
 from meshdeck.services.deployments.model import LaunchProgress, new_deployment_id
+from meshdeck.services.deployments.preflight_gate import FORCE_CLI, SKIP_CLI, PreflightBlocked
 from meshdeck.services.deployments.records import StoreRecorder
 from meshdeck.services.deployments.registry import DeployService, LaunchFailed
-from meshdeck.services.deployments.targets import SIMULATED_VLLM_NOTE, node_for_dry_run, prepare_launch
+from meshdeck.services.deployments.targets import (
+    SIMULATED_VLLM_NOTE,
+    PreparedLaunch,
+    node_for_dry_run,
+    prepare_launch,
+)
 from meshdeck.services.fleet import FleetService
-from meshdeck.services.preflight import run_preflight
 from meshdeck.services.profiles import read_profile_file
 from meshdeck.store.database import Database, default_database_path, open_database
+from meshdeck.store.profiles import find_profile
 
 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("launch", help="start a deployment profile on its hosts (vLLM or torchrun)")
-    parser.add_argument("profile", help="profile YAML file")
+    parser.add_argument("profile", help="profile YAML file, or a stored profile's name")
+    parser.add_argument("--stored", action="store_true", help="PROFILE is a stored profile's name, never a file")
     parser.add_argument("--dry-run", action="store_true", help="print each node's command; run and contact nothing")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--skip-preflight", action="store_true", help="do not run the pre-flight checks")
@@ -55,15 +71,55 @@ def read_profile(path_text: str) -> tuple[Profile, str]:
     return profile, data.decode("utf-8")
 
 
+@dataclass(frozen=True)
+class LaunchedProfile:
+    """The profile a launch runs, and what its record keeps of where it came from."""
+
+    profile: Profile
+    text: str  # the YAML as read (a file) or stored (secrets are masked when recorded)
+    stored_version: int | None = None  # a stored profile's version; None: a file
+
+
+def resolve_profile(args: argparse.Namespace, db: Database | None, *, for_launch: bool) -> LaunchedProfile:
+    """PROFILE as a file or as a stored profile's name (`--stored`: only the latter). A name that is both is
+    refused, naming both; a stored profile's secrets come from the OS keyring only when it is launched."""
+    text = args.profile
+    stored = _find_stored(db, text) if db is not None and "/" not in text else None
+    is_file = not args.stored and Path(text).exists()
+    if args.stored and stored is None:
+        known = ", ".join(p.name for p in profile_service.list_profiles(db)) if db is not None else ""
+        raise InputError("profile", f"no stored profile named {text!r} (stored: {known or 'none'})")
+    if stored is not None and is_file:
+        raise InputError(
+            "profile",
+            f"{text!r} is both a file here and a stored profile (v{stored.version.version}); write ./{text} to "
+            f"launch the file, or --stored to launch the stored profile",
+        )
+    if stored is None:
+        if not is_file and "/" not in text and not text.endswith((".yaml", ".yml")):
+            known = ", ".join(p.name for p in profile_service.list_profiles(db)) if db is not None else ""
+            raise InputError("profile", f"{text!r} is neither a file nor a stored profile (stored: {known or 'none'})")
+        profile, yaml_text = read_profile(text)
+        return LaunchedProfile(profile, yaml_text)
+    assert db is not None  # a stored profile was found in it
+    profile = profile_service.profile_for_launch(db, text, stored.version.version) if for_launch else stored.profile
+    return LaunchedProfile(profile, stored.version.yaml, stored.version.version)
+
+
+def _find_stored(db: Database, name: str) -> profile_service.StoredProfile | None:
+    return profile_service.get_profile(db, name) if find_profile(db, name) is not None else None
+
+
 def _stored_db(args: argparse.Namespace) -> Database | None:
     """The host database if it exists (a dry run never creates one)."""
     path = Path(args.db) if args.db else default_database_path()
     return open_database(path) if path.exists() else None
 
 
-def dry_run(profile: Profile, args: argparse.Namespace) -> int:
+def dry_run(args: argparse.Namespace) -> int:
     db = _stored_db(args)
     try:
+        profile = resolve_profile(args, db, for_launch=False).profile
         addresses: dict[str, str] = {}
         for host in profile.hosts:
             try:
@@ -102,10 +158,11 @@ def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> st
 
 
 def run(args: argparse.Namespace) -> int:
-    profile, profile_text = read_profile(args.profile)
     if args.dry_run:
-        return dry_run(profile, args)
+        return dry_run(args)
     with open_database(args.db) as db, FleetService() as fleet:
+        launched = resolve_profile(args, db, for_launch=True)
+        profile = launched.profile
         deploy_hosts.connect(fleet, profile.hosts, db)
         addresses = deploy_hosts.addresses_for(profile.hosts, db)
         deployment_id = new_deployment_id(profile.name)
@@ -116,23 +173,26 @@ def run(args: argparse.Namespace) -> int:
                 print(f"note: {printable(prepared.planned_note)}", file=sys.stderr)
             if prepared.simulated and profile.engine == "vllm":
                 print(f"note: {SIMULATED_VLLM_NOTE}", file=sys.stderr)
-        if not args.skip_preflight:
-            report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
-            for result in report.results:
-                mark = "ok  " if result.passed else "FAIL"
-                line = f"{mark} {result.check:<12} {result.host or 'cluster':<14} {result.reason}"
-                print(printable(line), file=sys.stderr)
-            if not report.passed and not args.force:
-                if args.json:
-                    print(json.dumps({"launched": False, "preflight": report.as_dict()}, indent=2))
-                print("meshdeck: pre-flight failed; nothing was started (--force to launch anyway)", file=sys.stderr)
-                return 1
-        recorder = StoreRecorder(db, profile_name=profile.name, profile_yaml=profile_text)
-        return _launch(fleet, prepared.plan, deployment_id, args, recorder)
+        recorder = StoreRecorder(
+            db, profile_name=profile.name, profile_version=launched.stored_version, profile_yaml=launched.text
+        )
+        return _launch(fleet, profile, prepared, deployment_id, args, recorder)
+
+
+def print_preflight(report: PreflightReport) -> None:
+    for result in report.results:
+        mark = "ok  " if result.passed else "FAIL"
+        line = f"{mark} {result.check:<12} {result.host or 'cluster':<14} {result.reason}"
+        print(printable(line), file=sys.stderr)
 
 
 def _launch(
-    fleet: FleetService, plan: LaunchPlan, deployment_id: str, args: argparse.Namespace, recorder: StoreRecorder
+    fleet: FleetService,
+    profile: Profile,
+    prepared: PreparedLaunch,
+    deployment_id: str,
+    args: argparse.Namespace,
+    recorder: StoreRecorder,
 ) -> int:
     deploy = DeployService(fleet, recorder=recorder)
 
@@ -141,7 +201,22 @@ def _launch(
 
     cancel = threading.Event()
     try:
-        snapshot = deploy.launch(plan, deployment_id=deployment_id, progress=progress, cancel=cancel)
+        snapshot = deploy.launch_profile(
+            profile,
+            prepared,
+            deployment_id=deployment_id,
+            override=FORCE_CLI if args.force else "",
+            skip_preflight=SKIP_CLI if args.skip_preflight else "",
+            on_preflight=print_preflight,
+            progress=progress,
+            cancel=cancel,
+        )
+    except PreflightBlocked as blocked:
+        deploy.close()
+        if args.json:
+            print(json.dumps({"launched": False, "preflight": blocked.report.as_dict()}, indent=2))
+        print("meshdeck: pre-flight failed; nothing was started (--force to launch anyway)", file=sys.stderr)
+        return 1
     except LaunchFailed as failed:
         if args.json:
             print(json.dumps(failed.snapshot.as_dict(), indent=2))
@@ -150,7 +225,8 @@ def _launch(
         return 1
     except KeyboardInterrupt:
         cancel.set()
-        deploy.stop(deployment_id, grace_s=5)
+        if any(d.id == deployment_id for d in deploy.list()):  # past its pre-flight: stop what was started
+            deploy.stop(deployment_id, grace_s=5)
         raise
     if args.wait:
         while not snapshot.final:

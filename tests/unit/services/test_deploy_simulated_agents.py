@@ -122,7 +122,9 @@ def test_the_launch_command_prints_the_same_plan_and_says_when_the_hosts_are_sim
     monkeypatch.setattr("meshdeck.commands.launch.deploy_hosts.connect", lambda *args: None)
     monkeypatch.setattr("meshdeck.commands.launch.deploy_hosts.addresses_for", lambda hosts, db: ADDRESSES)
     launched: list[LaunchPlan] = []
-    monkeypatch.setattr("meshdeck.commands.launch._launch", lambda fleet, plan, *rest: launched.append(plan) or 0)
+    monkeypatch.setattr(
+        "meshdeck.commands.launch._launch", lambda fleet, profile, prepared, *rest: launched.append(prepared.plan) or 0
+    )
     path = tmp_path / "ds32.yaml"
     path.write_text(yaml.safe_dump({"name": "ds32", "model": "deepseek-ai/DeepSeek-V3.2", "hosts": HOSTS,
                                     "gpus_per_node": 8, "layout": DP16,

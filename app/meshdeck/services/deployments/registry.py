@@ -4,11 +4,16 @@ calls it from jobs, `meshdeck launch` and `meshdeck deployments` from the comman
 
     deploy = DeployService(fleet, recorder=StoreRecorder(db))
     unsubscribe = deploy.subscribe(bridge.post)             # DeploymentChanged / DeploymentLogLines events
+    snapshot = deploy.launch_profile(profile, prepared, deployment_id=run_id)  # pre-flight, then launch
     snapshot = deploy.launch(plan, progress=on_progress, cancel=cancel_event)   # blocks until up
     survey = deploy.survey(["gpu-a", "gpu-b"])              # adopts what the agents run
     outcome = deploy.stop(snapshot.id)                      # every part, in reverse start order
     parts = deploy.logs(snapshot.id, lines=50)              # each part's last lines, escaped
     unwatch = deploy.watch_log(snapshot.id, "vllm-node0")   # its new lines as events while watched
+
+Pre-flight: `launch_profile` runs it first (preflight_gate.py): a failed check blocks the launch unless the
+caller names who overrides it, and the deployment's events record the report and the override. The console
+and `meshdeck launch` launch that way; `launch` alone is the step after it (benchmarks run their own checks).
 
 Launch order: stage by stage (the head first); every command of a stage must pass one of its ready
 checks (port open / log line / running) before the next stage starts, then the plan's serving check
@@ -55,6 +60,8 @@ from meshdeck_agent.protocol import ProtocolError, WorkerRecord
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.plan import LaunchPlan
+from meshdeck.launch.preflight_rules import PreflightReport
+from meshdeck.launch.profile import Profile
 from meshdeck.remote.events import AgentEvent, HostStateChanged
 from meshdeck.remote.peer_log import PeerLog
 from meshdeck.services.deployments.events import DeploymentChanged, DeploymentEvent
@@ -78,9 +85,12 @@ from meshdeck.services.deployments.model import (
     shown_reason,
     summarize,
 )
+from meshdeck.services.deployments.preflight_gate import LaunchCancelled, PreflightBlocked, PreflightVerdict
 from meshdeck.services.deployments.state import TrackedDeployment
+from meshdeck.services.deployments.targets import PreparedLaunch
 from meshdeck.services.deployments.waits import LogFollower, ReadyProbe, read_tail
 from meshdeck.services.deployments.watch import CALL_TIMEOUT_S, BackgroundAsks, LogWatch
+from meshdeck.services.preflight import run_preflight
 from meshdeck.services.subscribers import Subscribers
 
 __all__ = ["STOPPED_REASON", "STOP_GRACE_S", "DeployService", "LaunchFailed"]  # what callers import from here
@@ -212,6 +222,47 @@ class DeployService(LaunchSteps):
 
     # -- launch ------------------------------------------------------------------------------------
 
+    def launch_profile(
+        self,
+        profile: Profile,
+        prepared: PreparedLaunch,
+        *,
+        deployment_id: str,
+        override: str = "",
+        skip_preflight: str = "",
+        report: PreflightReport | None = None,
+        on_preflight: Callable[[PreflightReport], None] | None = None,
+        progress: Callable[[LaunchProgress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> DeploymentSnapshot:
+        """Pre-flight, then `launch` (`prepared` was built with `run_id=deployment_id`).
+
+        A failed check raises PreflightBlocked before anything starts, unless `override` says who chose to
+        launch anyway (the console's confirmed "Launch anyway", `--force`); `skip_preflight` says who chose
+        not to run it. `report`: this plan's report, run already — the one whose failures the operator
+        confirmed; otherwise the checks run now and `on_preflight` hears the report. The deployment's
+        events record what the launch went ahead with (preflight_gate.py)."""
+        plan = prepared.plan
+        if skip_preflight:
+            verdict = PreflightVerdict(None, skip_preflight)
+        else:
+            if report is None:
+                if progress is not None:
+                    progress(
+                        LaunchProgress(
+                            deployment_id, f"pre-flight: asking {len(plan.hosts)} host(s)", 0, len(plan.commands)
+                        )
+                    )
+                report = run_preflight(self._fleet, plan, profile, inventories=prepared.inventories)
+            if on_preflight is not None:
+                on_preflight(report)
+            if not report.passed and not override:
+                raise PreflightBlocked(deployment_id, report)
+            verdict = PreflightVerdict(report, "" if report.passed else override)
+        if cancel is not None and cancel.is_set():
+            raise LaunchCancelled(f"{deployment_id}: cancelled during its pre-flight; nothing was started")
+        return self.launch(plan, deployment_id=deployment_id, progress=progress, cancel=cancel, preflight=verdict)
+
     def launch(
         self,
         plan: LaunchPlan,
@@ -220,8 +271,10 @@ class DeployService(LaunchSteps):
         whole_restarts: int | None = None,
         progress: Callable[[LaunchProgress], None] | None = None,
         cancel: threading.Event | None = None,
+        preflight: PreflightVerdict | None = None,
     ) -> DeploymentSnapshot:
-        """Start every stage in order and wait until the deployment is up; raises LaunchFailed otherwise."""
+        """Start every stage in order and wait until the deployment is up; raises LaunchFailed otherwise.
+        `preflight`: what `launch_profile` checked first, recorded in the deployment's events."""
         deployment_id = deployment_id or new_deployment_id(plan.name)
         deployment = TrackedDeployment.launched(plan, deployment_id, recorded=self._recorder is not None)
         if whole_restarts is None:
@@ -234,6 +287,8 @@ class DeployService(LaunchSteps):
                 self._logs.follow(command.host, worker.worker_id)
             self._changed(deployment)
         self._record("deployment_started", deployment.snapshot(), plan)
+        if preflight is not None:
+            self._record_event(deployment, *preflight.event())
         self._bring_up(deployment, progress or (lambda _: None), cancel or threading.Event())
         return deployment.snapshot()
 

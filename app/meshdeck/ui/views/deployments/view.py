@@ -1,9 +1,14 @@
-"""The deployments view: profile → pre-flight → launch / stop, and every deployment's live state.
+"""The deployments view: profile → launch (pre-flight first) / stop, and every deployment's live state.
 
 Pre-flight, launch and stop run as jobs through the same services the CLI uses (`prepare_launch`,
-`run_preflight`, the deployment registry `DeployService`): the launch reports each step and can be
+`run_preflight`, the deployment registry `DeployService`): Launch is `launch_profile`, which runs the
+pre-flight checks first, as `meshdeck launch` does. A failed check blocks it (nothing is started) and
+offers "Launch anyway…", which asks first — listing the failed checks — and is recorded in the
+deployment's events; Pre-flight alone checks without launching (and offers the same override). The
+Pre-flight tab says which launch its report belongs to. The launch reports each step and can be
 cancelled, which stops what was started in reverse. Every deployment the registry knows is listed —
-launched here or found on the agents (launched elsewhere: marked so) — and each is stopped the same way.
+launched here or found on the agents (launched elsewhere: marked so) — and each is stopped the same way,
+after a confirmation naming its parts, their hosts and what is lost.
 
 The view subscribes, it does not poll: the registry's change events reach it through the bridge and the
 console's DeploymentsModel (`changed(id)`), and only what changed is redrawn (a row, and the panels when it
@@ -20,12 +25,22 @@ under the buttons only reports actions, stamped with their time (status.py).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
-from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
@@ -38,7 +53,13 @@ from meshdeck.services.deployments.model import (
     new_deployment_id,
     worker_id,
 )
-from meshdeck.services.deployments.registry import LaunchFailed
+from meshdeck.services.deployments.preflight_gate import (
+    FORCE_CONSOLE,
+    PreflightBlocked,
+    failure_lines,
+    report_summary,
+)
+from meshdeck.services.deployments.registry import STOP_GRACE_S, LaunchFailed
 from meshdeck.services.deployments.targets import PreparedLaunch, prepare_launch
 from meshdeck.services.preflight import run_preflight
 from meshdeck.ui.context import ConsoleContext
@@ -46,7 +67,13 @@ from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.deployments.log import LogPanel, WatchedLog
 from meshdeck.ui.views.deployments.panels import NcclPanel, PlannedPanel, WorkersPanel, set_row
-from meshdeck.ui.views.deployments.status import NOTHING_SELECTED, action_message, status_line
+from meshdeck.ui.views.deployments.status import (
+    NOTHING_SELECTED,
+    action_message,
+    override_question,
+    status_line,
+    stop_question,
+)
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
@@ -54,8 +81,40 @@ LIST_COLUMNS = ("deployment", "engine", "state", "reason", "serving at")
 PREFLIGHT_COLUMNS = ("check", "host", "result", "reason")
 
 
+@dataclass(frozen=True)
+class Blocked:
+    """A launch its pre-flight stopped (or a manual pre-flight that failed): what "Launch anyway…" launches —
+    exactly this plan, past exactly these failures, once the operator confirmed them."""
+
+    name: str
+    profile: Profile
+    prepared: PreparedLaunch
+    report: PreflightReport
+    deployment_id: str
+
+
+class _LaunchBlocked(Exception):
+    """A launch job's failure that is its pre-flight's verdict (the job's `exception`)."""
+
+    def __init__(self, blocked: Blocked) -> None:
+        super().__init__(f"pre-flight failed ({report_summary(blocked.report)}); nothing was started")
+        self.blocked = blocked
+
+
+def ask(parent: QWidget, title: str, text: str, confirm: str) -> bool:
+    """A modal question, Cancel by default; `text` is shown as plain text (it quotes what agents said)."""
+    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Cancel, parent)
+    box.setObjectName("confirmDialog")
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    yes = box.addButton(confirm, QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is yes
+
+
 class DeploymentsView(QWidget):
     launched = Signal(object)  # DeploymentSnapshot, once up
+    _preflight_reported = Signal(object)  # (deployment id, report, overridden) from a launch job's thread
 
     def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,6 +125,8 @@ class DeploymentsView(QWidget):
         self.prepared: PreparedLaunch | None = None
         self.prepared_id: str | None = None  # the deployment id (and rendezvous id) the prepared plan was built with
         self.preflight: PreflightReport | None = None
+        self.blocked: Blocked | None = None  # what "Launch anyway…" would launch
+        self.reports: dict[str, tuple[PreflightReport, str]] = {}  # deployment id -> its pre-flight, as captioned
         self.selected_id: str | None = None
         self._launching_id: str | None = None  # selected as soon as the registry knows it
         self._order: list[str] = []  # the deployments as the list shows them, newest first
@@ -80,11 +141,18 @@ class DeploymentsView(QWidget):
         self.preflight_button.setObjectName("preflightButton")
         self.launch_button = QPushButton("Launch")
         self.launch_button.setObjectName("launchButton")
+        self.launch_anyway_button = QPushButton("Launch anyway…")
+        self.launch_anyway_button.setObjectName("launchAnywayButton")
+        self.launch_anyway_button.setToolTip(
+            "Launch past the failed pre-flight checks shown in the Pre-flight tab (asks first; recorded)"
+        )
         self.stop_button = QPushButton("Stop")
         self.stop_button.setObjectName("stopButton")
         self.preflight_button.clicked.connect(self.run_preflight)
         self.launch_button.clicked.connect(self.launch)
-        self.stop_button.clicked.connect(lambda: self.stop(self.selected_id))
+        self.launch_anyway_button.clicked.connect(self.launch_anyway)
+        self.stop_button.clicked.connect(lambda: self.ask_stop(self.selected_id))
+        self._preflight_reported.connect(self._launch_preflight, Qt.ConnectionType.QueuedConnection)
         self.status = QLabel(NOTHING_SELECTED)  # the selected deployment's state, redrawn when it changes
         self.status.setObjectName("deployStatus")
         self.status.setWordWrap(True)
@@ -94,18 +162,29 @@ class DeploymentsView(QWidget):
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Profile"))
         bar.addWidget(self.profile, 1)
-        for button in (self.preflight_button, self.launch_button, self.stop_button):
+        for button in (self.preflight_button, self.launch_button, self.launch_anyway_button, self.stop_button):
             bar.addWidget(button)
 
         self.list = row_table("deploymentList", LIST_COLUMNS)
         self.list.itemSelectionChanged.connect(self._deployment_chosen)
         self.preflight_table = row_table("preflightResults", PREFLIGHT_COLUMNS)
+        self.preflight_caption = QLabel(
+            "No pre-flight yet: Launch runs one first; Pre-flight checks without launching."
+        )
+        self.preflight_caption.setObjectName("preflightCaption")
+        self.preflight_caption.setWordWrap(True)
+        self.preflight_caption.setTextFormat(Qt.TextFormat.PlainText)
+        self.preflight_panel = QWidget()
+        preflight_layout = QVBoxLayout(self.preflight_panel)
+        preflight_layout.setContentsMargins(0, 0, 0, 0)
+        preflight_layout.addWidget(self.preflight_caption)
+        preflight_layout.addWidget(self.preflight_table, 1)
         self.workers = WorkersPanel()
         self.logs = LogPanel()
         self.nccl = NcclPanel()
         self.planned = PlannedPanel()
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.preflight_table, "Pre-flight")
+        self.tabs.addTab(self.preflight_panel, "Pre-flight")
         self.tabs.addTab(self.workers, "Workers")
         self.tabs.addTab(self.logs, "Log")
         self.tabs.addTab(self.nccl, "NCCL transports")
@@ -156,7 +235,9 @@ class DeploymentsView(QWidget):
     def _profile_changed(self) -> None:
         self.prepared = self.prepared_id = None
         self.preflight = None
+        self.blocked = None
         self.preflight_table.setRowCount(0)
+        self.preflight_caption.setText(f"No pre-flight of {self.profile.currentText() or 'this profile'} yet.")
         self._buttons()
 
     def _buttons(self, snapshot: DeploymentSnapshot | None = None) -> None:
@@ -165,6 +246,9 @@ class DeploymentsView(QWidget):
         busy = self.context.jobs.running("launch") is not None
         self.preflight_button.setEnabled(ready and not busy)
         self.launch_button.setEnabled(ready and not busy)
+        blocked = self.blocked is not None and self.blocked.name == self.profile.currentText()
+        self.launch_anyway_button.setEnabled(ready and not busy and blocked)
+        self.launch_anyway_button.setVisible(blocked)
         if snapshot is None:
             snapshot = self.model.get(self.selected_id)
         self.stop_button.setEnabled(snapshot is not None and not snapshot.final and snapshot.state != "stopping")
@@ -183,28 +267,49 @@ class DeploymentsView(QWidget):
         return profile, prepare_launch(profile, fleet, addresses=addresses, run_id=deployment_id)
 
     def run_preflight(self) -> None:
+        """Pre-flight alone: check the chosen profile on its hosts without launching (Launch runs it again)."""
         name = self.profile.currentText()
         fleet = self.context.fleet
         deployment_id = new_deployment_id(name)
 
-        def work(progress: Progress) -> tuple[PreparedLaunch, PreflightReport, str]:
+        def work(progress: Progress) -> tuple[Profile, PreparedLaunch, PreflightReport, str]:
             progress.report(None, "asking the agents")
             profile, prepared = self._prepare(name, deployment_id)
             assert fleet is not None  # as _prepare: None only in tests of views that do not launch
             report = run_preflight(fleet, prepared.plan, profile, inventories=prepared.inventories)
-            return prepared, report, deployment_id
+            return profile, prepared, report, deployment_id
 
         self._say(f"pre-flight of {name}: asking the agents…")
         job = self.context.jobs.start("pre-flight", work)
         job.succeeded.connect(self._preflight_done)
         job.failed.connect(lambda message: self._say(f"pre-flight of {name} could not run: {message}"))
 
-    def _preflight_done(self, answer: tuple[PreparedLaunch, PreflightReport, str]) -> None:
-        if answer[0].plan.name != self.profile.currentText():  # the profile changed meanwhile: not its results
-            self._say(f"pre-flight of {answer[0].plan.name} finished after another profile was chosen; run it again")
+    def _preflight_done(self, answer: tuple[Profile, PreparedLaunch, PreflightReport, str]) -> None:
+        profile, prepared, report, deployment_id = answer
+        if prepared.plan.name != self.profile.currentText():  # the profile changed meanwhile: not its results
+            self._say(f"pre-flight of {prepared.plan.name} finished after another profile was chosen; run it again")
             return
-        self.prepared, self.preflight, self.prepared_id = answer
-        results = self.preflight.results
+        self.prepared, self.preflight, self.prepared_id = prepared, report, deployment_id
+        simulated = " (simulated hosts)" if prepared.simulated else ""
+        name = prepared.plan.name
+        if report.passed:
+            self.blocked = None
+            outcome = "Launch runs it again first"
+        else:
+            self.blocked = Blocked(name, profile, prepared, report, deployment_id)
+            outcome = 'Launch refuses until they pass; "Launch anyway…" overrides (asks first; recorded)'
+        caption = action_message(
+            f"pre-flight of {name}{simulated} (not launched): {report_summary(report)} — {outcome}"
+        )
+        self._show_report(report, caption)
+        self._say(f"pre-flight of {name}{simulated}: {report_summary(report)} — {outcome}")
+        self.tabs.setCurrentWidget(self.preflight_panel)
+        self._buttons()
+
+    def _show_report(self, report: PreflightReport, caption: str) -> None:
+        """Fill the Pre-flight tab with `report`; `caption` says when it ran and which launch it belongs to."""
+        self.preflight = report
+        results = report.results
         self.preflight_table.setRowCount(len(results))
         for row, result in enumerate(results):
             set_row(
@@ -212,33 +317,60 @@ class DeploymentsView(QWidget):
                 row,
                 (result.check, result.host or "cluster", "pass" if result.passed else "FAIL", result.reason),
             )
-        failed = len(self.preflight.failures)
-        simulated = " (simulated hosts)" if self.prepared.simulated else ""
-        self._say(
-            f"pre-flight of {self.prepared.plan.name}{simulated}: {len(results) - failed} passed, {failed} failed"
-            + ("" if not failed else " — launching anyway is possible, but read the reasons first")
-        )
-        self.tabs.setCurrentWidget(self.preflight_table)
+        self.preflight_caption.setText(caption)
 
     def launch(self) -> None:
-        """Launch the chosen profile (the pre-flight's plan when there is one); its deployment is selected
-        as soon as the registry has it, so the state line follows it from "starting" on."""
+        """Launch the chosen profile: a fresh plan, its pre-flight checks, then its parts in order. A failed
+        check blocks it (nothing is started) and offers "Launch anyway…"; its deployment is selected as soon
+        as the registry has it, so the state line follows it from "starting" on."""
+        self._start_launch(None)
+
+    def launch_anyway(self) -> None:
+        """Launch the plan whose pre-flight failed, past exactly those failures, once the operator confirmed
+        them in a dialog that lists them; the override is recorded in the deployment's events."""
+        blocked = self.blocked
+        if blocked is None or blocked.name != self.profile.currentText():
+            return
+        question = override_question(blocked.name, failure_lines(blocked.report))
+        if not ask(self, "Launch anyway?", question, "Launch anyway"):
+            self._say(f"launch of {blocked.name} past its failed pre-flight: not confirmed; nothing was started")
+            return
+        self._start_launch(blocked)
+
+    def _start_launch(self, blocked: Blocked | None) -> None:
         name = self.profile.currentText()
         deploy = self.context.deploy
         assert deploy is not None
-        prepared, deployment_id = self.prepared, self.prepared_id
-        if prepared is None or deployment_id is None:
-            deployment_id = new_deployment_id(name)
+        deployment_id = blocked.deployment_id if blocked is not None else new_deployment_id(name)
+        self.blocked = None
         self.prepared = self.prepared_id = None  # one launch per plan: its ids (deployment, rendezvous) are its own
 
         def work(progress: Progress) -> DeploymentSnapshot:
-            plan: LaunchPlan = prepared.plan if prepared is not None else self._prepare(name, deployment_id)[1].plan
+            if blocked is not None:
+                profile, prepared = blocked.profile, blocked.prepared
+            else:
+                progress.report(None, "preparing the plan (asking the agents)")
+                profile, prepared = self._prepare(name, deployment_id)
 
             def report(update: LaunchProgress) -> None:
                 progress.report(update.step / max(update.total, 1), update.message)
 
+            def checked(report: PreflightReport) -> None:
+                self._preflight_reported.emit((deployment_id, name, report, blocked is not None))
+
             try:
-                return deploy.launch(plan, deployment_id=deployment_id, progress=report, cancel=progress.cancelled)
+                return deploy.launch_profile(
+                    profile,
+                    prepared,
+                    deployment_id=deployment_id,
+                    override=FORCE_CONSOLE if blocked is not None else "",
+                    report=blocked.report if blocked is not None else None,
+                    on_preflight=checked,
+                    progress=report,
+                    cancel=progress.cancelled,
+                )
+            except PreflightBlocked as stopped:
+                raise _LaunchBlocked(Blocked(name, profile, prepared, stopped.report, deployment_id)) from None
             except LaunchFailed as failed:
                 raise RuntimeError(f"{failed.snapshot.state}: {failed.snapshot.reason.splitlines()[0]}") from None
 
@@ -247,10 +379,38 @@ class DeploymentsView(QWidget):
         job = self.context.jobs.start("launch", work)
         job.progressed.connect(lambda _f, message: self._say(f"launch of {name}: {message}"))
         job.succeeded.connect(self._launched)
-        job.failed.connect(lambda message: self._say(f"launch of {name} failed: {message}"))
+        job.failed.connect(lambda message: self._launch_failed(name, job.exception, message))
         job.cancelled.connect(lambda: self._say(f"launch of {name} cancelled; what was started is stopped"))
         job.ended.connect(lambda: self._buttons())
         self._buttons()
+
+    def _launch_preflight(self, answer: tuple[str, str, PreflightReport, bool]) -> None:
+        """A launch's pre-flight report (queued from its job's thread): the Pre-flight tab shows it, captioned
+        with the deployment it belongs to; it is kept for when that deployment is selected again."""
+        deployment_id, name, report, overriding = answer
+        if report.passed:
+            outcome = "passed; the launch went ahead"
+        elif overriding:
+            outcome = "launched anyway, past the failed checks (the override is recorded in its events)"
+        else:
+            outcome = 'blocked: nothing was started — fix them and Launch again, or "Launch anyway…" (asks first)'
+        caption = action_message(f"pre-flight of launch {deployment_id} ({name}): {report_summary(report)} — {outcome}")
+        self.reports[deployment_id] = (report, caption)
+        self._show_report(report, caption)
+        if not report.passed:
+            self.tabs.setCurrentWidget(self.preflight_panel)
+
+    def _launch_failed(self, name: str, error: BaseException | None, message: str) -> None:
+        if isinstance(error, _LaunchBlocked):
+            self._launching_id = None
+            blocked = error.blocked
+            if blocked.name == self.profile.currentText():
+                self.blocked = blocked
+            failed = "; ".join(failure_lines(blocked.report))
+            self._say(f"launch of {name} blocked by its pre-flight, nothing was started: {failed}")
+            self._buttons()
+            return
+        self._say(f"launch of {name} failed: {message}")
 
     def _launched(self, snapshot: DeploymentSnapshot) -> None:
         self._say(f"launch of {snapshot.name}: {snapshot.id} came up")
@@ -265,8 +425,19 @@ class DeploymentsView(QWidget):
             self._selection_changed()
         self.refresh()
 
+    def ask_stop(self, deployment_id: str | None) -> None:
+        """Stop, once the operator confirmed a question naming the deployment, its parts and hosts, and what
+        is lost (the engines' in-flight requests)."""
+        snapshot = self.model.get(deployment_id)
+        if snapshot is None:
+            return
+        if not ask(self, "Stop deployment?", stop_question(snapshot, STOP_GRACE_S), f"Stop {snapshot.id}"):
+            return
+        self.stop(snapshot.id)
+
     def stop(self, deployment_id: str | None) -> None:
-        """Stop every part of a deployment, the last stage first, whoever launched it (a job)."""
+        """Stop every part of a deployment, the last stage first, whoever launched it (a job; asks nothing:
+        the Stop button asks first, `ask_stop`)."""
         deploy = self.context.deploy
         if not deployment_id or deploy is None:
             return
@@ -399,8 +570,12 @@ class DeploymentsView(QWidget):
                 self.select(item.text())
 
     def _selection_changed(self) -> None:
-        """Panels that keep per-deployment data start over for the newly selected deployment."""
+        """Panels that keep per-deployment data start over for the newly selected deployment; the Pre-flight
+        tab shows its launch's report when this console ran it."""
         self.nccl.show_deployment(self.selected_id)
+        known = self.reports.get(self.selected_id or "")
+        if known is not None:
+            self._show_report(*known)
         self.watched_log.update()
 
     def _log_seen(self) -> tuple[str, str] | None:
