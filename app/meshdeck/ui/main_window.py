@@ -24,12 +24,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QStyle,
     QWidget,
 )
 
 from meshdeck import __version__
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Job
+from meshdeck.ui.widgets.elided_label import ElidedLabel
 
 View = TypeVar("View", bound=QWidget)
 
@@ -47,7 +49,7 @@ class JobsIndicator(QWidget):
     def __init__(self, context: ConsoleContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._jobs: list[Job] = []
-        self.label = QLabel()
+        self.label = ElidedLabel()  # a long job name or step is cut, not pushed over its neighbours
         self.bar = QProgressBar()
         self.bar.setMaximumWidth(160)
         self.bar.setTextVisible(False)
@@ -116,6 +118,7 @@ class MainWindow(QMainWindow):
             self.navigation.addItem(item)
             entry.widget.setObjectName(entry.widget.objectName() or f"{entry.key}View")
             self.stack.addWidget(entry.widget)
+        self._fit_navigation()
         self.navigation.currentRowChanged.connect(self.stack.setCurrentIndex)
         QShortcut(QKeySequence("Ctrl+PgDown"), self, lambda: self._step(1))
         QShortcut(QKeySequence("Ctrl+PgUp"), self, lambda: self._step(-1))
@@ -123,9 +126,10 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.navigation)
         self.splitter.addWidget(self.stack)
         self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(0, False)  # the views' list keeps the width of its titles
         self.setCentralWidget(self.splitter)
 
-        self.hosts_summary = QLabel()
+        self.hosts_summary = ElidedLabel()  # "failed: …" can name hundreds of hosts: cut, whole in the tooltip
         self.hosts_summary.setObjectName("hostsSummary")
         self.simulated_badge = QLabel("SIMULATED")
         self.simulated_badge.setObjectName("simulatedBadge")
@@ -142,6 +146,26 @@ class MainWindow(QMainWindow):
         self._restore()
 
     # ------------------------------------------------------------------ navigation
+
+    def _fit_navigation(self) -> None:
+        """The views' list is never narrower than its longest title (at 1280 px the splitter squeezed it
+        to "Topolog"), nor needlessly wide."""
+        nav = self.navigation
+        width = (
+            nav.sizeHintForColumn(0)
+            + 2 * nav.frameWidth()
+            + nav.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        )
+        nav.setMinimumWidth(width)
+        nav.setMaximumWidth(max(200, width))
+
+    def fit_to_screen(self, width: int, height: int) -> None:
+        """`width` × `height`, or the screen's available size where that is smaller (a 1280 × 800 laptop)."""
+        screen = self.screen()
+        if screen is not None:
+            available = screen.availableGeometry()
+            width, height = min(width, available.width()), min(height, available.height())
+        self.resize(width, height)
 
     def view_keys(self) -> list[str]:
         return [entry.key for entry in self.views]
@@ -189,7 +213,7 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1500, 950)
+            self.fit_to_screen(1500, 950)
         splitter = settings.value("window/splitter")
         if isinstance(splitter, QByteArray) and not splitter.isEmpty():
             self.splitter.restoreState(splitter)

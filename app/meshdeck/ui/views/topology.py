@@ -50,6 +50,17 @@ def link_class(code: str) -> str:
     return code.lower() if code.lower() in theme.LINK_COLORS else "unknown"
 
 
+def legend_html() -> str:
+    """The link legend as rich text: each entry (colour chip and meaning) kept whole, wrapping between them."""
+    entries = []
+    for key, code, meaning in LEGEND:
+        colour = QColor(theme.LINK_COLORS[key])
+        fore = "#FFFFFF" if colour.lightness() < 170 else "#000000"
+        chip = f'<span style="background-color: {colour.name()}; color: {fore};">&nbsp;{html.escape(code)}&nbsp;</span>'
+        entries.append(f"{chip}&nbsp;{html.escape(meaning).replace(' ', '&nbsp;')}")
+    return " &nbsp; ".join(entries)
+
+
 def _cell(text: str) -> QTableWidgetItem:
     item = QTableWidgetItem(text)
     item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -84,15 +95,10 @@ class TopologyView(QWidget):
         self.matrix = _table("gpuMatrix")
         self.nics = _table("gpuNicAffinity")
         self.gpus = _table("gpuList")
-        legend = QHBoxLayout()
-        for key, code, meaning in LEGEND:
-            label = QLabel(f" {code} ")
-            colour = QColor(theme.LINK_COLORS[key])
-            fore = "#FFFFFF" if colour.lightness() < 170 else "#000000"
-            label.setStyleSheet(f"background: {colour.name()}; color: {fore}; border-radius: 3px;")
-            legend.addWidget(label)
-            legend.addWidget(QLabel(meaning))
-        legend.addStretch(1)
+        self.legend = QLabel(legend_html())  # one wrapping line: at 1280 px the six entries take two rows
+        self.legend.setObjectName("topologyLegend")
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Host"))
@@ -109,7 +115,7 @@ class TopologyView(QWidget):
         tables.addLayout(right, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
-        layout.addLayout(legend)
+        layout.addWidget(self.legend)
         layout.addLayout(tables, 3)
         layout.addWidget(QLabel("GPUs"))
         layout.addWidget(self.gpus, 2)
