@@ -370,3 +370,104 @@ def test_planning_shows_progress_and_cancel_stops_it(qtbot, planner, monkeypatch
     release.set()
     assert job is not None and job.wait(30)  # the worker stopped at its next progress report
     assert planner.result is None
+
+
+@pytest.fixture
+def saving_planner(qtbot, console_context, simulated_inventory, tmp_path):
+    """The planner with a database, so "Save as profile…" stores profiles."""
+    from meshdeck.store.database import open_database
+
+    console_context.db = open_database(tmp_path / "profiles.db")
+    connect_hosts(qtbot, console_context, {"demo-a": simulated_inventory, "demo-b": simulated_inventory})
+    view = PlannerView(console_context)
+    qtbot.addWidget(view)
+    view.resize(1400, 900)
+    view.show()
+    qtbot.waitUntil(lambda: view.form.gpu.count() > 0, timeout=30000)
+    yield view
+    console_context.db.close()
+
+
+def _several_instances_row(planner: PlannerView) -> int:
+    return next(i for i, lay in enumerate(planner.result.layouts) if lay.instances > 1 and lay.fits and lay.valid)
+
+
+def test_a_layout_label_with_n_times_is_explained_in_its_tooltip_and_in_the_layout_header(qtbot, planner) -> None:
+    _plan(qtbot, planner)
+    row = _several_instances_row(planner)
+    layout = planner.result.layouts[row]
+    tip = planner.table.item(row, 1).toolTip()
+    assert tip.startswith(f"{layout.label()}: {layout.instances} independent instances of {layout.shape_label()}")
+    assert f"{layout.instances} deployments with {layout.instances} endpoints" in tip
+    assert planner.table.horizontalHeaderItem(1).toolTip().startswith("N×: N independent instances of the layout")
+    single = next(i for i, lay in enumerate(planner.result.layouts) if lay.instances == 1)
+    assert planner.table.item(single, 1).toolTip() == ""
+
+
+def test_saving_several_instances_says_what_it_makes_and_offers_the_one_instance_layout_on_the_same_gpus(
+    qtbot, saving_planner, monkeypatch
+) -> None:
+    from meshdeck.services import profiles as profile_service
+    from meshdeck.services.plan_profiles import single_instance_alternative
+    from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
+
+    planner = saving_planner
+    _plan(qtbot, planner)
+    planner.table.selectRow(_several_instances_row(planner))
+    rank, alternative = single_instance_alternative(planner.result, planner.selected_layout())
+    seen: list[ProfileDialog] = []
+
+    def exec_(dialog: ProfileDialog) -> int:
+        seen.append(dialog)
+        if len(seen) == 1:  # the 2× layout: the operator takes the offered single instance instead
+            dialog.findChild(QPushButton, "saveAlternative").click()
+            return dialog.result()
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(ProfileDialog, "exec", exec_)
+    with qtbot.waitSignal(planner.saver.saved, timeout=30000) as saved:
+        planner.save_button.click()
+    notice = seen[0].findChild(QLabel, "instancesNotice").text()
+    assert "saving it makes 2 profiles (-1, -2), launched as 2 deployments with 2 endpoints" in notice
+    assert "meshdeck starts no router or load balancer" in notice
+    assert f"save rank {rank}, {alternative.label()}, which spans the same 16 GPUs as one deployment" in notice
+    assert len(seen) == 2 and seen[1].findChild(QLabel, "instancesNotice") is None
+    assert planner.selected_layout() is alternative  # its row is shown while it is saved
+    (name,) = saved.args[0]
+    stored = profile_service.get_profile(planner.context.db, name)
+    assert (stored.profile.layout.data_parallel, stored.profile.hosts) == (
+        alternative.data_parallel,
+        ["demo-a", "demo-b"],
+    )
+    assert f"rank {rank}, {alternative.label()}" in stored.version.note
+    assert planner.save_status.text().startswith(f"Saved profile {name} (demo-a port 8000)")
+    box = planner.findChild(QMessageBox, "profileSavedMessage")
+    assert box is not None and box.isVisible() and box.text() == planner.save_status.text()
+
+
+def test_the_saved_profile_takes_the_plans_max_num_seqs_mitigation_the_dialog_offers(
+    qtbot, saving_planner, monkeypatch
+) -> None:
+    from meshdeck.services import profiles as profile_service
+    from PySide6.QtWidgets import QCheckBox
+
+    planner = saving_planner
+    _plan(qtbot, planner)
+    row = next(i for i, lay in enumerate(planner.result.layouts) if "mla_combine_large_batch" in lay.warning_codes)
+    planner.table.selectRow(row)
+    ticks: list[bool] = []
+
+    def exec_(dialog: ProfileDialog) -> int:
+        box = dialog.findChild(QCheckBox, "mitigation-mla_combine_large_batch")
+        ticks.append(box.isChecked())
+        assert "max_num_seqs 256 instead of vLLM's default" in box.text()
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(ProfileDialog, "exec", exec_)
+    with qtbot.waitSignal(planner.saver.saved, timeout=30000) as saved:
+        planner.save_button.click()
+    assert ticks == [True]
+    for name in saved.args[0]:
+        stored = profile_service.get_profile(planner.context.db, name)
+        assert stored.profile.vllm.max_num_seqs == 256 and "max_num_seqs 256" in stored.version.note
+    assert planner.save_status.text().startswith("Saved ")

@@ -8,6 +8,10 @@ planned or written; a layout that does not fit, that vLLM cannot run, or that pa
 one node is refused naming --rank. A torch layout (`--engine torch`) names the script its ranks run
 with --script (a path on the servers or a built-in workload) and --script-args (split as a shell
 would, never run by one); a training plan is refused, its settings have no field in a profile.
+Where the plan warns and names the setting that avoids the failure (V3.2's FlashMLA batch limit), the
+profile takes it unless --max-num-seqs said otherwise, and the output says so; a layout of several
+instances says it made one profile (one endpoint) per instance and names the single-instance layout
+on the same GPUs with its rank.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from meshdeck.services.files import STDOUT, output_target
 from meshdeck.services.plan_profiles import (
     SCRIPT_NEEDED,
     default_profile_name,
+    instances_notice,
     model_id_for,
+    plan_mitigations,
+    profile_endpoint,
     profiles_from_layout,
     write_profiles,
 )
@@ -184,16 +191,28 @@ def write_plan_profiles(request: ProfileRequest, result: PlanResult, model: str,
     layout = chosen_layout(result, request.rank)
     name = request.name or default_profile_name(result, layout)
     model_id = request.model_id if request.model_id is not None else model_id_for(model)
+    applied = [m for m in plan_mitigations(layout, result) if m.default]
     try:
         profiles = profiles_from_layout(
-            layout, result, request.hosts, name, model_id, request.script, request.script_args
+            layout, result, request.hosts, name, model_id, request.script, request.script_args, applied
         )
     except InputError as exc:
         raise _as_option_error(exc, request.rank, layout) from None
     header = f"# {command}\n# rank {request.rank} of the plan: {layout.label()} on {layout.gpus} GPUs\n"
+    header += "".join(f"# {m.text}\n" for m in applied)
     paths = write_profiles(profiles, request.target, header, option="--profile-out")
+    notice = instances_notice(result, layout)
     return [
-        {"path": str(path), "name": p.name, "hosts": list(p.hosts), "rank": request.rank, "layout": layout.label()}
+        {
+            "path": str(path),
+            "name": p.name,
+            "hosts": list(p.hosts),
+            "rank": request.rank,
+            "layout": layout.label(),
+            "endpoint": profile_endpoint(p) or None,
+            "mitigations": [m.text for m in applied],
+            "instances_notice": notice or None,
+        }
         for path, p in zip(paths, profiles, strict=True)
     ]
 
@@ -210,4 +229,8 @@ def _as_option_error(exc: InputError, rank: int, layout: LayoutPlan) -> InputErr
 def written_text(written: Sequence[dict[str, Any]]) -> str:
     first = written[0]
     files = ", ".join(f"{w['path']} ({w['name']} on {', '.join(w['hosts'])})" for w in written)
-    return f"\nProfile: rank {first['rank']}, {first['layout']} → {files}\n"
+    lines = [f"Profile: rank {first['rank']}, {first['layout']} → {files}"]
+    lines += [f"  applied: {text}" for text in first["mitigations"]]
+    if first["instances_notice"]:
+        lines.append(f"  {first['instances_notice']}")
+    return "\n" + "\n".join(lines) + "\n"

@@ -20,6 +20,12 @@ from meshdeck.core.traffic import TrafficItem, traffic_by_link
 from meshdeck.core.units import GIB
 from meshdeck.core.weights import StageWeights
 
+# What the "N×" in front of a layout label means, wherever a label shows it (tables' legends, tooltips, dialogs).
+INSTANCES_LEGEND = (
+    "N×: N independent instances of the layout, one `vllm serve` (or torchrun) each on its own GPUs — "
+    "N deployments with N endpoints; nothing routes requests between them"
+)
+
 
 @dataclass(frozen=True)
 class StagePlan:
@@ -170,11 +176,25 @@ class LayoutPlan:
     def rank_map(self) -> tuple[RankPlacement, ...]:
         return rank_map(self.placement, self.tensor_parallel, self.pipeline_parallel, self.data_parallel)
 
-    def label(self) -> str:
-        text = parallel_label(
+    def shape_label(self) -> str:
+        """One instance's layout: "TP1·DP8·EP" (what `label()` writes after "N×")."""
+        return parallel_label(
             self.tensor_parallel, self.pipeline_parallel, self.data_parallel, "EP" if self.expert_parallel else ""
         )
+
+    def label(self) -> str:
+        text = self.shape_label()
         return f"{self.instances}× {text}" if self.instances > 1 else text
+
+    def instances_text(self) -> str:
+        """What "N×" means for this layout, in one sentence; "" for a single instance."""
+        if self.instances == 1:
+            return ""
+        return (
+            f"{self.label()}: {self.instances} independent instances of {self.shape_label()}, one `vllm serve` "
+            f"(or torchrun) each on {self.gpus_per_instance} GPUs — {self.instances} deployments with "
+            f"{self.instances} endpoints; nothing routes requests between them"
+        )
 
     def as_dict(self, *, include_rank_map: bool = True, rank_note: str = "") -> dict[str, Any]:
         """JSON form; `rank_note` is the plan's word on where it ranked this layout (PlanResult.rank_note)."""

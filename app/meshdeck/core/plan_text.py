@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.layout_plan import INSTANCES_LEGEND, LayoutPlan
 from meshdeck.core.rules import EP_TIE_TOLERANCE
 from meshdeck.core.serving import pareto_front
 from meshdeck.core.units import GIB, KIB, MIB
@@ -226,6 +226,8 @@ def render_plan(result: PlanResult, *, top: int = 10, include_all: bool = False)
         if tail:
             out.append("… " + "; ".join(tail))
         out.append(RANKING_LEGEND)
+        if any(layout.instances > 1 for layout in shown[:top]):
+            out.append(INSTANCES_LEGEND)
         out.append(_speed_line(result))
     out += render_disaggregated(result, top)
     out += render_front(result)

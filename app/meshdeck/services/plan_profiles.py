@@ -2,8 +2,15 @@
 
 One function turns a ranked layout into launch.profile mappings and validates them (the same checks a
 profile file gets), so a profile made from the planner always launches the layout that was planned,
-whichever front end made it. A layout of several independent instances becomes one profile per
-instance (`<name>-1`, `<name>-2`, …, files `<stem>-1.yaml`, …); files are written atomically.
+whichever front end made it. A layout of several independent instances ("N×") becomes one profile per
+instance (`<name>-1`, `<name>-2`, …, files `<stem>-1.yaml`, …): N deployments with N endpoints, since
+meshdeck launches no router in front of them — `instances_notice` says so in both front ends and names
+the plan's best single-instance layout on the same GPUs, with its rank. Files are written atomically.
+
+Where the plan warns about a setting and says what avoids the failure, the saved profile takes that
+setting (`plan_mitigations`): vLLM's default max_num_seqs of 1024 with V3.2 on a CUDA GPU becomes
+`max_num_seqs: 256` (core.rules' FlashMLA mla_combine warning). A value the operator set himself is kept
+unless he asks for the mitigation (the console's dialog offers it; the CLI keeps what --max-num-seqs said).
 
 A torch layout must name the script its ranks run: without one the profile would fall back to the
 built-in tiny test model while its `model:` says DeepSeek, and the operator would launch a toy believing
@@ -15,12 +22,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
+from meshdeck.core.rules import MLA_COMBINE_SAFE_MAX_SEQS
 from meshdeck.launch.profile import Profile, dump_profile, profile_from_mapping
 from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services.files import open_output, output_target, several_files_problem
@@ -35,6 +44,75 @@ SCRIPT_NEEDED = (
     "a torch layout needs the script each rank runs: a path on the servers, or "
     f"{' / '.join(BUILTIN_WORKLOADS)} (built-in test workloads)"
 )
+
+
+@dataclass(frozen=True)
+class Mitigation:
+    """A vLLM setting the plan's own warning (`code`) names as the way to avoid a failure."""
+
+    code: str  # the warning's code (core.rules)
+    setting: str  # the profile's `vllm:` key
+    value: int
+    text: str  # what it does and why, for the dialog, the profile's note and the CLI's output
+    default: bool  # applied unless declined: False when the operator set the value himself
+
+
+def plan_mitigations(layout: LayoutPlan, result: PlanResult) -> tuple[Mitigation, ...]:
+    """The settings the saved profile takes because the plan warns without them (see the module's doc)."""
+    request, resolved = result.request, result.settings
+    if request.engine != "vllm" or "mla_combine_large_batch" not in layout.warning_codes:
+        return ()
+    origin = "--max-num-seqs" if resolved.max_num_seqs_from_user else "vLLM's default"
+    return (
+        Mitigation(
+            "mla_combine_large_batch",
+            "max_num_seqs",
+            MLA_COMBINE_SAFE_MAX_SEQS,
+            f"max_num_seqs {MLA_COMBINE_SAFE_MAX_SEQS} instead of {origin} {resolved.max_num_seqs}: V3.2 batches "
+            f"above {MLA_COMBINE_SAFE_MAX_SEQS} can fail in FlashMLA's mla_combine (the plan's warning; its "
+            f"estimates assumed {resolved.max_num_seqs})",
+            default=not resolved.max_num_seqs_from_user,
+        ),
+    )
+
+
+def single_instance_alternative(result: PlanResult, layout: LayoutPlan) -> tuple[int, LayoutPlan] | None:
+    """For a layout of several instances: the plan's best-ranked layout that runs as ONE instance on the same
+    number of GPUs (one deployment, one endpoint) and that vLLM can run, with its rank (1-based, the # column).
+    None for a single-instance layout, or when no such layout fits."""
+    if layout.instances == 1:
+        return None
+    for rank, candidate in enumerate(result.layouts, start=1):
+        if (
+            candidate.instances == 1
+            and candidate.gpus == layout.gpus
+            and candidate.fits
+            and candidate.valid
+            and candidate.supported
+        ):
+            return rank, candidate
+    return None
+
+
+def instances_notice(result: PlanResult, layout: LayoutPlan) -> str:
+    """What saving a layout of several instances makes, and the practical way to one endpoint; "" for one
+    instance. The same words in the console's dialog and `plan --profile-out`'s output."""
+    n = layout.instances
+    if n == 1:
+        return ""
+    engine = "`vllm serve`" if result.request.engine == "vllm" else "torchrun"
+    suffixes = ", ".join(f"-{i}" for i in range(1, n + 1)) if n <= 3 else f"-1 … -{n}"
+    text = (
+        f"{layout.label()} is {n} independent instances of {layout.shape_label()}, one {engine} each on "
+        f"{layout.gpus_per_instance} GPUs: saving it makes {n} profiles ({suffixes}), launched as {n} deployments "
+        f"with {n} endpoints. meshdeck starts no router or load balancer to put them behind one address: put your "
+        "own in front of them, or "
+    )
+    alternative = single_instance_alternative(result, layout)
+    if alternative is None:
+        return text + f"plan fewer GPUs: this plan ranks no single-instance layout on {layout.gpus} GPUs that fits."
+    rank, other = alternative
+    return text + f"save rank {rank}, {other.label()}, which spans the same {other.gpus} GPUs as one deployment."
 
 
 def model_id_for(model: str) -> str:
@@ -57,8 +135,10 @@ def profile_mappings(
     model: str,
     script: str | None = None,
     script_args: Sequence[str] = (),
+    mitigations: Sequence[Mitigation] = (),
 ) -> list[dict[str, Any]]:
-    """One profile mapping (launch.profile format) per instance of `layout`, on its nodes' hosts.
+    """One profile mapping (launch.profile format) per instance of `layout`, on its nodes' hosts, with the
+    vLLM settings of `mitigations` (plan_mitigations: those to apply).
 
     `script` (with `script_args`) is what every rank of a torch layout runs: a path on the servers or a
     built-in workload name (launch.torch_launch.BUILTIN_WORKLOADS). Raises InputError naming `script`
@@ -69,10 +149,12 @@ def profile_mappings(
     torch_settings = _torch_settings(request.engine, script, script_args)
     placement = layout.placement
     if placement.instances > 1 and placement.gpus_per_instance < placement.gpus_per_node:
+        alternative = single_instance_alternative(result, layout)
+        instead = "" if alternative is None else f" (rank {alternative[0]}, {alternative[1].label()}, is one)"
         raise InputError(
             "layout",
             f"{layout.label()} runs {placement.instances_per_node} instances per node; a profile cannot pin GPUs, "
-            "so save a layout whose instances use whole nodes",
+            f"so save a layout whose instances use whole nodes{instead}",
         )
     gpus_per_node = min(placement.gpus_per_instance, placement.gpus_per_node)
     mappings = []
@@ -103,6 +185,8 @@ def profile_mappings(
             }
             if request.mm_encoder_tp_mode != "weights":  # a profile has no field for it: the flag as vLLM takes it
                 mapping["vllm"]["extra_args"] = ["--mm-encoder-tp-mode", request.mm_encoder_tp_mode]
+            for mitigation in mitigations:
+                mapping["vllm"][mitigation.setting] = mitigation.value
         if torch_settings is not None:
             mapping["torch"] = dict(torch_settings)
         mappings.append(mapping)
@@ -128,10 +212,25 @@ def profiles_from_layout(
     model: str,
     script: str | None = None,
     script_args: Sequence[str] = (),
+    mitigations: Sequence[Mitigation] = (),
 ) -> list[Profile]:
     """Validated profiles (one per instance). Raises InputError naming the field."""
-    mappings = profile_mappings(layout, result, node_names, name, model, script, script_args)
+    mappings = profile_mappings(layout, result, node_names, name, model, script, script_args, mitigations)
     return [profile_from_mapping(m, source="profile") for m in mappings]
+
+
+def profile_endpoint(profile: Profile) -> str:
+    """Where a profile's deployment answers: its head host and vLLM's port ("" for torch, which serves nothing)."""
+    return f"{profile.hosts[0]} port {profile.vllm.port}" if profile.engine == "vllm" else ""
+
+
+def saved_text(names: Sequence[str], profiles: Sequence[Profile] = ()) -> str:
+    """ "Saved profile ds32" / "Saved 2 profiles: ds32-1 (demo-a port 8000), ds32-2 (demo-b port 8000)"."""
+    endpoints = {profile.name: profile_endpoint(profile) for profile in profiles}
+    listed = ", ".join(f"{name} ({endpoints[name]})" if endpoints.get(name) else name for name in names)
+    if len(names) == 1:
+        return f"Saved profile {listed}"
+    return f"Saved {len(names)} profiles: {listed}"
 
 
 def instance_paths(target: Path, count: int) -> list[Path]:

@@ -199,10 +199,15 @@ def test_several_instances_are_written_as_numbered_files_one_per_node(capsys, tm
         ("deepseek-v3.2-2x-tp1-dp8-ep-2", ["gpu-b"]),
     ]
     assert all(layout_of(p.layout) == (1, 1, 8, True) and p.gpus_per_node == 8 for p in profiles)
-    assert document["profiles_written"] == [
-        {"path": str(first), "name": profiles[0].name, "hosts": ["gpu-a"], "rank": 1, "layout": "2× TP1·DP8·EP"},
-        {"path": str(second), "name": profiles[1].name, "hosts": ["gpu-b"], "rank": 1, "layout": "2× TP1·DP8·EP"},
+    written = [
+        {k: w[k] for k in ("path", "name", "hosts", "rank", "layout", "endpoint")} for w in document["profiles_written"]
     ]
+    assert written == [
+        {"path": str(first), "name": profiles[0].name, "hosts": ["gpu-a"], "rank": 1, "layout": "2× TP1·DP8·EP",
+         "endpoint": "gpu-a port 8000"},
+        {"path": str(second), "name": profiles[1].name, "hosts": ["gpu-b"], "rank": 1, "layout": "2× TP1·DP8·EP",
+         "endpoint": "gpu-b port 8000"},
+    ]  # fmt: skip
     assert layout_key(document["layouts"][0]) == (1, 1, 8, True)
 
 
@@ -282,3 +287,50 @@ def test_a_vllm_layout_refuses_a_script_in_the_mapping_too(request_for, v32) -> 
         profile_mappings(layout, result, ["a"], "n", "m", script="run.py")
     assert refused.value.field == "script"
     assert "torch" in refused.value.problem
+
+
+def test_the_profile_takes_the_plans_own_mitigation_for_v32s_flashmla_batch_limit(capsys, tmp_path: Path) -> None:
+    """The plan warns that vLLM's default max_num_seqs (1024) can crash V3.2's FlashMLA mla_combine and says to pass
+    --max-num-seqs 256: the profile it writes passes it, and the file and the output say why."""
+    assert "mla_combine_large_batch" in ranked(capsys, *H200)[0]["warning_codes"]
+    target = tmp_path / "ds32.yaml"
+    code, out, err = run_plan(capsys, *H200, "--hosts", "gpu-a", "--profile-out", str(target))
+    assert (code, err) == (0, "")
+    text = target.read_text(encoding="utf-8")
+    assert load_profile(text).vllm.max_num_seqs == 256
+    said = "max_num_seqs 256 instead of vLLM's default 1024: V3.2 batches above 256 can fail in FlashMLA's mla_combine"
+    assert text.splitlines()[2].startswith(f"# {said}") and f"applied: {said}" in out
+
+
+def test_a_max_num_seqs_the_operator_chose_is_kept(capsys, tmp_path: Path) -> None:
+    target = tmp_path / "ds32.yaml"
+    code, out, _ = run_plan(capsys, *H200, "--max-num-seqs", "512", "--hosts", "gpu-a", "--profile-out", str(target))
+    assert code == 0 and load_profile(target.read_text(encoding="utf-8")).vllm.max_num_seqs == 512
+    assert "applied:" not in out
+
+
+def test_a_layout_of_several_instances_says_it_makes_one_endpoint_each_and_names_the_one_instance_layout(
+    capsys, tmp_path: Path
+) -> None:
+    flags = (*H200, "--nodes", "2")
+    layouts = ranked(capsys, *flags)
+    assert layouts[0]["instances"] == 2
+    rank, single = next(
+        (i, row)
+        for i, row in enumerate(layouts, start=1)
+        if row["instances"] == 1 and row["gpus"] == 16 and row["fits"] and row["valid"] and row["supported"]
+    )
+    label = "·".join(part.upper() for part in best_label_parts(single))
+    code, out, _ = run_plan(capsys, *flags, "--hosts", "gpu-a,gpu-b", "--profile-out", str(tmp_path / "p.yaml"))
+    assert code == 0
+    assert "saving it makes 2 profiles (-1, -2), launched as 2 deployments with 2 endpoints" in out
+    assert "meshdeck starts no router or load balancer" in out
+    assert f"save rank {rank}, {label}, which spans the same 16 GPUs as one deployment" in out
+
+
+def test_the_text_table_explains_n_times_when_it_shows_such_a_layout(capsys) -> None:
+    _, out, _ = run_plan(capsys, *H200, "--nodes", "2", "--top", "3")
+    assert "2× TP1·DP8" in out
+    assert "N×: N independent instances of the layout, one `vllm serve` (or torchrun) each on its own GPUs" in out
+    _, out, _ = run_plan(capsys, *H200, "--nodes", "2", "--data-parallel", "16", "--top", "3")
+    assert "N×:" not in out  # no such layout shown, no legend for it

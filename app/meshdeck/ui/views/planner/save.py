@@ -8,6 +8,13 @@ The profiles come from `services.plan_profiles` (the same code `meshdeck plan --
 are validated by launch.profile (the checks a profile file gets), so a saved profile always launches
 the layout that was planned. Storing goes through the profiles service (a new version when the name
 exists), exporting writes YAML atomically (temp file + rename); both run as jobs, never on the GUI thread.
+
+The dialog says what the save makes: for a layout of several instances ("2× TP1·DP8") one profile and
+one endpoint per instance, that meshdeck starts no router, and the plan's best single-instance layout on
+the same GPUs with a button that saves that one instead; it offers the settings the plan's own warnings
+name (V3.2's `max_num_seqs 256`), ticked unless the operator set the value himself. A save ends with a
+confirmation naming every profile written and where each serves (`confirmed`, and a message box that
+does not block).
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -25,6 +33,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
+    QPushButton,
     QWidget,
 )
 
@@ -34,7 +43,17 @@ from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services import profiles as profile_service
-from meshdeck.services.plan_profiles import default_profile_name, model_id_for, profiles_from_layout, write_profiles
+from meshdeck.services.plan_profiles import (
+    Mitigation,
+    default_profile_name,
+    instances_notice,
+    model_id_for,
+    plan_mitigations,
+    profiles_from_layout,
+    saved_text,
+    single_instance_alternative,
+    write_profiles,
+)
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
 
@@ -46,6 +65,10 @@ class ProfileAnswer:
     name: str
     model: str
     script: str | None = None
+    mitigations: tuple[Mitigation, ...] | None = None  # the ticked ones; None: those the plan applies by default
+
+
+SAVE_ALTERNATIVE = 2  # the dialog's result when the operator chose the single-instance layout instead
 
 
 class ProfileDialog(QDialog):
@@ -57,7 +80,13 @@ class ProfileDialog(QDialog):
         parent: QWidget | None = None,
         *,
         engine: str = "vllm",
+        notice: str = "",
+        alternative: str = "",
+        mitigations: tuple[Mitigation, ...] = (),
     ) -> None:
+        """`notice`: what a layout of several instances makes (plan_profiles.instances_notice); `alternative`:
+        the label of the single-instance layout a button saves instead ("" for none); `mitigations`: the
+        settings the plan's warnings name, each a tick box."""
         super().__init__(parent)
         self.setObjectName("profileDialog")
         self.setWindowTitle("Save layout as profile")
@@ -79,36 +108,66 @@ class ProfileDialog(QDialog):
                 "MESHDECK_TENSOR_PARALLEL, … env vars), or a built-in test workload"
             )
             form.addRow("Script on the servers", self.script)
+        self.mitigations: list[tuple[QCheckBox, Mitigation]] = []
+        for mitigation in mitigations:
+            box = QCheckBox(f"Apply {mitigation.text}")
+            box.setObjectName(f"mitigation-{mitigation.code}")
+            box.setChecked(mitigation.default)
+            form.addRow(box)
+            self.mitigations.append((box, mitigation))
+        self.notice: QLabel | None = None
         if instances > 1:
-            form.addRow(QLabel(f"This layout runs {instances} independent instances: one profile each (-1, -2, …)."))
+            self.notice = QLabel(notice or f"This layout runs {instances} independent instances: one profile each.")
+            self.notice.setObjectName("instancesNotice")
+            self.notice.setWordWrap(True)
+            self.notice.setTextFormat(Qt.TextFormat.PlainText)
+            form.addRow(self.notice)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setText(f"Save {instances} profiles" if instances > 1 else "Save")
+        self.alternative: QPushButton | None = None
+        if alternative:
+            self.alternative = buttons.addButton(f"Save {alternative} instead", QDialogButtonBox.ButtonRole.ActionRole)
+            self.alternative.setObjectName("saveAlternative")
+            self.alternative.clicked.connect(lambda: self.done(SAVE_ALTERNATIVE))
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
 
     def answer(self) -> ProfileAnswer:
         script = self.script.text().strip() if self.script is not None else None
-        return ProfileAnswer(self.name.text().strip(), self.model.text().strip(), script)
+        ticked = tuple(m for box, m in self.mitigations if box.isChecked()) if self.mitigations else None
+        return ProfileAnswer(self.name.text().strip(), self.model.text().strip(), script, ticked)
 
 
 class ProfileSaver(QObject):
     saved = Signal(list)  # profile names stored or exported
+    confirmed = Signal(str)  # what was saved, for the view's status line: names, files, where each serves
     failed = Signal(str)
+    alternative_requested = Signal(int, bool)  # the plan's row (0-based) to save instead, to a file or not
 
     def __init__(self, context: ConsoleContext, parent: QWidget) -> None:
         super().__init__(parent)
         self.context = context
         self._parent = parent
 
-    def ask(self, layout: LayoutPlan, result: PlanResult, model: str) -> ProfileAnswer | None:
+    def ask(self, layout: LayoutPlan, result: PlanResult, model: str) -> ProfileAnswer | int | None:
+        """The operator's answer; SAVE_ALTERNATIVE when he chose the single-instance layout instead; None: cancel."""
+        alternative = single_instance_alternative(result, layout)
         dialog = ProfileDialog(
             default_profile_name(result, layout),
             model_id_for(model),
             layout.instances,
             self._parent,
             engine=result.request.engine,
+            notice=instances_notice(result, layout),
+            alternative="" if alternative is None else f"rank {alternative[0]}, {alternative[1].label()},",
+            mitigations=plan_mitigations(layout, result),
         )
-        if dialog.exec() != QDialog.DialogCode.Accepted:
+        code = dialog.exec()
+        if code == SAVE_ALTERNATIVE:
+            return SAVE_ALTERNATIVE
+        if code != QDialog.DialogCode.Accepted:
             return None
         return dialog.answer()
 
@@ -116,45 +175,72 @@ class ProfileSaver(QObject):
         self, layout: LayoutPlan, result: PlanResult, node_names: Sequence[str], model: str, *, to_file: bool
     ) -> None:
         answer = self.ask(layout, result, model)
-        if answer is None:
+        if answer == SAVE_ALTERNATIVE:
+            alternative = single_instance_alternative(result, layout)
+            if alternative is not None:
+                self.alternative_requested.emit(alternative[0] - 1, to_file)
+            return
+        if not isinstance(answer, ProfileAnswer):
             return
         name = answer.name
+        mitigations = answer.mitigations
+        if mitigations is None:
+            mitigations = tuple(m for m in plan_mitigations(layout, result) if m.default)
         try:
-            profiles = profiles_from_layout(layout, result, node_names, name, answer.model, answer.script)
+            profiles = profiles_from_layout(
+                layout, result, node_names, name, answer.model, answer.script, mitigations=mitigations
+            )
         except InputError as exc:
             self._tell(str(exc))
             return
+        rank = next((i for i, planned in enumerate(result.layouts, start=1) if planned is layout), 0)
+        said = [f"saved from the console's planner: rank {rank}, {layout.label()} on {layout.gpus} GPUs"]
+        said += [mitigation.text for mitigation in mitigations]
         if to_file:
             target, _ = QFileDialog.getSaveFileName(
                 self._parent, "Export profile", f"{name}.yaml", "YAML (*.yaml *.yml)"
             )
             if target:
-                self.export(profiles, Path(target))
+                self.export(profiles, Path(target), "".join(f"# {line}\n" for line in said))
             return
-        self.store(profiles)
+        self.store(profiles, "; ".join(said))
 
-    def export(self, profiles: Sequence[Profile], target: Path) -> None:
+    def export(self, profiles: Sequence[Profile], target: Path, header: str = "") -> None:
         def work(_progress: Progress) -> list[str]:
-            write_profiles(profiles, target)
-            return [profile.name for profile in profiles]
+            paths = write_profiles(profiles, target, header)
+            return [f"{profile.name} → {path}" for profile, path in zip(profiles, paths, strict=True)]
 
         job = self.context.jobs.start("export profile", work)
-        job.succeeded.connect(self.saved.emit)
+        job.succeeded.connect(lambda written: self._confirm(profiles, f"Exported: {', '.join(written)}"))
         job.failed.connect(self._tell)
 
-    def store(self, profiles: Sequence[Profile]) -> None:
+    def store(self, profiles: Sequence[Profile], note: str = "saved from the planner") -> None:
         db = self.context.db
         if db is None:
             self._tell("profiles cannot be stored: no database is open")
             return
 
         def work(_progress: Progress) -> list[str]:
-            note = "saved from the planner"
             return [profile_service.save_profile(db, profile, note).profile.name for profile in profiles]
 
         job = self.context.jobs.start("save profile", work)
-        job.succeeded.connect(self.saved.emit)
+        job.succeeded.connect(lambda names: self._confirm(profiles, saved_text(names, profiles)))
         job.failed.connect(self._tell)
+
+    def _confirm(self, profiles: Sequence[Profile], text: str) -> None:
+        """Say what was written: the status line (`confirmed`) and a message box that does not block."""
+        if len(profiles) > 1:
+            text += f" — {len(profiles)} deployments with their own endpoints; launch each from Deployments"
+        elif profiles:
+            text += " — launch it from Deployments"
+        self.confirmed.emit(text)
+        box = QMessageBox(QMessageBox.Icon.Information, "Profile saved", text, QMessageBox.StandardButton.Ok)
+        box.setParent(self._parent, box.windowFlags())
+        box.setObjectName("profileSavedMessage")
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.saved.emit([profile.name for profile in profiles])
 
     def _tell(self, message: str) -> None:
         self.failed.emit(message)

@@ -9,7 +9,8 @@ plane with its Pareto front; clicking a point selects its row.
 Planning runs as a job (model cards, the GPU catalog and the kernel tables are files) with a progress bar and
 a Cancel button; a new plan lets one still running go. "Save as profile" turns the chosen layout into one
 profile per instance of it (validated by launch.profile) and stores it; "Export YAML" writes the same profile
-to a file.
+to a file (planner/save.py: what an "N×" layout makes, the plan's mitigations); the line beside the buttons
+says what was saved. A layout label's "N×" is explained in the layout column's header and cell tooltips.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from meshdeck.core.layout_plan import LayoutPlan
+from meshdeck.core.layout_plan import INSTANCES_LEGEND, LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.services.catalog import load_gpu_catalog
 from meshdeck.services.cluster import DetectedCluster
@@ -134,6 +135,9 @@ class PlannerView(QWidget):
         self.notes.setObjectName("planNotes")
         self.notes.setWordWrap(True)
         self.table = row_table("layoutTable", COLUMNS)
+        header = self.table.horizontalHeaderItem(1)
+        assert header is not None  # row_table names every column
+        header.setToolTip(INSTANCES_LEGEND)
         self.table.itemSelectionChanged.connect(self._layout_chosen)
 
         self.memory = MemoryBarsWidget()
@@ -173,6 +177,13 @@ class PlannerView(QWidget):
 
         self.saver = ProfileSaver(context, self)
         self.saver.saved.connect(self.profiles_saved.emit)
+        self.saver.alternative_requested.connect(self._save_alternative)
+        self.save_status = QLabel()
+        self.save_status.setObjectName("saveStatus")
+        self.save_status.setWordWrap(True)
+        self.save_status.setTextFormat(Qt.TextFormat.PlainText)
+        self.saver.confirmed.connect(self.save_status.setText)
+        self.saver.failed.connect(lambda message: self.save_status.setText(f"Not saved: {message}"))
         self.save_button = QPushButton("Save as profile…")
         self.save_button.setObjectName("saveProfile")
         self.save_button.clicked.connect(self.save_profile)
@@ -183,7 +194,7 @@ class PlannerView(QWidget):
             button.setEnabled(False)
         self.save_button.setVisible(context.db is not None)  # profiles live in the database
         buttons = QHBoxLayout()
-        buttons.addStretch(1)
+        buttons.addWidget(self.save_status, 1)
         buttons.addWidget(self.export_button)
         buttons.addWidget(self.save_button)
 
@@ -299,17 +310,21 @@ class PlannerView(QWidget):
             if source.measured
             else f"<br><b>Speed: ROOFLINE estimate, not measured</b> — {html.escape(source.reason or 'asked for')}"
         )
+        top = layouts[0] if layouts else None
+        instances = f"<br>{html.escape(top.instances_text())}" if top is not None and top.instances > 1 else ""
         self.summary.setText(
             f"<b>{html.escape(result.request.model.name)}</b> on {cluster.nodes}×{cluster.gpus_per_node} "
             f"{html.escape(cluster.gpu.name)}, {html.escape(where)}{simulated}: {len(result.fitting)} of "
             f"{len(layouts)} layouts fit at {html.escape(result.request.workload.text())}."
-            f"<br>{html.escape(result.top_reason)}{speed}"
+            f"<br>{html.escape(result.top_reason)}{speed}{instances}"
         )
         self.notes.setText(" · ".join([*(detected.notes if detected else ()), *result.notes]))
         self.table.setRowCount(len(layouts))
         for row, layout in enumerate(layouts):
             for column, text in enumerate(_layout_row(row + 1, layout)):
                 item = QTableWidgetItem(text)
+                if column == 1 and layout.instances > 1:
+                    item.setToolTip(layout.instances_text())
                 if column >= 2 and column not in TEXT_COLUMNS:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if not (layout.fits and layout.valid):
@@ -390,6 +405,11 @@ class PlannerView(QWidget):
         layout = self.selected_layout()
         if layout is not None and self.result is not None:
             self.saver.save(layout, self.result, self.node_names(), self.inputs.model, to_file=True)
+
+    def _save_alternative(self, row: int, to_file: bool) -> None:
+        """The save dialog's "Save rank K instead": select that row (its memory, ranks and flags show) and save it."""
+        self.table.selectRow(row)
+        QTimer.singleShot(0, self.export_profile if to_file else self.save_profile)
 
     def screenshot_pages(self) -> list[tuple[str, Callable[[], None]]]:
         """Pages `--screenshots` grabs besides the view as it stands: the throughput–interactivity chart."""
