@@ -7,9 +7,11 @@ sample. Torch workloads they start are real processes. The demo has its own data
 known_hosts in a fresh folder, so it never touches the operator's real hosts, and `shutdown()`
 stops both daemons and removes that folder. No Qt here.
 
-The demo's two deployments are ordinary profiles: the planner's best layout over both hosts (vLLM,
-simulated by the agents because the hosts are), and the launch engineer's tiny DeepSeek-shaped
-torch workload, which really runs (gloo on CPU) across the two agents.
+The demo's two deployments are ordinary profiles: the layout the demo chooses for its two hosts — the
+planner's best-ranked layout that runs as ONE deployment over both (vLLM, simulated by the agents
+because the hosts are; the layouts ranked above it are several independent instances, and the profile's
+note names its rank: `demo_layout_note`) — and the launch engineer's tiny DeepSeek-shaped torch
+workload, which really runs (gloo on CPU) across the two agents.
 
 With `--real-vllm` (and vLLM's CPU build from `make vllm-venv`) two more agents, cpu-a and cpu-b, run
 unsimulated: a real vLLM serves the tiny DeepSeek-V3-shaped model TP=2 across them
@@ -220,6 +222,18 @@ def choose_demo_layout(result: PlanResult, nodes: int) -> LayoutPlan | None:
     whole = [layout for layout in fitting if layout.instances == 1 and layout.nodes == nodes]
     candidates = whole or fitting
     return candidates[0] if candidates else None
+
+
+def demo_layout_note(result: PlanResult, layout: LayoutPlan) -> str:
+    """What the demo's vLLM profile is, with its rank in the plan: the words its saved version carries."""
+    rank = next((i for i, planned in enumerate(result.layouts, start=1) if planned is layout), 0)
+    text = f"the layout the demo chooses for its two hosts: rank {rank} of the plan, {layout.label()}"
+    if rank == 1:
+        return text + ", the planner's best"
+    return text + (
+        f", the best-ranked that runs as one deployment over both hosts (ranks 1–{rank - 1} do not: several "
+        "independent instances, or fewer hosts)"
+    )
 
 
 def demo_vllm_profile(mapping: Mapping[str, Any]) -> Profile:

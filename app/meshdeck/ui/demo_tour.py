@@ -29,6 +29,7 @@ from meshdeck.services.demo import (
     DEMO_TORCH_PROFILE,
     DEMO_VLLM_PROFILE,
     choose_demo_layout,
+    demo_layout_note,
     demo_real_vllm_profile,
     demo_torch_profile,
     demo_vllm_profile,
@@ -129,10 +130,11 @@ class DemoTour(QObject):
         db = self.context.db
         hosts = self.hosts
         assert db is not None
-        self.step.emit(f"saving {layout.label()} as profile {DEMO_VLLM_PROFILE}")
+        note = demo_layout_note(result, layout)
+        self.step.emit(f"saving {DEMO_VLLM_PROFILE}: {note}")
 
         def work(_progress: object) -> list[str]:
-            saved = [profile_service.save_profile(db, vllm_profile, "the planner's best layout over both demo hosts")]
+            saved = [profile_service.save_profile(db, vllm_profile, note)]
             python = torch_python()
             if python is not None:
                 torch_profile = demo_torch_profile(hosts, python)
