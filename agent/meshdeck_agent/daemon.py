@@ -37,10 +37,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import __version__, checks, protocol
 from .accept_backoff import AcceptBackoff, out_of_resources
+from .gpu.processes import build_listing
 from .gpu.simulated import IDLE_USED_BYTES
 from .keeper import process_start_time
 from .machine import Machine, build_machine
 from .paths import atomic_write, check_socket_path, ensure_private_dir
+from .procinfo import ProcReader
 from .ring import DEFAULT_CAPACITY, SampleRing
 from .sampler import Sampler
 from .session import RawResult, Session
@@ -144,6 +146,7 @@ class Daemon:
         self.exporter_error: Optional[str] = None  # why the exporter asked for is not running
         self._listener: Optional[socket.socket] = None
         self._pid_path = os.path.join(self.state_dir, "agent.pid")
+        self._procs = ProcReader()  # /proc, for the `processes` answer (caches user names)
 
     # -- setup -----------------------------------------------------------------------------------
 
@@ -442,6 +445,13 @@ class Daemon:
     def _check_route(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
         return checks.check_route(params["host"])
 
+    def _processes(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
+        owners = self.supervisor.process_owners()
+        simulated = self.machine.simulated
+        return build_listing(
+            self.machine.gpu_processes, self._procs, owners, simulated=simulated, now=time.time()
+        ).to_wire()
+
     def _time(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
         return {"time": time.time()}
 
@@ -483,6 +493,7 @@ METHOD_TABLE: Dict[str, Method] = dict(
         _method("checks.ports_free", Daemon._check_ports_free),
         _method("checks.tcp_connect", Daemon._check_tcp_connect, slow=True),
         _method("checks.route", Daemon._check_route, slow=True),  # resolving a host name may wait on DNS
+        _method("processes", Daemon._processes, slow=True),  # NVML and /proc: never on the session's thread
         _method("agent.time", Daemon._time),
         _method("agent.shutdown", Daemon._shutdown),
     ]

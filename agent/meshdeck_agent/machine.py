@@ -2,7 +2,8 @@
 
 `RealMachine` joins NVML (gpu/nvml.py), /proc (host.py) and sysfs (net.py, topology.py) under an
 injectable root. `SimulatedMachine` (sim/machine.py) answers the same two calls for `--simulate`.
-`read` answers a `Reading`: the sample's records (wire_sample.py) of its GPUs, host and NICs.
+`read` answers a `Reading`: the sample's records (wire_sample.py) of its GPUs, host and NICs;
+`gpu_processes` the processes on each GPU, for the `processes` request.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol,
 
 from . import inventory as inventory_shape
 from .gpu.nvml import Nvml, NvmlGpus
+from .gpu.processes import RawGpuProcesses
 from .gpu.xid import XidWatcher
 from .host import HostReader
 from .net import NetReader
@@ -53,6 +55,9 @@ class Machine(Protocol):
     def inventory(self) -> Dict[str, Any]: ...
 
     def read(self, now: float) -> Reading: ...
+
+    def gpu_processes(self) -> Tuple[List[RawGpuProcesses], Optional[str]]:
+        """Per GPU, the processes on it (gpu/processes.py), and why no GPU is listed (None when some are)."""
 
 
 class RealMachine:
@@ -137,6 +142,10 @@ class RealMachine:
 
     def read(self, now: float) -> Reading:
         return Reading(tuple(self.gpus.read()), self.host.read(), tuple(self.net.read()))
+
+    def gpu_processes(self) -> Tuple[List[RawGpuProcesses], Optional[str]]:
+        gpus = self.gpus.running_processes()
+        return gpus, (self.nvml.reason if not gpus else None)
 
     def close(self) -> None:
         if self._xid is not None:

@@ -52,6 +52,13 @@ app compares them with what it asked for. Added compatibly within protocol 1: a 
 (an older agent, or the app's own hello) decodes to `daemon=None`; keys inside it a peer does not know
 are ignored.
 
+GPU processes: `processes` answers nvitop's process table for this server, read when asked (never part of a
+sample: command lines are too big to keep 2 h of at 1 Hz): per GPU the processes NVML lists (compute and
+graphics), each with its GPU memory, user, command line (cut to 1024 characters) and the agent's worker it
+belongs to. Its typed record and bounds are wire_processes.py's (`ProcessListing`, re-exported here); the app
+decodes the answer once, with `ProcessListing.from_wire`. A method added within protocol 1: an agent that
+predates it answers `unknown_method`, and the app says the agent is too old to list processes.
+
 Per vLLM worker there is one entry per `engine` label (DP rank) and one with engine "" that sums them
 (KV usage capacity-weighted); what they carry is meshdeck_agent/scrape.py's. Byte rates are kept to 4
 significant digits, per-link NVLink rates to 3 (meshdeck_agent/quantize.py).
@@ -144,6 +151,11 @@ METHOD_PARAMS: Dict[str, Dict[str, Param]] = {
     # address this server's kernel would use to reach it (a UDP socket connected there, nothing sent):
     # {"host", "address": resolved, "source": "10.0.0.7", "interface": "eth0" | null, "error": str | null}
     "checks.route": {"host": Param((str,), required=True, maximum=253)},
+    # {} -> which processes hold each GPU: {"ts", "simulated", "omitted", "reason", "gpus": [{"index", "uuid",
+    #    "processes": [{"pid", "kind", "used_memory_bytes", "uid", "user", "command", "command_truncated",
+    #    "worker": {"id", "name"} | null}]}]}  (wire_processes.ProcessListing; see "GPU processes" above).
+    #    Added within protocol 1: an older agent answers unknown_method.
+    "processes": {},
     # {} -> {"time": unix seconds on the agent's clock}
     "agent.time": {},
     "agent.shutdown": {},
@@ -726,8 +738,8 @@ def _shown(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Samples and the `inventory` result: their typed records live in wire_sample.py / wire_inventory.py
-# (the metric registry in metric_registry.py), re-exported here on first use. `attach` — one process per
+# Samples, the `inventory` and the `processes` results: their typed records live in wire_sample.py /
+# wire_inventory.py / wire_processes.py (the metric registry in metric_registry.py), re-exported here on first use. `attach` — one process per
 # host, a relay that needs only the hello — then starts without them: ~27 ms less CPU per start, ~7 s of
 # a 278-host fleet's connect storm on one machine.
 _REEXPORTED = {
@@ -751,6 +763,11 @@ _REEXPORTED = {
     "SampleError": "wire_sample",
     "WorkerSample": "wire_sample",
     "decode_samples_message": "wire_sample",
+    "GpuProcesses": "wire_processes",
+    "GpuProcessInfo": "wire_processes",
+    "ProcessListing": "wire_processes",
+    "ProcessListingError": "wire_processes",
+    "ProcessWorker": "wire_processes",
 }
 
 if TYPE_CHECKING:
@@ -762,6 +779,11 @@ if TYPE_CHECKING:
     from .wire_inventory import NumaNode as NumaNode
     from .wire_inventory import NvLink as NvLink
     from .wire_inventory import Topology as Topology
+    from .wire_processes import GpuProcesses as GpuProcesses
+    from .wire_processes import GpuProcessInfo as GpuProcessInfo
+    from .wire_processes import ProcessListing as ProcessListing
+    from .wire_processes import ProcessListingError as ProcessListingError
+    from .wire_processes import ProcessWorker as ProcessWorker
     from .wire_sample import GPU_METRICS as GPU_METRICS
     from .wire_sample import HOST_METRICS as HOST_METRICS
     from .wire_sample import NIC_METRICS as NIC_METRICS

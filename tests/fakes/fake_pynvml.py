@@ -38,6 +38,10 @@ def build(capture: dict[str, Any], missing: tuple[str, ...] = (), init_error: in
     devices = capture["devices"]
     handles = [_Handle(i) for i in range(len(devices))]
     reads = {i: list(d.get("nvlink_reads") or []) for i, d in enumerate(devices)}
+    process_reads = {
+        key: {i: list(d.get(key + "_reads") or []) for i, d in enumerate(devices)}
+        for key in ("processes", "graphics_processes")
+    }
     events: queue.Queue[tuple[int, int]] = queue.Queue()
     state = {"initialized": False, "field_calls": 0}
     module = types.ModuleType("pynvml")
@@ -121,13 +125,28 @@ def build(capture: dict[str, Any], missing: tuple[str, ...] = (), init_error: in
     def nvmlDeviceGetRemappedRows(handle: _Handle) -> tuple[int, int, int, int]:
         return tuple(_need(device(handle).get("remapped_rows")))
 
-    def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[Any]:
+    def _processes(handle: _Handle, key: str) -> list[Any]:
+        # c_nvmlProcessInfo_t as the C library fills it: a memory amount NVML cannot tell (WDDM, some containers)
+        # is NVML_VALUE_NOT_AVAILABLE, as older pynvml returns it (newer ones map it to None). A device's
+        # `<key>_reads` (a list of successive answers) replays a process list that changes between calls.
+        pending = process_reads[key][handle.index]
+        listed = (pending.pop(0) if len(pending) > 1 else pending[0]) if pending else device(handle).get(key)
+        device(handle)
         result = []
-        for process in device(handle).get("processes") or []:
+        for process in listed or []:
             info = real.c_nvmlProcessInfo_t()
-            info.pid, info.usedGpuMemory = process["pid"], process["used"] or 0
+            info.pid = process["pid"]
+            info.usedGpuMemory = (
+                real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if process["used"] is None else process["used"]
+            )
             result.append(info)
         return result
+
+    def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[Any]:
+        return _processes(handle, "processes")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(handle: _Handle) -> list[Any]:
+        return _processes(handle, "graphics_processes")
 
     def nvmlDeviceGetPcieThroughput(handle: _Handle, counter: int) -> int:
         return _need(device(handle).get("pcie_tx_kib" if counter == real.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_kib"))

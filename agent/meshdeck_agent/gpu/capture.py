@@ -11,6 +11,7 @@ tested against what a real driver said. Missing values stay null, as the backend
         "memory": {"total", "reserved", "free", "used"} | null, "utilization": {"gpu", "memory"},
         "power_mw", "temperature", "clock_sm", "clock_mem", "ecc_uncorrected_volatile", "ecc_corrected_volatile",
         "remapped_rows": [corr, unc, pending, failure] | null, "processes": [{"pid", "used"}],
+        "graphics_processes": [{"pid", "used"}],   # "used": null where NVML says NVML_VALUE_NOT_AVAILABLE
         "pcie_tx_kib", "pcie_rx_kib",
         "nvlinks": [{"link", "active", "remote_bus_id", "remote_type"}],
         "nvlink_reads": [{"timestamp_us": {..}, "tx_kib": {"<link>|all": ..}, "rx_kib": {..}}],
@@ -25,6 +26,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from .nvml import ALL_LINKS_SCOPE, ECC_COUNTS, Nvml, NvmlGpus, _text, field_value
+from .processes import nvml_bytes
 
 
 def _struct(value: Any, fields: List[str]) -> Optional[Dict[str, Any]]:
@@ -54,6 +56,7 @@ def capture(nvml: Nvml, reads: int = 3, interval_s: float = 1.0) -> Dict[str, An
             )
         remapped = nvml.call("nvmlDeviceGetRemappedRows", handle)
         processes = nvml.call("nvmlDeviceGetComputeRunningProcesses", handle) or []
+        graphics = nvml.call("nvmlDeviceGetGraphicsRunningProcesses", handle) or []
         devices.append(
             {
                 "name": _text(nvml.call("nvmlDeviceGetName", handle)),
@@ -77,7 +80,10 @@ def capture(nvml: Nvml, reads: int = 3, interval_s: float = 1.0) -> Dict[str, An
                     for metric, error_type in ecc_types
                 },
                 "remapped_rows": list(remapped) if remapped else None,
-                "processes": [{"pid": p.pid, "used": getattr(p, "usedGpuMemory", None)} for p in processes],
+                "processes": [{"pid": p.pid, "used": nvml_bytes(getattr(p, "usedGpuMemory", None))} for p in processes],
+                "graphics_processes": [
+                    {"pid": p.pid, "used": nvml_bytes(getattr(p, "usedGpuMemory", None))} for p in graphics
+                ],
                 "pcie_tx_kib": nvml.call(
                     "nvmlDeviceGetPcieThroughput", handle, nvml.constant("NVML_PCIE_UTIL_TX_BYTES", 0)
                 ),

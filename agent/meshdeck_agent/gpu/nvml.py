@@ -7,9 +7,11 @@ other NVML error reads as None for that value only. Nothing here raises into the
 
 Per GPU and sample: memory v2 (used/total/reserved), utilization, power and limit, temperature,
 SM/memory clocks, volatile ECC errors (uncorrected and corrected), remapped rows, compute processes with
-their memory, NVLink data throughput per link from the field values NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX
-(cumulative KiB counters with a microsecond timestamp each: rate = Δvalue·1024 / Δtimestamp), PCIe
-TX/RX throughput (NVML reports KiB/s over a 20 ms window), and XID events collected by `XidWatcher`.
+their memory (NVML_VALUE_NOT_AVAILABLE reads as unknown: gpu/processes.py `nvml_bytes`), NVLink data
+throughput per link from the field values NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX (cumulative KiB
+counters with a microsecond timestamp each: rate = Δvalue·1024 / Δtimestamp), PCIe TX/RX throughput
+(NVML reports KiB/s over a 20 ms window), and XID events collected by `XidWatcher`.
+`running_processes` lists each GPU's compute and graphics processes for the `processes` answer.
 The link total uses the all-links scope (scopeId = UINT32_MAX) when the driver answers it, else the
 sum of the per-link rates: some drivers answer every per-link scope with the GPU-wide counter, and
 adding those would multiply the total by the link count.
@@ -24,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..wire_inventory import Gpu, NvLink
 from ..wire_sample import MAX_XID_EVENTS, GpuProcess, GpuSample, XidEvent
+from .processes import COMPUTE, GRAPHICS, RawGpuProcesses, merge, nvml_bytes
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +328,7 @@ class NvmlGpus:
                     self._uuid(index, handle),
                     nvlink_links=per_link,
                     xid_events=xids,
-                    processes=(GpuProcess(p.pid, getattr(p, "usedGpuMemory", None)) for p in processes),
+                    processes=(GpuProcess(p.pid, nvml_bytes(getattr(p, "usedGpuMemory", None))) for p in processes),
                     **self._ecc(handle),
                     remapped_rows_correctable=remapped[0] if remapped else None,
                     remapped_rows_uncorrectable=remapped[1] if remapped else None,
@@ -348,6 +351,18 @@ class NvmlGpus:
                 )
             )
         return samples
+
+    def running_processes(self) -> List[RawGpuProcesses]:
+        """Per GPU, the processes NVML lists on it: compute (CUDA) and graphics, with their GPU memory (None
+        where NVML says NVML_VALUE_NOT_AVAILABLE). A list this driver or pynvml lacks reads as empty."""
+        gpus = []
+        for index, handle in enumerate(self.handles()):
+            lists = {
+                COMPUTE: self.nvml.call("nvmlDeviceGetComputeRunningProcesses", handle) or [],
+                GRAPHICS: self.nvml.call("nvmlDeviceGetGraphicsRunningProcesses", handle) or [],
+            }
+            gpus.append(merge(index, self._uuid(index, handle), lists))
+        return gpus
 
     def _ecc(self, handle: Any) -> Dict[str, Optional[float]]:
         """The volatile ECC error counts (ECC_COUNTS). A GPU without ECC, or with ECC off, answers

@@ -24,6 +24,7 @@ from typing import List, Mapping, Optional, Tuple
 from ..wire_inventory import Gpu, NvLink
 from ..wire_sample import GpuProcess, GpuSample
 from .catalog import MIB, SimulateSpec
+from .processes import COMPUTE, RawGpuProcesses
 
 BOARD_SIZE = 8
 # PCI bus numbers of the eight GPUs on a real HGX H100 board, in GPU index order.
@@ -196,6 +197,20 @@ class SimulatedGpus:
                 )
             )
         return samples
+
+    def running_processes(self, loads: Optional[Mapping[int, GpuLoad]] = None) -> List[RawGpuProcesses]:
+        """Per GPU, the simulated workers' processes on it (each stand-in's pid, the bytes it holds there), in
+        pid order: what NVML's compute list would say. Deterministic for the same loads; draws nothing from
+        the random streams, so asking does not change the samples."""
+        loads = loads or {}
+        return [
+            RawGpuProcesses(
+                index,
+                self.uuids[index],
+                tuple((pid, COMPUTE, held) for pid, held in sorted(loads.get(index, GpuLoad()).processes)),
+            )
+            for index in range(self.count)
+        ]
 
     def _links(self, total_per_direction: float, rng: random.Random) -> List[Tuple[int, int]]:
         count = self.gpu.nvlink_links

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import inventory as inventory_shape
 from ..gpu.catalog import MIB, SimulateSpec
+from ..gpu.processes import RawGpuProcesses
 from ..gpu.simulated import SimulatedGpus, gpu_bus_id, numa_node
 from ..machine import Reading
 from ..wire_sample import HostSample, NicSample
@@ -133,6 +134,12 @@ class SimulatedMachine:
             ram_total_bytes=self.ram_total,
         )
         return record.to_wire()
+
+    def gpu_processes(self) -> Tuple[List[RawGpuProcesses], Optional[str]]:
+        """The simulated workers' processes per GPU (the `processes` answer, marked simulated by the daemon)."""
+        with self._lock:
+            load = machine_load(self.activity(), self.spec.count)
+            return self.gpus.running_processes(load.gpus), None
 
     def read(self, now: float) -> Reading:
         with self._lock:

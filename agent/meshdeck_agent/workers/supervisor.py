@@ -32,11 +32,13 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import protocol
+from ..gpu.processes import worker_ref
 from ..keeper import RUN_FILE, process_start_time, write_json
 from ..paths import UnsafePath, child_path, ensure_private_dir, self_command, self_env
 from ..scrape import ScrapeLoop
 from ..sim.engine import StandInChooser
 from ..sim.spec import BadStandInPlan, SimVllmTracker, metrics_url, validate_simulate
+from ..wire_processes import ProcessWorker
 from ..wire_sample import WorkerSample
 from .logs import read_log
 from .state import WorkerRecord, exit_reason, observe, oom_kill_count, process_alive, read_json, run_file
@@ -233,6 +235,16 @@ class Supervisor:
             if scrape is not None and state == "running":
                 entries.extend(scrape.latest(max_age_s=max(5.0, 3 * self.interval_s)))
         return entries
+
+    def process_owners(self) -> Dict[int, Tuple[Optional[int], ProcessWorker]]:
+        """pid -> (its recorded start time, the worker) of every worker whose process runs: what the `processes`
+        answer maps GPU processes (a worker's own, or its descendants) to."""
+        with self._cond:
+            return {
+                record.pid: (record.start_time, worker_ref(record.id, record.spec.name))
+                for record in self._records.values()
+                if record.pid and record.state in ("starting", "running")
+            }
 
     def sim_activity(self) -> List[Any]:
         """What each simulated vLLM worker does to its GPUs. Takes no lock (it runs in the sampler's tick)."""
