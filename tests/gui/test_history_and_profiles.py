@@ -164,7 +164,7 @@ def test_import_edit_with_validation_and_versions(qtbot, profiles_view, tmp_path
     profiles_view.import_file(source)
     _wait_listed(qtbot, profiles_view, "ds32-h200")
     qtbot.waitUntil(lambda: profiles_view.editor.toPlainText() == PROFILE, timeout=30000)
-    assert profiles_view.table.item(0, 4).text() == "TP8·PP1·DP1"
+    assert profiles_view.table.item(0, 4).text() == "TP8"  # as the planner writes it (degrees above one, TP always)
 
     profiles_view.editor.setPlainText(PROFILE.replace("engine: vllm", "engine: vllm\nreplicas: 2"))
     profiles_view.validate()
@@ -227,7 +227,8 @@ def test_save_as_profile_from_the_planner_stores_it(qtbot, db_context, simulated
     assert saved.args == [["demo-plan"]]
     stored = profile_service.get_profile(db_context.db, "demo-plan")
     assert stored.profile.hosts == ["demo-a", "demo-b"]
-    assert stored.version.note == "saved from the planner"
+    layout = planner.result.layouts[row]
+    assert stored.version.note.startswith(f"saved from the console's planner: rank {row + 1}, {layout.label()} on ")
 
 
 def test_a_secret_stays_out_of_the_editor_and_the_database_and_export_writes_it(

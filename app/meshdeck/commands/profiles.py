@@ -104,10 +104,9 @@ def _list(args: argparse.Namespace) -> int:
     if not summaries:
         print("no profiles yet; add one with `meshdeck profiles import FILE`")
         return 0
-    print(f"{'NAME':<28} {'VER':>4} {'ENGINE':<6} {'LAYOUT (TPxPPxDP)':<18} {'HOSTS':<24} UPDATED")
+    print(f"{'NAME':<28} {'VER':>4} {'ENGINE':<6} {'LAYOUT':<18} {'HOSTS':<24} UPDATED")
     for s in summaries:
-        layout = s.data.get("layout") or {}
-        shape = f"{layout.get('tensor_parallel')}x{layout.get('pipeline_parallel')}x{layout.get('data_parallel')}"
+        shape = profile_service.layout_label(s.data)
         hosts = ",".join(str(host) for host in s.data.get("hosts") or [])
         row = f"{s.name:<28} {s.current_version:>4} {s.data.get('engine', ''):<6} {shape:<18} {hosts:<24}"
         print(printable(f"{row} {utc_stamp(s.updated_at)}"))

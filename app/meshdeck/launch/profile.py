@@ -35,6 +35,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.serving import parallel_label
 from meshdeck.core.text import printable
 from meshdeck.launch.profile_yaml import MAX_PROFILE_BYTES as MAX_PROFILE_BYTES
 from meshdeck.launch.profile_yaml import parse_yaml
@@ -153,6 +154,11 @@ class Layout(_Strict):
     @property
     def world_size(self) -> int:
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    def label(self) -> str:
+        """ "TP1·DP16·EP": the planner's notation (core.serving.parallel_label), wherever a layout is shown."""
+        expert = "EP" if self.expert_parallel else ""
+        return parallel_label(self.tensor_parallel, self.pipeline_parallel, self.data_parallel, expert)
 
 
 class VllmSettings(_Strict):

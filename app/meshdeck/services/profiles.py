@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.plan import LaunchPlan
 from meshdeck.launch.profile import (
     MAX_PROFILE_BYTES,
+    Layout,
     Profile,
     dump_profile,
     load_profile,
@@ -43,6 +48,15 @@ from meshdeck.store import profiles as profile_store
 from meshdeck.store.database import Database
 from meshdeck.store.profiles import ProfileSummary as ProfileSummary  # the views list them, typed
 from meshdeck.store.profiles import ProfileVersion as ProfileVersion
+
+
+def layout_label(data: Mapping[str, Any]) -> str:
+    """A stored profile's layout in the planner's notation ("TP1·DP16·EP", as `plan` and the console's planner
+    write it); "?" when the stored mapping holds none that validates."""
+    try:
+        return Layout.model_validate(data.get("layout") or {}).label()
+    except ValidationError:
+        return "?"
 
 
 @dataclass(frozen=True)

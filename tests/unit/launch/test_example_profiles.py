@@ -90,3 +90,11 @@ def test_the_header_command_writes_the_example_again_byte_for_byte(command: str,
         assert new.read_bytes() == old.read_bytes(), (
             f"{old.name} is stale: the planner now writes something else; run `{command}` from the repository root"
         )
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if _header(p).startswith(PLAN_HEADER)], ids=lambda p: p.name)
+def test_a_profile_names_its_layout_as_the_plan_that_wrote_it_did(path: Path) -> None:
+    """One notation everywhere ("TP1·DP16·EP"): the label a profile shows (profiles list, the console's profiles
+    view) is the planner's, as the header's second line quotes it (less the "N×" of several instances)."""
+    planned = path.read_text(encoding="utf-8").splitlines()[1].removeprefix("# rank 1 of the plan: ").split(" on ")[0]
+    assert load_profile(path.read_text(encoding="utf-8")).layout.label() == planned.split("× ")[-1]

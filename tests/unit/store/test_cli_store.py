@@ -32,7 +32,8 @@ def test_profiles_import_list_show_export_delete(tmp_path: Path, capsys: pytest.
     source.write_text(PROFILE)
     assert _run(capsys, "--db", db, "profiles", "import", str(source))[:2] == (0, "stored profile tiny-torch v1\n")
     code, out, _ = _run(capsys, "--db", db, "profiles", "list")
-    assert code == 0 and "tiny-torch" in out and "1x1x2" in out
+    assert code == 0 and "tiny-torch" in out
+    assert out.split()[out.split().index("tiny-torch") + 3] == "TP1·DP2"  # the planner's notation, not "1x1x2"
     code, out, _ = _run(capsys, "--db", db, "profiles", "list", "--json")
     assert json.loads(out)[0]["layout"]["data_parallel"] == 2
     assert _run(capsys, "--db", db, "profiles", "show", "tiny-torch")[1] == PROFILE

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont
@@ -47,16 +47,6 @@ from meshdeck.ui.widgets.tables import row_table
 log = logging.getLogger(__name__)
 Result = TypeVar("Result")
 COLUMNS = ("profile", "version", "engine", "hosts", "layout", "model")
-
-
-def layout_text(data: dict[str, Any]) -> str:
-    layout = data.get("layout") or {}
-    parts = [
-        f"TP{layout.get('tensor_parallel', 1)}",
-        f"PP{layout.get('pipeline_parallel', 1)}",
-        f"DP{layout.get('data_parallel', 1)}",
-    ]
-    return "·".join(parts) + ("·EP" if layout.get("expert_parallel") else "")
 
 
 class ProfilesView(QWidget):
@@ -155,7 +145,7 @@ class ProfilesView(QWidget):
                 f"v{summary.current_version} ({summary.versions})",
                 str(data.get("engine", "")),
                 ", ".join(data.get("hosts") or []),
-                layout_text(data),
+                profile_service.layout_label(data),
                 str(data.get("model", "")),
             )
             for column, text in enumerate(cells):
