@@ -13,6 +13,7 @@ from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.store.database import open_database
 from meshdeck.ui.views.hosts.dialogs import AddHostDialog, HostKeyDialog, NewHost
 from meshdeck.ui.views.hosts.view import HostsView
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 from sshd import SshdServer, generate_key
 
@@ -37,9 +38,15 @@ def _state(view: HostsView, name: str):
     return view.context.hosts.hosts.get(name)
 
 
-def _row_text(view: HostsView, name: str, column: int) -> str:
+def _column(view: HostsView, title: str) -> int:
+    """The column headed `title` (tests find columns by what they say, not where they are)."""
+    titles = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
+    return titles.index(title)
+
+
+def _row_text(view: HostsView, name: str, column: int | str) -> str:
     row = view.host_names().index(name)
-    return view.table.item(row, column).text()
+    return view.table.item(row, _column(view, column) if isinstance(column, str) else column).text()
 
 
 def test_adding_a_host_stores_it_and_shows_why_it_cannot_connect(qtbot, hosts_view, tmp_path) -> None:
@@ -51,8 +58,8 @@ def test_adding_a_host_stores_it_and_shows_why_it_cannot_connect(qtbot, hosts_vi
         lambda: _state(view, "gpu-x") is not None and _state(view, "gpu-x").state == "disconnected", timeout=30000
     )
     assert "retrying in" in _state(view, "gpu-x").reason
-    qtbot.waitUntil(lambda: "retrying in" in _row_text(view, "gpu-x", 3), timeout=30000)
-    assert _row_text(view, "gpu-x", 1) == "127.0.0.1:9"
+    qtbot.waitUntil(lambda: "retrying in" in _row_text(view, "gpu-x", "reason"), timeout=30000)
+    assert _row_text(view, "gpu-x", "reached through") == "127.0.0.1:9"
 
     view.table.selectRow(view.host_names().index("gpu-x"))
     assert view.disconnect_button.isEnabled() and not view.connect_button.isEnabled()
@@ -98,7 +105,9 @@ def test_a_host_added_with_an_exporter_keeps_it_and_its_row_says_where(qtbot, ho
     view.add(NewHost("gpu-x", "127.0.0.1", 9, None, None, None, prometheus="127.0.0.1:9400"))
     qtbot.waitUntil(lambda: "gpu-x" in view.records, timeout=15000)
     assert view.records["gpu-x"].prometheus == "127.0.0.1:9400"
-    qtbot.waitUntil(lambda: _row_text(view, "gpu-x", 1) == "127.0.0.1:9 (exporter 127.0.0.1:9400)", timeout=30000)
+    qtbot.waitUntil(
+        lambda: _row_text(view, "gpu-x", "reached through") == "127.0.0.1:9 (exporter 127.0.0.1:9400)", timeout=30000
+    )
 
 
 def test_a_bad_exporter_address_that_reaches_the_service_is_refused_naming_the_field_and_host(
@@ -223,12 +232,12 @@ def test_a_host_row_follows_its_events_and_the_timer_only_ages_the_last_sample(q
     for host in ("gpu-a", "gpu-b"):
         bridge.post(HostStateChanged(host, "connecting"))
     bridge.drain()  # the bridge's tick: the rows are drawn from the signal, no timer of the view waits
-    assert [_row_text(view, h, 2) for h in ("gpu-a", "gpu-b")] == ["connecting…", "connecting…"]
+    assert [_row_text(view, h, "state") for h in ("gpu-a", "gpu-b")] == ["connecting…", "connecting…"]
     redraws = view.redraws
 
     bridge.post(HostStateChanged("gpu-b", "failed", reason="no route to host"))
     bridge.drain()
-    assert (_row_text(view, "gpu-b", 2), _row_text(view, "gpu-b", 3)) == ("failed", "no route to host")
+    assert (_row_text(view, "gpu-b", "state"), _row_text(view, "gpu-b", "reason")) == ("failed", "no route to host")
     assert view.redraws == redraws  # its row only
 
     console_context.hosts.get("gpu-a").last_sample_ts = 1000.0
@@ -240,6 +249,107 @@ def test_a_host_row_follows_its_events_and_the_timer_only_ages_the_last_sample(q
     assert not view._ages.isActive()
     bridge.post(HostStateChanged("gpu-a", "connected"))
     bridge.drain()
-    assert _row_text(view, "gpu-a", 2) == "connecting…" and view.redraws == redraws  # hidden: no work
+    assert _row_text(view, "gpu-a", "state") == "connecting…" and view.redraws == redraws  # hidden: no work
     view.show()
-    assert _row_text(view, "gpu-a", 2) == "connected" and view.redraws == redraws + 1
+    assert _row_text(view, "gpu-a", "state") == "connected" and view.redraws == redraws + 1
+
+
+def test_a_host_waiting_to_reconnect_counts_down_with_the_age_timer(qtbot, console_context) -> None:
+    from meshdeck.remote.events import HostStateChanged
+
+    view = HostsView(console_context)
+    qtbot.addWidget(view)
+    view.show()
+    console_context.bridge.post(
+        HostStateChanged(
+            "gpu-x", "disconnected", "10.0.0.7:22: connection refused (retrying in 29.3 s)", ts=1000.0, retry_at=1029.3
+        )
+    )
+    console_context.bridge.drain()
+    view._age_rows(now=1010.0)  # what the timer does each second
+    assert _row_text(view, "gpu-x", "reason") == "10.0.0.7:22: connection refused (retrying in 19 s)"
+    view._age_rows(now=1020.0)
+    assert _row_text(view, "gpu-x", "reason") == "10.0.0.7:22: connection refused (retrying in 9 s)"
+    view._age_rows(now=1030.0)
+    assert _row_text(view, "gpu-x", "reason") == "10.0.0.7:22: connection refused (retrying now)"
+    console_context.bridge.post(HostStateChanged("gpu-x", "connecting"))
+    console_context.bridge.drain()
+    view._age_rows(now=1031.0)
+    assert _row_text(view, "gpu-x", "reason") == ""  # connecting again: nothing left to count
+
+
+def test_a_long_reason_is_cut_whole_in_its_tooltip_and_the_details_while_the_numbers_stay_on_screen(
+    qtbot, console_context, simulated_inventory
+) -> None:
+    from gui_helpers import connect_hosts, shown
+    from meshdeck.remote.events import HostStateChanged
+
+    view = HostsView(console_context)
+    shown(qtbot, view, 1000, 500)
+    connect_hosts(qtbot, console_context, {"gpu-a": simulated_inventory})
+    reason = (
+        "root@10.20.30.40:22 via bastion.example.org: unreachable: No route to host; checked the jump host, "
+        "the key ~/.ssh/id_ed25519 and the ssh config alias gpu-a (see `ssh -vvv gpu-a`)"
+    )
+    console_context.bridge.post(HostStateChanged("gpu-b", "failed", reason))
+    console_context.bridge.drain()
+    view.refresh()
+    table, header = view.table, view.table.horizontalHeader()
+    room = table.viewport().width()
+    for title in ("host", "state", "GPU util", "VRAM", "last sample", "GPUs"):
+        column = _column(view, title)
+        assert header.sectionViewportPosition(column) + header.sectionSize(column) <= room, f"{title} off screen"
+    row, reason_column = view.host_names().index("gpu-b"), _column(view, "reason")
+    cell = table.item(row, reason_column)
+    assert cell.text() == reason and cell.toolTip() == reason
+    assert header.sectionSize(reason_column) < table.fontMetrics().horizontalAdvance(reason)  # cut, with "…"
+    assert header.sectionViewportPosition(reason_column) + header.sectionSize(reason_column) == room  # fills
+    view.table.selectRow(row)
+    assert reason in view.details.text() and view.details.isVisible()
+
+
+def test_test_connection_is_in_the_toolbar_and_probes_off_the_gui_thread(
+    qtbot, hosts_view, tmp_path, simulated_inventory, monkeypatch
+) -> None:
+    import threading
+
+    from meshdeck.services import hosts as host_service
+    from meshdeck.services.hosts import ProbeReport
+    from meshdeck_agent.wire_inventory import Inventory
+
+    view = hosts_view(FleetSettings(known_hosts=str(tmp_path / "known_hosts"), user_known_hosts=(), ssh_config=None))
+    host_service.add_host(view.context.db, "lab", "10.0.0.7")
+    view.reload_records()
+    qtbot.waitUntil(lambda: view.table.rowCount() == 1 and "lab" in view.records, timeout=30000)
+    button = view.probe_button
+    assert button.isVisibleTo(view) and not button.isEnabled()  # in the toolbar; nothing selected yet
+    view.table.selectRow(0)
+    assert button.isEnabled()
+    threads: list[threading.Thread] = []
+
+    def probe(target: str, **options: object) -> ProbeReport:
+        threads.append(threading.current_thread())
+        progress = options["progress"]
+        assert callable(progress)
+        progress("connecting")
+        return ProbeReport(
+            target=target,
+            route="directly",
+            host_key="ssh-ed25519 SHA256:abc",
+            auth="key ~/.ssh/id_ed25519",
+            python="/usr/bin/python3",
+            python_version="3.12.3",
+            machine="x86_64",
+            agent_path="~/.cache/meshdeck/agent.pyz",
+            uploaded=False,
+            agent_version="0.2.0",
+            protocol=1,
+            inventory=Inventory.from_wire(simulated_inventory),
+            seconds=1.25,
+        )
+
+    monkeypatch.setattr(host_service, "probe", probe)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.message.text().startswith("lab: reached directly"), timeout=30000)
+    assert threads and threads[0] is not threading.main_thread()  # SSH never runs on the GUI thread
+    assert "8 GPU(s) in 1.2 s" in view.message.text() or "8 GPU(s) in 1.3 s" in view.message.text()

@@ -9,7 +9,7 @@ import time
 from gui_helpers import connect_all, shown
 from meshdeck.remote.events import HostStateChanged, SamplesReceived
 from meshdeck.services.synthetic_samples import sample_batch
-from meshdeck.ui.views.hosts.view import AGE_COLUMN, HostsView
+from meshdeck.ui.views.hosts.view import AGE_COLUMN, REASON_COLUMN, STATE_COLUMN, UTIL_COLUMN, VRAM_COLUMN, HostsView
 from meshdeck_agent.wire_inventory import Inventory
 from PySide6.QtWidgets import QHeaderView
 from wire_samples import wire_sample
@@ -35,7 +35,7 @@ def test_hosts_that_connect_together_are_drawn_once_not_once_each(qtbot, console
     qtbot.waitUntil(lambda: view.table.rowCount() == HOSTS, timeout=10000)
     assert view.redraws - before <= 2  # was one full redraw per host that came
     assert [view.table.item(row, 0).text() for row in range(HOSTS)] == names
-    assert {view.table.item(row, 2).text() for row in range(HOSTS)} == {"connected"}
+    assert {view.table.item(row, STATE_COLUMN).text() for row in range(HOSTS)} == {"connected"}
 
 
 def test_a_state_change_redraws_its_row_only(qtbot, console_context, simulated_inventory) -> None:
@@ -46,7 +46,8 @@ def test_a_state_change_redraws_its_row_only(qtbot, console_context, simulated_i
     redraws, rows = view.redraws, view.rows_drawn
     console_context.bridge.post(HostStateChanged("gpu-node-017", "degraded", "samples late"))
     console_context.bridge.drain()
-    assert view.table.item(17, 2).text() == "degraded" and view.table.item(17, 3).text() == "samples late"
+    assert view.table.item(17, STATE_COLUMN).text() == "degraded"
+    assert view.table.item(17, REASON_COLUMN).text() == "samples late"
     assert view.redraws == redraws and view.rows_drawn == rows + 1
 
 
@@ -95,3 +96,48 @@ def test_a_host_chosen_while_the_view_is_hidden_is_selected_when_it_is_shown(
     view.show()
     qtbot.waitUntil(lambda: view.table.rowCount() == 3, timeout=10000)
     assert view.selected() == "gpu-b"
+
+
+def _loaded_sample(seq: int, ts: float) -> dict:
+    """8 GPUs at 0, 10, ..., 70 % utilization, each using 100 of 140 GiB."""
+    sample = wire_sample(seq, ts, gpus=8, nvlinks=1, nics=0, workers=0)
+    for index, gpu in enumerate(sample["gpus"]):
+        gpu.update(utilization_pct=10.0 * index, memory_used_bytes=100 * 2**30, memory_total_bytes=140 * 2**30)
+    return sample
+
+
+def test_each_hosts_gpu_load_is_read_once_per_delivery_pass_and_never_while_hidden(
+    qtbot, console_context, simulated_inventory
+) -> None:
+    """nvitop's header per host: utilization mean and max, VRAM used / total, from the live rings the fleet
+    view reads; three batches of one host in one pass are one read, and a hidden view reads nothing."""
+    view = _view(qtbot, console_context)
+    names = [f"gpu-node-{i:03d}" for i in range(HOSTS)]
+    _connect_all(console_context, simulated_inventory, names)
+    qtbot.waitUntil(lambda: view.table.rowCount() == HOSTS, timeout=10000)
+    assert view.table.item(5, UTIL_COLUMN).text() == "—"  # no sample yet
+    reads, rows = view.loads.reads, view.rows_drawn
+    now = time.time()
+    for seq in (1, 2, 3):
+        batch = sample_batch([_loaded_sample(seq, now + seq)])
+        for name in names:
+            console_context.bridge.post(SamplesReceived(name, batch))
+    while console_context.bridge.drain():
+        pass
+    qtbot.waitUntil(lambda: view.table.item(HOSTS - 1, UTIL_COLUMN).text() != "—", timeout=10000)
+    assert {view.table.item(row, UTIL_COLUMN).text() for row in range(HOSTS)} == {"35 % (max 70 %)"}
+    assert {view.table.item(row, VRAM_COLUMN).text() for row in range(HOSTS)} == {"800 / 1,120 GiB (71 %)"}
+    assert view.loads.reads - reads == HOSTS  # one read a host, not one a batch
+    assert view.rows_drawn == rows  # the rest of the row is left alone
+
+    view.hide()
+    reads = view.loads.reads
+    batch = sample_batch([_loaded_sample(4, now + 4)])
+    for name in names:
+        console_context.bridge.post(SamplesReceived(name, batch))
+    while console_context.bridge.drain():
+        pass
+    qtbot.wait(10)
+    assert view.loads.reads == reads  # hidden: nothing read
+    view.show()
+    assert view.loads.reads == reads + HOSTS  # shown: each host's newest load, once

@@ -26,6 +26,23 @@ class HostStateChanged:
     # The error behind a failed/disconnected state (a meshdeck.remote.errors.RemoteError), so a UI can
     # act on its type: e.g. show a HostKeyUnknown's fingerprint and offer to accept it.
     error: Exception | None = field(default=None, compare=False)
+    # When the supervisor tries again (time.time()), for a host that waits between attempts: the reason then
+    # ends in retry_note(); a view counts down from `retry_at` instead of showing a delay that never moves.
+    retry_at: float | None = None
+
+    @property
+    def cause(self) -> str:
+        """The reason without its "(retrying in N s)" note."""
+        note = self.reason.rfind(RETRY_NOTE)
+        return self.reason[:note] if self.retry_at is not None and note >= 0 else self.reason
+
+
+RETRY_NOTE = " (retrying in "
+
+
+def retry_note(seconds: float) -> str:
+    """What a waiting host's reason ends with: ' (retrying in 29.3 s)'."""
+    return f"{RETRY_NOTE}{seconds:.1f} s)"
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from meshdeck_agent.wire_sample import SampleError, decode_samples_message, iter
 from meshdeck.remote.connectors import AgentLink, Connector, say_hello
 from meshdeck.remote.daemon_settings import exporter_note
 from meshdeck.remote.errors import ConnectionLost, NotConnected, ProtocolMismatch, RemoteError, RpcTimeout
-from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived
+from meshdeck.remote.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, retry_note
 from meshdeck.remote.inventory import decode_inventory
 from meshdeck.remote.rpc import RpcClient, SamplesLine
 from meshdeck.remote.sample_gate import SampleGate
@@ -230,7 +230,9 @@ class HostSupervisor:
 
     # -- state -------------------------------------------------------------------------------------
 
-    def _set_state(self, state: str, reason: str = "", error: Exception | None = None) -> None:
+    def _set_state(
+        self, state: str, reason: str = "", error: Exception | None = None, retry_at: float | None = None
+    ) -> None:
         if state in ("failed", "disconnected"):
             self._give_back_slot()  # a failed host waits for retry() without holding a turn
         if state == self._state and reason == self._reason:
@@ -238,7 +240,7 @@ class HostSupervisor:
         self._state, self._reason, self._error = state, reason, error
         if reason and state in ("failed", "disconnected", "degraded"):
             log.info("%s: %s: %s", self.name, state, reason)
-        self._sink(HostStateChanged(self.name, state, reason, time.time(), error))
+        self._sink(HostStateChanged(self.name, state, reason, time.time(), error, retry_at))
 
     def _progress(self, message: str) -> None:
         """A connector's step: a state ("connecting", "bootstrapping"), or what the step does now
@@ -335,7 +337,7 @@ class HostSupervisor:
     def _wait_backoff(self, attempt: int, reason: str, error: Exception) -> None:
         self._give_back_slot()  # nobody waits behind a host that waits
         delay = self.settings.backoff.delay(attempt, self._rng)
-        self._set_state("disconnected", f"{reason} (retrying in {delay:.1f} s)", error)
+        self._set_state("disconnected", reason + retry_note(delay), error, time.time() + delay)
         self._wake.wait(delay)
 
     def _close_link(self) -> None:

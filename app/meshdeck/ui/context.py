@@ -46,6 +46,8 @@ class HostView:
     last_sample_ts: float | None = None
     dropped: int = 0
     refused: int = 0  # samples the gate refused as malformed or out of range
+    retry_at: float | None = None  # waiting to try again at this time.time() (the reason then counts down)
+    cause: str = ""  # the reason without its "(retrying in N s)" note
 
     @property
     def simulated(self) -> bool:
@@ -77,6 +79,7 @@ class HostsModel(QObject):
     def _on_state(self, event: HostStateChanged) -> None:
         view = self.get(event.host)
         view.state, view.reason, view.error = event.state, event.reason, event.error
+        view.retry_at, view.cause = event.retry_at, event.cause
         self.changed.emit(event.host)
 
     def _on_inventory(self, event: InventoryReceived) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import random
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -275,6 +276,20 @@ def test_transient_errors_are_retried_with_backoff(harness):
     assert connector.opens == 4
     reasons = [e.reason for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "disconnected"]
     assert len(reasons) == 3 and all("No route to host" in r and "retrying in" in r for r in reasons)
+
+
+def test_a_host_waiting_to_retry_says_when_so_a_view_can_count_down(harness):
+    supervisor, connector, recorder = harness()
+    connector.failures.append(ConnectError("10.0.0.1:22: unreachable: No route to host"))
+    before = time.time()
+    supervisor.start()
+    _connected(supervisor, connector, recorder)
+    waiting = [e for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "disconnected"][0]
+    delay = float(waiting.reason.rsplit("retrying in ", 1)[1].split()[0])
+    assert waiting.retry_at is not None and before + delay - 0.1 <= waiting.retry_at <= waiting.ts + delay + 0.1
+    assert waiting.cause == "10.0.0.1:22: unreachable: No route to host"
+    connected = [e for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "connected"][-1]
+    assert connected.retry_at is None
 
 
 def test_backoff_grows_exponentially_with_jitter_up_to_the_cap():

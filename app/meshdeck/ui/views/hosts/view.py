@@ -1,13 +1,19 @@
-"""The hosts view: every stored or supervised host, its live state and why, and what to do about it.
+"""The hosts view: every stored or supervised host, its live state and why, its GPU load, and what to do.
 
 Rows come from the database (stored hosts) and the fleet (supervised ones, e.g. the demo's local
 agents). The state column follows the fleet's events — connecting, bootstrapping (the agent being
-uploaded), connected, degraded, failed — with the reason beside it: the HostsModel says which host
-changed and only its row is redrawn (all rows when a host comes or goes). A timer only ages the "last
-sample" column, once a second, while the view is shown; a hidden view does nothing and catches up when
-shown. A host that failed on an
-unknown or changed host key gets "Review host key…". Adding, connecting, disconnecting and removing
-run as jobs: they read ssh configs, write the database and wait for SSH threads.
+uploaded), connected, degraded, failed — with the reason in the last column: the HostsModel says which
+host changed and only its row is redrawn (all rows when a host comes or goes). Like nvitop's header, each
+row gives its GPUs' utilization (mean and max) and VRAM used / total from the newest sample, read from the
+charts' live rings (`load.HostLoads`) for the hosts whose samples came, once per delivery pass.
+
+The short numeric columns come first and are always on screen; the long ones (route, GPU models, reason)
+are capped and elided, with the whole text as a tooltip and in the details under the table (the selected
+host). A timer only ages labels, once a second while the view is shown: the "last sample" column and the
+"retrying in N s" of hosts waiting to reconnect; a hidden view does nothing and catches up when shown.
+A host that failed on an unknown or changed host key gets "Review host key…"; "Test connection" probes
+the selected stored host once (a job: SSH never runs on the GUI thread). Adding, connecting,
+disconnecting and removing run as jobs: they read ssh configs, write the database and wait for SSH threads.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QColor, QHideEvent, QShowEvent
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor, QHideEvent, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -32,19 +38,35 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.services import hosts as host_service
+from meshdeck.services.events import SamplesReceived
 from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord, ProbeReport
 from meshdeck.services.inventory import Inventory, describe_gpus
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.hosts.dialogs import AddHostDialog, HostKeyDialog, NewHost
+from meshdeck.ui.views.hosts.load import HostLoads
 from meshdeck.ui.widgets.tables import row_table
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("host", "reached through", "state", "reason", "GPUs", "last sample")
-AGE_COLUMN = COLUMNS.index("last sample")
+COLUMNS = ("host", "state", "GPU util", "VRAM", "last sample", "GPUs", "reached through", "reason")
+HOST_COLUMN, STATE_COLUMN, UTIL_COLUMN, VRAM_COLUMN, AGE_COLUMN, GPUS_COLUMN, THROUGH_COLUMN, REASON_COLUMN = range(
+    len(COLUMNS)
+)
+# Where the columns do not fit, the long ones give way, the reason first, down to these widths (px; elided,
+# the whole text in the tooltip and the details) so that the numeric ones, first, stay on screen; the
+# reason, last, stretches over what is left.
+CAPPED_WIDTHS = {REASON_COLUMN: 320, THROUGH_COLUMN: 220, GPUS_COLUMN: 240}
 BUSY_STATES = ("connecting", "bootstrapping")
+
+
+def reason_text(view: HostView, now: float | None = None) -> str:
+    """The reason as a row shows it: a host waiting to reconnect counts down to its next try."""
+    if view.retry_at is None or view.state != "disconnected":
+        return view.reason
+    left = view.retry_at - (time.time() if now is None else now)
+    return f"{view.cause} ({f'retrying in {left:.0f} s' if left >= 0.5 else 'retrying now'})"
 
 
 def probe_summary(name: str, report: host_service.ProbeReport) -> str:
@@ -75,15 +97,21 @@ class HostsView(QWidget):
         self._row_of: dict[str, int] = {}
         self._stale = True  # something changed while hidden: redraw every row when shown
         self._fit_pending = False  # rows came: the columns are sized to them once events are absorbed
+        self._natural_widths: list[int] = []  # each column's width for its contents, when last measured
         self.redraws = 0  # how many times every row was drawn
         self.rows_drawn = 0  # rows drawn, one by one or all together
         self._select_next: str | None = None  # a host to select once the rows are drawn (asked while hidden)
 
-        self.table = row_table("hostsTable", COLUMNS, stretch_last=False)
+        self.loads = HostLoads(context.live)
+        self._loads_due: set[str] = set()  # hosts whose samples came in this delivery pass
+        self._loads_stale = False  # samples came while hidden
+        self._retrying: set[str] = set()  # hosts whose reason counts down (the timer redraws those cells)
+        self.table = row_table("hostsTable", COLUMNS, stretch_last=True)
         # Sized to the contents once per redraw of all rows, not on every changed cell: ResizeToContents
         # measures every row per change, and the age column changes every second (5 s a tick at 278 hosts).
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.setWordWrap(False)
         self.table.itemSelectionChanged.connect(self._update_buttons)
 
         self.add_button = QPushButton("Add host…")
@@ -114,22 +142,32 @@ class HostsView(QWidget):
             self.connect_button,
             self.disconnect_button,
             self.retry_button,
+            self.probe_button,
             self.key_button,
         ):
             buttons.addWidget(button)
         buttons.addStretch(1)
         buttons.addWidget(self.remove_button)
+        self.details = QLabel()  # the selected host in full: what the capped columns cut
+        self.details.setObjectName("hostDetails")
+        self.details.setWordWrap(True)
+        self.details.setTextFormat(Qt.TextFormat.PlainText)  # reasons and names come from servers
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message = QLabel()
         self.message.setObjectName("hostsMessage")
         self.message.setWordWrap(True)
+        self.message.setTextFormat(Qt.TextFormat.PlainText)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         layout = QVBoxLayout(self)
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.details)
         layout.addWidget(self.message)
 
         assert context.hosts is not None
         context.hosts.changed.connect(self._host_changed)
+        context.bridge.samples_received.connect(self._samples_received)
         self._ages = QTimer(self)  # ages the "last sample" column only, while shown
         self._ages.setInterval(1000)
         self._ages.timeout.connect(self._age_rows)
@@ -177,6 +215,10 @@ class HostsView(QWidget):
         super().showEvent(event)
         if self._stale:
             self.refresh()
+        elif self._loads_stale:  # samples came while hidden: every row's load, once
+            self._loads_due.update(self._names)
+            self._draw_loads()
+        self._loads_stale = False
         self._ages.start()
 
     def hideEvent(self, event: QHideEvent) -> None:
@@ -195,9 +237,11 @@ class HostsView(QWidget):
         self._row_of = {name: row for row, name in enumerate(self._names)}
         self.table.setRowCount(len(self._names))
         supervised = self._supervised()
+        self._retrying.clear()
         for row, name in enumerate(self._names):
             self._draw_row(row, name, supervised)
-        self.table.resizeColumnsToContents()
+            self._draw_load(row, name)
+        self._fit_columns()
         if selected in self._row_of:
             self.table.selectRow(self._row_of[selected])
         self._update_buttons()
@@ -224,11 +268,42 @@ class HostsView(QWidget):
             self._names.insert(row, name)
             self._row_of = {host: index for index, host in enumerate(self._names)}
             self._fit_columns_soon()
+            self._draw_load(row, name)
         elif name not in self.context.hosts.hosts and name not in self.records:
+            self.loads.forget(name)
             self.refresh()  # it went
             return
         self._draw_row(row, name, self._supervised())
         self._update_buttons()
+
+    def _samples_received(self, event: SamplesReceived) -> None:
+        """Samples of a host came (the live rings have them already): its load cells are redrawn once the
+        delivery pass is over, however many batches it brought. Hidden: nothing (shown, every row is)."""
+        if not self.isVisible():
+            self._loads_stale = True
+            return
+        if event.host not in self._row_of:
+            return
+        if not self._loads_due:
+            QTimer.singleShot(0, self._draw_loads)
+        self._loads_due.add(event.host)
+
+    def _draw_loads(self) -> None:
+        due, self._loads_due = self._loads_due, set()
+        for name in due:
+            row = self._row_of.get(name)
+            if row is not None:
+                self._draw_load(row, name)
+        if self.selected() in due:
+            self._show_details()
+
+    def _draw_load(self, row: int, name: str) -> None:
+        load = self.loads.load(name)
+        cells = (load.util_text(), load.vram_text()) if load is not None else ("—", "—")
+        for column, text in zip((UTIL_COLUMN, VRAM_COLUMN), cells, strict=True):
+            item = self._item(row, column)
+            if item.text() != text:
+                item.setText(text)
 
     def _fit_columns_soon(self) -> None:
         """Size the columns to their contents once the events of this pass are absorbed (measuring every
@@ -238,8 +313,32 @@ class HostsView(QWidget):
             QTimer.singleShot(0, self._fit_columns)
 
     def _fit_columns(self) -> None:
+        """Every column to its contents, then the long ones cut where they do not all fit."""
         self._fit_pending = False
         self.table.resizeColumnsToContents()
+        header = self.table.horizontalHeader()
+        self._natural_widths = [header.sectionSize(column) for column in range(len(COLUMNS))]
+        self._cut_long_columns()
+
+    def _cut_long_columns(self) -> None:
+        """Narrow the reason, the route and the GPU models (in that order, down to their caps) by what the
+        columns exceed the table's width; no measuring of rows."""
+        if not self._natural_widths:
+            return
+        widths = list(self._natural_widths)
+        excess = sum(widths) - self.table.viewport().width()
+        for column, cap in CAPPED_WIDTHS.items():
+            cut = min(max(excess, 0), max(widths[column] - cap, 0))
+            widths[column] -= cut
+            excess -= cut
+        header = self.table.horizontalHeader()
+        for column, width in enumerate(widths):
+            if header.sectionSize(column) != width:
+                header.resizeSection(column, width)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._cut_long_columns()
 
     def _draw_row(self, row: int, name: str, supervised: set[str]) -> None:
         assert self.context.hosts is not None
@@ -248,22 +347,48 @@ class HostsView(QWidget):
         state = view.state if name in supervised or view.state != "disconnected" else "not connected"
         if state in BUSY_STATES:
             state += "…"
-        cells = (name, self._through(name), state, view.reason, gpu_summary(view.inventory), self._age(view))
-        for column, text in enumerate(cells):
+        if view.retry_at is not None and view.state == "disconnected":
+            self._retrying.add(name)
+        else:
+            self._retrying.discard(name)
+        cells = {
+            HOST_COLUMN: name,
+            STATE_COLUMN: state,
+            AGE_COLUMN: self._age(view),
+            GPUS_COLUMN: gpu_summary(view.inventory),
+            THROUGH_COLUMN: self._through(name),
+            REASON_COLUMN: reason_text(view),
+        }
+        for column, text in cells.items():
             item = self._item(row, column)
             if item.text() != text:
                 item.setText(text)
-            if column == 2:
+                if column in CAPPED_WIDTHS:
+                    item.setToolTip(text)  # what the elided cell cuts
+            if column == STATE_COLUMN:
                 item.setForeground(QColor(theme.STATE_COLORS.get(view.state, "#757575")))
 
     def _age_rows(self, now: float | None = None) -> None:
-        """The timer's one job: how long ago each host's last sample came."""
+        """The timer's one job, ageing labels: how long ago each host's last sample came, and how long a
+        host waiting to reconnect has left."""
         assert self.context.hosts is not None
+        hosts = self.context.hosts.hosts
         for row, name in enumerate(self._names):
-            text = self._age(self.context.hosts.hosts.get(name) or HostView(name), now)
+            text = self._age(hosts.get(name) or HostView(name), now)
             item = self._item(row, AGE_COLUMN)
             if item.text() != text:
                 item.setText(text)
+        for name in self._retrying:
+            at, view = self._row_of.get(name), hosts.get(name)
+            if at is None or view is None:
+                continue
+            text = reason_text(view, now)
+            item = self._item(at, REASON_COLUMN)
+            if item.text() != text:
+                item.setText(text)
+                item.setToolTip(text)
+        if self.selected() in self._retrying:
+            self._show_details(now)
 
     @staticmethod
     def _age(view: HostView, now: float | None = None) -> str:
@@ -304,6 +429,28 @@ class HostsView(QWidget):
         self.remove_button.setEnabled(name in self.records)
         self.probe_button.setEnabled(name in self.records and self.context.fleet is not None)
         self.add_button.setEnabled(self.context.db is not None and self.context.fleet is not None)
+        self._show_details()
+
+    def _show_details(self, now: float | None = None) -> None:
+        """The selected host in full, what the capped columns cut: state and reason, route, GPUs, load."""
+        name = self.selected()
+        if not name:
+            self.details.setText("Select a host to see its whole reason, route and GPUs.")
+            return
+        assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name) or HostView(name)
+        reason = reason_text(view, now)
+        load = self.loads.load(name)
+        lines = [
+            f"{name}: {view.state}" + (f" — {reason}" if reason else ""),
+            f"reached through {self._through(name)}",
+            f"GPUs: {gpu_summary(view.inventory)}",
+        ]
+        if load is not None:
+            lines.append(f"GPU utilization {load.util_text()}; VRAM {load.vram_text()}")
+        text = "\n".join(lines)
+        if self.details.text() != text:
+            self.details.setText(text)
 
     # ------------------------------------------------------------------ actions
 
