@@ -47,6 +47,7 @@ from meshdeck.services.deployments.targets import (
 )
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.profiles import read_profile_file
+from meshdeck.services.writer_claim import history_status
 from meshdeck.store.database import Database, default_database_path, open_database
 from meshdeck.store.profiles import find_profile
 
@@ -228,7 +229,8 @@ def _launch(
         if any(d.id == deployment_id for d in deploy.list()):  # past its pre-flight: stop what was started
             deploy.stop(deployment_id, grace_s=5)
         raise
-    if args.wait:
+    if args.wait:  # this command does not store samples: say whether a recorder (or a console) does
+        print(f"note: {printable(history_status(recorder.db.path).note_for_cli())}", file=sys.stderr, flush=True)
         while not snapshot.final:
             time.sleep(0.5)
             snapshot = deploy.get(snapshot.id)

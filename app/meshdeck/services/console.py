@@ -14,6 +14,10 @@ waiting for room is released at once), the fleet stops, then the writer commits 
 what still waited in its inbox was never acknowledged, so the agents' rings deliver it again at the next
 start. The open minute of each host is left open (rolled up at the next start, read from the raw samples
 meanwhile): rolling it up costs as much as the rows it holds, which a flooding agent makes many.
+
+One process writes a database's history at a time (services/writer_claim.py): the console makes a
+running `meshdeck record` hand it over (the recorder resumes when the console closes); a console that
+cannot get it writes nothing and shows what the other writer stores (`services.claim` says who).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.history import HistoryRecorder, resume_points
 from meshdeck.services.profiles import StoreDeploymentRecorder
+from meshdeck.services.writer_claim import WriterClaim, claim_for_console
 from meshdeck.store.database import Database as Database  # the console's views hold it, typed
 from meshdeck.store.database import open_database
 from meshdeck.store.hosts import list_hosts
@@ -47,9 +52,16 @@ class ConsoleServices:
     fleet: FleetService
     db: Database
     deploy: DeployService
-    writer: SampleWriter
+    history_writer: SampleWriter | None  # None: another process writes the history (`claim.holder`)
+    claim: WriterClaim
     demo: DemoCluster | None = None  # under --demo
     _stops: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def writer(self) -> SampleWriter:
+        if self.history_writer is None:
+            raise RuntimeError(f"{self.db.path}: history is written by another process ({self.claim.holder})")
+        return self.history_writer
 
     @classmethod
     def start(
@@ -60,10 +72,12 @@ class ConsoleServices:
         fleet_settings: FleetSettings | None = None,
         writer_settings: WriterSettings | None = None,
         real_vllm: str | None = None,
+        claim: Callable[[Database], WriterClaim] | None = None,
     ) -> ConsoleServices:
         """Open the database and the fleet (the demo's two simulated agents with --demo), the deployment
         registry and the history writer. Hosts are connected by `connect_hosts`, once the caller listens.
-        `real_vllm` (the demo only): the vLLM executable the demo's real-engine profile runs."""
+        `real_vllm` (the demo only): the vLLM executable the demo's real-engine profile runs. `claim`:
+        the right to write history (default: the console's, `claim_for_console`); released at shutdown."""
         stops: list[Callable[[], None]] = []
         raise_open_files_limit()  # a few hundred hosts' pipes and sockets pass the usual soft limit of 1,024
         demo_cluster = None
@@ -77,9 +91,18 @@ class ConsoleServices:
             db = open_database(db_path)
             fleet = FleetService(fleet_settings)
             stops += [db.close, fleet.close]
+        try:
+            held = (claim or (lambda opened: claim_for_console(opened.path)))(db)
+        except BaseException:
+            for step in reversed(stops):
+                step()
+            raise
+        stops.append(held.release)  # after the writer has committed and stopped
         # The one deployment registry: launched here or found on the agents (surveyed as each host connects).
         deploy = DeployService(fleet, recorder=StoreDeploymentRecorder(db), survey_on_connect=True)
         stops.append(deploy.close)  # the deployments keep running on the agents
+        if not held.writes:
+            return cls(fleet, db, deploy, None, held, demo_cluster, stops)
         # The real console lets the writer adapt its commit interval to the number of series (2-30 s).
         settings = writer_settings or (WriterSettings(commit_interval_s=DEMO_COMMIT_INTERVAL_S) if demo else None)
         writer = SampleWriter(db, settings=settings).start()
@@ -89,7 +112,7 @@ class ConsoleServices:
             writer.close_inbox,
             fleet.subscribe(HistoryRecorder(writer).handle),
         ]
-        return cls(fleet, db, deploy, writer, demo_cluster, stops)
+        return cls(fleet, db, deploy, writer, held, demo_cluster, stops)
 
     def connect_hosts(self) -> None:
         """Supervise every stored host, resuming from the last stored seq and the sequence epoch it

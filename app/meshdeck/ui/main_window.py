@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -29,11 +29,13 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck import __version__
+from meshdeck.services.writer_claim import history_status
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Job
 from meshdeck.ui.widgets.elided_label import ElidedLabel
 
 View = TypeVar("View", bound=QWidget)
+HISTORY_STATUS_MS = 5000  # how often the status bar looks at who records the history
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,13 @@ class MainWindow(QMainWindow):
         status.addWidget(self.hosts_summary, 1)
         status.addPermanentWidget(self.jobs_indicator)
         status.addPermanentWidget(self.simulated_badge)
+        self.history_status = QLabel()  # who stores the samples: this console, `meshdeck record`, or nobody
+        self.history_status.setObjectName("historyStatus")
+        status.addPermanentWidget(self.history_status)
+        self._history_timer = QTimer(self)
+        self._history_timer.timeout.connect(self.update_history_status)
+        self._history_timer.start(HISTORY_STATUS_MS)
+        self.update_history_status()
         status.addPermanentWidget(QLabel(f"meshdeck {__version__}"))
         assert context.hosts is not None
         context.hosts.changed.connect(self._update_summary)
@@ -193,6 +202,14 @@ class MainWindow(QMainWindow):
         self.show_view_at((self.stack.currentIndex() + delta) % len(self.views))
 
     # ------------------------------------------------------------------ status
+
+    def update_history_status(self) -> None:
+        db = self.context.db
+        self.history_status.setVisible(db is not None)
+        if db is not None:
+            state = history_status(db.path)  # two lock-file probes: no database read
+            self.history_status.setText(state.text())
+            self.history_status.setToolTip(state.detail())
 
     def _update_summary(self, _host: str = "") -> None:
         assert self.context.hosts is not None
