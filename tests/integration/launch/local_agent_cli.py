@@ -40,8 +40,13 @@ def isolated_runtime() -> Iterator[dict[str, str]]:
 
 
 def meshdeck(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "meshdeck", *args], env=env, capture_output=True, text=True, timeout=timeout
+    return subprocess.run(  # stdin is never the terminal pytest may run in: nothing waits for an answer
+        [sys.executable, "-m", "meshdeck", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -67,7 +67,9 @@ def test_unreachable_hosts_are_named_and_the_local_agent_is_listed_and_stopped(
     text = meshdeck(runtime, "--db", db, "deployments", "list", timeout=CLI_BOUND_S)
     assert text.returncode == 3 and f"{deployment}  running" in text.stdout
 
-    stopped = meshdeck(runtime, "--db", db, "deployments", "stop", deployment, "--grace", "2", timeout=CLI_BOUND_S)
+    stopped = meshdeck(
+        runtime, "--db", db, "deployments", "stop", deployment, "--grace", "2", "--yes", timeout=CLI_BOUND_S
+    )
     assert stopped.returncode == 3, stopped.stderr
     assert "sleeper on local: stopped" in stopped.stdout
     assert "gpu-closed" in stopped.stderr and "could not be asked" in stopped.stderr
@@ -88,4 +90,4 @@ def test_logs_are_printed_with_control_characters_escaped_and_lines_and_tabs_kep
     assert logs.returncode == 0, logs.stderr
     assert "\x1b" not in logs.stdout and "\r" not in logs.stdout
     assert "\\x1b[2Jred\tcell\nnext\\x1b]0;title\\x07 line" in logs.stdout  # a CR LF ends a line
-    meshdeck(runtime, "--db", str(tmp_path / "m.db"), "deployments", "stop", deployment, "--hosts", "local")
+    meshdeck(runtime, "--db", str(tmp_path / "m.db"), "deployments", "stop", deployment, "--hosts", "local", "--yes")

@@ -60,7 +60,7 @@ def test_launch_wait_then_list_and_logs(runtime: dict[str, str], tmp_path: Path)
     assert launched.returncode == 0, launched.stderr[-3000:]
     running = json.loads(launched.stdout)
     assert running["state"] == "running"
-    stopped = meshdeck(runtime, "--db", db, "deployments", "stop", running["id"], "--grace", "2")
+    stopped = meshdeck(runtime, "--db", db, "deployments", "stop", running["id"], "--grace", "2", "--yes")
     assert stopped.returncode == 0, stopped.stderr
     assert "torchrun-node0 on local: stopped" in stopped.stdout
     listed = json.loads(meshdeck(runtime, "--db", db, "deployments", "list", "--json").stdout)

@@ -91,7 +91,7 @@ def test_launch_serve_list_logs_and_stop_leave_no_process(
         assert logs.returncode == 0, logs.stderr
         assert "CPU KV cache size: 233,008 tokens" in logs.stdout and "Application startup complete" in logs.stdout
     finally:
-        stopped = meshdeck(runtime, "--db", db, "deployments", "stop", "tiny-vllm")
+        stopped = meshdeck(runtime, "--db", db, "deployments", "stop", "tiny-vllm", "--yes")
     assert stopped.returncode == 0, stopped.stderr
     assert "vllm-node0 on local: stopped" in stopped.stdout and "vllm-node1 on local: stopped" in stopped.stdout
     assert not still_running(processes, within_s=60), "vLLM processes outlived `deployments stop`"

@@ -82,10 +82,11 @@ def test_deployments_stop_closes_the_record_when_only_a_host_it_never_ran_on_is_
     monkeypatch.setattr(deployments, "_fleet", lambda: contextlib.nullcontext(fleet))
     monkeypatch.setattr(deploy_hosts, "reach", lambda *_args: {"gpu-c": "gpu-c: connection refused"})
 
-    code = main(["--db", str(path), "deployments", "stop", DEPLOYMENT, "--hosts", "gpu-a,gpu-b,gpu-c"])
+    code = main(["--db", str(path), "deployments", "stop", DEPLOYMENT, "--hosts", "gpu-a,gpu-b,gpu-c", "--yes"])
 
     out, err = capsys.readouterr()
-    assert code == 3, err  # some hosts could not be asked: what was listed may be incomplete
+    assert code == 0, err  # stopped whole: the host that could not be asked runs none of it (before: 3)
+    assert "meshdeck: warning: gpu-c could not be asked: gpu-c: connection refused" in err
     assert "vllm-node1 on gpu-b: stopped" in out and "vllm-node0 on gpu-a: stopped" in out
     with open_database(path) as database:
         record = get_deployment(database, DEPLOYMENT)
@@ -111,7 +112,7 @@ def test_deployments_stop_keeps_the_record_open_when_a_host_of_its_plan_is_unrea
     monkeypatch.setattr(deployments, "_fleet", lambda: contextlib.nullcontext(fleet))
     monkeypatch.setattr(deploy_hosts, "reach", lambda *_args: {"gpu-c": "gpu-c: connection refused"})
 
-    code = main(["--db", str(path), "deployments", "stop", DEPLOYMENT, "--hosts", "gpu-a,gpu-b,gpu-c"])
+    code = main(["--db", str(path), "deployments", "stop", DEPLOYMENT, "--hosts", "gpu-a,gpu-b,gpu-c", "--yes"])
 
     _out, err = capsys.readouterr()
     assert code == 3
@@ -134,3 +135,74 @@ def test_a_part_that_dies_while_starting_fails_the_launch_even_when_its_log_cann
         service.launch(plan)
     assert failed.value.snapshot.reason == "vllm-node0 on gpu-a exited with status 1 while starting"
     service.close()
+
+
+def _stored_two_host_deployment(fleet: FakeFleet, path: Path) -> None:
+    _found_on_two_hosts(fleet)
+    with open_database(path) as database:
+        nodes = [DeploymentNode(h, f"vllm-node{i}", "head", i, ("vllm",), ()) for i, h in enumerate(("gpu-a", "gpu-b"))]
+        record_deployment_started(database, key=DEPLOYMENT, name="ds32", engine="vllm", nodes=nodes, started_at=1000.0)
+
+
+class _Terminal:
+    """stdin as a terminal where the operator types `answer`."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def isatty(self) -> bool:
+        return True
+
+    def readline(self, limit: int = -1) -> str:
+        return self.answer
+
+
+def test_deployments_stop_from_a_script_without_yes_stops_nothing_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Before, `deployments stop` asked nothing: a typo'd or reused name in a script stopped a serving engine."""
+    from meshdeck.cli import main
+    from meshdeck.commands import deployments
+    from meshdeck.services.deployments import hosts as deploy_hosts
+
+    fleet = FakeFleet()
+    _stored_two_host_deployment(fleet, tmp_path / "m.db")
+    monkeypatch.setattr(deployments, "_fleet", lambda: contextlib.nullcontext(fleet))
+    monkeypatch.setattr(deploy_hosts, "reach", lambda *_args: {})
+    monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
+    monkeypatch.setattr(_Terminal, "isatty", lambda self: False)  # a pipe, /dev/null, cron
+
+    code = main(["--db", str(tmp_path / "m.db"), "deployments", "stop", DEPLOYMENT, "--hosts", "gpu-a,gpu-b"])
+
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith("meshdeck: error: --yes: ") and "stdin is not a terminal" in err and "add --yes" in err
+    assert fleet.calls == []  # refused before any host was asked
+
+
+@pytest.mark.parametrize(("answer", "stopped"), [("n\n", False), ("", False), ("yes\n", True)])
+def test_deployments_stop_on_a_terminal_asks_naming_its_parts_hosts_and_what_is_dropped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, answer: str, stopped: bool
+) -> None:
+    from meshdeck.cli import main
+    from meshdeck.commands import deployments
+    from meshdeck.services.deployments import hosts as deploy_hosts
+
+    fleet = FakeFleet()
+    _stored_two_host_deployment(fleet, tmp_path / "m.db")
+    monkeypatch.setattr(deployments, "_fleet", lambda: contextlib.nullcontext(fleet))
+    monkeypatch.setattr(deploy_hosts, "reach", lambda *_args: {})
+    monkeypatch.setattr("sys.stdin", _Terminal(answer))
+
+    code = main(["--db", str(tmp_path / "m.db"), "deployments", "stop", DEPLOYMENT, "--hosts", "gpu-a,gpu-b"])
+
+    out, err = capsys.readouterr()
+    assert err.startswith(f"Stop {DEPLOYMENT} (vllm, running)?")
+    assert "2 part(s) on 2 host(s) (gpu-b, gpu-a)" in err
+    assert err.index("vllm-node1 on gpu-b (running)") < err.index("vllm-node0 on gpu-a (running)")  # stop order
+    assert "in-flight requests are dropped" in err and "Stop it? [y/N]" in err
+    assert (fleet.stopped() == [("gpu-b", "vllm-node1"), ("gpu-a", "vllm-node0")]) is stopped
+    if stopped:
+        assert code == 0 and "vllm-node0 on gpu-a: stopped" in out
+    else:
+        assert code == 1 and fleet.stopped() == [] and "was not stopped (not confirmed)" in err

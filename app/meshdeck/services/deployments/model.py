@@ -184,6 +184,40 @@ class PartLog:
     error: str = ""
 
 
+LISTED = 12  # parts or failed checks a confirmation lists; the rest are counted
+
+
+def listed(lines: list[str], rest: str) -> list[str]:
+    """`• line` for the first LISTED lines, then `… and N more <rest>`."""
+    shown = [f"• {line}" for line in lines[:LISTED]]
+    if len(lines) > LISTED:
+        shown.append(f"… and {len(lines) - LISTED} more {rest}")
+    return shown
+
+
+def stop_question(snapshot: DeploymentSnapshot, grace_s: float) -> str:
+    """What a stop asks before it stops anything (the console's Stop, `deployments stop` on a terminal): the
+    deployment, each part and its host in the order they stop, and what is lost. Escaped for showing."""
+    parts = sorted(snapshot.workers, key=lambda w: -w.stage)  # as the registry stops them: the last stage first
+    hosts = list(dict.fromkeys(w.host for w in parts))
+    found = " It was found on the agents (launched elsewhere)." if snapshot.adopted else ""
+    lines = [
+        f"Stop {snapshot.id} ({snapshot.engine}, {snapshot.state})?{found}",
+        "",
+        f"{len(parts)} part(s) on {len(hosts)} host(s) ({', '.join(hosts)}) stop, the last stage first:",
+        *listed([f"{w.command} on {w.host} ({w.state})" for w in parts], "part(s)"),
+        "",
+    ]
+    if snapshot.engine == "vllm":
+        served = f" and {snapshot.serving_url} stops answering" if snapshot.serving_url else ""
+        lines.append(
+            f"Each engine gets SIGTERM, then SIGKILL after {grace_s:g} s: its in-flight requests are dropped{served}."
+        )
+    else:
+        lines.append(f"Each rank gets SIGTERM, then SIGKILL after {grace_s:g} s: the job's unsaved progress is lost.")
+    return "\n".join(printable(line) for line in lines)
+
+
 def planned_gpu_memory(snapshots: Iterable[DeploymentSnapshot]) -> dict[tuple[str, int], float]:
     """(host, GPU) -> the memory the plans of the deployments still running expect in use there."""
     lines: dict[tuple[str, int], float] = {}

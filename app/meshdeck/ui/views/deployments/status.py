@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import time
 
-from meshdeck.services.deployments.model import DeploymentSnapshot
+from meshdeck.services.deployments.model import DeploymentSnapshot, listed
 
 NOTHING_SELECTED = (
     "No deployment selected: choose a profile and Launch (its pre-flight checks run first; Pre-flight only checks)."
 )
-LISTED = 12  # parts or failed checks listed in a confirmation; the rest are counted
 
 
 def status_line(snapshot: DeploymentSnapshot | None, *, simulated: bool = False, found: bool = False) -> str:
@@ -38,43 +37,13 @@ def status_line(snapshot: DeploymentSnapshot | None, *, simulated: bool = False,
     return text + (f" ({', '.join(notes)})" if notes else "")
 
 
-def _listed(lines: list[str], rest: str) -> list[str]:
-    shown = [f"• {line}" for line in lines[:LISTED]]
-    if len(lines) > LISTED:
-        shown.append(f"… and {len(lines) - LISTED} more {rest}")
-    return shown
-
-
-def stop_question(snapshot: DeploymentSnapshot, grace_s: float) -> str:
-    """What Stop asks before it stops anything: the deployment, each part and host (in the order they stop),
-    and what is lost."""
-    parts = sorted(snapshot.workers, key=lambda w: -w.stage)  # as the registry stops them
-    hosts = list(dict.fromkeys(w.host for w in parts))
-    found = " It was found on the agents (launched elsewhere)." if snapshot.adopted else ""
-    lines = [
-        f"Stop {snapshot.id} ({snapshot.engine}, {snapshot.state})?{found}",
-        "",
-        f"{len(parts)} part(s) on {len(hosts)} host(s) ({', '.join(hosts)}) stop, the last stage first:",
-        *_listed([f"{w.command} on {w.host} ({w.state})" for w in parts], "part(s)"),
-        "",
-    ]
-    if snapshot.engine == "vllm":
-        served = f" and {snapshot.serving_url} stops answering" if snapshot.serving_url else ""
-        lines.append(
-            f"Each engine gets SIGTERM, then SIGKILL after {grace_s:g} s: its in-flight requests are dropped{served}."
-        )
-    else:
-        lines.append(f"Each rank gets SIGTERM, then SIGKILL after {grace_s:g} s: the job's unsaved progress is lost.")
-    return "\n".join(lines)
-
-
 def override_question(name: str, failures: list[str]) -> str:
     """What "Launch anyway…" asks: the failed checks, and that the override is recorded."""
     return "\n".join(
         [
             f"Launch {name} although {len(failures)} pre-flight check(s) failed?",
             "",
-            *_listed(failures, "failed check(s): see the Pre-flight tab"),
+            *listed(failures, "failed check(s): see the Pre-flight tab"),
             "",
             "A launch past these usually fails or crash-loops (GPUs or ports another deployment holds, a model "
             "missing on a node). The override is recorded in the deployment's events.",

@@ -51,6 +51,7 @@ from meshdeck.services.deployments.model import (
     PartStopped,
     StopOutcome,
     new_deployment_id,
+    stop_question,
     worker_id,
 )
 from meshdeck.services.deployments.preflight_gate import (
@@ -72,7 +73,6 @@ from meshdeck.ui.views.deployments.status import (
     action_message,
     override_question,
     status_line,
-    stop_question,
 )
 from meshdeck.ui.widgets.tables import row_table
 
