@@ -1,7 +1,7 @@
 """`meshdeck hosts add|list|remove|probe`: the servers meshdeck manages, and a one-shot connection check.
 
     meshdeck hosts add gpu-a ubuntu@10.0.0.5 -J bastion -i ~/.ssh/id_ed25519 [--prometheus 10.0.0.5:9400]
-    meshdeck hosts list [--json]
+    meshdeck hosts list [--connect] [--json]              # STATE: recorded (console / record), or asked now
     meshdeck hosts remove gpu-a
     meshdeck hosts probe gpu-a [--accept-new] [--json]     # a stored name, an ssh alias or user@host
 
@@ -27,8 +27,10 @@ from meshdeck.core.text import printable
 from meshdeck.remote.errors import RemoteError
 from meshdeck.remote.hostkeys import HostKeyInfo
 from meshdeck.remote.sshconfig import parse_port
+from meshdeck.services import host_states
 from meshdeck.services import hosts as host_service
-from meshdeck.services.fleet import FleetSettings, with_overrides
+from meshdeck.services.deployments import hosts as deploy_hosts
+from meshdeck.services.fleet import FleetService, FleetSettings, with_overrides
 from meshdeck.services.hosts import HostRecord
 from meshdeck.store.database import Database, default_database_path, open_database
 
@@ -45,8 +47,17 @@ def register(subparsers: Subparsers) -> None:
     _connection_options(add)
     add.set_defaults(func=_add)
 
-    listing = commands.add_parser("list", help="list the servers")
+    listing = commands.add_parser(
+        "list",
+        help="list the servers with their state",
+        description="STATE is what the console or `meshdeck record` last recorded (unknown when that is over "
+        "a minute old); --connect asks every host now instead, all at once, for at most "
+        f"{host_states.ASK_TIMEOUT_S:g} s (a host with no verdict by then is unknown).",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument(
+        "--connect", action="store_true", help="ask every host now (all at once, bounded; may start its agent)"
+    )
     listing.set_defaults(func=_list)
 
     remove = commands.add_parser("remove", help="forget a server (its recorded history stays)")
@@ -115,17 +126,36 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
+def _states(args: argparse.Namespace, db: Database, names: list[str]) -> dict[str, host_states.HostState]:
+    if not args.connect or not names:
+        return host_states.recorded_states(db, names)
+    with FleetService(deploy_hosts.query_settings()) as fleet:
+        return host_states.asked_states(fleet, names, db, timeout_s=host_states.ASK_TIMEOUT_S)
+
+
 def _list(args: argparse.Namespace) -> int:
-    records = _with_db(args, host_service.list_hosts)
+    with open_database(args.db) as db:
+        records = host_service.list_hosts(db)
+        states = _states(args, db, [r.name for r in records])
     if args.json:
-        print(json.dumps([_record_json(r) for r in records], indent=2))
+        print(json.dumps([_record_json(r, states[r.name]) for r in records], indent=2))
         return 0
     if not records:
         print("no hosts yet; add one with `meshdeck hosts add NAME [user@]host`")
         return 0
-    rows: list[tuple[str, ...]] = [("NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS")]
+    rows: list[tuple[str, ...]] = [("NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "NOTE")]
     rows += [
-        (r.name, r.target, str(r.port or ""), r.jump or "", r.identity_file or "", r.simulate or "", r.prometheus or "")
+        (
+            r.name,
+            states[r.name].state,
+            r.target,
+            str(r.port or ""),
+            r.jump or "",
+            r.identity_file or "",
+            r.simulate or "",
+            r.prometheus or "",
+            printable(states[r.name].reason, 100),
+        )
         for r in records
     ]
     rows = [tuple(printable(cell) for cell in row) for row in rows]
@@ -135,8 +165,11 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record_json(record: HostRecord) -> dict[str, Any]:
+def _record_json(record: HostRecord, state: host_states.HostState) -> dict[str, Any]:
     return {
+        "state": state.state,
+        "state_reason": state.reason,
+        "state_seen_at": state.seen_at,
         "name": record.name,
         "target": record.target,
         "port": record.port,

@@ -38,7 +38,8 @@ def test_add_list_remove_round_trip(capsys, db: str, tmp_path: Path):
     ]
     assert listed[0]["identity_file"] == str(key)
     code, out, _ = _run(capsys, "--db", db, "hosts", "list")
-    assert out.splitlines()[0].split() == ["NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS"]
+    header = ["NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "NOTE"]
+    assert out.splitlines()[0].split() == header
     assert "gpu-b" in out and "ops@bastion:2200,jump2" in out
     assert _run(capsys, "--db", db, "hosts", "remove", "gpu-a") == (0, "removed gpu-a (ubuntu@10.0.0.5)\n", "")
     assert [h["name"] for h in json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])] == ["gpu-b"]
@@ -152,9 +153,9 @@ def test_a_host_keeps_its_exporter_address_and_the_listing_shows_it(capsys, db: 
     listed = json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])
     assert [(h["name"], h["prometheus"]) for h in listed] == [("gpu-a", "10.0.0.5:9400"), ("gpu-b", None)]
     lines = _run(capsys, "--db", db, "hosts", "list")[1].splitlines()
-    assert lines[0].split() == ["NAME", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS"]
-    assert lines[1].split() == ["gpu-a", "10.0.0.5", "10.0.0.5:9400"]
-    assert lines[2].split() == ["gpu-b", "10.0.0.6"]
+    assert lines[0].split() == ["NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "NOTE"]
+    assert lines[1].split()[:4] == ["gpu-a", "unknown", "10.0.0.5", "10.0.0.5:9400"]  # nothing recorded of it
+    assert lines[2].split()[:3] == ["gpu-b", "unknown", "10.0.0.6"]
 
 
 @pytest.mark.parametrize(
