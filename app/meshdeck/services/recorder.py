@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshdeck.core.text import printable
+from meshdeck.remote.errors import HostKeyUnknown
 from meshdeck.services.console import ConsoleServices
 from meshdeck.services.events import FleetEvent, HostStateChanged
 from meshdeck.services.fleet import FleetSettings
@@ -35,6 +36,9 @@ from meshdeck.store.hosts import list_hosts
 log = logging.getLogger(__name__)
 
 RESCAN_S = 10.0  # how often the stored hosts are read again (a `hosts add` is recorded within this)
+# A failed host (unknown key, refused login: what retrying alone cannot fix) waits for a retry; the console's
+# operator clicks Retry, the recorder retries it this often (a key accepted meanwhile then works).
+FAILED_RETRY_S = 300.0
 FLUSH_TIMEOUT_S = 120.0  # for the last commit at a stop
 SAID_STATES = ("connected", "degraded", "failed", "disconnected")  # host states worth a line
 LINE_LIMIT = 400
@@ -60,12 +64,16 @@ class Recorder:
         say: Callable[[str], None] = log.info,
         poll_s: float = POLL_S,
         rescan_s: float = RESCAN_S,
+        failed_retry_s: float = FAILED_RETRY_S,
     ) -> None:
         self.db_path = db_path
         self.fleet_settings = fleet_settings
         self._say = say
         self.poll_s = poll_s
         self.rescan_s = rescan_s
+        self.failed_retry_s = failed_retry_s
+        self._lock = threading.Lock()
+        self._failed_at: dict[str, float] = {}  # host -> when it failed (monotonic), until retried
 
     def say(self, text: str) -> None:
         self._say(printable(text, LINE_LIMIT))
@@ -151,6 +159,13 @@ class Recorder:
         for name in sorted(current - set(stored)):
             services.fleet.remove_host(name)
             self.say(f"{name}: removed from the stored hosts; no longer recorded")
+        with self._lock:
+            due = [name for name, at in self._failed_at.items() if time.monotonic() - at >= self.failed_retry_s]
+            for name in due:
+                del self._failed_at[name]
+        for name in due:
+            if name in current and name in stored and services.fleet.status(name).state == "failed":
+                services.fleet.retry(name)
         added = [record for name, record in stored.items() if name not in current]
         resume = resume_points(services.db) if added else {}
         for record in added:
@@ -164,6 +179,12 @@ class Recorder:
     def _tell(self, event: FleetEvent) -> None:
         if isinstance(event, HostStateChanged) and event.state in SAID_STATES:
             reason = f": {event.reason}" if event.reason else ""
+            if isinstance(event.error, HostKeyUnknown):  # the recorder asks nobody: say where to accept it
+                reason += f" (accept it with `meshdeck hosts probe {event.host} --accept-new`)"
+            if event.state == "failed":
+                reason += f"; tried again every {self.failed_retry_s / 60:.0f} min"
+                with self._lock:
+                    self._failed_at[event.host] = time.monotonic()
             self.say(f"{event.host}: {event.state}{reason}")
 
 
