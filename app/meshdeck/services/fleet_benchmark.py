@@ -206,7 +206,7 @@ class FleetBenchmarkSettings:
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= MAX_HOSTS:
             raise InputError(
-                "--hosts",
+                "--host-count",
                 f"must be from 1 to {MAX_HOSTS} (each host is two local agent processes), got {self.hosts}",
             )
         if self.gpus_per_host < 1:

@@ -5,7 +5,7 @@ it does: every thread of the console stops. Left to itself, a full collection st
 happens to allocate when the counts say so, often in the middle of a fleet-view refresh. Beside a 278-host
 fleet the console holds ~330,000 tracked objects (inventories: 40,000 NVLink records alone; host models,
 services, Qt wrappers), most of them for the whole session, and the sample path's allocations triggered a
-full collection every ~13 s. Measured with `meshdeck bench fleet --hosts 278 --console` on a 2-core machine:
+full collection every ~13 s. Measured with `meshdeck bench fleet --host-count 278 --console` on a 2-core machine:
 full collections took 250 ms (median; 211-428 ms), each stalling whatever refresh or delivery ran then.
 
 So, while the console runs:

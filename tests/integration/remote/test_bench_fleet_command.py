@@ -35,7 +35,7 @@ def _bench_agents() -> set[int]:
 def _bench(*flags: str) -> dict[str, object]:
     before = _bench_agents()
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    command = [sys.executable, "-m", "meshdeck", "bench", "fleet", "--hosts", str(HOSTS), "--gpus-per-host", "8"]
+    command = [sys.executable, "-m", "meshdeck", "bench", "fleet", "--host-count", str(HOSTS), "--gpus-per-host", "8"]
     done = subprocess.run(
         [*command, "--seconds", str(SECONDS), *flags, "--json"],
         capture_output=True,

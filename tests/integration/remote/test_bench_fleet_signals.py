@@ -58,7 +58,7 @@ def test_a_signal_in_the_window_ends_the_run_and_stops_every_agent_it_started(
     signum: signal.Signals, flags: tuple[str, ...]
 ):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    command = [sys.executable, "-m", "meshdeck", "--log-level", "INFO", "bench", "fleet", "--hosts", "2"]
+    command = [sys.executable, "-m", "meshdeck", "--log-level", "INFO", "bench", "fleet", "--host-count", "2"]
     command += ["--gpus-per-host", "1", "--seconds", "3600", *flags]
     bench = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()

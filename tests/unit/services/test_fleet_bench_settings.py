@@ -1,5 +1,5 @@
 """`bench fleet`'s settings are checked before anything starts: a host count one machine cannot run is
-refused naming --hosts and the bound (it once started agents until the machine gave out)."""
+refused naming --host-count and the bound (it once started agents until the machine gave out)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_a_host_count_outside_what_one_machine_runs_is_refused_naming_the_bound(
     with pytest.raises(InputError) as raised:
         FleetBenchmarkSettings(hosts=hosts)
     assert str(raised.value) == (
-        f"--hosts: must be from 1 to 1000 (each host is two local agent processes), got {hosts}"
+        f"--host-count: must be from 1 to 1000 (each host is two local agent processes), got {hosts}"
     )
 
 

@@ -1,6 +1,6 @@
 """`meshdeck bench fleet`: the console's sample path against N real simulated agents on this machine.
 
-    meshdeck bench fleet --hosts 32 --gpus-per-host 8 --seconds 60 [--console] --json
+    meshdeck bench fleet --host-count 32 --gpus-per-host 8 --seconds 60 [--console] --json
     -> {"hosts": 32, "gpus": 256, "seconds": 60, "client_cpu_pct": ..., "samples_lost": 0, ...}
 
 Each host is its own `meshdeck-agent --simulate {G}xH200` daemon with its own socket and state dir in a
@@ -9,6 +9,9 @@ record every sample into a temporary SQLite database. `--console` also runs the 
 in this process (QT_QPA_PLATFORM=offscreen), showing the fleet view (`gui_view` names it). Exactly what each number means: `meshdeck.services.fleet_benchmark`.
 Everything started is stopped and the folder removed afterwards, also on Ctrl+C (SIGINT) or SIGTERM, which
 end the run early (exit status 130 / 143). At most 1,000 hosts.
+
+`--host-count` was `--hosts`, which every other command takes as host NAMES (`plan --hosts gpu-a,gpu-b`);
+`--hosts N` still works here and says on stderr that it is deprecated.
 """
 
 from __future__ import annotations
@@ -39,7 +42,14 @@ def register(subparsers: Subparsers) -> None:
         "fleet", help="N simulated agents through the fleet and the store (and the console offscreen)"
     )
     parser.add_argument(
-        "--hosts", type=positive_int, required=True, help=f"agents to run, one per host (at most {MAX_HOSTS})"
+        "--host-count",
+        dest="host_count",
+        type=positive_int,
+        metavar="N",
+        help=f"required: simulated hosts to run, one agent each (at most {MAX_HOSTS})",
+    )
+    parser.add_argument(
+        "--hosts", dest="host_count", type=positive_int, action=_DeprecatedHosts, metavar="N", help=argparse.SUPPRESS
     )
     parser.add_argument("--gpus-per-host", type=positive_int, default=8, help="simulated GPUs per host (default 8)")
     parser.add_argument("--seconds", type=positive_seconds, default=60.0, help="the measuring window (default 60)")
@@ -54,12 +64,31 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     # cli.py fills this in (from console_entry) when --console is given: the command layer has no Qt
-    parser.set_defaults(func=_run, offscreen_console=None)
+    parser.set_defaults(func=lambda args: _run(args, parser), offscreen_console=None)
 
 
-def _run(args: argparse.Namespace) -> int:
+class _DeprecatedHosts(argparse.Action):
+    """`--hosts N`, the old spelling of --host-count: still taken, with a line on stderr saying so."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            "meshdeck bench fleet: --hosts is deprecated (elsewhere --hosts takes host names); use --host-count",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.host_count is None:
+        parser.error("the following arguments are required: --host-count")
     settings = FleetBenchmarkSettings(
-        hosts=args.hosts,
+        hosts=args.host_count,
         gpus_per_host=args.gpus_per_host,
         seconds=args.seconds,
         connect_timeout_s=args.connect_timeout,
