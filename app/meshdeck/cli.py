@@ -83,9 +83,21 @@ def hoist_global_options(argv: Sequence[str]) -> list[str]:
     return front + rest
 
 
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest subcommand parser `args` went through (`meshdeck hosts add` -> hosts' add parser)."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub is not None else None
+        if sub is None or not isinstance(name, str) or name not in sub.choices:
+            return parser
+        parser = sub.choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(hoist_global_options(sys.argv[1:] if argv is None else list(argv)))
+    args, extras = parser.parse_known_args(hoist_global_options(sys.argv[1:] if argv is None else list(argv)))
+    if extras:  # refused by the subcommand that was given them, with ITS usage (argparse would print meshdeck's)
+        chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     func = getattr(args, "func", None)
     if func is None:
