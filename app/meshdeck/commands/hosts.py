@@ -4,6 +4,7 @@
     meshdeck hosts list [--connect] [--json]              # STATE: recorded (console / record), or asked now
     meshdeck hosts remove gpu-a
     meshdeck hosts probe gpu-a [--accept-new] [--json]     # a stored name, an ssh alias or user@host
+    meshdeck hosts processes gpu-a [--json]                # which processes hold each GPU (_host_processes.py)
 
 `probe` connects (host key, login), uploads the agent if the server lacks this version, attaches
 and prints the inventory with the host key fingerprint and the agent version. An unknown host key
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from meshdeck.commands import Subparsers
+from meshdeck.commands import Subparsers, _host_processes
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.remote.errors import RemoteError
@@ -80,6 +81,7 @@ def register(subparsers: Subparsers) -> None:
     probe.add_argument("--python", metavar="PATH", help="python3 on the server (default: python3 on its PATH)")
     probe.add_argument("--timeout", default="60", metavar="S", help="seconds to wait for the agent (default 60)")
     probe.set_defaults(func=_probe)
+    _host_processes.register(commands)
 
 
 def _connection_options(parser: argparse.ArgumentParser) -> None:

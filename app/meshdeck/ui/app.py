@@ -39,6 +39,7 @@ from meshdeck.ui.views.fleet.view import FleetView
 from meshdeck.ui.views.history.view import HistoryView
 from meshdeck.ui.views.hosts.view import HostsView
 from meshdeck.ui.views.planner.view import PlannerView
+from meshdeck.ui.views.processes import ProcessesView
 from meshdeck.ui.views.profiles import ProfilesView
 from meshdeck.ui.views.topology import TopologyView
 
@@ -93,7 +94,7 @@ def application() -> QApplication:
     return app
 
 
-VIEW_KEYS = ("hosts", "topology", "planner", "deployments", "dashboard", "fleet", "history", "profiles")
+VIEW_KEYS = ("hosts", "topology", "planner", "deployments", "dashboard", "fleet", "history", "profiles", "processes")
 
 
 def drop_import_sources() -> None:
@@ -132,6 +133,7 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
         ViewEntry("fleet", "Fleet", fleet),
         ViewEntry("history", "History", HistoryView(context)),
         ViewEntry("profiles", "Profiles", profiles),
+        ViewEntry("processes", "Processes", ProcessesView(context)),  # nvitop's process table, per host and GPU
     ]
     assert tuple(v.key for v in views) == VIEW_KEYS
     return views
