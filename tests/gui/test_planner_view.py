@@ -471,3 +471,47 @@ def test_the_saved_profile_takes_the_plans_max_num_seqs_mitigation_the_dialog_of
         stored = profile_service.get_profile(planner.context.db, name)
         assert stored.profile.vllm.max_num_seqs == 256 and "max_num_seqs 256" in stored.version.note
     assert planner.save_status.text().startswith("Saved ")
+
+
+def test_the_vllm_release_is_chosen_in_the_form_and_the_summary_says_which_in_the_clis_words(
+    qtbot, planner, capsys
+) -> None:
+    from meshdeck.cli import main
+    from meshdeck.core.vllm_releases import NEWEST_MODELLED, VLLM_ACCOUNTINGS
+
+    combo = planner.form.vllm_release
+    labels = [combo.itemText(i) for i in range(combo.count())]
+    assert labels == ["from the hosts (0.11)", *(a.label for a in VLLM_ACCOUNTINGS), "newest modelled (0.33)"]
+    _plan(qtbot, planner)  # simulated hosts: their agents model 0.11's accounting
+    assert planner.result.request.vllm_version == (0, 11)
+    assert (
+        "<b>vLLM:</b> memory accounting follows vLLM 0.11, from the hosts: their simulated agents model vLLM 0.11's "
+        "accounting (releases 0.11: " in planner.summary.text()
+    )
+    assert "the planner's vLLM release picks another)" in planner.summary.text()
+    assert "memory accounting" not in planner.notes.text()  # said once, in the summary
+
+    combo.setCurrentIndex(labels.index("0.12–0.13"))
+    _plan(qtbot, planner)
+    assert planner.result.request.vllm_version == (0, 13)
+    console = planner.summary.text().split("<b>vLLM:</b> ")[1]
+    assert main(["plan", "--gpu", "H200-SXM-141GB", "--nodes", "2", "--vllm-version", "0.13", "--top", "1"]) == 0
+    cli = next(line for line in capsys.readouterr().out.splitlines() if "memory accounting follows" in line)
+    assert console.startswith("memory accounting follows vLLM 0.13, as chosen in the planner (releases 0.12–0.13: ")
+    assert cli.startswith("note: memory accounting follows vLLM 0.13, as --vllm-version asks (releases 0.12–0.13: ")
+    assert (
+        console.split(" (releases ")[1].split("; the planner's")[0] == cli.split(" (releases ")[1].split("; --vllm")[0]
+    )
+
+    combo.setCurrentIndex(combo.count() - 1)
+    _plan(qtbot, planner)
+    assert planner.result.request.vllm_version == NEWEST_MODELLED
+    assert "memory accounting follows vLLM 0.33, the newest modelled (releases" in planner.summary.text()
+
+
+def test_the_vllm_release_choice_is_kept_between_sessions(qtbot, planner, console_context) -> None:
+    planner.form.vllm_release.setCurrentIndex(planner.form.vllm_release.count() - 1)
+    planner.save_settings(console_context.settings)
+    again = PlannerView(console_context)
+    qtbot.addWidget(again)
+    assert again.form.vllm_release.currentText() == "newest modelled (0.33)"

@@ -281,6 +281,7 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
         goal=args.goal,
         context_tokens=_int(args.context_tokens, "--context-tokens"),
         vllm_version=NEWEST_MODELLED if args.vllm_version is None else parse_vllm_version(args.vllm_version),
+        vllm_version_why="the newest modelled" if args.vllm_version is None else "as --vllm-version asks",
         tensor_parallel=_int(args.tensor_parallel, "--tensor-parallel"),
         pipeline_parallel=_int(args.pipeline_parallel, "--pipeline-parallel"),
         data_parallel=_int(args.data_parallel, "--data-parallel"),

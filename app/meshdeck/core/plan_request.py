@@ -94,6 +94,10 @@ class PlanRequest:
     goal: str = "throughput"
     context_tokens: int | None = None  # sequence length the decode estimate assumes
     vllm_version: tuple[int, int] = DEFAULT_VLLM_VERSION
+    # Why this release ("the newest modelled", "from the hosts: …"; "" says it from the version) and what picks
+    # another: the plan's accounting note says both, in the same words whichever front end planned.
+    vllm_version_why: str = ""
+    vllm_version_picker: str = "--vllm-version"
     # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS as the launch sets it (a profile's env); None: the release's default
     cudagraph_memory_estimate: bool | None = None
     mm_encoder_tp_mode: str = "weights"  # a multimodal model's vision tower: split over TP, or whole on every rank

@@ -53,7 +53,7 @@ from meshdeck.core.serving import (
 )
 from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
-from meshdeck.core.vllm_releases import accounting_for, release_text
+from meshdeck.core.vllm_releases import NEWEST_MODELLED, accounting_for, release_text
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
 
 __all__ = [
@@ -315,6 +315,7 @@ class PlanResult:
                 "est_context_tokens": settings.context_tokens,
                 "vllm_accounting": ".".join(str(v) for v in request.vllm_version),
                 "vllm_accounting_range": accounting_for(request.vllm_version).label,
+                "vllm_accounting_why": accounting_why(request),
             },
             "workload": request.workload.as_dict(),
             "speed_source": self.speed_source.as_dict() if self.speed_source else None,
@@ -340,12 +341,21 @@ class PlanResult:
         }
 
 
-def _accounting_note(version: tuple[int, int]) -> str:
-    """Which release's accounting the numbers follow, and how that release's range sizes the KV cache."""
+def accounting_why(request: PlanRequest) -> str:
+    """Why the plan follows its vLLM release: what the request says, else from the version itself."""
+    if request.vllm_version_why:
+        return request.vllm_version_why
+    return "the newest modelled" if request.vllm_version == NEWEST_MODELLED else "as asked"
+
+
+def accounting_note(request: PlanRequest) -> str:
+    """Which release's accounting the numbers follow, why that one, how that release's range sizes the KV cache
+    and what picks another — the one sentence the CLI's notes and the console's summary both show."""
+    version = request.vllm_version
     accounting = accounting_for(version)
     return (
-        f"memory accounting follows vLLM {release_text(version)} "
-        f"(releases {accounting.label}: {accounting.summary}; --vllm-version picks another)"
+        f"memory accounting follows vLLM {release_text(version)}, {accounting_why(request)} "
+        f"(releases {accounting.label}: {accounting.summary}; {request.vllm_version_picker} picks another)"
     )
 
 
@@ -436,7 +446,7 @@ def plan(
         *_fallback_note(scored, speed_source),
         "est_decode_* numbers are the roofline's decode estimate (bandwidth and FLOP models), not measurements",
         f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
-        _accounting_note(request.vllm_version),
+        accounting_note(request),
     )
     if request.cluster.gpu.vendor == "amd":
         notes += (rocm_note(request.cluster.gpu.arch, request.cluster.gpu.name),)

@@ -28,9 +28,16 @@ _RELEASE = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\D|$)")
 
 def vllm_release_for_hosts(inventories: Mapping[str, Inventory], hosts: Sequence[str]) -> Release:
     """The release a plan for these hosts follows when no host has said which vLLM it runs."""
+    return release_for_hosts(inventories, hosts)[0]
+
+
+def release_for_hosts(inventories: Mapping[str, Inventory], hosts: Sequence[str]) -> tuple[Release, str]:
+    """vllm_release_for_hosts and why, in the words the plan's accounting note uses ("from the hosts: …")."""
     if any(inventories[host].simulated for host in hosts if host in inventories):
-        return STAND_IN_VLLM_RELEASE
-    return NEWEST_MODELLED
+        return STAND_IN_VLLM_RELEASE, (
+            f"from the hosts: their simulated agents model vLLM {release_text(STAND_IN_VLLM_RELEASE)}'s accounting"
+        )
+    return NEWEST_MODELLED, "from the hosts: their inventories do not name their vLLM, so the newest modelled"
 
 
 def release_from_reports(reports: Mapping[str, Any]) -> tuple[Release, str]:

@@ -122,13 +122,14 @@ def test_a_request_built_without_the_cli_is_refused_too(v32, request_for):
     [
         (
             (0, 11),
-            "memory accounting follows vLLM 0.11 (releases 0.11: CUDA graphs captured after sizing, outside the "
-            "KV budget; fused-MoE chunk 32768 tokens; --vllm-version picks another)",
+            "memory accounting follows vLLM 0.11, as asked (releases 0.11: CUDA graphs captured after sizing, outside "
+            "the KV budget; fused-MoE chunk 32768 tokens; --vllm-version picks another)",
         ),
         (
             (0, 33),
-            "memory accounting follows vLLM 0.33 (releases 0.27–0.33: CUDA graphs' profiled estimate subtracted "
-            "from the KV budget; non-KV memory measured as the drop in free memory; --vllm-version picks another)",
+            "memory accounting follows vLLM 0.33, the newest modelled (releases 0.27–0.33: CUDA graphs' profiled "
+            "estimate subtracted from the KV budget; non-KV memory measured as the drop in free memory; "
+            "--vllm-version picks another)",
         ),
     ],
 )

@@ -1,7 +1,10 @@
 """The planner's inputs: the cluster (detected hosts, or typed in) and the serving settings.
 
 Detected hosts come first: every connected host with GPUs is listed with what its agent reported,
-and the ones ticked (in list order, the first is the head) form the cluster. The form only collects
+and the ones ticked (in list order, the first is the head) form the cluster. The vLLM release whose
+memory accounting the plan follows is chosen as `meshdeck plan --vllm-version` chooses it: "from the
+hosts" (simulated agents model 0.11; real hosts do not report theirs, so the newest modelled), one of
+the modelled ranges, or the newest; the plan's accounting note says which and why, in the CLI's words. The form only collects
 choices; `PlannerInputs` is turned into a `PlanRequest` off the GUI thread (model cards and the GPU
 catalog are files), where bad values become InputErrors naming the field, shown under the form.
 """
@@ -33,14 +36,18 @@ from PySide6.QtWidgets import (
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, default_intra_node_link
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
-from meshdeck.core.plan_request import GOALS, PlanRequest
+from meshdeck.core.plan_request import GOALS, PlanRequest, parse_vllm_version
 from meshdeck.core.serving import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS, MAX_WORKLOAD_TOKENS, Workload
-from meshdeck.core.vllm_releases import NEWEST_MODELLED
+from meshdeck.core.vllm_releases import NEWEST_MODELLED, VLLM_ACCOUNTINGS, Release, release_text
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model
 from meshdeck.services.cluster import DetectedCluster, cluster_from_inventories
 from meshdeck.services.inventory import Inventory, describe_gpus
-from meshdeck.services.vllm_release import vllm_release_for_hosts
+from meshdeck.services.vllm_release import release_for_hosts
+
+FROM_HOSTS = "hosts"  # the vLLM release item that follows the hosts (the others hold a release, "0.13")
+NEWEST = "newest"  # the item that follows the newest modelled release, whichever it is
+RELEASE_PICKER = "the planner's vLLM release"  # what the accounting note says picks another
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,17 @@ class PlannerInputs:
     tpot_ms: float | None = None
     disaggregated: bool = False
     speed: str = "kernels"  # services.planning: "kernels" (measured tables where they reach) or "roofline"
+    vllm_release: Release | None = None  # None: from the hosts (the newest modelled for a typed-in cluster)
+
+    def release(self) -> tuple[Release, str]:
+        """The vLLM release the plan follows and why, as the accounting note says it."""
+        if self.vllm_release is not None:
+            return self.vllm_release, (
+                "the newest modelled" if self.vllm_release == NEWEST_MODELLED else "as chosen in the planner"
+            )
+        if self.use_detected:
+            return release_for_hosts(self.inventories, self.hosts)
+        return NEWEST_MODELLED, "the newest modelled (a typed-in cluster has no hosts to ask)"
 
     @property
     def workload(self) -> Workload:
@@ -82,11 +100,10 @@ class PlannerInputs:
     def to_request(self) -> tuple[PlanRequest, DetectedCluster | None]:
         detected = None
         catalog = load_gpu_catalog()
-        release = NEWEST_MODELLED
+        release, why = self.release()
         if self.use_detected:
             detected = cluster_from_inventories(self.inventories, self.hosts, catalog)
             cluster = detected.cluster
-            release = vllm_release_for_hosts(self.inventories, self.hosts)
         else:
             gpu = next(g for g in catalog if g.name == self.gpu_name)
             link = default_intra_node_link(gpu)
@@ -109,6 +126,8 @@ class PlannerInputs:
             max_num_seqs=self.max_num_seqs,
             mtp=self.mtp,
             vllm_version=release,
+            vllm_version_why=why,
+            vllm_version_picker=RELEASE_PICKER,
             workload=self.workload,
             disaggregated=self.disaggregated,
             hosts_without_rdma=detected.hosts_without_rdma if detected else (),
@@ -156,6 +175,7 @@ class PlannerForm(QWidget):
         cluster_form.addRow("Nodes", self.nodes)
         cluster_form.addRow("GPUs per node", self.gpus_per_node)
         self.detected.toggled.connect(self._source_changed)
+        self.host_list.itemChanged.connect(lambda _item: self._name_hosts_release())
 
         serving_box = QGroupBox("Serving")
         self.model = QComboBox()
@@ -187,9 +207,20 @@ class PlannerForm(QWidget):
         self.max_num_seqs.setRange(0, 65536)
         self.max_num_seqs.setSpecialValueText("vLLM default")
         self.mtp = QCheckBox("MTP speculative decoding")
+        self.vllm_release = QComboBox()
+        self.vllm_release.setObjectName("plannerVllmRelease")
+        self.vllm_release.addItem("from the hosts", FROM_HOSTS)
+        for accounting in VLLM_ACCOUNTINGS:
+            self.vllm_release.addItem(accounting.label, release_text(accounting.last))
+        self.vllm_release.addItem(f"newest modelled ({release_text(NEWEST_MODELLED)})", NEWEST)
+        self.vllm_release.setToolTip(
+            "Whose memory accounting the plan follows (`meshdeck plan --vllm-version`): the release the hosts "
+            "imply, one of the modelled ranges of releases that size the KV cache alike, or the newest"
+        )
         serving_form = QFormLayout(serving_box)
         serving_form.addRow("Model", self.model)
         serving_form.addRow("Engine", self.engine)
+        serving_form.addRow("vLLM release", self.vllm_release)
         serving_form.addRow("Goal", self.goal)
         serving_form.addRow("Weights", self.weights)
         serving_form.addRow("KV cache dtype", self.kv_dtype)
@@ -260,6 +291,7 @@ class PlannerForm(QWidget):
         layout.addWidget(self.error)
         layout.addStretch(1)
         self.typed.setChecked(True)
+        self._source_changed()
 
     # ------------------------------------------------------------------ inputs from outside
 
@@ -299,6 +331,40 @@ class PlannerForm(QWidget):
         self.host_list.setEnabled(detected)
         for widget in (self.gpu, self.nodes, self.gpus_per_node):
             widget.setEnabled(not detected)
+        self._name_hosts_release()
+
+    def _name_hosts_release(self) -> None:
+        """ "from the hosts (0.11)": the release the ticked hosts imply (the newest modelled when typed in)."""
+        release, _why = self._release_inputs(None).release()
+        self.vllm_release.setItemText(0, f"from the hosts ({release_text(release)})")
+
+    def _release_inputs(self, release: Release | None) -> PlannerInputs:
+        """What decides the release: the source, the ticked hosts and their inventories (the rest left empty)."""
+        return PlannerInputs(
+            use_detected=self.detected.isChecked(),
+            hosts=tuple(self.ticked_hosts()),
+            inventories=dict(self._inventories),
+            gpu_name="",
+            nodes=1,
+            gpus_per_node=1,
+            model="",
+            engine="vllm",
+            goal="",
+            weights_dtype=None,
+            kv_cache_dtype="auto",
+            max_model_len=None,
+            gpu_memory_utilization=0.9,
+            max_num_seqs=None,
+            mtp=False,
+            vllm_release=release,
+        )
+
+    def chosen_release(self) -> Release | None:
+        """The vLLM release chosen in the form; None: from the hosts."""
+        data = self.vllm_release.currentData()
+        if data == NEWEST:
+            return NEWEST_MODELLED
+        return None if data == FROM_HOSTS or not isinstance(data, str) else parse_vllm_version(data)
 
     def inputs(self) -> PlannerInputs:
         return PlannerInputs(
@@ -324,6 +390,7 @@ class PlannerForm(QWidget):
             tpot_ms=self.tpot_target.value() or None,
             disaggregated=self.disaggregated.isChecked(),
             speed=self.speed.currentData(),
+            vllm_release=self.chosen_release(),
         )
 
     def show_error(self, text: str | None) -> None:
@@ -342,6 +409,7 @@ class PlannerForm(QWidget):
         settings.setValue("planner/nodes", self.nodes.value())
         settings.setValue("planner/isl", self.isl.value())
         settings.setValue("planner/osl", self.osl.value())
+        settings.setValue("planner/vllm_release", self.vllm_release.currentData())
 
     def restore_settings(self, settings: QSettings) -> None:
         for combo, key in ((self.model, "model"), (self.goal, "goal"), (self.kv_dtype, "kv_dtype")):
@@ -357,6 +425,10 @@ class PlannerForm(QWidget):
         _restore_number(self.nodes, settings.value("planner/nodes"))
         _restore_number(self.isl, settings.value("planner/isl"))
         _restore_number(self.osl, settings.value("planner/osl"))
+        release = settings.value("planner/vllm_release")
+        index = self.vllm_release.findData(release) if isinstance(release, str) else -1
+        if index >= 0:  # a release this version no longer models is left at "from the hosts"
+            self.vllm_release.setCurrentIndex(index)
 
 
 def _restore_number(box: QSpinBox | QDoubleSpinBox, value: object) -> None:

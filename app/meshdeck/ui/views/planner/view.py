@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.layout_plan import INSTANCES_LEGEND, LayoutPlan
-from meshdeck.core.planner import PlanResult
+from meshdeck.core.planner import PlanResult, accounting_note
 from meshdeck.services.catalog import load_gpu_catalog
 from meshdeck.services.cluster import DetectedCluster
 from meshdeck.services.planning import plan_with_speed, warm_up_speed_tables
@@ -310,6 +310,7 @@ class PlannerView(QWidget):
             if source.measured
             else f"<br><b>Speed: ROOFLINE estimate, not measured</b> — {html.escape(source.reason or 'asked for')}"
         )
+        accounting = accounting_note(result.request)
         top = layouts[0] if layouts else None
         instances = f"<br>{html.escape(top.instances_text())}" if top is not None and top.instances > 1 else ""
         self.summary.setText(
@@ -317,8 +318,10 @@ class PlannerView(QWidget):
             f"{html.escape(cluster.gpu.name)}, {html.escape(where)}{simulated}: {len(result.fitting)} of "
             f"{len(layouts)} layouts fit at {html.escape(result.request.workload.text())}."
             f"<br>{html.escape(result.top_reason)}{speed}{instances}"
+            f"<br><b>vLLM:</b> {html.escape(accounting, quote=False)}"
         )
-        self.notes.setText(" · ".join([*(detected.notes if detected else ()), *result.notes]))
+        notes = [note for note in result.notes if note != accounting]  # said in the summary
+        self.notes.setText(" · ".join([*(detected.notes if detected else ()), *notes]))
         self.table.setRowCount(len(layouts))
         for row, layout in enumerate(layouts):
             for column, text in enumerate(_layout_row(row + 1, layout)):
