@@ -1,6 +1,7 @@
 """`meshdeck hosts add|list|remove|probe`: the servers meshdeck manages, and a one-shot connection check.
 
     meshdeck hosts add gpu-a ubuntu@10.0.0.5 -J bastion -i ~/.ssh/id_ed25519 [--prometheus 10.0.0.5:9400]
+    meshdeck hosts add gpu-a ubuntu@10.0.0.5 --accept-new  # and connect once now, pinning its host key
     meshdeck hosts list [--connect] [--json]              # STATE: recorded (console / record), or asked now
     meshdeck hosts remove gpu-a
     meshdeck hosts probe gpu-a [--accept-new] [--json]     # a stored name, an ssh alias or user@host
@@ -9,7 +10,9 @@
 `probe` connects (host key, login), uploads the agent if the server lacks this version, attaches
 and prints the inventory with the host key fingerprint and the agent version. An unknown host key
 (without --accept-new), a changed key, an auth failure or an unreachable host each end with one
-`meshdeck: error: ...` line and exit status 2. What a server reports (its inventory, paths, versions)
+`meshdeck: error: ...` line and exit status 2. `add --accept-new` stores the host, then probes it as
+`probe NAME --accept-new` does (trust on first use); when that fails the host stays added and the
+error says to probe it again. What a server reports (its inventory, paths, versions)
 and what is stored is printed escaped: no raw control character reaches the terminal.
 """
 
@@ -46,7 +49,12 @@ def register(subparsers: Subparsers) -> None:
     add.add_argument("name", help="short name, e.g. gpu-a")
     add.add_argument("target", help="[user@]host or an alias from ~/.ssh/config")
     _connection_options(add)
-    add.set_defaults(func=_add)
+    add.add_argument(
+        "--accept-new",
+        action="store_true",
+        help="then connect once, as `hosts probe NAME --accept-new`: accept and save its unknown host key "
+        "(trust on first use), upload the agent and print what the server has",
+    )
 
     listing = commands.add_parser(
         "list",
@@ -74,13 +82,19 @@ def register(subparsers: Subparsers) -> None:
     probe.add_argument("--accept-new", action="store_true", help="accept and save an unknown host key")
     probe.add_argument("--json", action="store_true", help="print the report as JSON")
     probe.add_argument("--ssh-config", metavar="FILE", help="ssh config to read (default ~/.ssh/config)")
-    probe.add_argument("--agent-pyz", metavar="FILE", help="agent zipapp to upload (default: dist/meshdeck-agent.pyz)")
+    probe.add_argument(
+        "--agent-pyz",
+        metavar="FILE",
+        help="agent zipapp to upload (default: $MESHDECK_AGENT_PYZ, else the bundled one, else one built from this "
+        "meshdeck's agent into your cache folder; never a dist/ one)",
+    )
     probe.add_argument("--remote-cache-dir", metavar="DIR", help="where the agent goes (default ~/.cache/meshdeck)")
     probe.add_argument("--agent-socket", metavar="PATH", help="the agent's socket on the server")
     probe.add_argument("--agent-state-dir", metavar="DIR", help="the agent's state dir (default: next to its socket)")
     probe.add_argument("--python", metavar="PATH", help="python3 on the server (default: python3 on its PATH)")
     probe.add_argument("--timeout", default="60", metavar="S", help="seconds to wait for the agent (default 60)")
     probe.set_defaults(func=_probe)
+    add.set_defaults(func=lambda args: _add(args, probe))  # --accept-new probes the host as `probe` would
     _host_processes.register(commands)
 
 
@@ -106,7 +120,7 @@ def _with_db(args: argparse.Namespace, action: Callable[[Database], Result]) -> 
         return action(db)
 
 
-def _add(args: argparse.Namespace) -> int:
+def _add(args: argparse.Namespace, probe_parser: argparse.ArgumentParser) -> int:
     record = _with_db(
         args,
         lambda db: host_service.add_host(
@@ -125,7 +139,18 @@ def _add(args: argparse.Namespace) -> int:
     simulated = f" (simulated {record.simulate})" if record.simulate else ""
     exporter = f" (Prometheus exporter on {record.prometheus})" if record.prometheus else ""
     print(f"added {record.name}: {record.target}{port}{via}{simulated}{exporter}")
-    return 0
+    if not args.accept_new:
+        return 0
+    probe_args = probe_parser.parse_args([record.name, "--accept-new"])  # its defaults: the stored host's settings
+    probe_args.db = args.db
+    code = _probe(probe_args)
+    if code:
+        print(
+            f"meshdeck: {record.name} stays added; once it is reachable run "
+            f"`meshdeck hosts probe {record.name} --accept-new`",
+            file=sys.stderr,
+        )
+    return code
 
 
 def _states(args: argparse.Namespace, db: Database, names: list[str]) -> dict[str, host_states.HostState]:
