@@ -209,8 +209,8 @@ def run_preflight(
     cpu_vllm = profile.engine == "vllm" and not has_gpus and is_vllm_cpu_build(found)
     if profile.engine == "vllm":
         required = ["vllm", "torch"] + ([] if cpu_vllm else ["nccl"]) + (["ray"] if plan.layout_class == "ray" else [])
-    else:
-        required = ["torch", "nccl"] if has_gpus else ["torch"]
+    else:  # a torch job uses NCCL on real GPUs; on simulated ones (the agent's fiction) it runs on CPU with gloo
+        required = ["torch", "nccl"] if any(i.gpus for i in decoded if not i.simulated) else ["torch"]
     if not simulated:
         results += rules.versions(required, found)
     gpus = _per_host(hosts, lambda h: _latest_gpus(caller, h, inventory[h]))

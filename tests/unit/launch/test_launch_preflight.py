@@ -145,3 +145,23 @@ def test_on_simulated_agents_the_vllm_checks_say_the_agent_stands_in_and_ray_fai
         ("versions", "gpu-a", SIMULATED_NO_RAY),
         ("versions", "gpu-b", SIMULATED_NO_RAY),
     ]
+
+
+def test_a_torch_job_on_simulated_agents_needs_no_nccl_it_runs_on_cpu_with_gloo() -> None:
+    """The demo's torch run: before, its GPUs (simulated) made pre-flight require NCCL, which a CPU torch lacks."""
+    profile = make_profile(engine="torch", hosts=["gpu-a", "gpu-b"], gpus_per_node=2,
+                           layout={"tensor_parallel": 1, "data_parallel": 4, "expert_parallel": True},
+                           torch={"script": "tiny-deepseek"})  # fmt: skip
+    plan = build_launch_plan(profile, [make_node("gpu-a", "10.0.0.1"), make_node("gpu-b", "10.0.0.2")], run_id="r")
+
+    class CpuTorch(ScriptedAgents):
+        def call(self, host: str, method: str, params: dict[str, Any] | None = None, timeout: float | None = None):
+            answer = super().call(host, method, params, timeout)
+            return {**answer, "nccl": None, "vllm": None} if method == "checks.versions" else answer
+
+    simulated = CpuTorch(inventories=dict.fromkeys(plan.hosts, _simulated_inventory()))
+    assert run_preflight(simulated, plan, profile).passed, run_preflight(simulated, plan, profile).failures
+    real = CpuTorch()  # real GPUs without NCCL: a torch job would fail to form its NCCL group
+    assert {(r.check, r.reason) for r in run_preflight(real, plan, profile).failures} == {
+        ("versions", "not installed: nccl")
+    }
