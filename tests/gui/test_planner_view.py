@@ -402,6 +402,10 @@ def test_a_layout_label_with_n_times_is_explained_in_its_tooltip_and_in_the_layo
     assert planner.table.horizontalHeaderItem(1).toolTip().startswith("N×: N independent instances of the layout")
     single = next(i for i, lay in enumerate(planner.result.layouts) if lay.instances == 1)
     assert planner.table.item(single, 1).toolTip() == ""
+    points = {point.key: point for point in planner.front.points}  # hovering its point on the chart says it too
+    assert planner.front.describe(points[("layout", row)]).endswith(f"<br>{layout.instances_text()}")
+    if ("layout", single) in points:
+        assert "independent instances" not in planner.front.describe(points[("layout", single)])
 
 
 def test_saving_several_instances_says_what_it_makes_and_offers_the_one_instance_layout_on_the_same_gpus(

@@ -36,6 +36,7 @@ class FrontPoint:
     label: str
     serving: ServingEstimate
     disaggregated: bool = False
+    note: str = ""  # said after the numbers when hovered (what an "N×" label means)
 
     @property
     def x(self) -> float:
@@ -173,6 +174,7 @@ class ServingFrontChart(QWidget):
             f"<b>{html.escape(printable(point.label))}</b> ({kind}, {source}): "
             f"{s.output_tokens_per_s_per_gpu:,.0f} tok/s per GPU, {s.tokens_per_s_per_user:,.1f} tok/s per user "
             f"(TPOT {s.tpot_ms:,.1f} ms, TTFT {s.ttft_ms:,.0f} ms) at {s.concurrency:,} in flight{sla}"
+            + (f"<br>{html.escape(printable(point.note), quote=False)}" if point.note else "")
         )
 
     def _hover(self, scene_position: QPointF) -> None:

@@ -342,7 +342,7 @@ class PlannerView(QWidget):
 
     def _show_front(self, result: PlanResult) -> None:
         points = [
-            FrontPoint(("layout", row), layout.label(), layout.serving)
+            FrontPoint(("layout", row), layout.label(), layout.serving, note=layout.instances_text())
             for row, layout in enumerate(result.layouts)
             if layout.serving is not None and layout.fits and layout.valid
         ]
