@@ -159,6 +159,8 @@ class DeploymentsView(QWidget):
         self.message = QLabel()  # the last action (pre-flight, launch, stop) and when
         self.message.setObjectName("deployMessage")
         self.message.setWordWrap(True)
+        for label in (self.status, self.message):  # they quote what agents said: never read as rich text
+            label.setTextFormat(Qt.TextFormat.PlainText)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Profile"))
         bar.addWidget(self.profile, 1)
@@ -406,7 +408,8 @@ class DeploymentsView(QWidget):
             blocked = error.blocked
             if blocked.name == self.profile.currentText():
                 self.blocked = blocked
-            failed = "; ".join(failure_lines(blocked.report))
+            lines = failure_lines(blocked.report)
+            failed = "; ".join(lines[:3]) + (f"; {len(lines) - 3} more in the Pre-flight tab" if len(lines) > 3 else "")
             self._say(f"launch of {name} blocked by its pre-flight, nothing was started: {failed}")
             self._buttons()
             return
