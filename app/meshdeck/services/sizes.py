@@ -1,6 +1,8 @@
 """Byte sizes as a person types and reads them (`50GB`, `500MiB`), through pydantic's ByteSize.
 
-GB, MB, TB are decimal (10^9 ...), GiB, MiB, TiB binary, as `df -H` and `df -h` say them."""
+GB, MB, TB are decimal (10^9 ...), GiB, MiB, TiB binary, as `df -H` and `df -h` say them. Either is read;
+sizes are written in the binary units, as every memory figure of meshdeck is (GiB, as nvidia-smi's MiB and
+vLLM's startup log), so "50GB" typed reads back as "46.6GiB" beside a GPU's "140.0GiB" (no space: one column of a table)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,12 @@ def parse_size(text: str, *, field: str) -> int | None:
         raise InputError(field, f"{text!r} is not a size: use e.g. 50GB, 500MiB, 2TB, or 'none'") from None
 
 
+_BINARY_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
 def format_size(size: int) -> str:
-    """`50.0GB`: decimal units, one decimal."""
-    return ByteSize(size).human_readable(decimal=True)
+    """`46.6GiB`: binary units, one decimal (`512B` under a KiB), no space (one column of a CLI table)."""
+    for factor, unit in _BINARY_UNITS:
+        if abs(size) >= factor:
+            return f"{size / factor:.1f}{unit}"
+    return f"{size:.0f}B"

@@ -109,7 +109,7 @@ def test_history_retention_sets_a_raw_size_budget_and_names_the_option_when_it_i
 ) -> None:
     path = tmp_path / "m.db"
     code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-max-size", "50GB")
-    assert code == 0 and out.splitlines()[3].startswith("raw size budget 50.0GB; raw tier now 0B (0 rows)")
+    assert code == 0 and out.splitlines()[3].startswith("raw size budget 46.6GiB; raw tier now 0B (0 rows)")
     code, out, _ = _run(capsys, "--db", str(path), "history", "retention", "--raw-days", "3", "--json")
     assert json.loads(out)["raw_max_bytes"] == 50 * 10**9 and json.loads(out)["raw_days"] == 3
     for bad, problem in (("lots", "is not a size"), ("10KB", "below the minimum")):
