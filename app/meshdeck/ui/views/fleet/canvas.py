@@ -130,6 +130,17 @@ class FleetCanvas(QWidget):
             self._viewport_height = height
             self._relayout()
 
+    def set_scale(self, colors: Sequence[QColor]) -> bool:
+        """Another colour scale (the metric changed); False when it is the one shown."""
+        if [c.rgba() for c in colors] == [c.rgba() for c in self.colors]:
+            return False
+        self.colors = list(colors)
+        self._scale = np.array([premultiplied(colour.rgba()) for colour in self.colors], dtype=np.uint32)
+        self._read_palette()
+        self.selected = self._selected  # the offsets depend on how many colours there are
+        self.update()
+        return True
+
     def set_colors(self, bins: np.ndarray, host_state: np.ndarray, host_labels: list[str]) -> bool:
         """New colour bins and host states; False when they are what the canvas already shows."""
         same = (

@@ -1,5 +1,6 @@
-"""The fleet view's key: the colour scale with its unit and end values, and what "no data", "stale /
-disconnected" and "selected" look like, drawn the way the canvas draws them."""
+"""The fleet view's key: the colour scale with its unit, end values and thresholds (a threshold scale's bands
+sit side by side, each threshold written at its edge), and what "no data", "stale / disconnected" and
+"selected" look like, drawn the way the canvas draws them."""
 
 from __future__ import annotations
 
@@ -24,17 +25,36 @@ class FleetLegend(QWidget):
         self.low_text = ""
         self.high_text = ""
         self.note = ""
+        self.edges: list[tuple[float, str]] = []  # (where on the bar 0..1, the threshold's text)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setMinimumHeight(self.fontMetrics().height() * 2 + 8)
+        self.setMinimumHeight(self.fontMetrics().height() * 3 + 8)  # the bar, the thresholds, the note
 
-    def set_scale(self, title: str, low_text: str, high_text: str, note: str = "") -> None:
-        if (title, low_text, high_text, note) != (self.title, self.low_text, self.high_text, self.note):
-            self.title, self.low_text, self.high_text, self.note = title, low_text, high_text, note
-            self.setToolTip(f"{title}: {low_text} … {high_text}" + (f" ({note})" if note else ""))
+    def set_scale(
+        self,
+        title: str,
+        low_text: str,
+        high_text: str,
+        note: str = "",
+        colors: Sequence[QColor] | None = None,
+        edges: Sequence[tuple[float, str]] = (),
+    ) -> None:
+        """The scale shown: its title, end values, note, colours (None: keep them) and threshold edges."""
+        recolored = colors is not None and colors is not self.colors
+        if recolored and colors is not None:
+            self.colors = list(colors) if not isinstance(colors, list) else colors
+        state = (title, low_text, high_text, note, list(edges))
+        if recolored or state != (self.title, self.low_text, self.high_text, self.note, self.edges):
+            self.title, self.low_text, self.high_text, self.note, self.edges = state
+            marks = ", ".join(text for _, text in self.edges)
+            self.setToolTip(
+                f"{title}: {low_text} … {high_text}"
+                + (f"; thresholds at {marks}" if marks else "")
+                + (f" ({note})" if note else "")
+            )
             self.update()
 
     def sizeHint(self) -> QSize:
-        return QSize(900, self.fontMetrics().height() * 2 + 8)
+        return QSize(900, self.fontMetrics().height() * 3 + 8)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
@@ -52,6 +72,12 @@ class FleetLegend(QWidget):
         painter.setPen(Qt.PenStyle.NoPen)
         for i, colour in enumerate(self.colors):
             painter.fillRect(QRect(int(x + i * step), 3, int(step) + 1, line - 2), colour)
+        for at, mark in self.edges:  # each threshold: a tick on the bar, its value under it
+            tick = int(x + at * BAR_WIDTH)
+            painter.setPen(QPen(palette.color(QPalette.ColorRole.Base), 1))
+            painter.drawLine(tick, 3, tick, line)
+            painter.setPen(text)
+            painter.drawText(tick - metrics.horizontalAdvance(mark) // 2, line + metrics.ascent() + 3, mark)
         x += BAR_WIDTH + 6
         painter.setPen(text)
         painter.drawText(x, metrics.ascent() + 2, self.high_text)
@@ -78,6 +104,7 @@ class FleetLegend(QWidget):
         painter.drawRect(x + 1, y + 1, SWATCH - 2, SWATCH - 2)
         painter.setPen(text)
         painter.drawText(x + SWATCH + 4, metrics.ascent() + 2, "selected (filters Dashboard)")
-        if self.note:
-            painter.drawText(4, line + metrics.ascent() + 4, self.note)
+        if self.note:  # under the threshold values when there are some
+            lines = 2 if self.edges else 1
+            painter.drawText(4, lines * line + metrics.ascent() + 4, self.note)
         painter.end()

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshdeck.ui import color_scales
 from meshdeck.ui.charts import units
 from meshdeck.ui.charts.units import Unit
+from meshdeck.ui.color_scales import ColorScale
 
 # Columns of the raw table, in order: the GPU series a fleet cell reads.
 RAW_METRICS: tuple[str, ...] = (
@@ -99,6 +101,13 @@ class FleetMetric:
     high: float | None = None  # None: from the data (nice_ceiling of the largest value)
     note: str = ""  # shown under the legend: where the number comes from
     or_more: bool = False  # the top colour is `high` or more (the legend's end says "≥")
+    colors: ColorScale = color_scales.VIRIDIS  # thresholds for load, memory, temperature, alerts (ui/color_scales.py)
+
+    @property
+    def legend_note(self) -> str:
+        """The note under the legend: where the number comes from and what the threshold colours mean."""
+        meaning = color_scales.describe(self.colors, self.unit.format) if self.key != "xid" else ""
+        return " · ".join(part for part in (self.note, meaning) if part)
 
     def values(self, columns: FleetColumns) -> np.ndarray:
         return _READERS[self.key](columns)
@@ -127,12 +136,20 @@ _READERS: dict[str, Callable[[FleetColumns], np.ndarray]] = {
 }
 
 FLEET_METRICS: tuple[FleetMetric, ...] = (
-    FleetMetric("vram", "VRAM used", units.PERCENT, 0.0, 100.0, "memory used / memory on the board"),
-    FleetMetric("utilization", "GPU utilization", units.PERCENT, 0.0, 100.0),
-    FleetMetric("power", "Power", units.WATTS),
-    FleetMetric("temperature", "Temperature", units.CELSIUS, 20.0, 100.0),
     FleetMetric(
-        "kv_cache", "KV-cache usage (vLLM)", units.FRACTION_AS_PERCENT, 0.0, 1.0, "of the vLLM engine placed on the GPU"
+        "vram", "VRAM used", units.PERCENT, 0.0, 100.0, "memory used / memory on the board", colors=color_scales.MEMORY
+    ),
+    FleetMetric("utilization", "GPU utilization", units.PERCENT, 0.0, 100.0, colors=color_scales.UTILIZATION),
+    FleetMetric("power", "Power", units.WATTS),
+    FleetMetric("temperature", "Temperature", units.CELSIUS, 20.0, 100.0, colors=color_scales.TEMPERATURE),
+    FleetMetric(
+        "kv_cache",
+        "KV-cache usage (vLLM)",
+        units.FRACTION_AS_PERCENT,
+        0.0,
+        1.0,
+        "of the vLLM engine placed on the GPU",
+        colors=color_scales.KV_CACHE,
     ),
     FleetMetric("nvlink", "NVLink throughput (TX + RX)", units.BYTES_PER_S),
     FleetMetric("pcie", "PCIe throughput (TX + RX)", units.BYTES_PER_S),
@@ -146,6 +163,7 @@ FLEET_METRICS: tuple[FleetMetric, ...] = (
         "XID events since the console connected + uncorrected ECC errors since the GPU's last reset;"
         " any alert is the top colour (the hover has the counts)",
         or_more=True,
+        colors=color_scales.ALERTS,
     ),
 )
 METRIC_BY_KEY = {metric.key: metric for metric in FLEET_METRICS}

@@ -27,8 +27,10 @@ from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from meshdeck.core.foreground import FOREGROUND
+from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
 from meshdeck.services.events import AgentEvent
+from meshdeck.ui import color_scales
 from meshdeck.ui.charts import units
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.views.dashboard.charts import Selection
@@ -46,30 +48,15 @@ LIVE_STATES = ("connected", "degraded")
 GROUPINGS = (("host", "Host"), ("deployment", "Deployment"))
 
 
-# viridis (CC0) at nine even stops: perceptually even, colour-blind safe, readable on light and dark.
-# Written out rather than read from pyqtgraph's colour-map files, which the packaged app does not carry.
-VIRIDIS_STOPS = ("#440154", "#482878", "#3E4989", "#31688E", "#26828E", "#1F9E89", "#35B779", "#6DCD59", "#FDE725")
+def scale_colors(metric: FleetMetric, bins: int = COLOR_BINS) -> list[QColor]:
+    """The colours of `metric`'s scale, `bins` of them from low to high (ui/color_scales.py: thresholds for
+    load, memory, temperature and alerts; viridis for the neutral quantities)."""
+    return color_scales.bin_colors(metric.colors, bins)
 
 
-def scale_colors(bins: int = COLOR_BINS) -> list[QColor]:
-    """The colour scale, `bins` colours from low to high, interpolated between the viridis stops."""
-    stops = np.array(
-        [[QColor(stop).red(), QColor(stop).green(), QColor(stop).blue()] for stop in VIRIDIS_STOPS], dtype=np.float64
-    )
-    at = np.linspace(0.0, len(stops) - 1, bins)
-    rgb = np.column_stack([np.interp(at, np.arange(len(stops)), stops[:, channel]) for channel in range(3)])
-    return [QColor(r, g, b) for r, g, b in np.rint(rgb).astype(int).tolist()]
-
-
-def color_bins(values: np.ndarray, low: float, high: float, bins: int = COLOR_BINS) -> np.ndarray:
-    """The colour bin of each value on [low, high] (clipped); -1 where there is no value (NaN)."""
-    span = high - low if high > low else 1.0
-    with np.errstate(invalid="ignore"):
-        scaled = np.clip((values - low) / span, 0.0, 1.0) * (bins - 1)
-    out = np.full(values.shape[0], -1, dtype=np.intp)
-    finite = np.isfinite(scaled)
-    out[finite] = np.rint(scaled[finite]).astype(np.intp)
-    return out
+def color_bins(metric: FleetMetric, values: np.ndarray, low: float, high: float, bins: int = COLOR_BINS) -> np.ndarray:
+    """The colour bin of each value on `metric`'s scale over [low, high]; -1 where there is no value (NaN)."""
+    return color_scales.value_bins(metric.colors, values, low, high, bins)
 
 
 def _alert_counts(cell: FleetColumns) -> str:
@@ -110,8 +97,9 @@ class FleetView(QWidget):
         self.host_state = np.empty(0, dtype=np.int8)
         self.refreshes = 0
         self._labels: list[str] = []
+        self._scaled_for: FleetMetric | None = None
 
-        colors = scale_colors()
+        colors = scale_colors(self.colour_metric)
         self.metric_choice = QComboBox()
         self.metric_choice.setObjectName("fleetMetric")
         self.metric_choice.setAccessibleName("Colour by")
@@ -289,22 +277,33 @@ class FleetView(QWidget):
         table = self.table
         self._values = self.colour_metric.values(table.columns())
         low, high = self.colour_metric.scale(self._values)
-        bins = color_bins(self._values, low, high, len(self.canvas.colors))
+        metric = self.colour_metric
+        rescaled = metric is not self._scaled_for and self.canvas.set_scale(scale_colors(metric))
+        self._scaled_for = metric  # colours are made when the metric changes, not per refresh
+        bins = color_bins(metric, self._values, low, high, len(self.canvas.colors))
         labels, self.host_state = self._host_states()
-        changed = self.canvas.set_colors(bins, self.host_state, labels)
-        unit = self.colour_metric.unit
-        high_text = ("≥ " if self.colour_metric.or_more else "") + unit.format(high)
-        self.legend.set_scale(self.colour_metric.title, unit.format(low), high_text, self.colour_metric.note)
+        changed = self.canvas.set_colors(bins, self.host_state, labels) or rescaled
+        unit = metric.unit
+        high_text = ("≥ " if metric.or_more else "") + unit.format(high)
+        self.legend.set_scale(
+            metric.title,
+            unit.format(low),
+            high_text,
+            metric.legend_note,
+            self.canvas.colors,
+            [(at, unit.format(value)) for at, value in color_scales.band_edges(metric.colors)],
+        )
         reporting = int(np.isfinite(self._values).sum())
         stale = int((self.host_state == HOST_STALE).sum())
         gone = int((self.host_state == HOST_DISCONNECTED).sum())
-        text = f"{table.cells:,} GPUs on {len(table.hosts):,} hosts"
-        text += f"; {reporting:,} report {self.colour_metric.title}" if reporting != table.cells else ""
+        text = f"{counted(table.cells, 'GPU')} on {counted(len(table.hosts), 'host')}"
+        text += f"; {reporting:,} report {metric.title}" if reporting != table.cells else ""
         text += f"; {stale} stale" if stale else ""
         text += f"; {gone} disconnected" if gone else ""
         chosen = self.canvas.selected
         if chosen.any():
-            text += f"; selected: {len(set(table.cell_host[chosen].tolist()))} hosts, {int(chosen.sum())} GPUs"
+            hosts = len(set(table.cell_host[chosen].tolist()))
+            text += f"; selected: {counted(hosts, 'host')}, {counted(int(chosen.sum()), 'GPU')}"
         if text != self._status_text:
             self._status_text = text
             self.status.setText(text)
