@@ -115,7 +115,7 @@ def test_window_choice_and_plan_line_and_cursor_readout_with_units(qtbot, consol
     dashboard.refresh()
     assert dashboard.charts["vram"].reference_values == [pytest.approx(130 * GIB)]
     readout = dashboard.charts["vram"].readout_at(x[-1], 100.0)
-    assert readout.endswith(" GiB") and "  gpu0: " in readout
+    assert readout.endswith(" GiB") and "  demo-a gpu0: " in readout
     assert float(readout.split(": ")[1].split()[0]) == pytest.approx(100, abs=0.5)  # the samples wobble 0.2 %
     nvlink = dashboard.charts["nvlink"]
     _, rx = nvlink.curve_data(("demo-a", GPU0, "nvlink_rx_bytes_per_s"))

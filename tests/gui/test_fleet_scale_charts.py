@@ -49,14 +49,15 @@ def test_a_chart_with_more_curves_than_the_threshold_draws_medians_bands_and_nam
     view = _dashboard(qtbot, _metrics(6, hot=("node-03", 5)))  # 48 GPU curves > 32
     assert AGGREGATE_ABOVE < 6 * 8 and "vram" in view.aggregated
     chart = view.charts["vram"]
-    labels = [spec.label for spec in chart.curve_specs]
+    labels = [chart.display_label(spec) for spec in chart.curve_specs]
     medians = [label for label in labels if "median" in label]
-    assert medians == [f"node-{h:02d} median of 8 GPUs" for h in range(6)]  # 6 hosts <= HOST_GROUPS_MAX: per host
+    # 6 hosts <= HOST_GROUPS_MAX: per host
+    assert medians == [f"node-{h:02d} median of 8 GPUs (band: min–max)" for h in range(6)]
     assert labels[len(medians)] == "node-03 gpu5 (outlier)"  # the furthest from its group's median comes first
     assert len(labels) == 6 + 3
-    assert chart.legend_labels[0] == "node-00: median, band min–max (8 GPUs)"
-    assert "node-03 gpu5 (outlier)" in chart.legend_labels and chart.legend.isVisible()
-    assert "48 series as median + min–max per host, 3 outliers" in chart.plot_item.titleLabel.text
+    assert chart.legend_labels == labels  # one legend row per curve, in their order
+    assert chart.legend.isVisible()
+    assert "48 series: median + min–max per host, 3 outliers" in chart.title_text
 
     # the medians and bands are those of the GPUs' values: 60..67 GiB (node-03: 60..64, 139, 66, 67)
     x, median = chart.curve_data(chart.curve_specs[0].key)
@@ -73,15 +74,16 @@ def test_a_chart_with_more_curves_than_the_threshold_draws_medians_bands_and_nam
 
     # the readout under the cursor names the median curve it is on
     at = float(x[finite][-1])
-    assert "node-00 median of 8 GPUs: 63.5 GiB" in chart.readout_at(at, 63.5)
+    assert "node-00 median of 8 GPUs (band: min–max): 63.5 GiB" in chart.readout_at(at, 63.5)
 
 
 def test_a_chart_at_the_threshold_draws_every_series_as_before(qtbot) -> None:
     view = _dashboard(qtbot, _metrics(4))  # exactly 32 GPU curves
     assert "vram" not in view.aggregated
     chart = view.charts["vram"]
-    assert len(chart.curve_specs) == 32 and not chart.bands and not chart.legend.isVisible()
+    assert len(chart.curve_specs) == 32 and not chart.bands
     assert all("median" not in spec.label for spec in chart.curve_specs)
+    assert chart.legend_labels[:2] == ["node-00 gpu0", "node-00 gpu1"]  # every curve named in the legend
 
 
 def test_over_many_hosts_the_groups_are_the_running_deployments(qtbot) -> None:
@@ -92,7 +94,7 @@ def test_over_many_hosts_the_groups_are_the_running_deployments(qtbot) -> None:
     chart = view.charts["vram"]
     medians = [spec.label for spec in chart.curve_specs if "median" in spec.label]
     assert medians == ["ds32-prod median of 40 GPUs", f"{NOT_DEPLOYED} median of {8 * (hosts - 5)} GPUs"]
-    assert "per deployment" in chart.plot_item.titleLabel.text
+    assert "per deployment" in chart.title_text
 
     view.set_deployment_of_host({})  # no deployment: one group of every host
     view.refresh()
@@ -109,8 +111,8 @@ def test_going_back_under_the_threshold_removes_the_aggregates(qtbot) -> None:
     view.refresh()
     chart = view.charts["vram"]
     assert "vram" not in view.aggregated
-    assert len(chart.curve_specs) == 16 and not chart.bands and not chart.legend.isVisible()
-    assert "series as median" not in chart.plot_item.titleLabel.text
+    assert len(chart.curve_specs) == 16 and not chart.bands and len(chart.legend_labels) == 16
+    assert "median" not in chart.title_text
 
 
 def test_column_stats_skip_gaps_and_leave_empty_columns_empty() -> None:

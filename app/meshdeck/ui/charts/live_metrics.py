@@ -204,6 +204,18 @@ class LiveMetrics:
             return series.fine.matrix(list(series_ids), since)
         return series.coarse.envelope(list(series_ids), since)
 
+    def between(self, host: str, series_ids: list[SeriesId], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values[len(series_ids), n]) of one host from `start` on (a range of the past the time keys
+        chose; what is after `end` is clipped by the chart). The fine ring when the range is short and the ring
+        still holds its start (or every sample so far), else the min/max buckets."""
+        series = self._hosts.get(host)
+        if series is None:
+            return np.empty(0), np.full((len(series_ids), 0), np.nan)
+        fine = series.fine
+        if end - start <= FINE_WINDOW_LIMIT_S and (len(fine) < fine.capacity or fine.first_time <= start):
+            return series.fine.matrix(list(series_ids), start)
+        return series.coarse.envelope(list(series_ids), start)
+
     @property
     def nbytes(self) -> int:
         return sum(s.fine.nbytes + s.coarse.nbytes for s in self._hosts.values())

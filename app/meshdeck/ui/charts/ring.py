@@ -52,6 +52,13 @@ class SeriesRing(Generic[SeriesKey]):
         return list(self._rows)
 
     @property
+    def first_time(self) -> float:
+        """The oldest sample's time (NaN: none)."""
+        if not self._count:
+            return math.nan
+        return float(self._times[(self._head - self._count) % self.capacity])
+
+    @property
     def last_time(self) -> float:
         if not self._count:
             return math.nan

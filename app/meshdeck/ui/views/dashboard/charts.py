@@ -101,7 +101,6 @@ class ChartDefinition:
     ) -> list[CurveSpec]:
         """Curves for every selected host's devices of this chart's kind that report one of its metrics."""
         specs: list[CurveSpec] = []
-        multi_host = len([h for h in hosts if selection.shows_host(h)]) > 1
         shown_devices = 0
         for host in hosts:
             if not selection.shows_host(host):
@@ -113,7 +112,7 @@ class ChartDefinition:
                     continue
                 color = theme.SERIES_COLORS[shown_devices % len(theme.SERIES_COLORS)]
                 shown_devices += 1
-                label = f"{host} {_short(device)}" if multi_host or self.device_kind != "gpu" else _short(device)
+                label = f"{host} {_short(device)}"  # the legend names host and device, however many hosts
                 for pick in self.picks:
                     metric = _first_present(pick.metric, device, available)
                     if metric is None:

@@ -1,6 +1,7 @@
 """The dashboard at fleet scale: a chart that would draw more than `AGGREGATE_ABOVE` curves draws, instead,
 per group a median curve with a min–max band, and the `OUTLIERS` series furthest from their group's median
-as curves of their own, each named in the chart's legend and in the readout under the cursor.
+as curves of their own, each named in the chart's legend ("node-00 median of 8 GPUs (band: min–max)",
+"node-03 gpu5 (outlier)") and in the readout under the cursor.
 
 Groups: one per host while a chart shows at most `HOST_GROUPS_MAX` hosts; beyond that one per running
 deployment (the hosts its workers run on) and one of the hosts in none; with no deployment, one of all
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshdeck.core.plural import counted
 from meshdeck.core.samples import Device, SeriesKey
 from meshdeck.ui import theme
 from meshdeck.ui.charts.aggregate import AggregateSeries, FleetAggregate
@@ -24,11 +26,10 @@ from meshdeck.ui.views.dashboard.charts import KV_USAGE_METRICS, ChartDefinition
 AGGREGATE_ABOVE = 32  # curves in one chart; above this it draws aggregates
 HOST_GROUPS_MAX = 8  # hosts shown up to which each host is a group (its GPUs' median and band)
 OUTLIERS = 3
-LEGEND_GROUPS_MAX = 10
 NOT_DEPLOYED = "not in a running deployment"
 _AGGREGATE_HOST = "\x00aggregate"  # the pseudo host of a chart's aggregate curves in its data source
 _MEDIAN, _OUTLIER = "median", "outlier"
-_MEMBERS = {"gpu": "GPUs", "worker": "engines", "nic": "ports"}
+_MEMBERS = {"gpu": ("GPU", "GPUs"), "worker": ("engine", "engines"), "nic": ("port", "ports")}  # what a group has
 
 # (host, series, since) -> (times, values) from `since` to the window's end
 Reader = Callable[[str, list[SeriesKey], float], tuple[np.ndarray, np.ndarray]]
@@ -48,13 +49,9 @@ class _ChartPlan:
     first_slot: int
     slots: tuple[_Slot, ...]
     rows: np.ndarray  # the aggregate's rows of this chart's series
-    labels: tuple[str, ...]  # each row's curve label (host and device), for its outlier curve
+    labels: tuple[str, ...]  # each row's curve label (host and device, what it counts), for its outlier curve
     grouped_by: str  # "host", "deployment", "fleet"
     series: int
-
-
-def _direction(definition: ChartDefinition, pick: Pick) -> str:
-    return (" RX" if pick.mirrored else " TX" if definition.mirrored else "") + pick.suffix
 
 
 def _pick_of(definition: ChartDefinition, metric: str) -> int:
@@ -70,7 +67,7 @@ def group_of_hosts(hosts: Sequence[str], deployment_of_host: Mapping[str, str]) 
         return "host", {host: host for host in hosts}
     if any(host in deployment_of_host for host in hosts):
         return "deployment", {host: deployment_of_host.get(host, NOT_DEPLOYED) for host in hosts}
-    label = f"all {len(hosts)} hosts"
+    label = f"all {counted(len(hosts), 'host')}"
     return "fleet", {host: label for host in hosts}
 
 
@@ -119,10 +116,7 @@ class FleetScaleCharts:
                 slot_count,
                 slots,
                 np.arange(first_row, len(series), dtype=np.intp),
-                tuple(
-                    spec.label + _direction(definition, definition.picks[_pick_of(definition, spec.key[2])])
-                    for spec in specs
-                ),
+                tuple(spec.label for spec in specs),  # the chart adds TX / RX
                 grouped_by,
                 len(specs),
             )
@@ -143,39 +137,34 @@ class FleetScaleCharts:
         x = aggregate.centers
         stats = aggregate.stats
         definition = plan.definition
-        specs, bands, legend = [], [], []
-        shown_groups: list[str] = []
+        specs, bands = [], []
+        groups: list[str] = []
         for offset, slot in enumerate(plan.slots):
             index = plan.first_slot + offset
             mirrored = slot.pick.mirrored
-            noun = _MEMBERS.get(definition.device_kind, "series")
-            label = f"{slot.group} median of {slot.members} {noun}{_direction(definition, slot.pick)}"
-            specs.append(
-                CurveSpec(
-                    (_AGGREGATE_HOST, Device("host", index), _MEDIAN), label, slot.color, mirrored, slot.pick.dashed
-                )
-            )
-            bands.append((x, stats.low[index], stats.high[index], slot.color, mirrored))
-            if slot.group not in shown_groups:
-                shown_groups.append(slot.group)
-                if len(shown_groups) <= LEGEND_GROUPS_MAX:
-                    legend.append((f"{slot.group}: median, band min–max ({slot.members} {noun})", slot.color, False))
-        if len(shown_groups) > LEGEND_GROUPS_MAX:
-            legend.append(
-                (f"… {len(shown_groups) - LEGEND_GROUPS_MAX} more groups (hover names each curve)", "#00000000", False)
-            )
+            singular, plural = _MEMBERS.get(definition.device_kind, ("series", "series"))
+            key = (_AGGREGATE_HOST, Device("host", index), _MEDIAN)
+            label = f"{slot.group} median of {counted(slot.members, singular, plural)}{slot.pick.suffix}"
+            specs.append(CurveSpec(key, label, slot.color, mirrored, slot.pick.dashed, note="band: min–max"))
+            bands.append((x, stats.low[index], stats.high[index], slot.color, mirrored, key))
+            if slot.group not in groups:
+                groups.append(slot.group)
         outliers = aggregate.outliers(plan.rows, OUTLIERS)
-        outlier_colors = theme.SERIES_COLORS[len(shown_groups) % len(theme.SERIES_COLORS) :] + theme.SERIES_COLORS
+        outlier_colors = theme.SERIES_COLORS[len(groups) % len(theme.SERIES_COLORS) :] + theme.SERIES_COLORS
         for rank, row in enumerate(outliers):
             slot = plan.slots[int(aggregate.slot_of_row[row]) - plan.first_slot]
-            label = f"{plan.labels[row - int(plan.rows[0])]} (outlier)"
+            label = plan.labels[row - int(plan.rows[0])]
             color = outlier_colors[rank % len(outlier_colors)]
             specs.append(
                 CurveSpec(
-                    (_AGGREGATE_HOST, Device("host", row), _OUTLIER), label, color, slot.pick.mirrored, slot.pick.dashed
+                    (_AGGREGATE_HOST, Device("host", row), _OUTLIER),
+                    label,
+                    color,
+                    slot.pick.mirrored,
+                    slot.pick.dashed,
+                    note="outlier",
                 )
             )
-            legend.append((label, color, slot.pick.dashed))
         chart.set_curves(specs)
 
         def source(host: str, keys: list[SeriesKey]) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +177,6 @@ class FleetScaleCharts:
 
         points = chart.update_data(source, x_start, x_end)
         chart.set_bands(bands)
-        chart.set_legend(legend)
-        groups = {"host": " per host", "deployment": " per deployment", "fleet": ""}[plan.grouped_by]
-        chart.set_title_suffix(f" — {plan.series:,} series as median + min–max{groups}, {len(outliers)} outliers")
+        per = {"host": " per host", "deployment": " per deployment", "fleet": ""}[plan.grouped_by]
+        chart.set_title_suffix(f" — {plan.series:,} series: median + min–max{per}, {counted(len(outliers), 'outlier')}")
         return points
