@@ -146,6 +146,80 @@ def test_history_without_a_host_says_what_to_do(qtbot, db_context) -> None:
     assert "Choose a host" in view.status.text()
 
 
+def _history(qtbot, db_context) -> HistoryView:
+    view = HistoryView(db_context)
+    qtbot.addWidget(view)
+    view.resize(1400, 900)
+    view.show()
+    qtbot.waitUntil(lambda: view.host.count() == 1, timeout=30000)
+    return view
+
+
+def test_show_writes_the_range_it_read_in_the_from_and_to_fields(qtbot, db_context, monkeypatch) -> None:
+    """A preset read later than it was chosen: the fields say the times read, not those of the choice."""
+    from types import SimpleNamespace
+
+    import meshdeck.ui.views.history.view as history_view
+
+    _store_samples(db_context.db, "demo-a", 60, time.time() - 600)
+    view = _history(qtbot, db_context)
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    later = time.time() + 7200.0  # Show pressed two hours after the range was chosen
+    monkeypatch.setattr(history_view, "time", SimpleNamespace(time=lambda: later, strftime=time.strftime))
+    with qtbot.waitSignal(view.loaded, timeout=30000):
+        view.query_button.click()
+    assert view.until.dateTime().toSecsSinceEpoch() == int(later)
+    assert view.since.dateTime().toSecsSinceEpoch() == int(later - 3600)
+    assert view.shown == (later - 3600, later)
+    chart = view.charts["vram"]
+    assert chart.plot_item.getViewBox().viewRange()[0] == pytest.approx([later - 3600, later])
+
+
+def test_time_keys_zoom_and_shift_the_history_and_home_goes_back_to_the_range_asked_for(qtbot, db_context) -> None:
+    from gui_helpers import press
+    from PySide6.QtCore import Qt
+
+    _store_samples(db_context.db, "demo-a", 600, time.time() - 1200)
+    view = _history(qtbot, db_context)
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    with qtbot.waitSignal(view.loaded, timeout=30000):
+        view.query_button.click()
+    since, until = view.shown
+    view.setFocus()
+    with qtbot.waitSignal(view.loaded, timeout=30000):
+        press(view, Qt.Key.Key_Plus)
+    assert view.shown == pytest.approx((since + 900, until - 900))
+    assert view.range.currentText() == "custom" and view.since.isEnabled()
+    assert view.since.dateTime().toSecsSinceEpoch() == int(since + 900)
+    with qtbot.waitSignal(view.loaded, timeout=30000):
+        press(view, Qt.Key.Key_Left)
+    assert view.shown == pytest.approx((since, until - 1800))
+    with qtbot.waitSignal(view.loaded, timeout=30000):
+        press(view, Qt.Key.Key_Home)
+    assert view.range.currentText() == "last hour" and view.shown[1] - view.shown[0] == pytest.approx(3600)
+
+
+def test_history_charts_mark_the_deployments_that_started_and_ended_on_the_host(qtbot, db_context) -> None:
+    from meshdeck.store.deployments import DeploymentNode, record_deployment_finished, record_deployment_started
+
+    now = time.time()
+    _store_samples(db_context.db, "demo-a", 600, now - 1200)
+    node = DeploymentNode("demo-a", "vllm-node0", "vllm", 0, ("vllm", "serve"), ())
+    elsewhere = DeploymentNode("demo-b", "vllm-node0", "vllm", 0, ("vllm", "serve"), ())
+    record_deployment_started(db_context.db, key="d-1", name="ds32", engine="vllm", nodes=[node], started_at=now - 900)
+    record_deployment_finished(db_context.db, "d-1", state="stopped", finished_at=now - 300)
+    record_deployment_started(
+        db_context.db, key="d-2", name="other", engine="vllm", nodes=[elsewhere], started_at=now - 600
+    )
+    record_deployment_started(db_context.db, key="d-3", name="old", engine="vllm", nodes=[node], started_at=now - 7200)
+    view = _history(qtbot, db_context)
+    view.range.setCurrentIndex(view.range.findText("last hour"))
+    with qtbot.waitSignal(view.loaded, timeout=30000):
+        view.query_button.click()
+    for chart in view.charts.values():
+        assert [(m.label, m.ts) for m in chart.markers] == [("▶ ds32", now - 900), ("■ ds32 stopped", now - 300)]
+
+
 @pytest.fixture
 def profiles_view(qtbot, db_context):
     view = ProfilesView(db_context)

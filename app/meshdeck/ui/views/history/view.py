@@ -8,6 +8,11 @@ tier chosen, as `-o` writes (services/files.py: a temporary file renamed into pl
 The source is this console's database or, for a fleet whose history lives in the operator's Prometheus
 (every agent's exporter scraped), a Prometheus server's URL and the label that names hosts in its
 scrape config (services/prometheus_history.py); the choice is kept in QSettings.
+
+Show draws the range asked for and writes it in the from/to fields (a preset's "last hour" as the times it
+read). The time keys (charts/navigation.py) zoom and shift that range and read it again (a finer tier when
+zoomed in); Home goes back to the range asked for. The charts share one crosshair, and the deployments that
+started or ended on the host in the range are markers on every chart (this console's records).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from PySide6.QtCore import QDateTime, QSettings, Signal
+from PySide6.QtCore import QDateTime, QSettings, QSignalBlocker, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDateTimeEdit,
@@ -31,11 +36,16 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.plural import counted
 from meshdeck.services import history as history_service
 from meshdeck.services import prometheus_history
+from meshdeck.services.deployment_marks import DeploymentMark, deployment_marks
 from meshdeck.services.files import open_output, output_target
 from meshdeck.services.history import SeriesRange
 from meshdeck.services.prometheus_history import PrometheusSource, shown_host
+from meshdeck.ui.charts.crosshair import CrosshairGroup
+from meshdeck.ui.charts.markers import deployment_marker
+from meshdeck.ui.charts.navigation import SHORTCUT_HINT, TimeKeys, install_time_keys, shifted, zoomed
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.dashboard.charts import DASHBOARD_CHARTS, KV_USAGE_METRICS, Selection
@@ -53,6 +63,8 @@ RANGES: tuple[tuple[str, float], ...] = (
     ("custom", 0.0),
 )
 MAX_POINTS = 1000
+MIN_SPAN_S = 60.0  # the time keys zoom in to a minute at most
+MAX_SPAN_S = 90 * 86400.0  # and out to the minute tier's default retention
 EXPORT_TIERS = ("raw", "1m", "1h")
 SOURCES = (("SQLite (this console)", "sqlite"), ("Prometheus", "prometheus"))
 ChartReader = Callable[..., list[SeriesRange]]  # history_service.chart or prometheus_history.chart, source bound
@@ -87,6 +99,9 @@ class HistoryView(QWidget):
         self.range.currentIndexChanged.connect(self._range_changed)
         self.query_button = QPushButton("Show")
         self.query_button.setObjectName("historyQuery")
+        self.query_button.setToolTip(
+            f"Read the range from the store and draw it. {SHORTCUT_HINT} (the range asked for)"
+        )
         self.query_button.clicked.connect(self.query)
         self.reload_button = QPushButton("Hosts ↻")
         self.reload_button.setToolTip("Reload the hosts that have history")
@@ -137,6 +152,12 @@ class HistoryView(QWidget):
         bar.addWidget(self.export_tier)
         bar.addWidget(self.export_button)
         scroll, self.charts = chart_grid(DASHBOARD_CHARTS, "history_")
+        self.crosshair = CrosshairGroup()
+        for chart in self.charts.values():
+            chart.join(self.crosshair)
+        self.shown: tuple[float, float] | None = None  # the range drawn
+        self._asked: tuple[int, float, float] | None = None  # the range choice and range Show was asked for
+        self._time_keys = install_time_keys(self, TimeKeys(self.zoom, self.shift, self.back_to_asked))
         layout = QVBoxLayout(self)
         layout.addLayout(source_bar)
         layout.addLayout(bar)
@@ -228,44 +249,95 @@ class HistoryView(QWidget):
         return lambda **query: history_service.chart(db, **query)
 
     def query(self) -> None:
+        """Show: read the range chosen and draw it; the from/to fields say the range (Home comes back to it)."""
+        since, until = self.time_range()
+        self._asked = (self.range.currentIndex(), since, until)
+        self._read(since, until)
+
+    def _show_range(self, since: float, until: float) -> None:
+        """The from/to fields show [since, until] (a preset's too: the times it was read for)."""
+        for edit, ts in ((self.since, since), (self.until, until)):
+            edit.setDateTime(QDateTime.fromSecsSinceEpoch(int(ts)))
+
+    def _read(self, since: float, until: float) -> None:
         host = self.selected_host()
         read = self._reader() if host else None
         if read is None or not host:
             if not host:
                 self.status.setText("Choose a host with history first.")
             return
-        since, until = self.time_range()
         if until <= since:
             self.status.setText("The range must end after it starts.")
             return
+        self._show_range(since, until)
         self.status.setText(f"reading {host} …")
+        db = self.context.db
 
-        def work(progress: Progress) -> HistoryFrame:
+        def work(progress: Progress) -> tuple[HistoryFrame, list[DeploymentMark]]:
             ranges = []
             metrics = chart_metrics()
             for index, metric in enumerate(metrics):
                 progress.check()
                 progress.report(index / len(metrics), metric)
                 ranges += read(host=host, metric=metric, since=since, until=until, max_points=MAX_POINTS)
-            return history_frame(host, ranges)
+            marks = deployment_marks(db, host, since, until) if db is not None else []
+            return history_frame(host, ranges), marks
 
         job = self.context.jobs.start("history query", work)
-        job.succeeded.connect(lambda frame, since=since, until=until: self.show_frame(frame, since, until))
+        job.succeeded.connect(
+            lambda result, since=since, until=until: self.show_frame(result[0], since, until, result[1])
+        )
         job.failed.connect(lambda message: self.status.setText(f"query failed: {message}"))
 
-    def show_frame(self, frame: HistoryFrame, since: float, until: float) -> None:
+    def show_frame(
+        self, frame: HistoryFrame, since: float, until: float, marks: list[DeploymentMark] | None = None
+    ) -> None:
         self.frame = frame
+        self.shown = (since, until)
         points = int(np.isfinite(frame.values).sum())
         step = f", one point per {frame.step_s:g} s bucket (min and max)" if frame.tier != "raw" else ""
         self.status.setText(
-            f"{frame.host}: {len(frame.series)} series, {points:,} points from the {frame.tier} tier{step}."
+            f"{frame.host}: {counted(len(frame.series), 'series', 'series')}, {counted(points, 'point')}"
+            f" from the {frame.tier} tier{step}."
         )
         hosts = [frame.host]
+        markers = [deployment_marker(mark) for mark in marks or []]
         for definition in DASHBOARD_CHARTS:
             chart = self.charts[definition.name]
             chart.set_curves(definition.curves(lambda _h: frame.series, hosts, Selection()))
             chart.update_data(lambda _host, ids: frame.rows(ids), since, until)
+            chart.set_markers(markers)
         self.loaded.emit(frame)
+
+    # ------------------------------------------------------------------ time keys
+
+    def _keyed(self, since: float, until: float) -> None:
+        """A range the time keys chose: shown as a custom range and read."""
+        with QSignalBlocker(self.range):
+            self.range.setCurrentIndex(self.range.findData(0.0))
+        self.since.setEnabled(True)
+        self.until.setEnabled(True)
+        self._read(since, until)
+
+    def zoom(self, factor: float) -> None:
+        if self.shown is not None:
+            self._keyed(*zoomed(*self.shown, factor, min_span=MIN_SPAN_S, max_span=MAX_SPAN_S))
+
+    def shift(self, fraction: float) -> None:
+        if self.shown is not None:
+            self._keyed(*shifted(*self.shown, fraction, latest=max(time.time(), self.shown[1])))
+
+    def back_to_asked(self) -> None:
+        """Home: the range Show was asked for (a preset is read again up to now)."""
+        if self._asked is None:
+            return
+        index, since, until = self._asked
+        with QSignalBlocker(self.range):
+            self.range.setCurrentIndex(index)
+        self._range_changed()
+        if float(self.range.currentData()) == 0.0:
+            self._show_range(since, until)
+        self.query()
 
     # ------------------------------------------------------------------ export
 
@@ -301,7 +373,7 @@ class HistoryView(QWidget):
                 )
 
         job = self.context.jobs.start("history export", work)
-        job.succeeded.connect(lambda rows: self.status.setText(f"exported {rows:,} rows to {target}"))
+        job.succeeded.connect(lambda rows: self.status.setText(f"exported {counted(rows, 'row')} to {target}"))
         job.failed.connect(lambda message: self.status.setText(f"export failed: {message}"))
 
     # ------------------------------------------------------------------ settings
