@@ -56,7 +56,7 @@ def test_status_bar_counts_connected_hosts_and_flags_simulated_ones(
     connect_hosts(qtbot, console_context, {"demo-a": simulated_inventory})
     console_context.bridge.post(HostStateChanged("gpu-x", "failed", "gpu-x: unknown host key"))
     qtbot.waitUntil(lambda: "failed: gpu-x" in window.hosts_summary.text(), timeout=30000)
-    assert window.hosts_summary.text().startswith("1 of 2 host(s) connected")
+    assert window.hosts_summary.text().startswith("1 of 2 hosts connected")
     assert window.simulated_badge.isVisibleTo(window)
 
 

@@ -124,6 +124,7 @@ def build_views(context: ConsoleContext) -> list[ViewEntry]:
     deployments_model.changed.connect(
         lambda _id: dashboard.set_deployment_of_host(deployment_of_host(deployments_model.snapshots.values()))
     )
+    deployments_model.changed.connect(lambda _id: dashboard.set_deployments(deployments_model.snapshots.values()))
     views = [
         ViewEntry("hosts", "Hosts", HostsView(context)),
         ViewEntry("topology", "Topology", TopologyView(context)),

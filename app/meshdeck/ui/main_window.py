@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck import __version__
+from meshdeck.core.plural import counted
 from meshdeck.services.writer_claim import history_status
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Job
@@ -216,7 +217,7 @@ class MainWindow(QMainWindow):
         hosts = self.context.hosts.hosts
         connected = sum(1 for h in hosts.values() if h.state in ("connected", "degraded"))
         failed = [h.name for h in hosts.values() if h.state == "failed"]
-        text = f"{connected} of {len(hosts)} host(s) connected" if hosts else "no hosts yet: add one in Hosts"
+        text = f"{connected} of {counted(len(hosts), 'host')} connected" if hosts else "no hosts yet: add one in Hosts"
         if failed:
             text += f"; failed: {', '.join(failed)}"
         self.hosts_summary.setText(text)
