@@ -488,17 +488,18 @@ def test_the_vllm_release_is_chosen_in_the_form_and_the_summary_says_which_in_th
     assert labels == ["from the hosts (0.11)", *(a.label for a in VLLM_ACCOUNTINGS), "newest modelled (0.33)"]
     _plan(qtbot, planner)  # simulated hosts: their agents model 0.11's accounting
     assert planner.result.request.vllm_version == (0, 11)
-    assert (
-        "<b>vLLM:</b> memory accounting follows vLLM 0.11, from the hosts: their simulated agents model vLLM 0.11's "
-        "accounting (releases 0.11: " in planner.summary.text()
-    )
-    assert "the planner's vLLM release picks another)" in planner.summary.text()
-    assert "memory accounting" not in planner.notes.text()  # said once, in the summary
+    summary, notes = planner.summary.text(), planner.notes.text()
+    said = "from the hosts: their simulated agents model vLLM 0.11's accounting"
+    assert f"<b>vLLM:</b> 0.11 accounting, {said}" in summary
+    assert f"memory accounting follows vLLM 0.11, {said} (releases 0.11: " in notes
+    assert "the planner's vLLM release picks another)" in notes
 
     combo.setCurrentIndex(labels.index("0.12–0.13"))
     _plan(qtbot, planner)
     assert planner.result.request.vllm_version == (0, 13)
-    console = planner.summary.text().split("<b>vLLM:</b> ")[1]
+    assert "<b>vLLM:</b> 0.13 accounting, as chosen in the planner" in planner.summary.text()
+    console = next(note for note in planner.result.notes if note.startswith("memory accounting follows"))
+    assert console in planner.notes.text()
     assert main(["plan", "--gpu", "H200-SXM-141GB", "--nodes", "2", "--vllm-version", "0.13", "--top", "1"]) == 0
     cli = next(line for line in capsys.readouterr().out.splitlines() if "memory accounting follows" in line)
     assert console.startswith("memory accounting follows vLLM 0.13, as chosen in the planner (releases 0.12–0.13: ")
@@ -510,7 +511,7 @@ def test_the_vllm_release_is_chosen_in_the_form_and_the_summary_says_which_in_th
     combo.setCurrentIndex(combo.count() - 1)
     _plan(qtbot, planner)
     assert planner.result.request.vllm_version == NEWEST_MODELLED
-    assert "memory accounting follows vLLM 0.33, the newest modelled (releases" in planner.summary.text()
+    assert "<b>vLLM:</b> 0.33 accounting, the newest modelled" in planner.summary.text()
 
 
 def test_the_vllm_release_choice_is_kept_between_sessions(qtbot, planner, console_context) -> None:

@@ -38,7 +38,8 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.layout_plan import INSTANCES_LEGEND, LayoutPlan
-from meshdeck.core.planner import PlanResult, accounting_note
+from meshdeck.core.planner import PlanResult, accounting_why
+from meshdeck.core.vllm_releases import release_text
 from meshdeck.services.catalog import load_gpu_catalog
 from meshdeck.services.cluster import DetectedCluster
 from meshdeck.services.planning import plan_with_speed, warm_up_speed_tables
@@ -310,18 +311,22 @@ class PlannerView(QWidget):
             if source.measured
             else f"<br><b>Speed: ROOFLINE estimate, not measured</b> — {html.escape(source.reason or 'asked for')}"
         )
-        accounting = accounting_note(result.request)
         top = layouts[0] if layouts else None
-        instances = f"<br>{html.escape(top.instances_text())}" if top is not None and top.instances > 1 else ""
+        instances = (
+            f" ({top.instances}× = {top.instances} independent instances, one endpoint each: hover a layout)"
+            if top is not None and top.instances > 1
+            else ""
+        )
+        request = result.request
+        release = f"{release_text(request.vllm_version)} accounting, {accounting_why(request)}"
         self.summary.setText(
             f"<b>{html.escape(result.request.model.name)}</b> on {cluster.nodes}×{cluster.gpus_per_node} "
             f"{html.escape(cluster.gpu.name)}, {html.escape(where)}{simulated}: {len(result.fitting)} of "
             f"{len(layouts)} layouts fit at {html.escape(result.request.workload.text())}."
-            f"<br>{html.escape(result.top_reason)}{speed}{instances}"
-            f"<br><b>vLLM:</b> {html.escape(accounting, quote=False)}"
+            f"<br>{html.escape(result.top_reason)}{html.escape(instances)}{speed}"
+            f"<br><b>vLLM:</b> {html.escape(release, quote=False)}"  # the notes say it whole, as the CLI does
         )
-        notes = [note for note in result.notes if note != accounting]  # said in the summary
-        self.notes.setText(" · ".join([*(detected.notes if detected else ()), *notes]))
+        self.notes.setText(" · ".join([*(detected.notes if detected else ()), *result.notes]))
         self.table.setRowCount(len(layouts))
         for row, layout in enumerate(layouts):
             for column, text in enumerate(_layout_row(row + 1, layout)):
