@@ -15,6 +15,7 @@ from meshdeck.ui.charts.chart_parts import time_axis_label, zone_name
 from meshdeck.ui.charts.navigation import CHART_SHORTCUTS, shifted, zoomed
 from meshdeck.ui.views.dashboard.view import DashboardView
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QShortcut
 from wire_samples import wire_batch
 
 
@@ -62,6 +63,8 @@ def test_the_refresh_interval_choice_paces_redraws_and_is_kept_in_the_settings(
 
 def test_time_keys_zoom_shift_and_home_goes_back_to_live(qtbot, console_context, dashboard) -> None:
     assert [key for key, _ in CHART_SHORTCUTS] == ["+", "−", "←", "→", "Home"]
+    described = {shortcut.whatsThis() for shortcut in dashboard.findChildren(QShortcut)}
+    assert {description for _, description in CHART_SHORTCUTS} <= described  # the shortcuts help reads them
     now = time.time()
     console_context.live.ingest("demo-a", wire_batch(1800, now - 1800, gpus=1))
     dashboard.refresh()

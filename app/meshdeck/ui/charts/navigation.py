@@ -18,11 +18,11 @@ from PySide6.QtWidgets import QWidget
 
 # (key as shown, what it does): the help dialog's list of the charts' keys.
 CHART_SHORTCUTS: tuple[tuple[str, str], ...] = (
-    ("+", "charts: zoom in (half the time range, around its middle)"),
-    ("−", "charts: zoom out (twice the time range)"),
-    ("←", "charts: shift the time range back by half its span"),
-    ("→", "charts: shift the time range forward by half its span (not past now)"),
-    ("Home", "charts: back to live (Dashboard) or to the range asked for (History)"),
+    ("+", "Charts: zoom in (half the time range, around its middle)"),
+    ("−", "Charts: zoom out (twice the time range)"),
+    ("←", "Charts: shift the time range back by half its span"),
+    ("→", "Charts: shift the time range forward by half its span (not past now)"),
+    ("Home", "Charts: back to live (Dashboard) or to the range asked for (History)"),
 )
 SHORTCUT_HINT = "Keys: + / − zoom the time range, ← / → shift it, Home: back to live"
 MIN_SPAN_S = 30.0
@@ -55,19 +55,21 @@ def shifted(start: float, end: float, fraction: float, latest: float | None = No
 
 
 def install_time_keys(widget: QWidget, keys: TimeKeys) -> list[QShortcut]:
-    """The keys of CHART_SHORTCUTS on `widget` and its children."""
-    bindings: tuple[tuple[tuple[str, ...], Callable[[], None]], ...] = (
-        (("+", "=", "Ctrl++"), lambda: keys.zoom(0.5)),
-        (("-", "Ctrl+-"), lambda: keys.zoom(2.0)),
+    """The keys of CHART_SHORTCUTS on `widget` and its children, one QShortcut per action (its `whatsThis` says
+    what it does: the console's shortcuts help reads it)."""
+    actions: tuple[tuple[tuple[str, ...], Callable[[], None]], ...] = (
+        (("+", "="), lambda: keys.zoom(0.5)),
+        (("-",), lambda: keys.zoom(2.0)),
         (("Left",), lambda: keys.shift(-0.5)),
         (("Right",), lambda: keys.shift(0.5)),
         (("Home",), keys.home),
     )
     shortcuts = []
-    for sequences, action in bindings:
-        for sequence in sequences:
-            shortcut = QShortcut(QKeySequence(sequence), widget)
-            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-            shortcut.activated.connect(action)
-            shortcuts.append(shortcut)
+    for (sequences, action), (_, description) in zip(actions, CHART_SHORTCUTS, strict=True):
+        shortcut = QShortcut(widget)
+        shortcut.setKeys([QKeySequence(sequence) for sequence in sequences])
+        shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        shortcut.setWhatsThis(description)
+        shortcut.activated.connect(action)
+        shortcuts.append(shortcut)
     return shortcuts
