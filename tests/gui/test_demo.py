@@ -92,3 +92,31 @@ def _view_keys() -> list[str]:
     from meshdeck.ui.app import VIEW_KEYS
 
     return list(VIEW_KEYS)
+
+
+def test_a_failed_vllm_launch_in_the_tour_starts_the_torch_run_once(qtbot, console_context) -> None:
+    """When the demo's vLLM launch failed (its ports were taken), the tour went on to the torch run — and again
+    when that run's own launch reported `launched`, because the vLLM step's handler stayed connected."""
+    from meshdeck.ui.demo_tour import DemoTour
+    from meshdeck.ui.main_window import MainWindow, ViewEntry
+    from meshdeck.ui.views.deployments.view import DeploymentsView
+
+    deployments = DeploymentsView(console_context)
+    window = MainWindow(console_context, [ViewEntry("deployments", "Deployments", deployments)])
+    qtbot.addWidget(window)
+    tour = DemoTour(window, DEMO_HOSTS)
+    torch_runs: list[int] = []
+    tour._launch_torch = lambda: torch_runs.append(1)  # type: ignore[method-assign]
+
+    def failing_launch() -> None:
+        def work(_progress: object) -> None:
+            raise RuntimeError("could not bind 127.0.0.1:29550: Address already in use")
+
+        console_context.jobs.start("launch", work)
+
+    deployments.launch = failing_launch  # type: ignore[method-assign]
+    tour._launch_vllm()
+    qtbot.waitUntil(lambda: torch_runs == [1], timeout=10000)
+    deployments.launched.emit(object())  # the torch run's launch is up
+    qtbot.wait(200)
+    assert torch_runs == [1]

@@ -7,6 +7,10 @@ sample. Torch workloads they start are real processes. The demo has its own data
 known_hosts in a fresh folder, so it never touches the operator's real hosts, and `shutdown()`
 stops both daemons and removes that folder. No Qt here.
 
+Every port the demo's engines open is chosen free when its profile is made (`on_free_ports`): vLLM's API,
+torch.distributed master, data-parallel RPC and Ray ports, torchrun's rendezvous. The fixed defaults (29550,
+29501, ...) made a second demo on the same machine, or anything else listening there, fail its launch.
+
 The demo's two deployments are ordinary profiles: the layout the demo chooses for its two hosts — the
 planner's best-ranked layout that runs as ONE deployment over both (vLLM, simulated by the agents
 because the hosts are; the layouts ranked above it are several independent instances, and the profile's
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +46,8 @@ from meshdeck import __version__
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
 from meshdeck.launch.profile import Layout, Profile, profile_from_mapping, profile_to_mapping
-from meshdeck.services.deployments.local import free_port, workload_profile
+from meshdeck.services.deployments.local import workload_profile
+from meshdeck.services.deployments.targets import LOCAL_ADDRESS
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir
 from meshdeck.store.database import Database, open_database
@@ -108,26 +114,35 @@ class DemoCluster:
 
     def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Stop what the demo's agents run (workers outlive their daemon on purpose: a real deployment
-        survives the app), then both daemons, the fleet, the database; remove the folder."""
+        survives the app), then the daemons — every agent at once — the fleet, the database; end what is
+        left of their processes (`ProcessSweep`) and remove the folder."""
         if self._closed:
             return
         self._closed = True
-        for name in self.fleet.hosts():
-            try:
-                stop_workers(
-                    lambda method, params=None, name=name: self.fleet.call(name, method, params, timeout=timeout)
-                )
-                self.fleet.call(name, "agent.shutdown", timeout=timeout)
-            except Exception as exc:  # not connected (yet): asked directly on its socket below
-                log.info("demo: shutting down %s through the fleet: %s", name, exc)
+        processes = ProcessSweep(str(self.folder))
+        processes.look()  # before anything stops: the engines are still below their keepers
+        names = list(dict.fromkeys([*self.fleet.hosts(), *self.hosts, *self.real_hosts]))
+        with ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="demo-stop") as pool:
+            list(
+                pool.map(lambda name: self._stop_agent(name, timeout), names)
+            )  # all at once: each waits for its engines
         self.fleet.close()
-        for name in (*self.hosts, *self.real_hosts):  # a daemon `attach` started before the fleet connected to it
-            socket_path = self.folder / f"{name}.sock"
-            if socket_path.exists():
-                shutdown_agent_socket(socket_path, timeout)
         self.db.close()
-        sweep_processes(str(self.folder))
+        processes.sweep()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _stop_agent(self, name: str, timeout: float) -> None:
+        """One agent's workers, then the agent: through the fleet, else directly on its socket (not connected,
+        or a daemon `attach` started before the fleet connected to it)."""
+        try:
+            stop_workers(lambda method, params=None: self.fleet.call(name, method, params, timeout=timeout))
+            self.fleet.call(name, "agent.shutdown", timeout=timeout)
+            return
+        except Exception as exc:
+            log.info("demo: shutting down %s through the fleet: %s", name, exc)
+        socket_path = self.folder / f"{name}.sock"
+        if socket_path.exists():
+            shutdown_agent_socket(socket_path, timeout)
 
 
 def stop_workers(call: Callable[..., Any], grace_s: float = 2.0) -> int:
@@ -172,41 +187,67 @@ def shutdown_agent_socket(path: Path, timeout: float = SHUTDOWN_TIMEOUT_S) -> bo
     return False
 
 
-def sweep_processes(marker: str, grace_s: float = 5.0) -> list[int]:
-    """Last resort (Linux): end any process whose command line names `marker` — the demo's own unique
-    temporary folder, so only the demo's daemons, keepers and workers can match — that has not exited
-    by itself within `grace_s` (daemons told to shut down take a moment). Returns the PIDs ended."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
+class ProcessSweep:
+    """The processes of a marker (Linux /proc): those whose command line names it — the demo's own unique
+    temporary folder, so only the demo's daemons and keepers match — and every process they started (an
+    engine's command line does not name the folder: the real vLLM and its workers, torchrun's ranks).
 
-    def alive() -> dict[int, str]:
-        found = {}
+    `look()` remembers what it saw (by PID and start time, so a reused PID is never taken for one of them):
+    an engine whose keeper has gone is still found later, though nothing marked is above it any more."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.seen: dict[tuple[int, int], str] = {}  # (pid, start time) -> command line
+
+    def look(self) -> dict[int, str]:
+        """The marker's processes alive now: PID -> command line."""
+        proc = Path("/proc")
+        if not proc.is_dir():
+            return {}
+        parents: dict[int, int] = {}
+        started: dict[int, int] = {}
+        commands: dict[int, str] = {}
         for entry in proc.iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
+                stat = (entry / "stat").read_bytes()
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if marker in cmdline:
-                found[int(entry.name)] = cmdline
-        return found
+            pid = int(entry.name)
+            fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+            parents[pid], started[pid], commands[pid] = int(fields[1]), int(fields[19]), cmdline
+        found = {pid for pid in commands if self.marker in commands[pid] or (pid, started[pid]) in self.seen}
+        below = found
+        while below:  # and what they started, generation by generation
+            below = {pid for pid, parent in parents.items() if parent in below and pid not in found}
+            found |= below
+        self.seen.update(((pid, started[pid]), commands[pid]) for pid in found)
+        return {pid: commands[pid] for pid in found}
 
-    deadline = time.monotonic() + grace_s
-    left = alive()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = alive()
-    for pid, cmdline in left.items():
-        log.warning("demo: ending leftover process %d: %s", pid, cmdline[:200])
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-    time.sleep(1.0 if left else 0.0)
-    for pid in alive():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return list(left)
+    def sweep(self, grace_s: float = 5.0) -> list[int]:
+        """Last resort: end the processes that have not exited by themselves within `grace_s` (daemons told
+        to shut down take a moment): SIGTERM, then SIGKILL a second later. Returns the PIDs ended."""
+        deadline = time.monotonic() + grace_s
+        left = self.look()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = self.look()
+        for pid, cmdline in left.items():
+            log.warning("demo: ending leftover process %d: %s", pid, cmdline[:200])
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        time.sleep(1.0 if left else 0.0)
+        for pid in self.look():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return list(left)
+
+
+def sweep_processes(marker: str, grace_s: float = 5.0) -> list[int]:
+    """`ProcessSweep(marker).sweep(grace_s)`: end what the marker's processes left running."""
+    return ProcessSweep(marker).sweep(grace_s)
 
 
 # -- the demo's profiles ------------------------------------------------------------------------------
@@ -224,6 +265,33 @@ def choose_demo_layout(result: PlanResult, nodes: int) -> LayoutPlan | None:
     return candidates[0] if candidates else None
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different ports free on this machine now (held open together while chosen: never one twice)."""
+    probes: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind((LOCAL_ADDRESS, 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def on_free_ports(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """A profile mapping with every port its engine opens chosen free: vLLM's API, torch.distributed master,
+    data-parallel RPC and Ray ports (the defaults 8000, 29501, 29550, 6379), or torchrun's rendezvous (29500)."""
+    data = dict(mapping)
+    if data.get("engine", "vllm") == "vllm":
+        api, master, rpc, ray = free_ports(4)
+        ports = {"port": api, "master_port": master, "data_parallel_rpc_port": rpc, "ray_port": ray}
+        data["vllm"] = {**dict(data.get("vllm") or {}), **ports}
+    else:
+        data["torch"] = {**dict(data.get("torch") or {}), "master_port": free_ports(1)[0]}
+    return data
+
+
 def demo_layout_note(result: PlanResult, layout: LayoutPlan) -> str:
     """What the demo's vLLM profile is, with its rank in the plan: the words its saved version carries."""
     rank = next((i for i, planned in enumerate(result.layouts, start=1) if planned is layout), 0)
@@ -237,11 +305,8 @@ def demo_layout_note(result: PlanResult, layout: LayoutPlan) -> str:
 
 
 def demo_vllm_profile(mapping: Mapping[str, Any]) -> Profile:
-    """The planner's profile for the demo, named for the demo and on a free API port of this machine."""
-    data = dict(mapping)
-    data["name"] = DEMO_VLLM_PROFILE
-    data["vllm"] = {**dict(data.get("vllm") or {}), "port": free_port()}
-    return profile_from_mapping(data, source="demo")
+    """The planner's profile for the demo, named for the demo, every port free on this machine."""
+    return profile_from_mapping({**on_free_ports(mapping), "name": DEMO_VLLM_PROFILE}, source="demo")
 
 
 def torch_python() -> str | None:
@@ -262,11 +327,13 @@ def torch_python() -> str | None:
 def demo_torch_profile(hosts: tuple[str, ...] = DEMO_HOSTS, python: str | None = None) -> Profile:
     """A real torch.distributed run of the tiny DeepSeek-shaped model: TP=2, one rank per demo host, gloo on CPU."""
     base = workload_profile("tiny-deepseek", Layout(tensor_parallel=len(hosts)), hosts, python=python or sys.executable)
-    return profile_from_mapping({**profile_to_mapping(base), "name": DEMO_TORCH_PROFILE}, source="demo")
+    return profile_from_mapping({**on_free_ports(profile_to_mapping(base)), "name": DEMO_TORCH_PROFILE}, source="demo")
 
 
 def demo_real_vllm_profile(executable: str, hosts: tuple[str, ...] = REAL_VLLM_HOSTS) -> Profile:
     """The real engine's profile: vLLM's CPU build, TP=2 over the two real demo agents, free ports, a 32 MiB KV
     pool (7,280 tokens: the demo's eight requests in flight fill a visible share of it)."""
-    return local_vllm_profile(hosts, executable=executable, model=str(tiny_model_dir()), port=free_port(),
-                              master_port=free_port(), name=DEMO_REAL_VLLM_PROFILE, kv_cache_memory="32M")  # fmt: skip
+    placeholder = 1  # every port is chosen free below
+    profile = local_vllm_profile(hosts, executable=executable, model=str(tiny_model_dir()), port=placeholder,
+                                 master_port=placeholder, name=DEMO_REAL_VLLM_PROFILE, kv_cache_memory="32M")  # fmt: skip
+    return profile_from_mapping(on_free_ports(profile_to_mapping(profile)), source="demo")

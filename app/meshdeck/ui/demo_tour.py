@@ -175,7 +175,12 @@ class DemoTour(QObject):
         deployments.launch()
         job = self.context.jobs.running("launch")
         if job is not None:
-            job.failed.connect(lambda message: self._launch_torch())
+            job.failed.connect(lambda message: self._vllm_failed())
+
+    def _vllm_failed(self) -> None:
+        """The tour goes on without it; the torch launch's own `launched` must not start the torch run again."""
+        self.window.view_of(DeploymentsView).launched.disconnect(self._vllm_up)
+        self._launch_torch()
 
     # 4 ------------------------------------------------------------------------------------------
 
@@ -280,7 +285,7 @@ class DemoTour(QObject):
                                       prompt_chars=400, deadline_s=REAL_LOAD_S, stop=progress.cancelled)  # fmt: skip
             return f"{result.ok} completions answered, {result.failed} not"
 
-        self.context.jobs.start("demo load", load)
+        self.context.jobs.start("demo load", load, abandon_on_cancel=True)  # quitting stops the engine it loads
         self._show_real_dashboard()
         QTimer.singleShot(REAL_SETTLE_MS, self._real_done)
 
