@@ -8,9 +8,10 @@ from meshdeck.ui.main_window import MainWindow, ViewEntry
 from meshdeck.ui.views.dashboard.view import DashboardView
 from meshdeck.ui.views.planner.view import PlannerView
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 
-def _window(qtbot, context) -> MainWindow:
+def window_of_two_views(qtbot, context) -> MainWindow:
     window = MainWindow(
         context,
         [
@@ -20,13 +21,18 @@ def _window(qtbot, context) -> MainWindow:
     )
     qtbot.addWidget(window)
     window.show()
-    window.activateWindow()
-    qtbot.waitActive(window)  # shortcuts reach only the active window
+    activate(qtbot, window)
     return window
 
 
+def activate(qtbot, window: MainWindow) -> None:
+    window.activateWindow()
+    qtbot.waitActive(window)  # shortcuts reach only the active window ...
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window)  # ... once the widgets know it is
+
+
 def test_ctrl_number_and_ctrl_page_keys_switch_views(qtbot, console_context) -> None:
-    window = _window(qtbot, console_context)
+    window = window_of_two_views(qtbot, console_context)
     assert window.current_view_key() == "planner"
     press(window, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
     assert window.current_view_key() == "dashboard"
@@ -38,11 +44,11 @@ def test_ctrl_number_and_ctrl_page_keys_switch_views(qtbot, console_context) -> 
 
 
 def test_the_last_view_and_geometry_come_back_next_time(qtbot, console_context) -> None:
-    window = _window(qtbot, console_context)
+    window = window_of_two_views(qtbot, console_context)
     window.show_view("dashboard")
     window.resize(701, 503)  # the offscreen screen is 800 x 800
     window.save_settings()
-    again = _window(qtbot, console_context)
+    again = window_of_two_views(qtbot, console_context)
     assert again.current_view_key() == "dashboard"
     assert again.size().width() == 701
 
@@ -50,7 +56,7 @@ def test_the_last_view_and_geometry_come_back_next_time(qtbot, console_context) 
 def test_status_bar_counts_connected_hosts_and_flags_simulated_ones(
     qtbot, console_context, simulated_inventory
 ) -> None:
-    window = _window(qtbot, console_context)
+    window = window_of_two_views(qtbot, console_context)
     assert "no hosts yet" in window.hosts_summary.text()
     assert not window.simulated_badge.isVisibleTo(window)
     connect_hosts(qtbot, console_context, {"demo-a": simulated_inventory})
@@ -67,7 +73,7 @@ def test_charts_follow_a_switch_to_a_dark_palette(qtbot, console_context) -> Non
     from PySide6.QtGui import QColor, QPalette
     from PySide6.QtWidgets import QApplication
 
-    window = _window(qtbot, console_context)
+    window = window_of_two_views(qtbot, console_context)
     app = QApplication.instance()
     watcher = ThemeWatcher(app)
     watcher.changed.connect(lambda: repaint_charts(window))
@@ -91,12 +97,12 @@ def test_charts_follow_a_switch_to_a_dark_palette(qtbot, console_context) -> Non
 
 
 def test_dashboard_choices_are_kept(qtbot, console_context) -> None:
-    window = _window(qtbot, console_context)
+    window = window_of_two_views(qtbot, console_context)
     dashboard = window.show_view("dashboard")
     dashboard.set_window(3600)
     dashboard.gpu_filter.setText("0-3")
     window.save_settings()
-    again = _window(qtbot, console_context)
+    again = window_of_two_views(qtbot, console_context)
     restored = again.views[again.view_keys().index("dashboard")].widget
     assert restored.window_s == 3600 and restored.gpu_filter.text() == "0-3"
     assert restored.selection.gpus == frozenset({0, 1, 2, 3})
@@ -202,7 +208,7 @@ def test_long_status_messages_are_cut_with_their_whole_text_in_the_tooltip_not_r
 
     from PySide6.QtWidgets import QLabel
 
-    window = _window(qtbot, console_context)
+    window = window_of_two_views(qtbot, console_context)
     window.resize(1280, 800)
     for index in range(60):
         console_context.bridge.post(HostStateChanged(f"gpu-node-{index:03d}", "failed", "no route to host"))

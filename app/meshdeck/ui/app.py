@@ -4,6 +4,10 @@
     meshdeck --demo --screenshots DIR --quit-after 60 # one PNG per view once the demo settled
     meshdeck                                          # (with a display) the console on your hosts
 
+Closing the window, File > Quit (Ctrl+Q), Ctrl+C in the terminal, SIGTERM and SIGHUP all end in the same
+orderly shutdown (ui/quitting.py): the demo's agents, engines and folder go, an operator's deployments keep
+running on their agents. After a signal the exit status is 128 + its number (130 for Ctrl+C, 143 for SIGTERM).
+
 Without --demo the console opens the database (`--db` or the platform data dir) and supervises
 every stored host over SSH. Everything that talks to a host or the disk after the window is up
 runs in the fleet's threads or as a job; the GUI thread only draws.
@@ -30,6 +34,7 @@ from meshdeck.ui.demo_tour import DemoTour
 from meshdeck.ui.gil import favour_the_gui_thread
 from meshdeck.ui.jobs import JobRunner
 from meshdeck.ui.main_window import MainWindow, ViewEntry
+from meshdeck.ui.quitting import SignalWatcher, quit_on_signal
 from meshdeck.ui.screenshots import save_screenshots
 from meshdeck.ui.theme import apply_theme
 from meshdeck.ui.views.dashboard.view import DashboardView
@@ -165,9 +170,16 @@ def run_console(args: argparse.Namespace) -> int:
     theme_watcher = apply_theme(app)
     # The demo keeps its own window layout and choices: it must not rearrange the real console's.
     settings = QSettings("meshdeck", "console-demo" if args.demo else "console")
-    context = build_context(args, settings)
+    signals = SignalWatcher()  # from here a signal is held until the window can close in order
+    try:
+        context = build_context(args, settings)
+    except BaseException:
+        signals.close()
+        raise
     try:
         window = MainWindow(context, build_views(context))
+        signals.received.connect(lambda signum: quit_on_signal(window, signum))
+        signals.received.connect(lambda _signum: app.quit())  # whatever else is open
         wire_window(window)
         theme_watcher.changed.connect(lambda: repaint_charts(window))
         if args.screenshots:
@@ -186,13 +198,14 @@ def run_console(args: argparse.Namespace) -> int:
             if tour is not None:  # the demo has settled: its charts have some data
                 tour.finished.connect(lambda: QTimer.singleShot(SETTLE_AFTER_TOUR_MS, shoot))
         elif args.quit_after is not None:
-            QTimer.singleShot(int(args.quit_after * 1000), window.close)
+            QTimer.singleShot(int(args.quit_after * 1000), window.quit_now)
         status = app.exec()
         collector.stop()
         window.save_settings()
-        return status
+        return signals.exit_status(status)
     finally:
         context.shutdown()
+        signals.close()
 
 
 def _screenshots_then_quit(window: MainWindow, args: argparse.Namespace) -> None:

@@ -1,9 +1,10 @@
 """The console window: a navigation list of views, the current view, and a status bar.
 
 Keyboard: Ctrl+1..9 opens a view, Ctrl+PgDown / Ctrl+PgUp steps through them, the list itself
-follows the arrow keys. Window geometry, splitter and the last view are kept in QSettings. The
-status bar shows how many hosts are connected, says "SIMULATED" when any host is a simulated
-agent, and carries the running jobs with a Cancel button.
+follows the arrow keys; the menu bar (ui/menus.py) holds them with Quit (Ctrl+Q) and the shortcuts
+help (? or F1). Closing asks first while deployments run (ui/quitting.py). Window geometry, splitter
+and the last view are kept in QSettings. The status bar shows how many hosts are connected, says
+"SIMULATED" when any host is a simulated agent, and carries the running jobs with a Cancel button.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -33,6 +34,8 @@ from meshdeck.core.plural import counted
 from meshdeck.services.writer_claim import history_status
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Job
+from meshdeck.ui.menus import build_menu_bar
+from meshdeck.ui.quitting import close_dialogs, confirm_quit
 from meshdeck.ui.widgets.elided_label import ElidedLabel
 
 View = TypeVar("View", bound=QWidget)
@@ -116,15 +119,12 @@ class MainWindow(QMainWindow):
             item = QListWidgetItem(entry.title)
             item.setData(Qt.ItemDataRole.UserRole, entry.key)
             if index < 9:
-                item.setToolTip(f"Ctrl+{index + 1}")
-                QShortcut(QKeySequence(f"Ctrl+{index + 1}"), self, lambda i=index: self.show_view_at(i))
+                item.setToolTip(f"Ctrl+{index + 1}")  # the View menu's shortcut
             self.navigation.addItem(item)
             entry.widget.setObjectName(entry.widget.objectName() or f"{entry.key}View")
             self.stack.addWidget(entry.widget)
         self._fit_navigation()
         self.navigation.currentRowChanged.connect(self.stack.setCurrentIndex)
-        QShortcut(QKeySequence("Ctrl+PgDown"), self, lambda: self._step(1))
-        QShortcut(QKeySequence("Ctrl+PgUp"), self, lambda: self._step(-1))
         self.splitter = QSplitter()
         self.splitter.addWidget(self.navigation)
         self.splitter.addWidget(self.stack)
@@ -153,6 +153,8 @@ class MainWindow(QMainWindow):
         assert context.hosts is not None
         context.hosts.changed.connect(self._update_summary)
         self._update_summary()
+        self.quitting = False  # set once the window is on its way out: no more questions
+        build_menu_bar(self)
         self._restore()
 
     # ------------------------------------------------------------------ navigation
@@ -199,7 +201,7 @@ class MainWindow(QMainWindow):
     def current_view_key(self) -> str:
         return self.views[self.stack.currentIndex()].key
 
-    def _step(self, delta: int) -> None:
+    def step_view(self, delta: int) -> None:
         self.show_view_at((self.stack.currentIndex() + delta) % len(self.views))
 
     # ------------------------------------------------------------------ status
@@ -255,6 +257,24 @@ class MainWindow(QMainWindow):
                 save(settings)
         settings.sync()
 
+    # ------------------------------------------------------------------ quitting
+
+    def request_quit(self) -> None:
+        """File > Quit (Ctrl+Q): quit, asking first while deployments run."""
+        if confirm_quit(self):
+            self.quit_now()
+
+    def quit_now(self) -> None:
+        """Close without a question (a signal, --quit-after, an answered question)."""
+        self.quitting = True
+        close_dialogs(self)
+        self.close()
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        # The window's close button asks like Quit; a close() from code (tests, --quit-after) does not.
+        if event.spontaneous() and not self.quitting and not confirm_quit(self):
+            event.ignore()
+            return
+        self.quitting = True
         self.save_settings()
         super().closeEvent(event)
