@@ -2,7 +2,8 @@
 
 Each marker is a dashed line in its colour with its label near the top, on the side of the line where the
 plot has room: left of a line in the right half of the range (the newest events, on a live chart), right of
-one in the left half.
+one in the left half. Labels of markers close in time are stacked at `LABEL_LEVELS` heights so that they do
+not write over each other (a deployment launched, failed and launched again within a minute).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from meshdeck.core.text import printable
 from meshdeck.services.deployment_marks import DeploymentMark
 from meshdeck.ui import theme
 
+LABEL_LEVELS = (0.97, 0.85, 0.73, 0.61)  # where along the line (bottom 0, top 1) the labels go, in turn
+NAME_SHOWN = 28  # characters of a deployment's name on its marker
+
 
 @dataclass(frozen=True)
 class Marker:
@@ -30,7 +34,7 @@ class Marker:
 
 def deployment_marker(mark: DeploymentMark) -> Marker:
     """A deployment's start ("▶ name", green) or end ("■ name stopped", its final state's colour)."""
-    name = printable(mark.name, 40)
+    name = printable(mark.name, NAME_SHOWN)
     if mark.event == "started":
         return Marker(mark.ts, f"▶ {name}", theme.STATE_COLORS["running"])
     color = theme.STATE_COLORS.get(mark.state, theme.STATE_COLORS["stopped"])
@@ -47,20 +51,24 @@ class MarkerLines:
 
     def set(self, markers: Sequence[Marker], x_range: tuple[float, float] | None) -> None:
         """Show exactly these markers (nothing done when they are those shown)."""
-        markers = list(markers)
+        markers = sorted(markers, key=lambda marker: marker.ts)
         if markers == self.markers:
             return
         for line in self._lines:
             self.plot_item.removeItem(line)
         self.markers, self._lines = markers, []
-        for marker in markers:
+        for index, marker in enumerate(self.markers):
             line = pg.InfiniteLine(
                 pos=marker.ts,
                 angle=90,
                 pen=pg.mkPen(QColor(marker.color), width=1, style=Qt.PenStyle.DashLine),
                 movable=False,
                 label=marker.label,
-                labelOpts={"position": 0.97, "color": marker.color, "anchors": [(0, 0), (0, 0)]},
+                labelOpts={
+                    "position": LABEL_LEVELS[index % len(LABEL_LEVELS)],
+                    "color": marker.color,
+                    "anchors": [(0, 0), (0, 0)],
+                },
             )
             self.plot_item.addItem(line, ignoreBounds=True)
             self._lines.append(line)
