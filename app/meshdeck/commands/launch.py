@@ -161,8 +161,10 @@ def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> st
 def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(args)
+    # a path is read (and validated) before anything else is opened; a bare name may be a stored profile
+    path = resolve_profile(args, None, for_launch=True) if "/" in args.profile and not args.stored else None
     with open_database(args.db) as db, FleetService() as fleet:
-        launched = resolve_profile(args, db, for_launch=True)
+        launched = path or resolve_profile(args, db, for_launch=True)
         profile = launched.profile
         deploy_hosts.connect(fleet, profile.hosts, db)
         addresses = deploy_hosts.addresses_for(profile.hosts, db)
