@@ -464,7 +464,8 @@ def test_the_saved_profile_takes_the_plans_max_num_seqs_mitigation_the_dialog_of
     def exec_(dialog: ProfileDialog) -> int:
         box = dialog.findChild(QCheckBox, "mitigation-mla_combine_large_batch")
         ticks.append(box.isChecked())
-        assert "max_num_seqs 256 instead of vLLM's default" in box.text()
+        assert box.text() == "Apply max_num_seqs 256 (the plan warns without it)"
+        assert box.toolTip().startswith("max_num_seqs 256 instead of vLLM's default 1024")
         return QDialog.DialogCode.Accepted
 
     monkeypatch.setattr(ProfileDialog, "exec", exec_)

@@ -110,10 +110,15 @@ class ProfileDialog(QDialog):
             form.addRow("Script on the servers", self.script)
         self.mitigations: list[tuple[QCheckBox, Mitigation]] = []
         for mitigation in mitigations:
-            box = QCheckBox(f"Apply {mitigation.text}")
+            box = QCheckBox(f"Apply {mitigation.setting} {mitigation.value} (the plan warns without it)")
             box.setObjectName(f"mitigation-{mitigation.code}")
             box.setChecked(mitigation.default)
+            box.setToolTip(mitigation.text)
+            why = QLabel(mitigation.text)
+            why.setWordWrap(True)
+            why.setTextFormat(Qt.TextFormat.PlainText)
             form.addRow(box)
+            form.addRow(why)
             self.mitigations.append((box, mitigation))
         self.notice: QLabel | None = None
         if instances > 1:
@@ -133,6 +138,7 @@ class ProfileDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+        self.setMinimumWidth(620)  # the wrapped notices read as a paragraph, not a column
 
     def answer(self) -> ProfileAnswer:
         script = self.script.text().strip() if self.script is not None else None
