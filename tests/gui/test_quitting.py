@@ -71,7 +71,7 @@ def test_the_menu_bar_has_file_view_and_help_with_their_shortcuts(qtbot, console
     menus = [action.text().replace("&", "") for action in window.menuBar().actions()]
     assert menus == ["File", "View", "Help"]
     rows = {(row.keys, row.action) for row in shortcut_rows(window)}
-    assert {("Ctrl+Q", "Quit"), ("Ctrl+1", "Planner"), ("Ctrl+2", "Dashboard")} <= rows
+    assert {("Ctrl+Q", "Quit"), ("Ctrl+1", "Show Planner"), ("Ctrl+2", "Show Dashboard")} <= rows
     assert {("Ctrl+PgDown", "Next view"), ("Ctrl+PgUp", "Previous view"), ("?, F1", "Keyboard shortcuts")} <= rows
 
 

@@ -70,6 +70,7 @@ def build_menu_bar(window: MainWindow) -> None:
             window, entry.title, keys, lambda _=False, i=index: window.show_view_at(i), f"view-{entry.key}"
         )
         action.setCheckable(True)
+        action.setWhatsThis(f"Show {entry.title}")  # the shortcuts help's words for it
         group.addAction(action)
         view_menu.addAction(action)
     window.navigation.currentRowChanged.connect(lambda row: _check(group, row))
@@ -112,7 +113,7 @@ def shortcut_rows(window: MainWindow) -> list[ShortcutRow]:
         for action in menu.actions():
             menu_actions.add(action)
             if action.shortcuts():
-                rows.append(ShortcutRow(WINDOW, _keys(action.shortcuts()), action.iconText()))
+                rows.append(ShortcutRow(WINDOW, _keys(action.shortcuts()), action.whatsThis() or action.iconText()))
     in_views: set[QShortcut] = set()
     for entry in window.views:
         for shortcut in entry.widget.findChildren(QShortcut):
@@ -150,6 +151,8 @@ class ShortcutsDialog(QDialog):
         self.table.setObjectName("shortcutsTable")
         self.table.setHorizontalHeaderLabels(["Where", "Keys", "Action"])
         self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         note = QLabel(PAUSE_NOTE)
@@ -160,7 +163,7 @@ class ShortcutsDialog(QDialog):
         layout.addWidget(self.table)
         layout.addWidget(note)
         layout.addWidget(buttons)
-        self.resize(640, 520)
+        self.resize(680, 640)
         self.refresh(window)
 
     def refresh(self, window: MainWindow) -> None:
