@@ -284,7 +284,7 @@ def test_a_host_waiting_to_retry_says_when_so_a_view_can_count_down(harness):
     before = time.time()
     supervisor.start()
     _connected(supervisor, connector, recorder)
-    waiting = [e for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "disconnected"][0]
+    waiting = next(e for e in recorder.events if isinstance(e, HostStateChanged) and e.state == "disconnected")
     delay = float(waiting.reason.rsplit("retrying in ", 1)[1].split()[0])
     assert waiting.retry_at is not None and before + delay - 0.1 <= waiting.retry_at <= waiting.ts + delay + 0.1
     assert waiting.cause == "10.0.0.1:22: unreachable: No route to host"
