@@ -81,6 +81,7 @@ def test_demo_runs_its_tour_and_saves_one_png_per_view(tmp_path: Path, platform:
     ):
         assert step in log, log[-3000:]
     assert "launch failed" not in log
+    assert "max_num_seqs 256 instead of" in log  # the plan's FlashMLA mitigation, applied as the planner's save does
     names = sorted(p.name for p in shots.glob("*.png"))
     views = [f"{i + 1:02d}-{key}.png" for i, key in enumerate(_view_keys())]
     planner = next(name for name in views if name.endswith("-planner.png"))

@@ -125,7 +125,7 @@ def test_launch_anyway_asks_listing_the_failed_checks_and_the_override_is_record
     seen: list[str] = []
     _answer_dialog("Cancel", seen)
     view.launch_anyway_button.click()
-    assert "2 pre-flight check(s) failed" in seen[0]
+    assert "2 pre-flight checks failed" in seen[0]
     assert "GPU memory on demo-a: GPU 0: 2.0 GiB free < 126.9 GiB needed" in seen[0]
     assert "recorded" in seen[0]
     assert fleet.started() == [] and view.context.jobs.running("launch") is None  # not confirmed: nothing
@@ -191,7 +191,7 @@ def test_stop_asks_naming_the_deployment_its_parts_and_hosts_and_what_is_dropped
     _answer_dialog("Cancel", seen)
     view.stop_button.click()
     assert seen[0].startswith(f"Stop {snapshot.id} (vllm, running)?")
-    assert "vllm-node0 on demo-a (running)" in seen[0] and "1 part(s) on 1 host(s) (demo-a)" in seen[0]
+    assert "vllm-node0 on demo-a (running)" in seen[0] and "1 part on 1 host (demo-a)" in seen[0]
     assert "in-flight requests are dropped" in seen[0]
     assert fleet.stopped() == [] and view.context.jobs.running(f"stop {snapshot.id}") is None
 

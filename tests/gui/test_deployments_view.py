@@ -286,7 +286,7 @@ def test_the_state_line_follows_the_selected_deployment_after_its_launch_message
     assert view.status.text() == NOTHING_SELECTED
 
     view._launched(tiny)  # what a finished launch job delivers
-    assert _shown(view) == (tiny.id, "running", f"{tiny.id}: running; 1 of 1 part(s) running")
+    assert _shown(view) == (tiny.id, "running", f"{tiny.id}: running; 1 of 1 part running")
     assert "came up" in view.message.text()
 
     deployments.set_state(tiny.id, "completed", "every part exited 0", worker_state="exited")
@@ -318,7 +318,7 @@ def test_status_line_says_where_it_serves_and_what_is_simulated_or_found() -> No
     snapshot = replace(_snapshot("d-1130073102-c8b0", 1.0, engine="vllm"), serving_url="http://127.0.0.1:8000/v1")
     line = status_line(snapshot, simulated=True, found=True)
     assert line == (
-        "d-1130073102-c8b0: running at http://127.0.0.1:8000/v1; 1 of 1 part(s) running "
+        "d-1130073102-c8b0: running at http://127.0.0.1:8000/v1; 1 of 1 part running "
         "(simulated vLLM, found on the agents)"
     )
     assert "at http" not in status_line(replace(snapshot, state="stopped"))

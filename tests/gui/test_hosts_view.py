@@ -352,4 +352,4 @@ def test_test_connection_is_in_the_toolbar_and_probes_off_the_gui_thread(
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: view.message.text().startswith("lab: reached directly"), timeout=30000)
     assert threads and threads[0] is not threading.main_thread()  # SSH never runs on the GUI thread
-    assert "8 GPU(s) in 1.2 s" in view.message.text() or "8 GPU(s) in 1.3 s" in view.message.text()
+    assert "8 GPUs in 1.2 s" in view.message.text() or "8 GPUs in 1.3 s" in view.message.text()

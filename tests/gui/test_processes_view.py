@@ -81,7 +81,7 @@ def test_each_process_shows_host_gpu_pid_user_memory_deployment_and_command_esca
         "old-c: this agent is too old to list processes (meshdeck-agent 0.1.0); restart the agent on that host so "
         "meshdeck starts the current one (its workers keep running)"
     )
-    assert "2 process(es) on 4 GPU(s) of 2 host(s); 2 GPU(s) without any" in view.status.text()
+    assert "2 processes on 4 GPUs of 2 hosts; 2 GPUs without any" in view.status.text()
     view.host.setCurrentIndex(view.host.findData("gpu-a"))
     assert view.table.rowCount() == 1 and view.problems.text() == ""
     view.shutdown()

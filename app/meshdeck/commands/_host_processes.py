@@ -19,6 +19,7 @@ import json
 import sys
 
 from meshdeck.commands import Subparsers
+from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
 from meshdeck.services import processes as process_service
 from meshdeck.services.deployments import hosts as deploy_hosts
@@ -69,7 +70,9 @@ def render(listing: process_service.HostProcesses) -> str:
     """The table, nvitop's columns; every cell escaped (the services' *_text), GPUs without processes named."""
     simulated = " [SIMULATED]" if listing.simulated else ""
     host = printable(listing.host, 64)
-    lines = [f"{host}{simulated}: {len(listing.rows)} process(es) on {len(listing.gpus)} GPU(s)"]
+    lines = [
+        f"{host}{simulated}: {counted(len(listing.rows), 'process', 'processes')} on {counted(len(listing.gpus), 'GPU')}"
+    ]
     if not listing.gpus:
         reason = printable(listing.reason, 300) if listing.reason else "the agent reports none"
         lines.append(f"  no GPUs: {reason}")

@@ -33,10 +33,10 @@ from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services.files import STDOUT, output_target
 from meshdeck.services.plan_profiles import (
     SCRIPT_NEEDED,
+    default_mitigations,
     default_profile_name,
     instances_notice,
     model_id_for,
-    plan_mitigations,
     profile_endpoint,
     profiles_from_layout,
     write_profiles,
@@ -191,7 +191,7 @@ def write_plan_profiles(request: ProfileRequest, result: PlanResult, model: str,
     layout = chosen_layout(result, request.rank)
     name = request.name or default_profile_name(result, layout)
     model_id = request.model_id if request.model_id is not None else model_id_for(model)
-    applied = [m for m in plan_mitigations(layout, result) if m.default]
+    applied = default_mitigations(layout, result)
     try:
         profiles = profiles_from_layout(
             layout, result, request.hosts, name, model_id, request.script, request.script_args, applied

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 
 from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
+from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
 from meshdeck.services.deployments import hosts as deploy_hosts
 from meshdeck.services.deployments.events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
@@ -138,7 +139,7 @@ def _list(args: argparse.Namespace) -> int:
     for deployment in found.deployments:
         print(printable(f"{deployment.id}  {deployment.state}  ({deployment.engine})"))
         for worker in deployment.workers:
-            restarts = f", {worker.restarts} restart(s)" if worker.restarts else ""
+            restarts = f", {counted(worker.restarts, 'restart')}" if worker.restarts else ""
             why = f" — {worker.reason}" if worker.reason and worker.state != "running" else ""
             line = f"  [{worker.stage}] {worker.command:<16} {worker.host:<14} {worker.state}{restarts}{why}"
             print(printable(line))

@@ -23,6 +23,7 @@ from types import FrameType
 
 from meshdeck.commands import Subparsers
 from meshdeck.core.errors import InputError
+from meshdeck.core.plural import counted
 from meshdeck.services import record_service
 from meshdeck.services.fleet import FleetSettings, with_overrides
 from meshdeck.services.recorder import Recorder
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     why = "stopped" if stop.is_set() else "done"
-    _say(f"{why}: {summary.samples} samples of {summary.hosts} host(s) committed to {summary.db_path}")
+    _say(f"{why}: {summary.samples} samples of {counted(summary.hosts, 'host')} committed to {summary.db_path}")
     return 0
 
 

@@ -76,6 +76,12 @@ def plan_mitigations(layout: LayoutPlan, result: PlanResult) -> tuple[Mitigation
     )
 
 
+def default_mitigations(layout: LayoutPlan, result: PlanResult) -> tuple[Mitigation, ...]:
+    """The mitigations a profile saved without asking takes (the CLI's --profile-out, the demo, the console's
+    save when the dialog was not asked): those applied unless declined."""
+    return tuple(m for m in plan_mitigations(layout, result) if m.default)
+
+
 def single_instance_alternative(result: PlanResult, layout: LayoutPlan) -> tuple[int, LayoutPlan] | None:
     """For a layout of several instances: the plan's best-ranked layout that runs as ONE instance on the same
     number of GPUs (one deployment, one endpoint) and that vLLM can run, with its rank (1-based, the # column).

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
 from meshdeck.remote.errors import HostKeyUnknown
 from meshdeck.services.console import ConsoleServices
@@ -131,7 +132,7 @@ class Recorder:
             services.connect_hosts()
             hosts = services.fleet.hosts()
             if hosts:
-                self.say(f"recording {len(hosts)} host(s) into {db_path}: {', '.join(hosts)}")
+                self.say(f"recording {counted(len(hosts), 'host')} into {db_path}: {', '.join(hosts)}")
             else:
                 self.say(f"no hosts stored in {db_path} yet: add one with `meshdeck hosts add`; it is recorded then")
             next_scan = time.monotonic() + self.rescan_s

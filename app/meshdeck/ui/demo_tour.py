@@ -36,7 +36,7 @@ from meshdeck.services.demo import (
     torch_python,
 )
 from meshdeck.services.deployments.model import DeploymentSnapshot
-from meshdeck.services.plan_profiles import model_id_for, profile_mappings
+from meshdeck.services.plan_profiles import default_mitigations, model_id_for, profile_mappings
 from meshdeck.services.vllm_local import tiny_model_dir
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.main_window import MainWindow
@@ -123,14 +123,14 @@ class DemoTour(QObject):
             return
         planner.table.selectRow(result.layouts.index(layout))  # the result the planner shows
         self.window.show_view("planner")
-        mapping = profile_mappings(layout, result, list(self.hosts), DEMO_VLLM_PROFILE, model_id_for("deepseek-v3.2"))[
-            0
-        ]
-        vllm_profile = demo_vllm_profile(mapping)
+        mitigations = default_mitigations(layout, result)  # as the planner's own save applies them
+        model = model_id_for("deepseek-v3.2")
+        mapping = profile_mappings(layout, result, list(self.hosts), DEMO_VLLM_PROFILE, model, mitigations=mitigations)
+        vllm_profile = demo_vllm_profile(mapping[0])
         db = self.context.db
         hosts = self.hosts
         assert db is not None
-        note = demo_layout_note(result, layout)
+        note = "; ".join([demo_layout_note(result, layout), *(m.text for m in mitigations)])
         self.step.emit(f"saving {DEMO_VLLM_PROFILE}: {note}")
 
         def work(_progress: object) -> list[str]:

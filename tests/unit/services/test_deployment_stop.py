@@ -198,7 +198,7 @@ def test_deployments_stop_on_a_terminal_asks_naming_its_parts_hosts_and_what_is_
 
     out, err = capsys.readouterr()
     assert err.startswith(f"Stop {DEPLOYMENT} (vllm, running)?")
-    assert "2 part(s) on 2 host(s) (gpu-b, gpu-a)" in err
+    assert "2 parts on 2 hosts (gpu-b, gpu-a)" in err
     assert err.index("vllm-node1 on gpu-b (running)") < err.index("vllm-node0 on gpu-a (running)")  # stop order
     assert "in-flight requests are dropped" in err and "Stop it? [y/N]" in err
     assert (fleet.stopped() == [("gpu-b", "vllm-node1"), ("gpu-a", "vllm-node0")]) is stopped

@@ -112,7 +112,7 @@ def test_the_poller_never_asks_a_host_again_before_it_answered():
 def test_the_cli_table_has_nvitops_columns_escapes_every_cell_and_names_idle_gpus():
     text = render(fetch_processes(FakeFleet({"gpu-a": LISTING.to_wire()}), "gpu-a"))
     lines = text.splitlines()
-    assert lines[0] == "gpu-a [SIMULATED]: 3 process(es) on 3 GPU(s)"
+    assert lines[0] == "gpu-a [SIMULATED]: 3 processes on 3 GPUs"
     assert lines[1].split() == ["GPU", "PID", "TYPE", "USER", "GPU", "MEMORY", "DEPLOYMENT", "/", "PART", "COMMAND"]
     assert "ds32-0101-ab12 / vllm-node0" in lines[2] and "70.00 GiB" in lines[2]
     assert lines[-1] == "no processes on GPU 2"

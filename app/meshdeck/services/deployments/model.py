@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 from meshdeck_agent.protocol import WorkerRecord
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
 
 DEPLOYMENT_STATES = (
@@ -204,7 +205,7 @@ def stop_question(snapshot: DeploymentSnapshot, grace_s: float) -> str:
     lines = [
         f"Stop {snapshot.id} ({snapshot.engine}, {snapshot.state})?{found}",
         "",
-        f"{len(parts)} part(s) on {len(hosts)} host(s) ({', '.join(hosts)}) stop, the last stage first:",
+        f"{counted(len(parts), 'part')} on {counted(len(hosts), 'host')} ({', '.join(hosts)}) stop, the last stage first:",
         *listed([f"{w.command} on {w.host} ({w.state})" for w in parts], "part(s)"),
         "",
     ]

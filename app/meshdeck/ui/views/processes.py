@@ -23,6 +23,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QTableWidgetItem, QVBoxLayout, QWidget
 
+from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
 from meshdeck.services.processes import HostProcesses, Outcome, ProcessesUnavailable, ProcessPoller, ProcessRow
 from meshdeck.ui.context import ConsoleContext
@@ -207,9 +208,10 @@ class ProcessesView(QWidget):
         gpus = sum(len(listing.gpus) for listing in listings)
         idle = sum(len(set(listing.gpus) - {r.gpu for r in listing.rows}) for listing in listings)
         waiting = [h for h in hosts if h not in self.outcomes]
-        text = f"{processes} process(es) on {gpus} GPU(s) of {len(listings)} host(s); {idle} GPU(s) without any"
+        text = f"{counted(processes, 'process', 'processes')} on {counted(gpus, 'GPU')} of {counted(len(listings), 'host')}"
+        text += f"; {counted(idle, 'GPU')} without any"
         if waiting:
-            text += f"; asking {len(waiting)} host(s)…"
+            text += f"; asking {counted(len(waiting), 'host')}…"
         connected = len(self.connected_hosts())
         if self.host.currentData() is None and connected > MAX_HOSTS:
             text += f"; showing {MAX_HOSTS} of {connected} hosts: pick one above"

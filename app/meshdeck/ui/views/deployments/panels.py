@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.core.plural import counted
 from meshdeck.services.deployments.model import DeploymentSnapshot, describe_exit
 from meshdeck.services.events import AgentEvent
 from meshdeck.ui import theme
@@ -190,7 +191,7 @@ class PlannedPanel(QWidget):
             self.note.setText("No prediction for this deployment (a torch job, or a model meshdeck has no card for).")
         else:
             self.note.setText(
-                f"Planned: meshdeck's planner for this layout. Measured: {source} ({len(measured)} worker(s) so far)."
+                f"Planned: meshdeck's planner for this layout. Measured: {source} ({counted(len(measured), 'worker')} so far)."
             )
         header = self.table.horizontalHeaderItem(2)
         if header is not None:

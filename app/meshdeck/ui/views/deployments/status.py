@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from meshdeck.core.plural import counted
 from meshdeck.services.deployments.model import DeploymentSnapshot, listed
 
 NOTHING_SELECTED = (
@@ -30,7 +31,7 @@ def status_line(snapshot: DeploymentSnapshot | None, *, simulated: bool = False,
     workers = snapshot.workers
     if workers and not snapshot.final:
         running = sum(1 for w in workers if w.state == "running")
-        text += f"; {running} of {len(workers)} part(s) running"
+        text += f"; {running} of {counted(len(workers), 'part')} running"
     if snapshot.whole_restarts:
         text += f"; restarted as a whole {snapshot.whole_restarts}×"
     notes = [n for n, on in (("simulated vLLM", simulated), ("found on the agents", found)) if on]
@@ -41,7 +42,7 @@ def override_question(name: str, failures: list[str]) -> str:
     """What "Launch anyway…" asks: the failed checks, and that the override is recorded."""
     return "\n".join(
         [
-            f"Launch {name} although {len(failures)} pre-flight check(s) failed?",
+            f"Launch {name} although {counted(len(failures), 'pre-flight check')} failed?",
             "",
             *listed(failures, "failed check(s): see the Pre-flight tab"),
             "",

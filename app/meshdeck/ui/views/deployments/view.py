@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.core.plural import counted
 from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.services import profiles as profile_service
@@ -468,7 +469,7 @@ class DeploymentsView(QWidget):
             record = f"its record stays open: {', '.join(outcome.unsure_hosts)} could not be asked"
         else:
             record = "no open record of it in this database"
-        self._say(f"stop of {deployment_id}: {len(outcome.parts)} part(s) stopped; {record}")
+        self._say(f"stop of {deployment_id}: {counted(len(outcome.parts), 'part')} stopped; {record}")
 
     # ------------------------------------------------------------------ live state
 

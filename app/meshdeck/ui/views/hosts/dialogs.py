@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.host_address import parse_listen_address
+from meshdeck.core.plural import counted
 from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown
 
 
@@ -98,7 +99,9 @@ class AddHostDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         if ssh_config_hosts:
-            layout.addWidget(QLabel(f"{len(ssh_config_hosts)} host(s) in ~/.ssh/config: pick one or type a target."))
+            layout.addWidget(
+                QLabel(f"{counted(len(ssh_config_hosts), 'host')} in ~/.ssh/config: pick one or type a target.")
+            )
         layout.addLayout(form)
         layout.addWidget(self.prometheus_error)
         layout.addWidget(self.buttons)

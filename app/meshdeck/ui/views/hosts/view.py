@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.core.plural import counted
 from meshdeck.services import hosts as host_service
 from meshdeck.services.events import SamplesReceived
 from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord, ProbeReport
@@ -74,7 +75,8 @@ def probe_summary(name: str, report: host_service.ProbeReport) -> str:
     return (
         f"{name}: reached {report.route} with {report.auth}; host key {report.host_key}; python "
         f"{report.python_version} on {report.machine}; agent {report.agent_version} {agent}; "
-        f"{len(report.inventory.gpus)} GPU(s) in {report.seconds:.1f} s" + (f"; {report.note}" if report.note else "")
+        f"{counted(len(report.inventory.gpus), 'GPU')} in {report.seconds:.1f} s"
+        + (f"; {report.note}" if report.note else "")
     )
 
 

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTableWidgetItem, QVBoxLay
 
 from meshdeck.core.disaggregated import DisaggregatedPlan, Pool
 from meshdeck.core.planner import PlanResult
+from meshdeck.core.plural import counted
 from meshdeck.ui.widgets.tables import row_table
 
 COLUMNS = ("#", "prefill pool", "decode pool", "GPUs", "TTFT ms", "TPOT ms", "tok/s/GPU", "tok/s/user", "vs aggregated")
@@ -93,7 +94,7 @@ class DisaggregatedTable(QWidget):
         for pool in (option.prefill, option.decode):
             env = " ".join(f"{key}={value}" for key, value in pool.env)
             lines.append(
-                f"{pool.role}: {pool.workers} worker(s) of {pool.shape.gpus} GPUs, {pool.requests_per_s:,.2f} req/s\n"
+                f"{pool.role}: {counted(pool.workers, 'worker')} of {pool.shape.gpus} GPUs, {pool.requests_per_s:,.2f} req/s\n"
                 f"  {env + ' ' if env else ''}vllm serve <model> {shlex.join(pool.vllm_args)}"
             )
         lines.append(f"KV transfer per request: {option.kv_transfer_ms:,.1f} ms (included in TTFT)")

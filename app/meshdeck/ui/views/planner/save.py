@@ -45,6 +45,7 @@ from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.plan_profiles import (
     Mitigation,
+    default_mitigations,
     default_profile_name,
     instances_notice,
     model_id_for,
@@ -191,7 +192,7 @@ class ProfileSaver(QObject):
         name = answer.name
         mitigations = answer.mitigations
         if mitigations is None:
-            mitigations = tuple(m for m in plan_mitigations(layout, result) if m.default)
+            mitigations = default_mitigations(layout, result)
         try:
             profiles = profiles_from_layout(
                 layout, result, node_names, name, answer.model, answer.script, mitigations=mitigations
