@@ -23,6 +23,14 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 
 
+def window_size(text: str) -> tuple[int, int]:
+    """`--window-size 1920x1080` as (width, height): 640x480 up to 7680x4320 (an 8K screen)."""
+    width, _, height = text.lower().partition("x")
+    if not (width.isdigit() and height.isdigit()) or not (640 <= int(width) <= 7680 and 480 <= int(height) <= 4320):
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not WIDTHxHEIGHT between 640x480 and 7680x4320")
+    return int(width), int(height)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meshdeck",
@@ -36,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--real-vllm",
         action="store_true",
         help="with --demo: also run a real vLLM (its CPU build, `make vllm-venv`) TP=2 on two real local agents",
+    )
+    parser.add_argument(
+        "--window-size",
+        type=window_size,
+        default=(1500, 950),
+        metavar="WxH",
+        help="with --screenshots: the window's size (default 1500x950; the screen's where it is smaller)",
     )
     parser.add_argument("--quit-after", type=float, metavar="SECONDS", help="close the window after SECONDS")
     parser.add_argument("--db", metavar="PATH", help="SQLite database (default: the platform data dir)")

@@ -53,6 +53,11 @@ def test_screenshots_without_demo_and_a_bad_quit_after_are_refused(capsys) -> No
     args = build_parser().parse_args(["--demo", "--quit-after", "-1"])
     assert run_gui(args) == 2
     assert "--quit-after" in capsys.readouterr().err
+    assert build_parser().parse_args(["--window-size", "1280X800"]).window_size == (1280, 800)
+    for bad in ("1280", "1280x", "x800", "100x100", "99999x800", "-1x800"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--window-size", bad])
+        assert "--window-size" in capsys.readouterr().err
 
 
 @pytest.mark.slow

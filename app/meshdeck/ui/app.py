@@ -183,7 +183,7 @@ def run_console(args: argparse.Namespace) -> int:
         wire_window(window)
         theme_watcher.changed.connect(lambda: repaint_charts(window))
         if args.screenshots:
-            window.fit_to_screen(1500, 950)  # a known size (or the screen's), whatever the last session left
+            window.fit_to_screen(*args.window_size)  # a known size (or the screen's), whatever the last session left
         window.show()
         drop_import_sources()  # every view is built: the imports are done
         collector = CollectorPolicy(window).start()  # short full collections beside a big fleet (ui/collector.py)
