@@ -201,7 +201,7 @@ def _env(command: NodeCommand, options: K8sOptions) -> Iterator[dict[str, Any]]:
         if key == POD_IP_ENV:  # the plan's own-address for the node: here, the pod's IP
             yield {"name": key, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
         else:
-            yield {"name": key, "value": value}
+            yield {"name": key, "value": escape(value)}  # Kubernetes expands $(VAR) in env values too
     if options.hf_secret:
         yield {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": options.hf_secret, "key": "HF_TOKEN"}}}
 

@@ -32,7 +32,7 @@ hosts: [gpu-a, gpu-b]
 gpus_per_node: 8
 layout: {tensor_parallel: 8, pipeline_parallel: 2, data_parallel: 1, expert_parallel: false}
 vllm: {max_model_len: 32768, port: 8000, extra_args: ["--served-model-name", "ds$(HOME)'x"]}
-env: {NCCL_SOCKET_IFNAME: eth0}
+env: {NCCL_SOCKET_IFNAME: eth0, VLLM_LOGGING_PREFIX: "$(HOME)$$"}
 """
 TP8_PP2 = PROFILE
 TP8_DP2_EP = PROFILE.replace("pipeline_parallel: 2, data_parallel: 1, expert_parallel: false",
@@ -198,7 +198,7 @@ def test_each_pod_runs_the_dry_runs_argv_and_env_for_its_rank(
     for node in shown["nodes"]:
         rank = node["node_rank"]
         (container,) = (leader if rank == 0 else worker)["spec"]["containers"]
-        values = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        values = {e["name"]: expand(e["value"], {}) for e in container["env"] if "value" in e}
         pod_ip = [
             e["name"] for e in container["env"] if e.get("valueFrom") == {"fieldRef": {"fieldPath": "status.podIP"}}
         ]
@@ -293,7 +293,7 @@ def test_a_profile_name_that_is_no_kubernetes_name_asks_for_k8s_name(
 
 def test_a_secret_is_never_written_into_the_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     profile = tmp_path / "p.yaml"
-    profile.write_text(TP8_PP2.replace("{NCCL_SOCKET_IFNAME: eth0}", "{NCCL_SOCKET_IFNAME: eth0, HF_TOKEN: hf_abc123}"))
+    profile.write_text(TP8_PP2.replace("{NCCL_SOCKET_IFNAME: eth0,", "{NCCL_SOCKET_IFNAME: eth0, HF_TOKEN: hf_abc123,"))
     out = tmp_path / "ds.yaml"
     assert main(["launch", str(profile), "--k8s-manifest", "-o", str(out), "--k8s-hf-secret", "hf-token"]) == 2
     captured = capsys.readouterr()
