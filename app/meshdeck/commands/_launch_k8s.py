@@ -84,5 +84,5 @@ def write_manifest(args: argparse.Namespace, profile: Profile) -> int:
     for warning in manifest.warnings:
         print(printable(f"warning: {warning}"), file=sys.stderr)
     if args.output not in (None, STDOUT):
-        print(printable(f"wrote {target.destination}: kubectl apply -f it"), file=sys.stderr)
+        print(printable(f"wrote {target.destination}; apply it with kubectl apply -f"), file=sys.stderr)
     return 0
