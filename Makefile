@@ -10,7 +10,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_LAUNCHER := $(VLLM_VENV)/bin/vllm
 # prometheus: the history tests read from a real Prometheus server they start on a free port (Debian's package,
 # 2.42 on bookworm); the service the package enables is stopped and disabled, the tests need none running.
-SYSTEM_PACKAGES := openssh-server openssh-client xvfb xauth prometheus
+SYSTEM_PACKAGES := openssh-server openssh-client xvfb xauth prometheus slurmctld slurmd slurm-client munge
 # Qt's xcb platform plugin (the console under Xvfb or a real X server) needs these beside libxcb.
 QT_XCB_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxkbcommon-x11-0
 
@@ -42,6 +42,7 @@ system-deps:
 	command -v ssh-keygen >/dev/null 2>&1 || missing="$$missing openssh-client"; \
 	command -v Xvfb >/dev/null 2>&1 || missing="$$missing xvfb xauth"; \
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v /usr/sbin/slurmctld >/dev/null 2>&1 && command -v /usr/sbin/slurmd >/dev/null 2>&1 && command -v sbatch >/dev/null 2>&1 && command -v /usr/sbin/munged >/dev/null 2>&1 || missing="$$missing slurmctld slurmd slurm-client munge"; \
 	ldconfig -p | grep -q libxcb-cursor.so.0 && ldconfig -p | grep -q libxcb-icccm.so.4 || missing="$$missing $(QT_XCB_PACKAGES)"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

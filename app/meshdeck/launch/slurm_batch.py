@@ -1,0 +1,181 @@
+"""A profile's launch plan as one Slurm batch script (`meshdeck launch PROFILE --slurm-script`).
+
+On a Slurm cluster the scheduler picks the nodes, so nothing may be started on them behind its back: the job
+itself must start each node's command. The script asks for the plan's nodes (one task per node, the profile's
+GPUs per node as GRES) and runs ONE `srun` step whose per-task script picks its node's command by
+`$SLURM_NODEID` (0..N-1, in the allocation's host order, so node 0 is the head). Each branch is the plan's
+argv and env for that rank, exactly as `launch --dry-run` builds them, each word shell-quoted; only two values
+come from the allocation, because only Slurm knows them when the job starts:
+
+- the head's address: the allocation's first host (`scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`)
+  and its `NodeAddr` from `scontrol show node`, resolved once in the batch script (which Slurm runs on that
+  host) and passed to every task in `MESHDECK_SLURM_HEAD_ADDR` (srun exports the batch script's env);
+- the node's own address: `NodeAddr` of `$SLURMD_NODENAME` in each task (`MESHDECK_SLURM_NODE_ADDR`).
+
+`NodeAddr` rather than `hostname -I`: it is the address slurmctld itself reaches the node by, one per node and
+the same answer on every node, where `hostname -I` lists every interface of a multi-homed server in no promised
+order (it would pick the management network as often as the fabric). Where NodeAddr is unset Slurm reports the
+node's name, which the cluster resolves. The plan is built with placeholder addresses (`.invalid` never
+resolves) and exactly those words are swapped; any other use of a placeholder is a builder's bug and refused.
+
+All nodes start at once (srun has no stages): the workers wait for the head as they do over SSH (torchrun's
+c10d rendezvous and vLLM's TCPStore retry until their timeouts). `--kill-on-bad-exit=1` ends the step when one
+node's command fails. Ray layouts (several commands per node) and secrets in the profile's env are refused:
+the script is stored by slurmctld, and a token exported before sbatch reaches the job anyway (--export=ALL).
+Pure: contacts nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from meshdeck.core.errors import InputError
+from meshdeck.core.secret_env import looks_secret
+from meshdeck.launch.build import build_launch_plan
+from meshdeck.launch.network import NodeNetwork
+from meshdeck.launch.plan import LaunchPlan, NodeCommand
+from meshdeck.launch.profile import Profile
+from meshdeck.launch.slurm_options import SlurmOptions
+
+HEAD_ADDR_VAR = "MESHDECK_SLURM_HEAD_ADDR"
+NODE_ADDR_VAR = "MESHDECK_SLURM_NODE_ADDR"
+HEAD_PLACEHOLDER = "meshdeck-slurm-head.invalid"
+_PLACEHOLDER = re.compile(r"meshdeck-slurm-(head|node[0-9]+)\.invalid")
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # Slurm's default max_script_size (SchedulerParameters)
+
+
+def node_placeholder(rank: int) -> str:
+    """The address rank `rank` is planned with; rank 0's is the head's."""
+    return HEAD_PLACEHOLDER if rank == 0 else f"meshdeck-slurm-node{rank}.invalid"
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    """The script to sbatch, the plan it was made from (for the dry-run comparison) and its warnings."""
+
+    text: str
+    plan: LaunchPlan
+    warnings: tuple[str, ...] = ()
+
+
+def build_batch_script(profile: Profile, options: SlurmOptions, *, run_id: str) -> BatchScript:
+    """The batch script running `profile`'s plan (vLLM or torchrun), one Slurm task per node."""
+    nodes = [NodeNetwork(host, node_placeholder(rank), nics_known=False) for rank, host in enumerate(profile.hosts)]
+    plan = build_launch_plan(profile, nodes, run_id=run_id)
+    ranks = [command.node_rank for command in plan.commands]
+    if ranks != list(range(len(profile.hosts))):
+        raise InputError(
+            "vllm.distributed_backend",
+            f"a Slurm job runs one command per node; this {plan.layout_class} plan has "
+            f"{len(plan.commands)} commands on {len(profile.hosts)} nodes (remove distributed_backend: ray)",
+        )
+    for key, _ in plan.commands[0].env:
+        if looks_secret(key):
+            raise InputError(
+                f"env.{key}",
+                "a secret would be written into the batch script, which slurmctld keeps; export it in the "
+                "shell that runs sbatch (the job inherits it) and leave it out of the profile's env",
+            )
+    count = len(plan.commands)
+    lines = ["#!/bin/bash", f"# Written by `meshdeck launch --slurm-script` from profile {profile.name!r}."]
+    lines += [f"#SBATCH {option}" for option in sbatch_options(options, nodes=count, gpus=profile.gpus_per_node)]
+    lines += [
+        "set -euo pipefail",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        f"{HEAD_ADDR_VAR}=$({_node_addr('$head_node')})",
+        f"export {HEAD_ADDR_VAR}",
+        f'echo "meshdeck: head $head_node at ${HEAD_ADDR_VAR}" >&2',
+        shlex.join(
+            [
+                "srun",
+                f"--nodes={count}",
+                f"--ntasks={count}",
+                "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1",
+                "bash",
+                "-c",
+                task_script(plan.commands),
+            ]
+        ),
+        "",
+    ]
+    text = "\n".join(lines)
+    if len(text.encode()) > MAX_SCRIPT_BYTES:
+        raise InputError("torch.script", f"the batch script is over Slurm's default {MAX_SCRIPT_BYTES} bytes")
+    warnings = [w for w in plan.warnings if ".invalid" not in w]
+    if count > 1 and "NCCL_SOCKET_IFNAME" not in profile.env:
+        warnings.append(
+            "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME are left to NCCL and gloo (no agent asked the nodes); "
+            "on multi-homed nodes set them in the profile's env"
+        )
+    return BatchScript(text=text, plan=plan, warnings=tuple(warnings))
+
+
+def sbatch_options(options: SlurmOptions, *, nodes: int, gpus: int) -> list[str]:
+    """The `#SBATCH` options, in sbatch's own spelling (values were checked by slurm_options)."""
+    out = [f"--job-name={options.job_name}", f"--nodes={nodes}", "--ntasks-per-node=1"]
+    if gpus:
+        out.append(f"--gpus-per-node={gpus}")
+    for flag, value in (
+        ("--partition", options.partition),
+        ("--account", options.account),
+        ("--qos", options.qos),
+        ("--time", options.time_limit),
+    ):
+        if value is not None:
+            out.append(f"{flag}={value}")
+    out.append(f"--output={options.output}")
+    return out
+
+
+def task_script(commands: tuple[NodeCommand, ...]) -> str:
+    """The per-task script: the node's own address, then a `case` over `$SLURM_NODEID`, one branch per rank."""
+    lines = [
+        "set -euo pipefail",
+        f"{NODE_ADDR_VAR}=$({_node_addr('$SLURMD_NODENAME')})",
+        'case "$SLURM_NODEID" in',
+    ]
+    for command in commands:
+        lines.append(f"{command.node_rank}) exec {node_line(command)} ;;")
+    lines += ['*) echo "meshdeck: no command for node $SLURM_NODEID" >&2; exit 2 ;;', "esac"]
+    return "\n".join(lines) + "\n"
+
+
+def node_line(command: NodeCommand) -> str:
+    """`env K=V ... argv` for one rank, every word quoted, the planned addresses read from the shell."""
+    words = ["env", *(f"{key}={value}" for key, value in command.env), *command.argv]
+    own = node_placeholder(command.node_rank)
+    return " ".join(_word(word, own) for word in words)
+
+
+def _word(word: str, own: str) -> str:
+    """`word` shell-quoted, with the head's and this node's placeholder as their variables' values (on the
+    head the two are one: its NodeAddr)."""
+    swaps = {HEAD_PLACEHOLDER: f'"${{{HEAD_ADDR_VAR}}}"'}
+    if own != HEAD_PLACEHOLDER:
+        swaps[own] = f'"${{{NODE_ADDR_VAR}}}"'
+    others = word
+    for placeholder in swaps:
+        others = others.replace(placeholder, "")
+    if _PLACEHOLDER.search(others):  # another node's address: a builder's bug, never input
+        raise ValueError(f"another node's placeholder address in {word!r}")
+    parts: list[str] = []
+    rest = word
+    while rest:
+        hits = [(rest.find(p), p) for p in swaps if p in rest]
+        if not hits:
+            parts.append(shlex.quote(rest))
+            break
+        index, placeholder = min(hits)
+        if index:
+            parts.append(shlex.quote(rest[:index]))
+        parts.append(swaps[placeholder])
+        rest = rest[index + len(placeholder) :]
+    return "".join(parts) if parts else shlex.quote(word)
+
+
+def _node_addr(name_expr: str) -> str:
+    """A shell pipeline printing the NodeAddr of the node named by `name_expr` (a quoted shell expression)."""
+    return f"scontrol show node -o \"{name_expr}\" | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p'"
