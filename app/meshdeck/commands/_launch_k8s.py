@@ -8,14 +8,12 @@ database is created, no host is asked. The plan's warnings go to stderr.
 from __future__ import annotations
 
 import argparse
-import sys
 
+from meshdeck.commands._launch_artifact import write_artifact
 from meshdeck.core.errors import InputError
-from meshdeck.core.text import printable
 from meshdeck.launch.k8s_manifest import build_manifest
 from meshdeck.launch.k8s_options import K8sOptions, k8s_options
 from meshdeck.launch.profile import Profile
-from meshdeck.services.files import STDOUT, open_output, output_target
 
 # dest -> option, for "needs --k8s-manifest" (and the parser's own order)
 _K8S_ONLY = {
@@ -51,11 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--k8s-hf-secret", metavar="SECRET", help="HF_TOKEN from this Secret's key HF_TOKEN")
 
 
-def refuse_without_manifest(args: argparse.Namespace) -> None:
-    """A --k8s-* option or -o without --k8s-manifest would be ignored silently: refuse it, naming it."""
+def refuse_without_manifest(args: argparse.Namespace, *, output_too: bool = True) -> None:
+    """A --k8s-* option (or -o, unless another writer takes it) without --k8s-manifest would be ignored
+    silently: refuse it, naming it."""
     for dest, option in _K8S_ONLY.items():
-        if getattr(args, dest) not in (None, False):
-            raise InputError(option, "is for --k8s-manifest only")
+        if getattr(args, dest) not in (None, False) and (output_too or dest != "output"):
+            raise InputError(option, "is for --k8s-manifest or --slurm-script only" if dest == "output"
+                             else "is for --k8s-manifest only")  # fmt: skip
 
 
 def options_from(args: argparse.Namespace, profile: Profile) -> K8sOptions:
@@ -74,15 +74,8 @@ def options_from(args: argparse.Namespace, profile: Profile) -> K8sOptions:
 
 
 def write_manifest(args: argparse.Namespace, profile: Profile) -> int:
-    for option in ("dry_run", "wait", "force", "skip_preflight", "json"):
-        if getattr(args, option):
-            raise InputError("--k8s-manifest", f"starts nothing; --{option.replace('_', '-')} does not go with it")
-    target = output_target(args.output or STDOUT, option="-o")  # checked before any work is done
-    manifest = build_manifest(profile, options_from(args, profile))
-    with open_output(target) as out:
-        out.write(manifest.to_yaml())
-    for warning in manifest.warnings:
-        print(printable(f"warning: {warning}"), file=sys.stderr)
-    if args.output not in (None, STDOUT):
-        print(printable(f"wrote {target.destination}; apply it with kubectl apply -f"), file=sys.stderr)
-    return 0
+    def build() -> tuple[str, tuple[str, ...]]:
+        manifest = build_manifest(profile, options_from(args, profile))
+        return manifest.to_yaml(), manifest.warnings
+
+    return write_artifact(args, "--k8s-manifest", ["slurm_script"], build, "apply it with kubectl apply -f")

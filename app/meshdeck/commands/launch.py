@@ -1,5 +1,6 @@
 """`meshdeck launch PROFILE [--stored] [--dry-run] [--json] [--skip-preflight] [--force] [--wait]`
 `meshdeck launch PROFILE --k8s-manifest [-o FILE] [--k8s-* ...]` (commands/_launch_k8s.py)
+`meshdeck launch PROFILE --slurm-script [-o FILE] [--partition P] [--time T] ...` (commands/_launch_slurm.py)
 
 PROFILE         a profile YAML file, or the name of a stored profile (`meshdeck profiles list`); a name that is
                 both a file here and a stored profile is refused: write ./NAME for the file, --stored for the other
@@ -26,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshdeck.commands import Subparsers, _launch_k8s
+from meshdeck.commands import Subparsers, _launch_k8s, _launch_slurm
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable, printable_lines
 from meshdeck.launch.build import build_launch_plan
@@ -63,6 +64,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--force", action="store_true", help="launch even when a pre-flight check fails")
     parser.add_argument("--wait", action="store_true", help="stay until the deployment ends and print its result")
     _launch_k8s.add_arguments(parser)
+    _launch_slurm.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -119,15 +121,15 @@ def _stored_db(args: argparse.Namespace) -> Database | None:
     return open_database(path) if path.exists() else None
 
 
-def k8s_manifest(args: argparse.Namespace) -> int:
-    """The profile (a file, or a stored one read and not launched) as a Kubernetes manifest; contacts nothing."""
+def profile_to_write(args: argparse.Namespace) -> Profile:
+    """The profile (a file, or a stored one read and not launched), for what writes it elsewhere and runs nothing:
+    a Kubernetes manifest, a Slurm batch script."""
     db = _stored_db(args)
     try:
-        profile = resolve_profile(args, db, for_launch=False).profile
+        return resolve_profile(args, db, for_launch=False).profile
     finally:
         if db is not None:
             db.close()
-    return _launch_k8s.write_manifest(args, profile)
 
 
 def dry_run(args: argparse.Namespace) -> int:
@@ -173,8 +175,13 @@ def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> st
 
 def run(args: argparse.Namespace) -> int:
     if args.k8s_manifest:
-        return k8s_manifest(args)
+        _launch_slurm.refuse_without_script(args)
+        return _launch_k8s.write_manifest(args, profile_to_write(args))
+    if args.slurm_script:
+        _launch_k8s.refuse_without_manifest(args, output_too=False)
+        return _launch_slurm.write_script(args, profile_to_write(args))
     _launch_k8s.refuse_without_manifest(args)
+    _launch_slurm.refuse_without_script(args)
     if args.dry_run:
         return dry_run(args)
     # a path is read (and validated) before anything else is opened; a bare name may be a stored profile

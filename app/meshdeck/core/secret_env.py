@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from meshdeck.core.errors import InputError
+
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE")
 _PLURALS = frozenset({"KEYS", "SECRETS", "PASSWORDS"})  # not TOKENS: MAX_NUM_BATCHED_TOKENS is a count
 _PATH_WORDS = ("FILE", "PATH", "DIR", "FOLDER", "FILENAME")  # a last part ending so names where a thing is
@@ -54,3 +56,11 @@ def masked_value(key: str, value: str) -> str:
 def masked_env(env: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     """`(key, value)` pairs with the values of secret-looking keys replaced by MASK, in the same order."""
     return tuple((key, masked_value(key, value)) for key, value in env)
+
+
+def refuse_secret_env(env: Iterable[tuple[str, str]], written_into: str, instead: str) -> None:
+    """Refuse an env whose keys look secret when it is about to be written into `written_into` in the clear
+    (a manifest, a batch script the scheduler keeps); `instead` says where the secret belongs."""
+    for key, _ in env:
+        if looks_secret(key):
+            raise InputError(f"env.{key}", f"a secret would be written into {written_into}; {instead}")

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.secret_env import looks_secret
+from meshdeck.core.secret_env import refuse_secret_env
 from meshdeck.launch.k8s_options import K8sOptions
 from meshdeck.launch.network import NodeNetwork
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
@@ -72,13 +72,11 @@ def build_manifest(profile: Profile, options: K8sOptions) -> Manifest:
     nodes = [NodeNetwork(host, _HEAD if rank == 0 else f"meshdeck-lws-node{rank}.invalid", nics_known=False)
              for rank, host in enumerate(profile.hosts)]  # fmt: skip
     plan = build_vllm_plan(profile, nodes)
-    for key, _ in plan.commands[0].env:
-        if looks_secret(key):
-            raise InputError(
-                f"env.{key}",
-                "a secret would be written into the manifest in the clear; keep it in a Kubernetes Secret "
-                "(--k8s-hf-secret NAME for HF_TOKEN) and leave it out of the profile's env",
-            )
+    refuse_secret_env(
+        plan.commands[0].env,
+        "the manifest in the clear",
+        "keep it in a Kubernetes Secret (--k8s-hf-secret NAME for HF_TOKEN) and leave it out of the profile's env",
+    )
     size = len(plan.commands)
     leader = _pod_template(plan.commands[0], profile, options, role="leader")
     template: dict[str, Any] = {"size": size, "restartPolicy": "RecreateGroupOnPodRestart"}

@@ -32,7 +32,7 @@ import shlex
 from dataclasses import dataclass
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.secret_env import looks_secret
+from meshdeck.core.secret_env import refuse_secret_env
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import NodeNetwork
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
@@ -71,13 +71,11 @@ def build_batch_script(profile: Profile, options: SlurmOptions, *, run_id: str) 
             f"a Slurm job runs one command per node; this {plan.layout_class} plan has "
             f"{len(plan.commands)} commands on {len(profile.hosts)} nodes (remove distributed_backend: ray)",
         )
-    for key, _ in plan.commands[0].env:
-        if looks_secret(key):
-            raise InputError(
-                f"env.{key}",
-                "a secret would be written into the batch script, which slurmctld keeps; export it in the "
-                "shell that runs sbatch (the job inherits it) and leave it out of the profile's env",
-            )
+    refuse_secret_env(
+        plan.commands[0].env,
+        "the batch script, which slurmctld keeps",
+        "export it in the shell that runs sbatch (the job inherits it) and leave it out of the profile's env",
+    )
     count = len(plan.commands)
     lines = ["#!/bin/bash", f"# Written by `meshdeck launch --slurm-script` from profile {profile.name!r}."]
     lines += [f"#SBATCH {option}" for option in sbatch_options(options, nodes=count, gpus=profile.gpus_per_node)]
