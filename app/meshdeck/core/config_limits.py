@@ -31,6 +31,11 @@ refused as `<file>: <field>` with the limit, never clamped.
 | index_n_heads                      | 64 (DeepSeek-V3.2)     | 1,024     |
 | index_head_dim                     | 128 (DeepSeek-V3.2)    | 4,096     |
 | index_topk                         | 2,048 (DeepSeek-V3.2)  | 65,536    |
+| head_dim (V4's one latent head)    | 512 (DeepSeek-V4)      | 16,384    |
+| o_lora_rank, o_groups              | 1,024, 16 (V4-Pro)     | 32,768, 1,024 |
+| sliding_window                     | 128 (DeepSeek-V4)      | 1,048,576 |
+| hc_mult, num_hash_layers           | 4, 3 (DeepSeek-V4)     | 64, 1,024 |
+| compress_ratios entries            | 128 (DeepSeek-V4)      | 65,536    |
 | quantization group / block sizes   | 128 (AWQ, FP8 blocks)  | 4,096     |
 | vision_config hidden_size          | 1,152 (MoonViT)        | 32,768    |
 | vision_config num_hidden_layers    | 27 (MoonViT)           | 1,024     |
@@ -77,6 +82,13 @@ FIELD_LIMITS: dict[str, int] = {
     "index_n_heads": 1024,
     "index_head_dim": 4096,
     "index_topk": 1 << 16,
+    "head_dim": 1 << 14,
+    "o_lora_rank": 1 << 15,
+    "o_groups": 1024,
+    "sliding_window": 1 << 20,
+    "hc_mult": 64,
+    "num_hash_layers": 1024,
+    "compress_ratios": 1 << 16,
 }
 VISION_LIMITS: dict[str, int] = {
     "hidden_size": 1 << 15,

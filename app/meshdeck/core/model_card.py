@@ -26,9 +26,11 @@ from meshdeck.core.module_match import (
     substrings,
 )
 from meshdeck.core.text import printable
+from meshdeck.core.v4_shape import COMPRESS_RATIOS, EXPERT_DTYPES, V4Shape
 from meshdeck.core.vision_tower import vision_tower_params
 
-SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM")
+V4_ARCHITECTURE = "DeepseekV4ForCausalLM"
 # Multimodal checkpoints whose language model is a DeepSeek-V3 model under `text_config`, and the prefix vLLM
 # gives that language model's modules (what a checkpoint's exclusion list names).
 MULTIMODAL_ARCHITECTURES = {"KimiK25ForConditionalGeneration": "language_model."}
@@ -87,6 +89,7 @@ class ModelCard:
     # A multimodal checkpoint's vision tower and projector, BF16 in every format (vision_tower.py):
     vision_params_tp: int = 0  # the encoder blocks' linear layers, split over TP (mm_encoder_tp_mode "weights")
     vision_params_replicated: int = 0  # patch / position embeddings, norms, biases of row-split layers, projector
+    v4: V4Shape | None = None  # DeepSeek-V4's own fields (v4_shape.py); None for V3 / V3.2
 
     def __hash__(self) -> int:
         # The card keys many planner caches; hashing 30 fields on every lookup would dominate planning time.
@@ -100,6 +103,11 @@ class ModelCard:
     def has_sparse_indexer(self) -> bool:
         """DeepSeek-V3.2's DSA: a per-layer indexer with its own key cache (vLLM: `hasattr(config, "index_topk")`)."""
         return self.index_topk > 0
+
+    @property
+    def is_v4(self) -> bool:
+        """DeepSeek-V4 (Flash, Pro): compressed / windowed KV, hyper-connections, FP4 experts (v4_shape.py)."""
+        return self.v4 is not None
 
     @property
     def has_vision_tower(self) -> bool:
@@ -312,7 +320,111 @@ def model_card_from_config(config: Mapping[str, Any], source: str, name: str | N
             f"{source}: architectures",
             f"{shown(architectures[0])} is not a DeepSeek-V3 architecture; allowed: {_allowed_architectures()}",
         )
+    if architecture == V4_ARCHITECTURE:
+        return _v4_card(config, source, name)
     return _text_card(config, source, name, architecture)
+
+
+def _v4_fields(config: Mapping[str, Any], source: str, num_hidden_layers: int) -> V4Shape:
+    ratios = config.get("compress_ratios")
+    field = f"{source}: compress_ratios"
+    if not isinstance(ratios, list) or len(ratios) < num_hidden_layers:
+        raise InputError(field, f"must list one ratio per decoder layer ({num_hidden_layers}), got {shown(ratios)}")
+    if len(ratios) > FIELD_LIMITS["compress_ratios"]:
+        raise InputError(field, f"at most {FIELD_LIMITS['compress_ratios']:,} entries, got {len(ratios):,}")
+    for index, ratio in enumerate(ratios):
+        if isinstance(ratio, bool) or ratio not in COMPRESS_RATIOS:
+            allowed = ", ".join(map(str, COMPRESS_RATIOS))
+            raise InputError(f"{field}[{index}]", f"must be one of {allowed} (vLLM's V4 attention), got {shown(ratio)}")
+    expert_dtype = config.get("expert_dtype", "bf16" if config.get("quantization_config") is None else "fp8")
+    if expert_dtype not in EXPERT_DTYPES:
+        raise InputError(
+            f"{source}: expert_dtype", f"must be one of {', '.join(EXPERT_DTYPES)}, got {shown(expert_dtype)}"
+        )
+    shape = V4Shape(
+        head_dim=_positive_int(config, "head_dim", source),
+        o_lora_rank=_positive_int(config, "o_lora_rank", source),
+        o_groups=_positive_int(config, "o_groups", source),
+        sliding_window=_positive_int(config, "sliding_window", source),
+        compress_ratios=tuple(int(r) for r in ratios),
+        hc_mult=_positive_int(config, "hc_mult", source, default=1),
+        num_hash_layers=_non_negative_int(config, "num_hash_layers", source),
+        expert_dtype=str(expert_dtype),
+    )
+    return shape
+
+
+def _v4_card(config: Mapping[str, Any], source: str, name: str | None) -> ModelCard:
+    """DeepSeek-V4: the V3 fields V4 shares, and V4Shape for the rest. MLA's V3 fields are derived the way V4's
+    attention uses its one head: the NoPE part (head_dim - qk_rope_head_dim) stands where kv_lora_rank stood, values
+    are head_dim wide, every layer is MoE (first_k_dense_replace 0) and the shared expert is moe_intermediate_size wide.
+    V4 ships FP8 block-scaled linears (and FP4 experts) or BF16; other formats are refused naming the field."""
+    fmt = _checkpoint_format(config, source)
+    if fmt.dtype not in (CHECKPOINT_FP8_BLOCK, CHECKPOINT_BF16):
+        raise InputError(
+            f"{source}: quantization_config.quant_method",
+            f"{shown(fmt.method)} is not modelled for DeepSeek-V4; allowed: 'fp8' (as DeepSeek ships it) or none (bf16)",
+        )
+    layers = _positive_int(config, "num_hidden_layers", source)
+    v4 = _v4_fields(config, source, layers)
+    rope = _positive_int(config, "qk_rope_head_dim", source)
+    if rope >= v4.head_dim:
+        raise InputError(f"{source}: qk_rope_head_dim", f"{rope} must be smaller than head_dim {v4.head_dim}")
+    heads = _positive_int(config, "num_attention_heads", source)
+    if heads % v4.o_groups:
+        raise InputError(f"{source}: o_groups", f"{v4.o_groups} must divide num_attention_heads {heads}")
+    q_lora = _positive_int(config, "q_lora_rank", source)
+    index_topk = _non_negative_int(config, "index_topk", source)
+    moe_inter = _positive_int(config, "moe_intermediate_size", source)
+    card = ModelCard(
+        name=name or str(config.get("model_type") or V4_ARCHITECTURE),
+        source=source,
+        architecture=V4_ARCHITECTURE,
+        model_type=str(config.get("model_type") or ""),
+        hidden_size=_positive_int(config, "hidden_size", source),
+        num_hidden_layers=layers,
+        first_k_dense_replace=0,
+        moe_layer_freq=1,
+        intermediate_size=moe_inter,
+        moe_intermediate_size=moe_inter,
+        n_routed_experts=_positive_int(config, "n_routed_experts", source),
+        n_shared_experts=_non_negative_int(config, "n_shared_experts", source),
+        num_experts_per_tok=_positive_int(config, "num_experts_per_tok", source),
+        n_group=1,
+        topk_group=1,
+        num_attention_heads=heads,
+        q_lora_rank=q_lora,
+        kv_lora_rank=v4.head_dim - rope,
+        qk_nope_head_dim=v4.head_dim - rope,
+        qk_rope_head_dim=rope,
+        v_head_dim=v4.head_dim,
+        vocab_size=_positive_int(config, "vocab_size", source),
+        max_position_embeddings=_positive_int(config, "max_position_embeddings", source),
+        num_nextn_predict_layers=_non_negative_int(config, "num_nextn_predict_layers", source),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        index_n_heads=_non_negative_int(config, "index_n_heads", source) if index_topk else 0,
+        index_head_dim=_non_negative_int(config, "index_head_dim", source) if index_topk else 0,
+        index_topk=index_topk,
+        checkpoint_dtype=fmt.dtype,
+        weight_block_size=fmt.block,
+        int4_group_size=0,
+        quant_method=fmt.method,
+        quantized_families=fmt.families,
+        v4=v4,
+    )
+    if card.num_experts_per_tok > card.n_routed_experts:
+        raise InputError(
+            f"{source}: num_experts_per_tok",
+            f"{card.num_experts_per_tok} exceeds n_routed_experts {card.n_routed_experts}",
+        )
+    if v4.num_hash_layers > layers:
+        raise InputError(f"{source}: num_hash_layers", f"{v4.num_hash_layers} exceeds num_hidden_layers {layers}")
+    if 4 in v4.compress_ratios[:layers] and (card.index_n_heads <= 0 or card.index_head_dim <= 0):
+        raise InputError(
+            f"{source}: index_n_heads",
+            "C4A layers (compress ratio 4) need the indexer: index_topk, index_n_heads, index_head_dim",
+        )
+    return card
 
 
 def _multimodal_card(config: Mapping[str, Any], source: str, name: str | None, wrapper: str) -> ModelCard:

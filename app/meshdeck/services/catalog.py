@@ -1,7 +1,7 @@
 """Model cards and GPU specs from files: the bundled resources, a user's config.json or checkpoint dir.
 
 This is the planner's only door to the disk. `--model` accepts a bundled name (deepseek-v3.2,
-deepseek-v3, deepseek-r1), a config.json path, or a checkpoint directory that holds one.
+deepseek-v3, deepseek-r1, deepseek-v4-pro, deepseek-v4-flash), a config.json path, or a checkpoint directory that holds one.
 `--topology` accepts `nvidia-smi topo -m` text or an agent inventory JSON (decoded with the agent's own
 record, meshdeck_agent.wire_inventory). Every failure is an
 InputError naming the file or flag and what is allowed.
@@ -33,6 +33,8 @@ BUNDLED_MODELS = {
     "deepseek-v3.2": "deepseek-v3.2.json",
     "deepseek-v3": "deepseek-v3.json",
     "deepseek-r1": "deepseek-v3.json",  # R1 shares V3's architecture and config
+    "deepseek-v4-pro": "deepseek-v4-pro.json",  # deepseek-ai/DeepSeek-V4-Pro's config.json
+    "deepseek-v4-flash": "deepseek-v4-flash.json",  # deepseek-ai/DeepSeek-V4-Flash's config.json
 }
 
 

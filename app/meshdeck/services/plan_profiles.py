@@ -38,6 +38,8 @@ BUNDLED_MODEL_IDS = {
     "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro",
+    "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
 }
 PROFILE_NAME_LIMIT = 60  # leaves room for an instance suffix inside the profile's 64 characters
 SCRIPT_NEEDED = (
