@@ -39,6 +39,7 @@ from meshdeck.core.vllm_releases import NEWEST_MODELLED, modelled_ranges, releas
 from meshdeck.core.weights import WEIGHTS_DTYPES
 from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model, load_topology
 from meshdeck.services.cluster import cluster_from_inventories
+from meshdeck.services.cpu_plan import CpuPlanRequest, plan_on_cpu, render_cpu_plan
 from meshdeck.services.planning import plan_with_speed
 
 BOOLEAN_WORDS = {
@@ -148,6 +149,13 @@ def register(subparsers: Subparsers) -> None:
     add("--micro-batch-size", default="1", help="train: sequences per micro-batch (default 1)")
     add("--micro-batches", default="8", help="train: micro-batches per optimizer step per pipeline (default 8)")
     add("--activation-checkpointing", default="on", help="train: on | off (default on)")
+    add(
+        "--cpu",
+        action="store_true",
+        help="plan one engine on vLLM's CPU build (0.32) instead of GPUs: the KV cache it sizes from "
+        "--kv-cache-space-gib (V3, V3.2 and V4 models; a model directory or a bundled name)",
+    )
+    add("--kv-cache-space-gib", help="with --cpu: each worker's KV budget, as VLLM_CPU_KVCACHE_SPACE=G gives it")
     add("--top", help="show the first K layouts (default 10; --json: all)")
     add("--all", action="store_true", help="also list layouts that do not fit or that vLLM would refuse")
     add("--json", action="store_true", help="print one JSON object; layouts in rank order")
@@ -291,7 +299,53 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     )
 
 
+_GPU_ONLY_FLAGS = (
+    ("gpu", "--gpu"),
+    ("gpus_per_node", "--gpus-per-node"),
+    ("topology", "--topology"),
+    ("data_parallel", "--data-parallel"),
+    ("expert_parallel", "--expert-parallel"),
+    ("intra_node_link", "--intra-node-link"),
+    ("inter_node_gbps", "--inter-node-gbps"),
+    ("weights_dtype", "--weights-dtype"),
+    ("vllm_version", "--vllm-version"),
+)
+
+
+def _run_cpu(args: argparse.Namespace) -> int:
+    """`plan --cpu`: one engine on vLLM's CPU build, its KV cache from an explicit budget (services.cpu_plan)."""
+    for attribute, flag in _GPU_ONLY_FLAGS:
+        if getattr(args, attribute, None) is not None:
+            raise InputError(flag, "plans GPUs; --cpu plans vLLM's CPU build (leave it out)")
+    for attribute, flag in (("disaggregated", "--disaggregated"), ("mtp", "--mtp"), ("all", "--all")):
+        if getattr(args, attribute, False):
+            raise InputError(flag, "is not planned with --cpu")
+    if args.nodes != "1" or args.mode != "serve" or args.engine != "vllm" or args.profile_out:
+        raise InputError("--cpu", "plans one vLLM engine on this CPU build: one node, --mode serve, no --profile-out")
+    if args.kv_cache_space_gib is None:
+        raise InputError("--kv-cache-space-gib", "is needed with --cpu: the KV budget each worker gets (GiB)")
+    request = CpuPlanRequest(
+        model=args.model,
+        kv_cache_space_gib=_int(args.kv_cache_space_gib, "--kv-cache-space-gib") or 1,
+        max_model_len=_int(args.max_model_len, "--max-model-len"),
+        tensor_parallel=_int(args.tensor_parallel, "--tensor-parallel") or 1,
+        pipeline_parallel=_int(args.pipeline_parallel, "--pipeline-parallel") or 1,
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
+    payload = plan_on_cpu(request)
+    if args.json:
+        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_cpu_plan(payload))
+    return 0
+
+
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.cpu:
+        return _run_cpu(args)
+    elif args.kv_cache_space_gib is not None:
+        raise InputError("--kv-cache-space-gib", "is the CPU build's KV budget: use it with --cpu")
     top = _int(args.top, "--top")
     wanted = profile_request(args)
     request = build_request(args)

@@ -90,6 +90,16 @@ FIELD_LIMITS: dict[str, int] = {
     "num_hash_layers": 1024,
     "compress_ratios": 1 << 16,
 }
+# Fields only a DeepSeek-V4 config.json has (model_card._v4_card reads them); compress_ratios bounds a list's length.
+V4_ONLY_FIELDS = (
+    "head_dim",
+    "o_lora_rank",
+    "o_groups",
+    "sliding_window",
+    "hc_mult",
+    "num_hash_layers",
+    "compress_ratios",
+)
 VISION_LIMITS: dict[str, int] = {
     "hidden_size": 1 << 15,
     "num_hidden_layers": 1024,

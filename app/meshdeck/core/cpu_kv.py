@@ -39,6 +39,7 @@ class CpuKvPlan:
     num_blocks: int
     tokens: int
     max_concurrency: float  # requests of max_model_len that fit at once
+    logged_tokens: int = 0  # what vLLM 0.32 logs as "CPU KV cache size: N tokens": int(max_concurrency × max_model_len)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class CpuKvPlan:
             "num_blocks": self.num_blocks,
             "tokens": self.tokens,
             "max_concurrency": self.max_concurrency,
+            "logged_tokens": self.logged_tokens,
         }
 
 
@@ -132,6 +134,8 @@ def cpu_kv_plan(
     """KV bytes per token and tokens for one engine of `card` on vLLM's CPU build (see the module docstring)."""
     if kv_cache_bytes <= 0:
         raise InputError("KV cache budget", f"{kv_cache_bytes} bytes; it must be positive")
+    if card.is_v4:
+        raise InputError("model", f"{card.name} is DeepSeek-V4: its compressed and windowed KV is not this arithmetic")
     latent = card.mla_latent_dim * element_bytes
     if card.has_sparse_indexer:
         latent += card.index_head_dim + (card.index_head_dim // 128) * 4  # the indexer's fp8 keys and scales
@@ -147,4 +151,6 @@ def cpu_kv_plan(
         num_blocks=blocks,
         tokens=blocks * block_size,
         max_concurrency=blocks / per_request,
+        # kv_cache_utils.get_kv_cache_capacity: int(max_concurrency * max_model_len)
+        logged_tokens=int(blocks / per_request * max_model_len),
     )

@@ -414,6 +414,13 @@ def plan(
     without it the roofline answers and `roofline_reason` says why. `progress(done, total, what)` is called
     as layouts are estimated; it may raise serving.Cancelled to stop the plan.
     """
+    if request.model.is_v4:
+        # Not the V3 arithmetic under another name: V4's weights, compressed KV and reserve are their own.
+        raise InputError(
+            "--model",
+            f"{request.model.name} is DeepSeek-V4; its GPU memory model is being built — plan it on vLLM's CPU "
+            "build with --cpu (the KV cache as vLLM 0.32 sizes it) until then",
+        )
     settings = resolve(request)
     counts = parameter_counts(request.model)
     if request.mode == "train":

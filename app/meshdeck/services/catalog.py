@@ -83,6 +83,17 @@ def load_model(spec: str) -> ModelCard:
     key = spec.strip().lower()
     if key in BUNDLED_MODELS:
         return _bundled(key)
+    data, source, name = load_model_config(spec)
+    return model_card_from_config(data, source=source, name=name)
+
+
+def load_model_config(spec: str) -> tuple[dict[str, Any], str, str | None]:
+    """The parsed config.json of `spec` (bundled name, config.json path or checkpoint directory), where it was read
+    and the model's name — for callers that need more of the file than the card holds (the model's dtype)."""
+    key = spec.strip().lower()
+    if key in BUNDLED_MODELS:
+        resource = _resources() / "models" / BUNDLED_MODELS[key]
+        return dict(json.loads(resource.read_text(encoding="utf-8"))), f"resources/models/{BUNDLED_MODELS[key]}", key
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "config.json"
@@ -94,8 +105,10 @@ def load_model(spec: str) -> ModelCard:
             "--model", f"{spec!r} is neither a bundled model ({names}) nor a config.json or checkpoint directory"
         )
     data = _read_json(path, "--model")
+    if not isinstance(data, dict):
+        raise InputError(str(path), f"config.json must be a JSON object, got {type(data).__name__}")
     legacy = path.parent / "hf_quant_config.json"
-    if isinstance(data, dict) and data.get("quantization_config") is None and legacy.is_file():
+    if data.get("quantization_config") is None and legacy.is_file():
         # ModelOpt's legacy export keeps {"quantization": {...}} beside config.json; vLLM reads it from there
         # (quant_method "modelopt"), and so does the planner.
         quant = _read_json(legacy, "--model")
@@ -103,7 +116,7 @@ def load_model(spec: str) -> ModelCard:
             raise InputError("--model", f"{legacy} must hold a JSON object")
         data["quantization_config"] = {"quant_method": "modelopt", **quant}
     name = path.parent.name if path.name == "config.json" else path.stem
-    return model_card_from_config(data, source=str(path), name=name or None)
+    return data, str(path), name or None
 
 
 @lru_cache(maxsize=1)

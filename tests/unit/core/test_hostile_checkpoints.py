@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from meshdeck.core.config_limits import FIELD_LIMITS, GROUP_LIMIT
+from meshdeck.core.config_limits import FIELD_LIMITS, GROUP_LIMIT, V4_ONLY_FIELDS
 from meshdeck.core.errors import InputError
 from meshdeck.core.model_card import model_card_from_config
 from meshdeck.core.module_match import MAX_LIST_ENTRIES, modelopt_matcher
@@ -158,13 +158,48 @@ def test_the_compiled_modelopt_matcher_agrees_with_vllms_fnmatch_test(patterns, 
 # ------------------------------------------------------------------ sizes
 
 
-@pytest.mark.parametrize("field", sorted(FIELD_LIMITS))
+@pytest.mark.parametrize("field", sorted(set(FIELD_LIMITS) - set(V4_ONLY_FIELDS)))
 def test_a_size_past_its_physical_bound_is_refused_naming_the_field(field):
     config = _r1_with(None, index_topk=2048, index_n_heads=64, index_head_dim=128)  # V3.2's indexer
     config[field] = FIELD_LIMITS[field] + 1
     refused = _refusal(config)
     assert refused.field == f"ckpt/config.json: {field}"
     assert f"{FIELD_LIMITS[field]:,}" in refused.problem
+
+
+def _v4_with(**fields: object) -> dict:
+    config = json.loads((Path(__file__).parents[3] / "resources" / "models" / "deepseek-v4-flash.json").read_text())
+    config.update(fields)
+    return config
+
+
+@pytest.mark.parametrize("field", sorted(V4_ONLY_FIELDS))
+def test_a_v4_size_past_its_physical_bound_is_refused_naming_the_field(field):
+    limit = FIELD_LIMITS[field]
+    value: object = [4] * (limit + 1) if field == "compress_ratios" else limit + 1
+    refused = _refusal(_v4_with(**{field: value}))
+    assert refused.field == f"ckpt/config.json: {field}"
+    assert f"{limit:,}" in refused.problem
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"compress_ratios": [4, 128]}, "compress_ratios"),  # fewer ratios than layers
+        ({"compress_ratios": [3] * 44}, "compress_ratios[0]"),  # vLLM's V4 attention takes 0, 1, 4 or 128
+        ({"expert_dtype": "int3"}, "expert_dtype"),
+        ({"o_groups": 7}, "o_groups"),  # must divide the 64 heads
+        ({"qk_rope_head_dim": 512}, "qk_rope_head_dim"),  # the rope part of the one 512-wide head
+        ({"num_hash_layers": 44}, "num_hash_layers"),
+        (
+            {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}},
+            "quantization_config.quant_method",
+        ),
+    ],
+)
+def test_a_v4_config_vllm_would_not_build_is_refused_naming_the_field(fields, field):
+    refused = _refusal(_v4_with(**fields))
+    assert refused.field == f"ckpt/config.json: {field}"
 
 
 @pytest.mark.parametrize("value", [-1, 0, "x", float("inf"), float("nan"), 1.5, True, GROUP_LIMIT + 1, [32]])

@@ -22,13 +22,16 @@ KILLED_WORKER_TAIL = """\
 KILLED_WORKER_REASON = "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor."
 # vLLM 0.32.0's CPU build refusing DeepSeek-V3.2 (tests/fixtures/agent/SOURCES.md §7): the root cause comes first,
 # then "EngineCore failed to start." and three exceptions that only point back at it
+AGENT_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "agent"
 V32_REFUSED = (
-    Path(__file__).resolve().parents[2]
-    / "fixtures"
-    / "agent"
-    / "vllm-error_v0.32.0-cpu_tiny-deepseek-v3.2_single-node_sparse-attention-refused_excerpt.txt"
+    AGENT_FIXTURES / "vllm-error_v0.32.0-cpu_tiny-deepseek-v3.2_single-node_sparse-attention-refused_excerpt.txt"
 ).read_text()
 V32_REASON = "NotImplementedError: Sparse Attention is not supported on CPU."
+# The same build loading DeepSeek-V4 on a CPU without AVX-512 (SOURCES.md): the worker's AttributeError first
+V4_REFUSED = (
+    AGENT_FIXTURES / "vllm-error_v0.32.0-cpu_tiny-deepseek-v4_single-node_no-avx512-packing_excerpt.txt"
+).read_text()
+V4_REASON = "AttributeError: '_OpNamespace' '_C' object has no attribute 'convert_weight_packed'"
 
 
 def test_a_crash_while_running_is_reported_with_vllms_line_from_that_parts_log() -> None:
@@ -46,19 +49,20 @@ def test_a_crash_while_running_is_reported_with_vllms_line_from_that_parts_log()
     assert recorder.finished[-1].reason == reason
 
 
-def test_a_part_failing_to_start_names_vllms_root_cause_on_the_first_line() -> None:
+@pytest.mark.parametrize(("log", "cause"), [(V32_REFUSED, V32_REASON), (V4_REFUSED, V4_REASON)])
+def test_a_part_failing_to_start_names_vllms_root_cause_on_the_first_line(log: str, cause: str) -> None:
     fleet = FakeFleet()
     vllm_cluster(fleet)
 
     def refuse(host: str, worker: dict) -> None:
-        fleet.logs[worker["id"]] += V32_REFUSED
+        fleet.logs[worker["id"]] += log
         fleet.crash(host, worker["id"], signal=None, exit_code=1)
 
     fleet.on_start["vllm-node0"] = refuse
     with pytest.raises(LaunchFailed) as failed:
         make_service(fleet).launch(mp_plan())
     first = failed.value.snapshot.reason.splitlines()[0]
-    assert first == f"vllm-node0 on gpu-a exited with status 1 while starting; vLLM: {V32_REASON}"
+    assert first == f"vllm-node0 on gpu-a exited with status 1 while starting; vLLM: {cause}"
 
 
 def test_a_vllm_part_that_exits_0_while_serving_fails_the_deployment() -> None:
