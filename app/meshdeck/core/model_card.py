@@ -9,6 +9,7 @@ past its physical bound (config_limits.py) is refused naming its field.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -350,8 +351,23 @@ def _v4_fields(config: Mapping[str, Any], source: str, num_hidden_layers: int) -
         hc_mult=_positive_int(config, "hc_mult", source, default=1),
         num_hash_layers=_non_negative_int(config, "num_hash_layers", source),
         expert_dtype=str(expert_dtype),
+        compressed_rope_positions=_compressed_rope_positions(config),
     )
     return shape
+
+
+def _compressed_rope_positions(config: Mapping[str, Any]) -> int:
+    """vLLM common/rope.py build_deepseek_v4_rope: compressed layers keep the config's scaling (deepseek_yarn), whose
+    cache (deepseek_scaling_rope.py _compute_cos_sin_cache) has original_max_position_embeddings × factor rows."""
+    scaling = config.get("rope_scaling") or config.get("rope_parameters")
+    if not isinstance(scaling, Mapping) or (scaling.get("type") or scaling.get("rope_type")) in (None, "default"):
+        return 0
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
+    if isinstance(factor, bool) or isinstance(original, bool):
+        return 0
+    if not isinstance(factor, int | float) or not isinstance(original, int) or factor <= 0 or original <= 0:
+        return 0
+    return math.ceil(original * factor)
 
 
 def _v4_card(config: Mapping[str, Any], source: str, name: str | None) -> ModelCard:

@@ -29,6 +29,9 @@ class V4Shape:
     hc_mult: int
     num_hash_layers: int
     expert_dtype: str  # how the checkpoint stores routed experts: fp4 (e2m1 + ue8m0 scale per 32), fp8, bf16
+    # Rows of the compressed layers' RoPE cos/sin cache: original_max_position_embeddings × factor of the config's
+    # rope_scaling (vLLM common/rope.py build_deepseek_v4_rope -> deepseek_yarn); 0 = max_position_embeddings.
+    compressed_rope_positions: int = 0
 
     def compress_ratio(self, layer_index: int, num_hidden_layers: int) -> int:
         """vLLM's rule (attention.py): max(1, compress_ratios[i]) for decoder layers, 1 for the MTP layers."""
