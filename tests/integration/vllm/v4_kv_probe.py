@@ -160,6 +160,7 @@ def _model_specs(vllm_config: Any) -> dict[str, Any]:
 
 def _specs_from_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
+    from vllm.v1.attention.backend import MultipleOf
     from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec, get_kv_quant_mode
 
     specs: dict[str, Any] = {}
@@ -169,6 +170,9 @@ def _specs_from_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
         row["dtype"] = getattr(torch, row["dtype"])
         if "kv_quant_mode" in row:
             row["kv_quant_mode"] = get_kv_quant_mode(row["kv_quant_mode"])
+        if "block_stride_alignment_multiple_of" in row:
+            # customize_attention_spec (vllm/v1/worker/utils.py): a backend with fixed kernel block sizes only
+            row["block_stride_alignment"] = MultipleOf(row.pop("block_stride_alignment_multiple_of"))
         cls = {"MLAAttentionSpec": MLAAttentionSpec, "SlidingWindowMLASpec": SlidingWindowMLASpec}[kind]
         specs[name] = cls(**row)
     return specs
@@ -185,7 +189,7 @@ def main() -> None:
     parser.add_argument("--kv-cache-dtype")
     args = parser.parse_args()
     extra: dict[str, Any] = {}
-    if args.max_num_batched_tokens is not None:
+    if args.max_num_batched_tokens is not None and args.mode == "model":
         extra["max_num_batched_tokens"] = args.max_num_batched_tokens
     if args.max_num_seqs is not None:
         extra["max_num_seqs"] = args.max_num_seqs
@@ -197,8 +201,15 @@ def main() -> None:
         vllm_config = _engine_config(args.model_dir, args.max_model_len, extra)
         specs = _model_specs(vllm_config)
     else:
+        # Any V4 model dir gives a VllmConfig; the grouping code reads only max_model_len, the scheduler's
+        # max_num_batched_tokens (through max_in_flight_tokens) and the layout, which are set here as the CUDA
+        # engine core resolves them (V4's indexer backend supports only block-outermost layouts: BLHNC first).
         request = json.load(sys.stdin)
-        vllm_config = _engine_config(request["model_dir"], args.max_model_len, extra)
+        vllm_config = _engine_config(request["model_dir"], min(args.max_model_len, 4096), extra)
+        vllm_config.model_config.max_model_len = args.max_model_len
+        if args.max_num_batched_tokens is not None:
+            vllm_config.scheduler_config.max_num_batched_tokens = args.max_num_batched_tokens
+        vllm_config.cache_config.kv_cache_layout = "BLHNC"
         specs = _specs_from_json(request["layers"])
     # vLLM logs to stdout too: the answer is the one line that starts with the marker.
     print(MARKER + json.dumps(_answer(vllm_config, specs, args.budget)))
