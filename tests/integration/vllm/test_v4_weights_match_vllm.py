@@ -91,6 +91,7 @@ def test_fp8_linear_and_mxfp4_experts_match_the_v4_quant_methods_create_weights(
         "scale_fmt": "ue8m0",
         "weight_block_size": [128, 128],
     }
+    config["expert_dtype"] = "fp4"  # as DeepSeek ships V4 (the tiny model is bf16 and leaves it out)
     (tmp_path / "config.json").write_text(json.dumps(config))
     card = _card(tmp_path)
     shard = V4Shard(sink_padding=False, mxfp4_round=1)
