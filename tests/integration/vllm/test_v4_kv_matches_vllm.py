@@ -22,7 +22,7 @@ from meshdeck.services.catalog import load_model
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 PROBE = Path(__file__).with_name("v4_kv_probe.py")
-TINY = Path(__file__).parents[2] / "fixtures" / "tiny-deepseek-v4"
+TINY = Path(__file__).parents[3] / "resources" / "vllm-models" / "tiny-deepseek-v4"
 GIB = 1 << 30
 
 

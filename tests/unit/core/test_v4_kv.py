@@ -24,7 +24,7 @@ from meshdeck.core.v4_kv import (
 )
 from meshdeck.services.catalog import load_model
 
-TINY = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-deepseek-v4" / "config.json"
+TINY = Path(__file__).resolve().parents[3] / "resources" / "vllm-models" / "tiny-deepseek-v4" / "config.json"
 GIB = 1 << 30
 
 
