@@ -3,7 +3,8 @@
 Run it with the vLLM venv's interpreter (`.venv-vllm/bin/python packaging/vllm_cpu/serve_flags.py`). The
 checked-in list (app/meshdeck/launch/vllm_known_flags.py) is read from a release's source without importing
 it; this asks the installed release itself, so the real-vLLM tests can check that every flag meshdeck emits
-is one the vLLM that runs accepts. The launcher beside this file is run first (not as __main__: it only
+is one the vLLM that runs accepts, and which tokenizer modes and reasoning / tool-call parsers it registers
+(vllm/tokenizers/registry.py, vllm/reasoning/__init__.py, vllm/tool_parsers/__init__.py). The launcher beside this file is run first (not as __main__: it only
 answers vLLM's version lookup for the vllm-cpu distribution).
 """
 
@@ -33,4 +34,16 @@ if __name__ == "__main__":
             parsed.append("ok")
         except SystemExit:
             parsed.append(stderr.getvalue().strip().splitlines()[-1] if stderr.getvalue().strip() else "refused")
-    print(json.dumps({"version": importlib.metadata.version("vllm"), "flags": flags, "parsed": parsed}))
+    # the names `--tokenizer-mode`, `--reasoning-parser` and `--tool-call-parser` may take: the parser reads them as
+    # plain strings and the engine looks them up in these registries only when it starts
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tokenizers.registry import TokenizerRegistry
+    from vllm.tool_parsers import ToolParserManager
+
+    registered = {
+        "tokenizer_modes": sorted(TokenizerRegistry.tokenizers),
+        "reasoning_parsers": ReasoningParserManager.list_registered(),
+        "tool_parsers": ToolParserManager.list_registered(),
+    }
+    version = importlib.metadata.version("vllm")
+    print(json.dumps({"version": version, "flags": flags, "parsed": parsed, "registered": registered}))

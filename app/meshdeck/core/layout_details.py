@@ -54,7 +54,8 @@ def layout_details(
             kv_cache_dtype=settings.kv.vllm_kv_cache_dtype,
             max_num_seqs=settings.max_num_seqs_emitted,
             max_num_batched_tokens=request.max_num_batched_tokens,
-            deepseek_v32_frontend=card.has_sparse_indexer,
+            deepseek_v32_frontend=card.has_sparse_indexer and not card.is_v4,  # V4 has an indexer, not V3.2's parsers
+            deepseek_v4_frontend=card.is_v4,
             mtp_speculative_tokens=request.mtp_speculative_tokens if request.mtp else 0,
             mm_encoder_tp_mode=request.mm_encoder_tp_mode,
         ),

@@ -15,6 +15,7 @@ from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
 from meshdeck.core.serving import Workload
+from meshdeck.core.v4_releases import check_release_serves
 from meshdeck.core.vllm_releases import (
     CUDAGRAPH_ESTIMATE_ENV,
     NEWEST_MODELLED,
@@ -127,6 +128,7 @@ class PlanRequest:
             raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
         object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
         check_vllm_version(self.vllm_version)
+        check_release_serves(self.model, self.vllm_version)  # DeepSeek-V4 from vLLM 0.20 (core/v4_releases.py)
         if self.cudagraph_memory_estimate is not None and not accounting_for(self.vllm_version).cudagraph_estimate_env:
             raise InputError(
                 CUDAGRAPH_ESTIMATE_ENV,

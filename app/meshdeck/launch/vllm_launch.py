@@ -26,7 +26,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from meshdeck.core.errors import InputError
-from meshdeck.core.vllm_args import MTP_DEFAULT_SPECULATIVE_TOKENS, ServeSettings, vllm_serve_args
+from meshdeck.core.vllm_args import (
+    MTP_DEFAULT_SPECULATIVE_TOKENS,
+    MTP_V4_SPECULATIVE_TOKENS,
+    ServeSettings,
+    vllm_serve_args,
+)
 from meshdeck.launch.network import NodeNetwork, nccl_env, network_warnings
 from meshdeck.launch.plan import (
     LaunchPlan,
@@ -44,12 +49,20 @@ from meshdeck.launch.vllm_known_flags import VLLM_VERSION
 API_READY_LINE = r"Application startup complete"
 RAY_READY_LINE = r"Ray runtime started"
 _V32_NAME = re.compile(r"v3[._-]?2", re.IGNORECASE)
+_V4_NAME = re.compile(r"v4(?![._-]?\d)", re.IGNORECASE)  # V4, not V4.1 (DeepseekV41ForCausalLM, its own parsers)
 
 
 def is_deepseek_v32(model: str) -> bool:
     """Whether the model id or path names DeepSeek V3.2 (e.g. deepseek-ai/DeepSeek-V3.2, /models/DeepSeek-V3_2)."""
     base = posixpath.basename(model.rstrip("/")) or model
     return "deepseek" in model.lower() and bool(_V32_NAME.search(base))
+
+
+def is_deepseek_v4(model: str) -> bool:
+    """Whether the model id or path names DeepSeek-V4 (deepseek-ai/DeepSeek-V4-Pro, /models/DeepSeek-V4-Flash), not
+    V4.1."""
+    base = posixpath.basename(model.rstrip("/")) or model
+    return "deepseek" in model.lower() and bool(_V4_NAME.search(base))
 
 
 def ray_executable(vllm_executable: str) -> str:
@@ -66,19 +79,22 @@ def engine_args(profile: Profile) -> tuple[list[str], list[str]]:
     """
     settings = profile.vllm
     warnings: list[str] = []
-    v32 = is_deepseek_v32(profile.model)
-    if not v32:
+    v4 = is_deepseek_v4(profile.model)
+    v32 = is_deepseek_v32(profile.model) and not v4
+    if not v32 and not v4:
         warnings.append(
-            f"model {profile.model!r} does not name DeepSeek V3.2, so its tokenizer/tool/reasoning parser flags "
-            "were not added; put them in vllm.extra_args if it is V3.2"
+            f"model {profile.model!r} does not name DeepSeek V3.2 or V4, so its tokenizer/tool/reasoning parser "
+            "flags were not added; put them in vllm.extra_args if it is V3.2 or V4"
         )
+    mtp_tokens = MTP_V4_SPECULATIVE_TOKENS if v4 else MTP_DEFAULT_SPECULATIVE_TOKENS
     serve_settings = ServeSettings(
         max_model_len=settings.max_model_len or 1,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         kv_cache_dtype=settings.kv_cache_dtype,
         max_num_seqs=settings.max_num_seqs,
         deepseek_v32_frontend=v32,
-        mtp_speculative_tokens=MTP_DEFAULT_SPECULATIVE_TOKENS if settings.speculative_mtp else 0,
+        deepseek_v4_frontend=v4,
+        mtp_speculative_tokens=mtp_tokens if settings.speculative_mtp else 0,
     )
     args = vllm_serve_args(profile.layout, serve_settings)
     if settings.max_model_len is None:

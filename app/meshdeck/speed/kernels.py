@@ -306,6 +306,56 @@ def _model_id(card: ModelCard, tables: SpeedTables, library: _Library) -> str | 
     return None
 
 
+def _v4_moe_mode(card: ModelCard, tables: SpeedTables, weights_override: str | None) -> str | None:
+    """The library's MoE quant mode for a DeepSeek-V4 card's routed experts: its checkpoint's `expert_dtype` (FP4 by
+    default: the library's own inference for DeepSeek's config, sdk/models/helpers.py _infer_quant_modes_from_raw_config),
+    or the operator's --weights-dtype."""
+    if weights_override is not None or card.v4 is None:
+        return weights_override
+    return tables.v4_experts.get(card.v4.expert_dtype)
+
+
+def v4_table_gaps(
+    card: ModelCard, tables: SpeedTables, database: Any, common: Any, *, moe_mode: str | None, kv_mode: str, label: str
+) -> list[str]:
+    """What the library's tables lack to price this DeepSeek-V4 plan (empty: they cover it). `label` names the
+    tables ("h200_sxm vLLM 0.24.0"). The MoE rows are looked up with its own probe (PerfDatabase.
+    legacy_moe_compute_coverage: the EP sizes with expert-kernel rows of that shape and mode); the V4 attention
+    modules hold an FP8 KV cache only (sparse_attention/vllm/0.24.0/dsv4_*.parquet, kv_cache_dtype)."""
+    if card.v4 is None:
+        return []
+    tables_of = f"aiconfigurator-core's {label} tables have no"
+    expert = card.v4.expert_dtype
+    gaps = []
+    if moe_mode is None:
+        gaps.append(f"meshdeck knows no aiconfigurator-core MoE mode for {expert} experts")
+    else:
+
+        def rows(mode: str) -> bool:
+            return bool(
+                database.legacy_moe_compute_coverage(
+                    card.hidden_size,
+                    card.moe_intermediate_size,
+                    card.num_experts_per_tok,
+                    card.n_routed_experts,
+                    common.MoEQuantMode[mode],
+                )
+            )
+
+        if not rows(moe_mode):
+            held = [mode for mode in sorted(set(tables.v4_experts.values()) - {moe_mode}) if rows(mode)]
+            shape = (
+                f"{card.hidden_size}×{card.moe_intermediate_size}, {card.n_routed_experts} experts, "
+                f"top-{card.num_experts_per_tok}"
+            )
+            also = f"; it holds {', '.join(held)} rows of that shape" if held else ""
+            gaps.append(f"{tables_of} {moe_mode} MoE rows for {card.name}'s {expert} experts ({shape}{also})")
+    if kv_mode not in tables.v4_kv_cache:
+        held_kv = ", ".join(tables.v4_kv_cache) or "none"
+        gaps.append(f"{tables_of} DeepSeek-V4 attention rows for a {kv_mode} KV cache (they hold {held_kv})")
+    return gaps
+
+
 ENGINES = ("vllm", "sglang", "trtllm")
 
 
@@ -337,6 +387,7 @@ def kernel_speed_for(request: PlanRequest, engine: str = "vllm") -> KernelSpeed 
     library = _library()
     if isinstance(library, str):
         return library
+    checkpoint_format = request.weights_dtype is None or request.weights_dtype == request.model.checkpoint_dtype
     try:
         with _LOCK:
             slots = library.get_version_slots(system, engine) or {}
@@ -349,9 +400,17 @@ def kernel_speed_for(request: PlanRequest, engine: str = "vllm") -> KernelSpeed 
             database = library.get_database(system, engine, table_release)
             if database is None:
                 return f"aiconfigurator-core {version} could not load its {system} {engine} {table_release} tables"
+            if request.model.is_v4:
+                override = None if checkpoint_format else weights[1]
+                v4_moe = _v4_moe_mode(request.model, tables, override)
+                label = f"{system} {engine} {table_release}"
+                gaps = v4_table_gaps(
+                    request.model, tables, database, library.common, moe_mode=v4_moe, kv_mode=kv_mode, label=label
+                )
+                if gaps:
+                    return "; ".join(gaps)
     except Exception as exc:
         return f"aiconfigurator-core {version} failed loading its tables: {type(exc).__name__}: {str(exc)[:200]}"
-    checkpoint_format = request.weights_dtype is None or request.weights_dtype == request.model.checkpoint_dtype
     launch = release_text(request.vllm_version)
     table_minor = ".".join(table_release.split(".")[:2])
     nearest = (
@@ -369,14 +428,19 @@ def kernel_speed_for(request: PlanRequest, engine: str = "vllm") -> KernelSpeed 
     source = SpeedSource(
         SOURCE_KERNELS, f"aiconfigurator-core {version}, {system} {engine_name} {table_release} tables", nearest=nearest
     )
+    gemm_mode = None if checkpoint_format and not model_id.startswith("deepseek-ai/") else weights[0]
+    moe_mode = None if checkpoint_format and not model_id.startswith("deepseek-ai/") else weights[1]
+    if request.model.is_v4:
+        # V4's routed experts are not the FP8 of its linears: ask for the mode of their own dtype (FP4 as shipped)
+        moe_mode = _v4_moe_mode(request.model, tables, None if checkpoint_format else weights[1])
     speed = KernelSpeed(
         library,
         engine=engine,
         system=system,
         table_release=table_release,
         model_id=model_id,
-        gemm_mode=None if checkpoint_format and not model_id.startswith("deepseek-ai/") else weights[0],
-        moe_mode=None if checkpoint_format and not model_id.startswith("deepseek-ai/") else weights[1],
+        gemm_mode=gemm_mode,
+        moe_mode=moe_mode,
         kv_mode=kv_mode,
         source=source,
     )

@@ -7,7 +7,7 @@ absent from it has no kernel tables and is planned with the roofline.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -26,6 +26,8 @@ class SpeedTables:
     architectures: dict[str, str]  # config.json architecture -> aiconfigurator model id of that architecture
     weights: dict[str, tuple[str, str]]  # meshdeck weights dtype -> (GEMM quant mode, MoE quant mode)
     kv_cache: dict[str, str]  # meshdeck KV storage (KvFormat.kv_cache_dtype) -> KV cache quant mode
+    v4_experts: dict[str, str] = field(default_factory=dict)  # DeepSeek-V4 expert_dtype -> MoE quant mode
+    v4_kv_cache: tuple[str, ...] = ()  # the KV cache quant modes the library's DeepSeek-V4 attention tables hold
 
 
 def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -63,7 +65,16 @@ def parse_speed_tables(data: Any) -> SpeedTables:
         architectures=_strings(data, "architectures"),
         weights=weights,
         kv_cache=_strings(data, "kv_cache"),
+        v4_experts=_strings(data, "v4_experts") if "v4_experts" in data else {},
+        v4_kv_cache=_string_list(data, "v4_kv_cache"),
     )
+
+
+def _string_list(data: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise InputError(f"resources/{TABLE_FILE}", f"{key} must be a list of strings")
+    return tuple(value)
 
 
 @lru_cache(maxsize=1)

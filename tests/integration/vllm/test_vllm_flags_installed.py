@@ -44,11 +44,32 @@ def pool_argvs() -> list[list[str]]:
     return argvs
 
 
+V4_MODELS = ("deepseek-v4-pro", "deepseek-v4-flash")
+
+
+def v4_argvs() -> list[list[str]]:
+    """The top layouts' `vllm serve` flags of DeepSeek-V4 plans (Pro on 2 × 8 H200, Flash on one node) with MTP,
+    as the planner writes them for the newest release: V4's tokenizer mode, parsers and speculative config."""
+    from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+    from meshdeck.core.gpu_spec import resolve_gpu
+    from meshdeck.core.planner import PlanRequest, plan
+    from meshdeck.services.catalog import load_gpu_catalog, load_model
+
+    gpu = resolve_gpu("H200-SXM-141GB", load_gpu_catalog())
+    argvs = []
+    for model, nodes in zip(V4_MODELS, (2, 1), strict=True):
+        cluster = ClusterSpec(nodes, 8, gpu, "nvlink", default_inter_node_bytes_per_s(8, "nvlink"))
+        request = PlanRequest(load_model(model), cluster, max_model_len=65536, mtp=True, mtp_speculative_tokens=2)
+        argvs += [["--model", "m", *layout.vllm_args] for layout in plan(request).layouts[:3]]
+    assert argvs and all("deepseek_v4" in argv for argv in argvs)
+    return argvs
+
+
 @pytest.fixture(scope="module")
 def installed(vllm_executable: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     python = Path(vllm_executable).with_name("python")
     argvs = tmp_path_factory.mktemp("pools") / "argvs.json"
-    argvs.write_text(json.dumps(pool_argvs()))
+    argvs.write_text(json.dumps(pool_argvs() + v4_argvs()))
     ran = subprocess.run(
         [str(python), str(REPO / "packaging" / "vllm_cpu" / "serve_flags.py"), str(argvs)], capture_output=True,
         text=True, timeout=500,
@@ -86,3 +107,26 @@ def test_the_checked_in_list_differs_from_the_installed_release_only_by_newer_fl
         "--monokernel", "--no-monokernel", "--reasoning-effort-map", "--sleep-mode-backend", "--watchdog-config",
     }  # fmt: skip
     assert accepted - set(VLLM_SERVE_FLAGS) == set()
+
+
+def test_a_v4_plans_flags_parse_and_name_what_the_installed_vllm_registers(installed: dict) -> None:
+    """DeepSeek-V4 plans' argv parse with the installed vLLM's own parser, and the tokenizer mode, reasoning parser
+    and tool-call parser they name are registered there (the parser takes any string; the engine looks the names
+    up when it starts, so a wrong one would only fail at launch)."""
+    from meshdeck.launch.vllm_flags import flag_values
+
+    v4 = [
+        (argv, answer)
+        for argv, answer in zip(installed["argvs"], installed["parsed"], strict=True)
+        if "deepseek_v4" in argv
+    ]
+    assert v4 and all(answer == "ok" for _, answer in v4), v4
+    registered = installed["registered"]
+    for argv, _ in v4:
+        values = flag_values(argv)
+        assert values["--tokenizer-mode"] == "deepseek_v4" and "deepseek_v4" in registered["tokenizer_modes"]
+        assert values["--reasoning-parser"] in registered["reasoning_parsers"]
+        assert values["--tool-call-parser"] in registered["tool_parsers"]
+        assert json.loads(values["--speculative-config"] or "{}")["method"] == "mtp"
+    # V3.2's names are still registered beside V4's
+    assert {"deepseek_v32"} <= set(registered["tokenizer_modes"]) and "deepseek_v3" in registered["reasoning_parsers"]

@@ -21,7 +21,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.plan import LaunchPlan, NodeCommand
 from meshdeck.launch.vllm_flags import flag_values
-from meshdeck.launch.vllm_launch import is_deepseek_v32
+from meshdeck.launch.vllm_launch import is_deepseek_v4, is_deepseek_v32
 
 # Flags meshdeck may add on top of a reference command, each for a reason the profile states.
 ALLOWED_EXTRAS = {
@@ -284,3 +284,26 @@ def test_v32_parser_flags_only_for_v32_models(model: str, expected: bool) -> Non
     plan = build_launch_plan(profile, [make_node("gpu-a", "10.0.0.1")], run_id="r1")
     assert ("--reasoning-parser" in plan.commands[0].argv) is expected
     assert any("does not name DeepSeek V3.2" in w for w in plan.warnings) is not expected
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("deepseek-ai/DeepSeek-V4-Pro", True),
+        ("deepseek-ai/DeepSeek-V4-Flash", True),
+        ("/models/DeepSeek-V4-Flash-Base/", True),
+        ("deepseek-ai/DeepSeek-V4.1-Flash", False),  # DeepseekV41ForCausalLM: parsers of its own (deepseek_v41)
+        ("deepseek-ai/DeepSeek-V3.2", False),
+        ("moonshotai/Kimi-K2-Thinking", False),
+    ],
+)
+def test_v4_parser_flags_only_for_v4_models(model: str, expected: bool) -> None:
+    assert is_deepseek_v4(model) is expected
+    profile = make_profile(model=model, vllm={"speculative_mtp": True})
+    argv = list(build_launch_plan(profile, [make_node("gpu-a", "10.0.0.1")], run_id="r1").commands[0].argv)
+    values = flag_values(argv)
+    assert (values.get("--tokenizer-mode") == "deepseek_v4") is expected
+    assert (values.get("--reasoning-parser") == "deepseek_v4") is expected
+    assert (values.get("--tool-call-parser") == "deepseek_v4") is expected
+    # vLLM's V4-Pro recipe runs 2 MTP tokens (vllm-project/recipes PR 435); V3.2's recipe 3
+    assert ('"num_speculative_tokens":2' in " ".join(argv)) is expected
