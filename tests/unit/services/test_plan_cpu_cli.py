@@ -67,3 +67,21 @@ def test_the_budget_flag_without_cpu_is_refused(capsys) -> None:
 def test_the_text_form_says_it_as_vllm_logs_it(capsys) -> None:
     assert main(["plan", "--model", TINY_V3, "--cpu", "--kv-cache-space-gib", "1", "--max-model-len", "2048"]) == 0
     assert "CPU KV cache size: 233,008 tokens" in capsys.readouterr().out
+
+
+TINY_V4 = str(Path(__file__).resolve().parents[3] / "resources" / "vllm-models" / "tiny-deepseek-v4")
+
+
+@pytest.mark.parametrize(("gib", "tokens", "blocks"), [(1, 27_815, 11_436), (3, 83_449, 34_309)])
+def test_the_contract_prints_v4s_grouped_kv_as_vllm_sizes_it(capsys, gib, tokens, blocks) -> None:
+    """vLLM 0.32's own get_kv_cache_configs on the tiny V4 it builds on CPU gave these (tests/integration/vllm/
+    test_v4_kv_matches_vllm.py runs it): 4,096 tokens per request, fp8_ds_mla pages in blocks of 256 tokens."""
+    assert main(["plan", "--model", TINY_V4, "--cpu", "--json", "--kv-cache-space-gib", str(gib),
+                 "--max-model-len", "4096", "--tensor-parallel", "1"]) == 0  # fmt: skip
+    layout = json.loads(capsys.readouterr().out)["layouts"][0]
+    assert (layout["kv_tokens_per_replica"], layout["kv_num_blocks"]) == (tokens, blocks)
+    assert layout["kv_cache_dtype"] == "fp8_ds_mla"
+    parts = layout["kv_bytes_per_token_by_part"]
+    assert set(parts) >= {"swa", "c4_latent", "c128_latent", "indexer", "compressor_state"}
+    assert sum(parts.values()) == pytest.approx(layout["kv_bytes_per_token_per_gpu"], abs=1)
+    assert layout["kv_tokens_per_replica"] * layout["kv_bytes_per_token_per_gpu"] <= gib << 30
