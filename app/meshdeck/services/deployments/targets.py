@@ -37,7 +37,7 @@ from meshdeck.launch.network import (
 )
 from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Profile
-from meshdeck.launch.vllm_launch import is_deepseek_v32
+from meshdeck.launch.vllm_launch import is_deepseek_v4, is_deepseek_v32
 from meshdeck.remote.errors import RpcError, RpcTimeout
 from meshdeck.services.catalog import load_model
 from meshdeck.services.cluster import cluster_from_inventories
@@ -75,6 +75,11 @@ def bundled_model_for(model: str) -> str | None:
     """The bundled model card a profile's model id or path is (None when it names no known model)."""
     if is_deepseek_v32(model):
         return "deepseek-v3.2"
+    if is_deepseek_v4(model):
+        # DeepSeek's own checkpoints only (deepseek-ai/DeepSeek-V4-Pro, /models/DeepSeek-V4-Flash): a requant
+        # (sgl-project/DeepSeek-V4-Flash-FP8 has FP8 experts) gets no prediction rather than the wrong model's
+        base = model.rstrip("/").rsplit("/", 1)[-1].lower()
+        return base if base in ("deepseek-v4-pro", "deepseek-v4-flash") else None
     if _V3.search(model.rstrip("/").rsplit("/", 1)[-1]):
         return "deepseek-v3"
     return None
