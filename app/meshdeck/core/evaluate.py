@@ -278,8 +278,15 @@ class LayoutEvaluator:
         serving: ServingEstimate | str | None = None
         if fits:
             shortfall = 0
-            estimate = self.estimate(candidate, sharding, busiest.kind, busiest_memory, links, kv.tokens)
-            serving = self.serving(candidate, kv.tokens, estimate.roofline)
+            estimate_tokens, serving_tokens = kv.tokens, kv.tokens
+            if card.is_v4:
+                # V4's windowed and state pages are a fixed cost per request: what the pool holds for requests of
+                # the estimate's context and of the workload's isl + osl, not the max_model_len amortisation
+                workload = request.workload.input_tokens + request.workload.output_tokens
+                estimate_tokens = self.v4_tokens_at(pipeline, pp, memory.kv_blocks, settings.context_tokens)
+                serving_tokens = self.v4_tokens_at(pipeline, pp, memory.kv_blocks, workload)
+            estimate = self.estimate(candidate, sharding, busiest.kind, busiest_memory, links, estimate_tokens)
+            serving = self.serving(candidate, serving_tokens, estimate.roofline)
             reason = (
                 f"fits with {kv_cache_bytes / GIB:.1f} GiB KV per GPU; "
                 f"est. {estimate.tokens_per_s:,.0f} tok/s ({estimate.bound} bound)"
@@ -361,6 +368,25 @@ class LayoutEvaluator:
     def _v4_busiest_kv(self, pipeline: PipelineStages, pipeline_parallel: int) -> V4StageKv:
         plans = [self.v4_stage_kv(kind, pipeline_parallel) for kind in pipeline.kinds]
         return max(plans, key=lambda plan: plan.shape.kv_bytes_per_token_per_gpu)
+
+    def v4_tokens_at(self, pipeline: PipelineStages, pipeline_parallel: int, blocks: int, length: int) -> int:
+        """Tokens of requests `length` long that `blocks` hold: blocks / the pages one such request takes (its
+        compressed pages grow with it, its window and state pages do not), × length."""
+        request, settings = self.request, self.settings
+        kind = pipeline.kinds[0]
+        assert kind.layer_range is not None
+        short = v4_stage_kv(
+            request.model,
+            v4_backend(request.cluster.gpu),
+            request.kv_cache_dtype,
+            min(length, settings.max_model_len),
+            settings.max_num_batched_tokens,
+            concurrent_batches(pipeline_parallel),
+            kind.layer_range,
+            bool(self.mtp_layers),
+            self.speculative_tokens,
+        )
+        return int(blocks / short.blocks_per_request * min(length, settings.max_model_len))
 
     def v4_kv_bytes_per_token(self, pipeline: PipelineStages, pipeline_parallel: int) -> int:
         """A V4 GPU's KV bytes per token of capacity at max_model_len, on the stage that holds the most (v4_kv)."""

@@ -355,7 +355,9 @@ def v4_note(request: PlanRequest) -> str:
         f"DeepSeek-V4: KV cache grouped and sized as vLLM {V4_KV_READ_FROM} does (sliding-window rows, C4/C128 "
         "latents, indexer keys and fp32 compressor states in one block pool; equal to vLLM's own sizing code), "
         f"{concurrent_batches(1)} batches in flight at PP=1 (async scheduling); other releases assumed to size it the "
-        "same; the activation and sampler reserve uses V3's terms at V4's widths and is not yet calibrated"
+        "same; requests in flight per replica are vLLM's own concurrency bound at isl + osl tokens (window and "
+        "compressor-state pages for every token; they recycle at run time, so real concurrency can be higher); "
+        "the activation and sampler reserve uses V3's terms at V4's widths and is not yet calibrated"
     )
 
 

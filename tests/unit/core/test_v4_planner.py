@@ -116,3 +116,23 @@ def test_the_issues_commands_list_layouts_with_their_kv_parts(capsys, args) -> N
     assert top["fits"] and top["kv_tokens_per_replica"] > 0 and top["weights_gib_per_gpu"] > 0
     assert set(top["kv_bytes_per_token_by_part"]) >= {"swa", "c4_latent", "compressor_state"}
     assert "--tokenizer-mode" in top["vllm_args"]
+
+
+def test_requests_in_flight_are_vllms_own_bound_at_the_workloads_length() -> None:
+    """A V4 request's window and compressor-state pages do not shrink with max_model_len's amortisation: a replica
+    holds blocks / (pages one isl + osl request takes) of them, as vLLM's concurrency formula counts it."""
+    card = load_model("deepseek-v4-flash")
+    result = plan(PlanRequest(card, make_cluster(_gpu("B200"))))
+    layout = _layout(result, 1, 1, 8, True)
+    short = plan_v4_kv(
+        card,
+        backend=V4Backend.CUDA_FLASHMLA,
+        kv_cache_dtype="auto",
+        kv_budget_bytes=layout.kv_budget_bytes_per_gpu,
+        max_model_len=2048,  # the default workload: 1,024 in + 1,024 out
+        max_num_batched_tokens=result.settings.max_num_batched_tokens,
+        concurrent_batches=2,
+    )
+    assert layout.serving is not None
+    assert layout.serving.capacity_per_replica <= min(short.num_blocks // short.blocks_per_request + 1, 1024)
+    assert layout.serving.capacity_per_replica < layout.kv_tokens_per_replica // 2048  # not the 1M amortisation
