@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 
-from meshdeck.core.kv_cache import kv_capacity_from_blocks
+from meshdeck.core.kv_cache import KvCapacity, kv_capacity_from_blocks
 from meshdeck.core.layout_details import layout_details
 from meshdeck.core.layout_parts import (
     LayoutCandidate,
     PipelineMemory,
+    PipelineStages,
     Sharding,
     StageKind,
     StageMemory,
@@ -32,8 +33,24 @@ from meshdeck.core.serving import Deployment, EngineShape, ServingEstimate, Spee
 from meshdeck.core.throughput import DecodeModel
 from meshdeck.core.traffic import TrafficItem, decode_traffic
 from meshdeck.core.units import GIB
+from meshdeck.core.v4_layout import (
+    V4StageKv,
+    concurrent_batches,
+    v4_backend,
+    v4_shard_problem,
+    v4_shard_totals,
+    v4_stage_bytes,
+    v4_stage_kv,
+)
 from meshdeck.core.vllm_releases import accounting_for
-from meshdeck.core.weights import ShardShape, invalid_shard_reason, shard_totals, stage_total, stage_weights
+from meshdeck.core.weights import (
+    ShardShape,
+    StageWeights,
+    invalid_shard_reason,
+    shard_totals,
+    stage_total,
+    stage_weights,
+)
 
 
 @dataclass(frozen=True)
@@ -118,7 +135,8 @@ class LayoutEvaluator:
                 rocm_row_padding=self.request.cluster.gpu.vendor == "amd",
                 vision_whole=self.request.mm_encoder_tp_mode == "data",
             )
-            reason = invalid_shard_reason(self.request.model, shape)
+            card = self.request.model
+            reason = v4_shard_problem(card, shape) if card.is_v4 else invalid_shard_reason(card, shape)
             found = self._shardings[key] = self._new_sharding(shape) if reason is None else reason
         return found
 
@@ -143,18 +161,61 @@ class LayoutEvaluator:
             rocm=request.cluster.gpu.vendor == "amd",
             gpu_arch=request.cluster.gpu.arch,
         )
+        totals = v4_shard_totals if card.is_v4 else shard_totals
         return Sharding(
             card=card,
             shape=shape,
-            totals=shard_totals(card, shape, mtp, settings.max_num_batched_tokens),
+            totals=totals(card, shape, mtp, settings.max_num_batched_tokens),
             reserve=layout_reserve(card, reserve_inputs),
-            parameter_totals=shard_totals(
-                card, replace(shape, weights_dtype="bf16"), mtp, settings.max_num_batched_tokens
-            ),
+            parameter_totals=totals(card, replace(shape, weights_dtype="bf16"), mtp, settings.max_num_batched_tokens),
         )
 
-    def stage_memory(self, sharding: Sharding, stage: StageKind, process: ProcessMemory) -> StageMemory:
+    def v4_stage_kv(self, stage: StageKind, pipeline_parallel: int) -> V4StageKv:
+        """A V4 stage's KV groups (core.v4_layout): bytes per block and blocks per request at max_model_len."""
+        request, settings = self.request, self.settings
+        assert stage.layer_range is not None
+        return v4_stage_kv(
+            request.model,
+            v4_backend(request.cluster.gpu),
+            request.kv_cache_dtype,
+            settings.max_model_len,
+            settings.max_num_batched_tokens,
+            concurrent_batches(pipeline_parallel),
+            stage.layer_range,
+            bool(self.mtp_layers),
+            self.speculative_tokens,
+        )
+
+    def v4_stage_weights(self, sharding: Sharding, stage: StageKind, pipeline_parallel: int) -> StageWeights:
+        """What one GPU of a V4 stage loads, by component (exact per stage: V4's layers differ)."""
+        assert stage.layer_range is not None
+        held = v4_stage_bytes(
+            self.request.model,
+            sharding.shape,
+            stage.layer_range,
+            first_stage=stage.first_stage,
+            last_stage=stage.last_stage,
+            mtp=bool(self.mtp_layers),
+            pipeline_parallel=pipeline_parallel,
+            max_num_batched_tokens=self.settings.max_num_batched_tokens,
+        )
+        return StageWeights(held.components, held.total)
+
+    def stage_memory(
+        self, sharding: Sharding, stage: StageKind, process: ProcessMemory, pipeline_parallel: int = 1
+    ) -> StageMemory:
         """One GPU of a stage: its weights, its reserve, what is left for the KV cache and what a block costs."""
+        if stage.layer_range is not None:  # DeepSeek-V4: exact per stage, KV blocks from its grouped caches
+            weights = self.v4_stage_weights(sharding, stage, pipeline_parallel).total_bytes
+            reserve = sharding.reserve.for_stage(stage.last_stage, stage.layers, process)
+            kv_layers = stage.layers + (self.mtp_layers if stage.last_stage else 0)
+            return StageMemory(
+                weights_bytes=weights,
+                reserve=reserve,
+                kv_budget_bytes=self.settings.usable_bytes_per_gpu - weights - reserve.in_budget_bytes,
+                kv_layers=kv_layers,
+                kv_block_bytes=self.v4_stage_kv(stage, pipeline_parallel).bytes_per_block,
+            )
         weights = stage_total(
             sharding.totals,
             stage.dense_layers,
@@ -194,12 +255,23 @@ class LayoutEvaluator:
         process = process_memory_for_groups(process_groups(settings, cluster.gpus_per_node, tp, pp, dp, ep, links), tp)
         pipeline = pipeline_stages(card, pp)
         # stages of one kind hold the same bytes: each kind is computed once
-        by_kind = tuple(self.stage_memory(sharding, kind, process) for kind in pipeline.kinds)
+        by_kind = tuple(self.stage_memory(sharding, kind, process, pp) for kind in pipeline.kinds)
         memory = PipelineMemory(pipeline, by_kind, kv_blocks=min(stage.kv_blocks for stage in by_kind))
-        kv = kv_capacity_from_blocks(
-            memory.kv_blocks, settings.kv.block_size, settings.max_model_len, self.accounting.tokens_logged
-        )
-        fits = kv.num_blocks >= self.blocks_per_request and kv.num_blocks > 0
+        v4_kv = self.v4_stage_kv(pipeline.kinds[0], pp) if card.is_v4 else None
+        if v4_kv is not None:
+            # get_kv_cache_configs: every worker cut to the smallest's blocks; the scheduler's config is the first
+            # worker's, whose pages per request give the concurrency and the logged tokens
+            blocks_per_request = v4_kv.blocks_per_request
+            concurrency = memory.kv_blocks / blocks_per_request
+            logged = int(concurrency * settings.max_model_len)
+            kv = KvCapacity(memory.kv_blocks, settings.kv.block_size, logged, concurrency, logged)
+            fits = v4_kv.holds_one_request(memory.kv_blocks)
+        else:
+            blocks_per_request = self.blocks_per_request
+            kv = kv_capacity_from_blocks(
+                memory.kv_blocks, settings.kv.block_size, settings.max_model_len, self.accounting.tokens_logged
+            )
+            fits = kv.num_blocks >= self.blocks_per_request and kv.num_blocks > 0
         # per-GPU figures are those of the busiest stage
         busiest = memory.busiest_stage
         busiest_memory, kv_cache_bytes = memory.of(busiest), memory.kv_cache_bytes(busiest)
@@ -214,7 +286,10 @@ class LayoutEvaluator:
             )
         else:
             # per GPU of the tightest stage, to hold one max_model_len request
-            need = max(self.blocks_per_request * stage.kv_block_bytes - stage.kv_budget_bytes for stage in by_kind)
+            need = max(
+                (blocks_per_request + (1 if v4_kv else 0)) * stage.kv_block_bytes - stage.kv_budget_bytes
+                for stage in by_kind
+            )
             shortfall = max(0, need)
             estimate = NOT_ESTIMATED
             reason = (
@@ -238,8 +313,10 @@ class LayoutEvaluator:
             kv_budget_bytes_per_gpu=busiest_memory.kv_budget_bytes,
             kv_cache_bytes_per_gpu=kv_cache_bytes,
             # the stage with the most KV layers: depends on PP (and MTP), never on TP
-            kv_bytes_per_token_per_gpu=max(stage.kv_layers for stage in by_kind)
-            * settings.kv.bytes_per_token_per_layer,
+            kv_bytes_per_token_per_gpu=self.v4_kv_bytes_per_token(pipeline, pp)
+            if card.is_v4
+            else max(stage.kv_layers for stage in by_kind) * settings.kv.bytes_per_token_per_layer,
+            kv_bytes_per_token_by_part=self.v4_kv_parts(pipeline, pp) if card.is_v4 else (),
             kv_block_size=kv.block_size,
             kv_tokens_per_replica=kv.tokens,
             kv_tokens_logged_per_replica=kv.logged_tokens,
@@ -266,7 +343,9 @@ class LayoutEvaluator:
                 expected_concurrency=max(1, estimate.batch_per_replica),
                 extra_warnings=estimate.warnings,
             ),
-            weights_factory=partial(
+            weights_factory=partial(self.v4_stage_weights, sharding, busiest.kind, pp)
+            if card.is_v4
+            else partial(
                 stage_weights,
                 card,
                 sharding.shape,
@@ -278,6 +357,18 @@ class LayoutEvaluator:
                 max_num_batched_tokens=settings.max_num_batched_tokens,
             ),
         )
+
+    def _v4_busiest_kv(self, pipeline: PipelineStages, pipeline_parallel: int) -> V4StageKv:
+        plans = [self.v4_stage_kv(kind, pipeline_parallel) for kind in pipeline.kinds]
+        return max(plans, key=lambda plan: plan.shape.kv_bytes_per_token_per_gpu)
+
+    def v4_kv_bytes_per_token(self, pipeline: PipelineStages, pipeline_parallel: int) -> int:
+        """A V4 GPU's KV bytes per token of capacity at max_model_len, on the stage that holds the most (v4_kv)."""
+        return round(self._v4_busiest_kv(pipeline, pipeline_parallel).shape.kv_bytes_per_token_per_gpu)
+
+    def v4_kv_parts(self, pipeline: PipelineStages, pipeline_parallel: int) -> tuple[tuple[str, float], ...]:
+        """That stage's bytes per token by part: sliding window, C4 / C128 latents, indexer, compressor states."""
+        return self._v4_busiest_kv(pipeline, pipeline_parallel).shape.bytes_per_token
 
     def serving(
         self, candidate: LayoutCandidate, kv_tokens_per_replica: int, roofline: RooflineInputs | None

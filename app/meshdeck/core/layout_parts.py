@@ -53,6 +53,9 @@ class StageKind:
     last_stage: bool
     bf16_dense_layers: int = 0  # of them, layers the checkpoint keeps BF16 whole (ModelCard.unquantized_layers)
     bf16_moe_layers: int = 0
+    # DeepSeek-V4: the decoder layers [start, end) themselves — V4's layers differ (compress ratios, hash routing), so
+    # each stage is its own kind and its weights and KV groups are counted layer by layer (core.v4_layout)
+    layer_range: tuple[int, int] | None = None
 
     @property
     def layers(self) -> int:
@@ -87,7 +90,8 @@ def pipeline_stages(card: ModelCard, pipeline_parallel: int) -> PipelineStages:
         moe = card.moe_layers_between(start, end)
         bf16 = [i for i in card.unquantized_layers if start <= i < end]
         bf16_moe = sum(1 for i in bf16 if card.is_moe_layer(i))
-        kind = StageKind(end - start - moe, moe, index == 0, index == last, len(bf16) - bf16_moe, bf16_moe)
+        exact = (start, end) if card.is_v4 else None
+        kind = StageKind(end - start - moe, moe, index == 0, index == last, len(bf16) - bf16_moe, bf16_moe, exact)
         stages.append(StageLayers(index, start, end, kinds.setdefault(kind, kind)))
     return PipelineStages(tuple(stages), tuple(kinds))
 

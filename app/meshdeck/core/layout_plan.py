@@ -75,6 +75,8 @@ class LayoutPlan:
     kv_budget_bytes_per_gpu: int = 0
     kv_cache_bytes_per_gpu: int = 0
     kv_bytes_per_token_per_gpu: int = 0
+    # DeepSeek-V4: kv_bytes_per_token_per_gpu by part (swa, c4_latent, c128_latent, indexer, compressor_state, padding)
+    kv_bytes_per_token_by_part: tuple[tuple[str, float], ...] = ()
     kv_block_size: int = 0
     kv_tokens_per_replica: int = 0
     kv_tokens_logged_per_replica: int = 0  # "GPU KV cache size" as the chosen vLLM release logs it
@@ -230,6 +232,11 @@ class LayoutPlan:
             "kv_budget_gib_per_gpu": round(self.kv_budget_bytes_per_gpu / GIB, 3),
             "kv_cache_gib_per_gpu": round(self.kv_cache_gib_per_gpu, 3),
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            **(
+                {"kv_bytes_per_token_by_part": {k: round(v, 2) for k, v in self.kv_bytes_per_token_by_part}}
+                if self.kv_bytes_per_token_by_part
+                else {}
+            ),
             "kv_block_size": self.kv_block_size,
             "kv_tokens_per_replica": self.kv_tokens_per_replica,
             "kv_tokens_logged_per_replica": self.kv_tokens_logged_per_replica,

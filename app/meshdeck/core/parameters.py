@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshdeck.core.model_card import ModelCard
+from meshdeck.core.v4_weights import parameter_counts as v4_parameter_counts
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class ParameterCounts:
     norms: int  # layer norms and the final norm
     mtp: int  # the MTP module(s) as stored in the checkpoint
     active_per_token: int
+    hyper_connections: int = 0  # DeepSeek-V4's hc_* mixing parameters
 
     @property
     def main_model(self) -> int:
@@ -39,6 +41,7 @@ class ParameterCounts:
             + self.router
             + self.routed_experts
             + self.norms
+            + self.hyper_connections
         )
 
     @property
@@ -60,6 +63,7 @@ class ParameterCounts:
             "router": self.router,
             "routed_experts": self.routed_experts,
             "norms": self.norms,
+            **({"hyper_connections": self.hyper_connections} if self.hyper_connections else {}),
         }
 
 
@@ -82,6 +86,8 @@ def _indexer_per_layer(card: ModelCard) -> int:
 
 
 def parameter_counts(card: ModelCard) -> ParameterCounts:
+    if card.is_v4:
+        return _v4_counts(card)
     h = card.hidden_size
     moe_layers, dense_layers = card.moe_layer_count, card.dense_layer_count
     layers = card.num_hidden_layers
@@ -114,4 +120,25 @@ def parameter_counts(card: ModelCard) -> ParameterCounts:
         norms=layers * 2 * h + h,
         mtp=card.num_nextn_predict_layers * mtp_each,
         active_per_token=active,
+    )
+
+
+def _v4_counts(card: ModelCard) -> ParameterCounts:
+    """DeepSeek-V4's counts (core.v4_weights, as vLLM's BF16 model holds them) in the planner's fields: the
+    compressors and the indexer under `indexer`, the hash tables with the router."""
+    counts = v4_parameter_counts(card)
+    parts = dict(counts.components)
+    return ParameterCounts(
+        embedding=parts.get("embedding", 0),
+        lm_head=parts.get("lm_head", 0),
+        attention=parts.get("attention", 0),
+        indexer=parts.get("compressor_indexer", 0),
+        dense_mlp=0,
+        shared_experts=parts.get("shared_expert", 0),
+        router=parts.get("gate", 0),
+        routed_experts=parts.get("routed_experts", 0),
+        norms=parts.get("norms", 0),
+        mtp=counts.mtp,
+        active_per_token=counts.active_per_token,
+        hyper_connections=parts.get("hyper_connections", 0),
     )

@@ -15,6 +15,7 @@ from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
 from meshdeck.core.serving import Workload
+from meshdeck.core.v4_layout import v4_kv_format
 from meshdeck.core.v4_releases import check_release_serves
 from meshdeck.core.vllm_releases import (
     CUDAGRAPH_ESTIMATE_ENV,
@@ -237,7 +238,9 @@ def resolve(request: PlanRequest) -> ResolvedSettings:
     context = request.context_tokens or min(max_model_len, DEFAULT_ESTIMATE_CONTEXT)
     return ResolvedSettings(
         weights_dtype=weights,
-        kv=kv_format(card, gpu, request.kv_cache_dtype, request.vllm_version),
+        kv=v4_kv_format(card, gpu, request.kv_cache_dtype)
+        if card.is_v4
+        else kv_format(card, gpu, request.kv_cache_dtype, request.vllm_version),
         max_model_len=max_model_len,
         usable_bytes_per_gpu=int(gpu.torch_visible_bytes * request.gpu_memory_utilization),
         max_num_seqs=max_num_seqs,

@@ -53,6 +53,7 @@ from meshdeck.core.serving import (
 )
 from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
+from meshdeck.core.v4_layout import V4_KV_READ_FROM, concurrent_batches
 from meshdeck.core.vllm_releases import NEWEST_MODELLED, accounting_for, release_text
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
 
@@ -341,6 +342,23 @@ class PlanResult:
         }
 
 
+V4_WEIGHTS_NOTE = (
+    "DeepSeek-V4 as shipped: FP8 e4m3 linears with a UE8M0 scale per 128x128 block, routed experts MXFP4 (2 e2m1 "
+    "values a byte, a UE8M0 scale per 32); embeddings, lm_head, norms, gate and compressors BF16; hyper-connections "
+    "and attention sinks fp32 (core.v4_weights, checked tensor by tensor against the model vLLM 0.32 builds)"
+)
+
+
+def v4_note(request: PlanRequest) -> str:
+    """What the V4 numbers stand on, and what has not been checked against a V4 startup log."""
+    return (
+        f"DeepSeek-V4: KV cache grouped and sized as vLLM {V4_KV_READ_FROM} does (sliding-window rows, C4/C128 "
+        "latents, indexer keys and fp32 compressor states in one block pool; equal to vLLM's own sizing code), "
+        f"{concurrent_batches(1)} batches in flight at PP=1 (async scheduling); other releases assumed to size it the "
+        "same; the activation and sampler reserve uses V3's terms at V4's widths and is not yet calibrated"
+    )
+
+
 def accounting_why(request: PlanRequest) -> str:
     """Why the plan follows its vLLM release: what the request says, else from the version itself."""
     if request.vllm_version_why:
@@ -414,13 +432,6 @@ def plan(
     without it the roofline answers and `roofline_reason` says why. `progress(done, total, what)` is called
     as layouts are estimated; it may raise serving.Cancelled to stop the plan.
     """
-    if request.model.is_v4:
-        # Not the V3 arithmetic under another name: V4's weights, compressed KV and reserve are their own.
-        raise InputError(
-            "--model",
-            f"{request.model.name} is DeepSeek-V4; its GPU memory model is being built — plan it on vLLM's CPU "
-            "build with --cpu (the KV cache as vLLM 0.32 sizes it) until then",
-        )
     settings = resolve(request)
     counts = parameter_counts(request.model)
     if request.mode == "train":
@@ -452,8 +463,9 @@ def plan(
         + ("" if request.workload.stated else " (the default: --isl, --osl, --concurrency, --ttft-ms, --tpot-ms)"),
         *_fallback_note(scored, speed_source),
         "est_decode_* numbers are the roofline's decode estimate (bandwidth and FLOP models), not measurements",
-        f"weights: {WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
+        f"weights: {V4_WEIGHTS_NOTE if request.model.is_v4 and settings.weights_dtype != 'bf16' else WEIGHTS_CONVENTIONS[settings.weights_dtype]}",
         accounting_note(request),
+        *((v4_note(request),) if request.model.is_v4 else ()),
     )
     if request.cluster.gpu.vendor == "amd":
         notes += (rocm_note(request.cluster.gpu.arch, request.cluster.gpu.name),)

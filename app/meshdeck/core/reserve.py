@@ -172,7 +172,8 @@ def activation_peak(card: ModelCard, inputs: ReserveInputs) -> int:
     tokens = inputs.max_num_batched_tokens
     h = card.hidden_size
     tp = inputs.tensor_parallel
-    residual = 3 * tokens * h * BF16
+    # DeepSeek-V4 carries hc_mult copies of the residual stream between layers (hyper-connections)
+    residual = 3 * tokens * h * (card.v4.hc_mult if card.v4 else 1) * BF16
     heads_local = card.num_attention_heads // tp
     attention = tokens * ((card.q_lora_rank or 0) + card.mla_latent_dim) * BF16
     attention += tokens * heads_local * (card.qk_head_dim + card.v_head_dim) * BF16

@@ -74,7 +74,16 @@ def _gpu_rules(
     if gpu.vendor == "amd":  # vLLM on ROCm: what this release cannot run (core.rocm)
         problems = serving_problems(card, weights_dtype, vllm_version or NEWEST_READ)
         out.extend(Warning(code, message, blocks_launch=True) for code, message in problems)
-    elif card.has_sparse_indexer and not gpu.runs_sparse_mla_kernels:
+    elif card.is_v4 and gpu.arch not in ("hopper", "blackwell", "unknown"):
+        out.append(
+            Warning(
+                "no_v4_kernels",
+                f"DeepSeek-V4's attention (FlashMLA DSV4, FlashInfer SM120) and MXFP4 experts are built for Hopper and "
+                f"Blackwell GPUs; vLLM cannot serve it on {_gpu_label(gpu)}",
+                blocks_launch=True,
+            )
+        )
+    elif card.has_sparse_indexer and not card.is_v4 and not gpu.runs_sparse_mla_kernels:
         label = "an unknown GPU" if gpu.arch == "unknown" else f"{gpu.name} ({gpu.arch})"
         out.append(
             Warning(
@@ -173,7 +182,7 @@ def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
                 "bound — prefer smaller TP inside an NVLink island, PP across the rest",
             )
         )
-    if card.has_sparse_indexer and cluster.gpu.arch in SPARSE_MLA_HEADS_PER_RANK:
+    if card.has_sparse_indexer and not card.is_v4 and cluster.gpu.arch in SPARSE_MLA_HEADS_PER_RANK:
         padded = SPARSE_MLA_HEADS_PER_RANK[cluster.gpu.arch]
         local = card.num_attention_heads // tp
         if local < padded:
@@ -240,7 +249,12 @@ def layout_warnings(inputs: RuleInputs) -> tuple[Warning, ...]:
             )
         )
     # FlashMLA (CUDA) only: vLLM on ROCm runs V3.2 on ROCM_AITER_MLA_SPARSE, which has no mla_combine kernel.
-    if card.has_sparse_indexer and inputs.max_num_seqs > MLA_COMBINE_SAFE_MAX_SEQS and cluster.gpu.vendor != "amd":
+    if (
+        card.has_sparse_indexer
+        and not card.is_v4  # V3.2's FlashMLA-sparse recipe advice; V4 runs its own FLASHMLA_SPARSE_DSV4 kernels
+        and inputs.max_num_seqs > MLA_COMBINE_SAFE_MAX_SEQS
+        and cluster.gpu.vendor != "amd"
+    ):
         origin = (
             f"--max-num-seqs {inputs.max_num_seqs}"
             if inputs.max_num_seqs_from_user

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pytest
 from core_planner_inputs import make_cluster
-from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import resolve_gpu
 from meshdeck.core.planner import PlanRequest, plan
 from meshdeck.core.vllm_args import (
@@ -106,15 +105,23 @@ def test_v4_mtp_is_vllms_mtp_method():
 
 
 @pytest.mark.parametrize("model", ["deepseek-v4-pro", "deepseek-v4-flash"])
-def test_the_gpu_planner_refuses_v4_rather_than_plan_it_with_v3s_arithmetic(model):
-    """V4 has a sparse indexer (index_topk) like V3.2 but its own weights, KV cache and front end; until the GPU
-    planner models them it says so, naming --model (layout_details picks the V4 front end for when it does)."""
+def test_a_v4_plan_emits_v4s_front_end_not_v32s(model):
+    """A V4 card has a sparse indexer (index_topk) like V3.2, but its own tokenizer and parsers."""
     gpu = resolve_gpu("H200-SXM-141GB", load_gpu_catalog())
     card = load_model(model)
     assert card.has_sparse_indexer and card.is_v4
-    with pytest.raises(InputError) as refused:
-        plan(PlanRequest(card, make_cluster(gpu, nodes=2), max_model_len=65536, mtp=True, mtp_speculative_tokens=2))
-    assert refused.value.field == "--model" and "--cpu" in refused.value.problem
+    result = plan(
+        PlanRequest(card, make_cluster(gpu, nodes=2), max_model_len=65536, mtp=True, mtp_speculative_tokens=2)
+    )
+    assert result.layouts
+    for layout in result.layouts[:5]:
+        args = list(layout.vllm_args)
+        assert value(args, "--tokenizer-mode") == "deepseek_v4"
+        assert value(args, "--tool-call-parser") == "deepseek_v4"
+        assert value(args, "--reasoning-parser") == "deepseek_v4"
+        assert json.loads(value(args, "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 2}
+        # V3.2's FlashMLA-sparse advice is not V4's
+        assert not {"mla_combine_large_batch", "sparse_mla_head_padding"} & set(layout.warning_codes)
 
 
 def test_a_v32_plan_keeps_v32s_front_end():

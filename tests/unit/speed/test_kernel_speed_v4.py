@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import pytest
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s
+from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import resolve_gpu
-from meshdeck.core.planner import PlanRequest
+from meshdeck.core.planner import PlanRequest, plan
 from meshdeck.core.serving import EngineShape, SpeedQuery
 from meshdeck.services.catalog import load_gpu_catalog, load_model
 from meshdeck.speed.kernels import KernelSpeed, kernel_speed_for
@@ -47,9 +48,14 @@ def test_fp4_experts_on_h200_are_not_in_the_tables_so_the_roofline_names_what_is
     assert "it holds fp8_block rows of that shape" in reason and "KV cache" not in reason
 
 
-def test_a_bf16_kv_cache_is_named_too():
-    reason = kernel_speed_for(v4_request(kv_cache_dtype="bfloat16"))
-    assert isinstance(reason, str) and "DeepSeek-V4 attention rows for a bfloat16 KV cache (they hold fp8)" in reason
+def test_auto_is_the_fp8_cache_flashmla_stores_and_a_bf16_cache_is_refused_before_any_table_is_asked():
+    """V4's FlashMLA backend (Hopper, Blackwell) stores fp8_ds_mla only (attention.py _resolve_dsv4_kv_cache_dtype):
+    `auto` plans the fp8 cache the library measured; bfloat16 is vLLM's own refusal, named by the flag."""
+    reason = kernel_speed_for(v4_request(kv_cache_dtype="auto"))
+    assert isinstance(reason, str) and "KV cache" not in reason  # only the FP4 experts are missing on H200
+    with pytest.raises(InputError) as refused:
+        plan(v4_request(kv_cache_dtype="bfloat16"))
+    assert refused.value.field == "--kv-cache-dtype" and "fp8_ds_mla" in refused.value.problem
 
 
 def test_fp8_experts_on_h200_are_measured_with_the_v4_config():
