@@ -35,12 +35,13 @@ SEGMENT_COLORS = {
 KV_CACHE = "kv cache"
 # DeepSeek-V4's KV parts (core.v4_kv): (the name a bar and its legend show, its shade of the KV green)
 KV_PARTS = {
+    # dark and light alternate along the bar, green and teal apart, so neighbours stay distinct
     "swa": ("KV: sliding window", "#1B5E20"),
     "c4_latent": ("KV: C4 compressed", "#43A047"),
-    "c128_latent": ("KV: C128 compressed", "#00897B"),
-    "indexer": ("KV: indexer keys", "#AED581"),
-    "compressor_state": ("KV: compressor state", "#558B2F"),
-    "padding": ("KV: page padding", "#C8E6C9"),
+    "c128_latent": ("KV: C128 compressed", "#26A69A"),
+    "indexer": ("KV: indexer keys", "#C5E1A5"),
+    "compressor_state": ("KV: compressor state", "#00695C"),
+    "padding": ("KV: page padding", "#E8F5E9"),  # hatched: unused bytes
 }
 KV_PART_COLORS = dict(KV_PARTS.values())
 KV_PART_EXPLAINED = {
