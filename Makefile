@@ -90,10 +90,13 @@ bench: $(STAMP)
 agent-pyz: $(STAMP)
 	$(BIN)/python packaging/build_agent.py
 
-# One PNG per console view of the demo (under Xvfb when there is no display): screenshots/NN-<view>.png.
+# One PNG per console view of the demo (under Xvfb when there is no display): screenshots/NN-<view>.png;
+# and the planner with DeepSeek-V4-Pro typed in on 2x8 H200, rank 4 selected: screenshots/planner-v4.png.
+PLANNER_V4_SHOT := $(BIN)/python packaging/planner_screenshot.py --row 4 screenshots/planner-v4.png
 screenshots: $(STAMP)
 	if [ -n "$$DISPLAY" ]; then $(BIN)/meshdeck --demo --screenshots screenshots --quit-after 150; \
 	else xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/meshdeck --demo --screenshots screenshots --quit-after 150; fi
+	if [ -n "$$DISPLAY" ]; then $(PLANNER_V4_SHOT); else xvfb-run -a -s "-screen 0 1600x1000x24" $(PLANNER_V4_SHOT); fi
 
 # The one-folder desktop app (slow; CI builds it only when asked), then starts it: dist/meshdeck/meshdeck.
 app-bundle: $(STAMP)

@@ -13,8 +13,10 @@ from meshdeck.services.catalog import detected_gpu, load_gpu_catalog
 from meshdeck.services.cluster import cluster_from_inventories
 from meshdeck.services.deployments import targets as deploy_targets
 from meshdeck.services.plan_profiles import model_id_for, profile_mappings
+from meshdeck.ui.views.planner.form import NEWEST, RELEASE_PICKER
 from meshdeck.ui.views.planner.save import ProfileAnswer, ProfileDialog, ProfileSaver
 from meshdeck.ui.views.planner.view import PlannerView
+from meshdeck.ui.widgets.memory_bar import KV_PARTS, kv_part_label, legend_names
 from meshdeck.ui.widgets.rank_map import rank_labels
 from meshdeck_agent.wire_inventory import Inventory
 from PySide6.QtCore import QPointF
@@ -68,6 +70,74 @@ def test_plans_from_the_detected_hosts_and_shows_the_top_layout(qtbot, planner) 
     placed = planner.rank_map.placements()
     assert len(placed) == layout.gpus
     assert planner.rank_map.node_names == ["demo-a", "demo-b"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4-pro", "deepseek-v4-flash"])
+def test_deepseek_v4_plans_on_the_two_h200_hosts_and_draws_its_kv_parts(qtbot, planner, model) -> None:
+    planner.form.model.setCurrentText(model)
+    planner.form.vllm_release.setCurrentIndex(planner.form.vllm_release.findData(NEWEST))  # the hosts model 0.11
+    with qtbot.waitSignal(planner.planned, timeout=60000):
+        planner.form.plan_button.click()
+        assert planner.context.jobs.running("plan") is not None  # in its worker thread, as for V3
+    result = planner.result
+    assert result is not None and result.request.model.is_v4
+    assert not planner.form.error.isVisible()
+    cluster = result.request.cluster
+    assert (cluster.nodes, cluster.gpus_per_node, cluster.gpu.name) == (2, 8, "H200-SXM-141GB")
+    assert result.fitting and planner.table.rowCount() == len(result.layouts)
+    assert planner.table.item(0, 1).text() == result.layouts[0].label()
+    assert f"<b>{result.request.model.name}</b>" in planner.summary.text()
+    layout = planner.selected_layout()
+    assert layout is result.layouts[0] and layout.kv_bytes_per_token_by_part
+    bars = planner.memory.bars
+    assert len(bars) == layout.pipeline_parallel
+    parts = [label for label, _color in KV_PARTS.values()]
+    for bar, stage in zip(bars, layout.stages, strict=True):
+        kv = {name: size for name, size in bar.segments if name.startswith("KV: ")}
+        assert set(kv) == {kv_part_label(part) for part, value in layout.kv_bytes_per_token_by_part if value > 0}
+        assert sum(kv.values()) == stage.kv_cache_bytes
+        assert sum(size for _name, size in bar.segments) == pytest.approx(cluster.gpu.memory_bytes, rel=1e-9)
+    legend = legend_names(bars)
+    assert "kv cache" not in legend and set(parts) & set(legend) == set(kv)
+    memory = planner.memory  # laid out as tall as its legend needs: nothing cut
+    qtbot.waitUntil(lambda: memory.height() >= memory.heightForWidth(memory.width()) > 3 * memory.LEGEND_LINE)
+    assert "vllm serve <model>" in planner.flags.toPlainText()
+
+
+def test_v4_on_hosts_whose_vllm_cannot_serve_it_is_refused_naming_the_forms_release_choice(qtbot, planner) -> None:
+    planner.form.model.setCurrentText("deepseek-v4-pro")  # the simulated hosts model vLLM 0.11
+    with qtbot.waitSignal(planner.context.jobs.job_ended, timeout=60000):
+        planner.form.plan_button.click()
+    qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=30000)
+    assert planner.form.error.text().startswith(f"{RELEASE_PICKER}: 0.11 cannot serve deepseek-v4-pro")
+    assert planner.form.error.text().endswith(f"pick {RELEASE_PICKER} 0.20 or newer")
+
+
+def test_v4s_kv_cache_dtypes_read_right_and_bfloat16_is_refused_in_the_planners_words(qtbot, planner) -> None:
+    planner.form.vllm_release.setCurrentIndex(planner.form.vllm_release.findData(NEWEST))
+    qtbot.waitUntil(lambda: bool(planner.form._v4_models), timeout=30000)  # the model cards are read by a job
+    items = planner.form.kv_dtype.model()
+    enabled = lambda: {items.item(i).text(): items.item(i).isEnabled() for i in range(items.rowCount())}  # noqa: E731
+    assert all(enabled().values())  # V3.2: the planner says what its backend refuses
+    planner.form.model.setCurrentText("deepseek-v4-pro")
+    assert enabled() == {
+        "auto": True,
+        "bfloat16": False,
+        "fp8": True,
+        "fp8_e4m3": True,
+        "fp8_ds_mla": True,
+        "nvfp4_ds_mla": False,
+    }
+    bf16 = items.item(planner.form.kv_dtype.findText("bfloat16"))
+    assert "stores fp8_ds_mla only" in bf16.toolTip()
+    assert "H200-SXM-141GB" in planner.form.kv_dtype.toolTip()
+    planner.form.kv_dtype.setCurrentText("bfloat16")  # e.g. kept from a V3 session: kept, and planning says why
+    with qtbot.waitSignal(planner.context.jobs.job_ended, timeout=60000):
+        planner.form.plan_button.click()
+    qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=30000)
+    assert "'bfloat16'" in planner.form.error.text() and "fp8_ds_mla only" in planner.form.error.text()
+    planner.form.model.setCurrentText("deepseek-v3.2")
+    assert all(enabled().values())
 
 
 def test_choosing_another_layout_redraws_its_ranks_and_warnings(qtbot, planner) -> None:

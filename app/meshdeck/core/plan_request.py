@@ -129,7 +129,8 @@ class PlanRequest:
             raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
         object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
         check_vllm_version(self.vllm_version)
-        check_release_serves(self.model, self.vllm_version)  # DeepSeek-V4 from vLLM 0.20 (core/v4_releases.py)
+        # DeepSeek-V4 from vLLM 0.20 (core/v4_releases.py)
+        check_release_serves(self.model, self.vllm_version, self.vllm_version_picker)
         if self.cudagraph_memory_estimate is not None and not accounting_for(self.vllm_version).cudagraph_estimate_env:
             raise InputError(
                 CUDAGRAPH_ESTIMATE_ENV,

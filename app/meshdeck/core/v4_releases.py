@@ -64,14 +64,15 @@ def first_serving_release(card: ModelCard) -> FirstServingRelease | None:
     return None
 
 
-def check_release_serves(card: ModelCard, version: Release) -> None:
-    """Refuse a vLLM release that cannot load this model, naming `--vllm-version` and the first that can."""
+def check_release_serves(card: ModelCard, version: Release, picker: str = "--vllm-version") -> None:
+    """Refuse a vLLM release that cannot load this model, naming what picks the release (`picker`: the CLI's
+    `--vllm-version`, the console's release in the planner form) and the first that can."""
     entry = first_serving_release(card)
     if entry is None or version >= entry.first:
         return
     raise InputError(
-        "--vllm-version",
+        picker,
         f"{release_text(version)} cannot serve {card.name}: vLLM's model registry has {entry.architecture} from "
-        f"{release_text(entry.first)} on (not in {release_text(entry.last_without)}); pick --vllm-version "
+        f"{release_text(entry.first)} on (not in {release_text(entry.last_without)}); pick {picker} "
         f"{release_text(entry.first)} or newer",
     )

@@ -7,15 +7,20 @@ hosts" (simulated agents model 0.11; real hosts do not report theirs, so the new
 the modelled ranges, or the newest; the plan's accounting note says which and why, in the CLI's words. The form only collects
 choices; `PlannerInputs` is turned into a `PlanRequest` off the GUI thread (model cards and the GPU
 catalog are files), where bad values become InputErrors naming the field, shown under the form.
+
+The KV cache dtypes a DeepSeek-V4 model refuses on the chosen GPU (its attention backend's rule, core.v4_kv:
+FlashMLA on Hopper / Blackwell stores fp8_ds_mla, so bfloat16 is refused) are greyed out, each saying why;
+a refused choice the form already holds is kept, and planning then says the same under the form.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -34,14 +39,18 @@ from PySide6.QtWidgets import (
 )
 
 from meshdeck.core.cluster import ClusterSpec, default_inter_node_bytes_per_s, default_intra_node_link
+from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KV_CACHE_DTYPES
 from meshdeck.core.plan_request import GOALS, PlanRequest, parse_vllm_version
 from meshdeck.core.serving import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS, MAX_WORKLOAD_TOKENS, Workload
+from meshdeck.core.v4_kv import KV_CACHE_DTYPES as V4_KV_CACHE_DTYPES
+from meshdeck.core.v4_kv import resolve_kv_cache_dtype as resolve_v4_kv_cache_dtype
+from meshdeck.core.v4_layout import v4_backend
 from meshdeck.core.vllm_releases import NEWEST_MODELLED, VLLM_ACCOUNTINGS, Release, release_text
 from meshdeck.core.weights import WEIGHTS_DTYPES
-from meshdeck.services.catalog import bundled_model_names, load_gpu_catalog, load_model
-from meshdeck.services.cluster import DetectedCluster, cluster_from_inventories
+from meshdeck.services.catalog import bundled_model_names, detected_gpu, load_gpu_catalog, load_model
+from meshdeck.services.cluster import DetectedCluster, cluster_from_inventories, inventory_facts
 from meshdeck.services.inventory import Inventory, describe_gpus
 from meshdeck.services.vllm_release import release_for_hosts
 
@@ -135,6 +144,25 @@ class PlannerInputs:
         return request, detected
 
 
+def v4_kv_dtype_refusal(kv_cache_dtype: str, gpu: GpuSpec | None) -> str | None:
+    """Why DeepSeek-V4 cannot keep its KV cache as `kv_cache_dtype` on `gpu` (None: it can, or the GPU is not
+    known yet and the name is one V4 takes), in the planner's own words."""
+    try:
+        if gpu is None:
+            if kv_cache_dtype not in V4_KV_CACHE_DTYPES:
+                raise InputError("KV cache dtype", f"DeepSeek-V4 takes {', '.join(V4_KV_CACHE_DTYPES)}")
+        else:
+            resolve_v4_kv_cache_dtype(v4_backend(gpu), kv_cache_dtype)
+    except InputError as error:
+        return error.problem
+    return None
+
+
+def bundled_v4_models() -> frozenset[str]:
+    """The bundled models that are DeepSeek-V4 (reads their cards: off the GUI thread)."""
+    return frozenset(name for name in bundled_model_names() if load_model(name).is_v4)
+
+
 def _describe(inventory: Inventory) -> str:
     return describe_gpus(inventory) + (" (simulated)" if inventory.simulated else "")
 
@@ -146,6 +174,8 @@ class PlannerForm(QWidget):
         super().__init__(parent)
         self.setObjectName("plannerForm")
         self._inventories: dict[str, Inventory] = {}
+        self._catalog: tuple[GpuSpec, ...] = ()
+        self._v4_models: frozenset[str] = frozenset()
 
         cluster_box = QGroupBox("Cluster")
         self.detected = QRadioButton("Detected hosts")
@@ -175,7 +205,7 @@ class PlannerForm(QWidget):
         cluster_form.addRow("Nodes", self.nodes)
         cluster_form.addRow("GPUs per node", self.gpus_per_node)
         self.detected.toggled.connect(self._source_changed)
-        self.host_list.itemChanged.connect(lambda _item: self._name_hosts_release())
+        self.host_list.itemChanged.connect(lambda _item: self._hosts_ticked())
 
         serving_box = QGroupBox("Serving")
         self.model = QComboBox()
@@ -193,6 +223,7 @@ class PlannerForm(QWidget):
         for dtype in WEIGHTS_DTYPES:
             self.weights.addItem(dtype, dtype)
         self.kv_dtype = QComboBox()
+        self.kv_dtype.setObjectName("plannerKvDtype")
         self.kv_dtype.addItems(KV_CACHE_DTYPES)
         self.max_model_len = QSpinBox()
         self.max_model_len.setObjectName("plannerMaxModelLen")
@@ -292,15 +323,24 @@ class PlannerForm(QWidget):
         layout.addStretch(1)
         self.typed.setChecked(True)
         self._source_changed()
+        self.model.currentTextChanged.connect(lambda _text: self._update_kv_dtypes())
+        self.gpu.currentTextChanged.connect(lambda _text: self._update_kv_dtypes())
 
     # ------------------------------------------------------------------ inputs from outside
 
     def set_gpu_catalog(self, catalog: tuple[GpuSpec, ...], preferred: str = "H200-SXM-141GB") -> None:
         current = self.gpu.currentText() or preferred
+        self._catalog = tuple(catalog)
         self.gpu.clear()
         self.gpu.addItems([g.name for g in catalog])
         index = self.gpu.findText(current)
         self.gpu.setCurrentIndex(max(index, 0))
+        self._update_kv_dtypes()
+
+    def set_v4_models(self, names: Iterable[str]) -> None:
+        """The model names (bundled) that are DeepSeek-V4: their KV cache dtypes follow V4's rules."""
+        self._v4_models = frozenset(names)
+        self._update_kv_dtypes()
 
     def set_hosts(self, inventories: Mapping[str, Inventory]) -> None:
         """Connected hosts with their inventories; keeps the user's ticks, ticks new GPU hosts."""
@@ -332,6 +372,46 @@ class PlannerForm(QWidget):
         for widget in (self.gpu, self.nodes, self.gpus_per_node):
             widget.setEnabled(not detected)
         self._name_hosts_release()
+        self._update_kv_dtypes()
+
+    def planned_gpu(self) -> GpuSpec | None:
+        """The GPU the form plans for (the head host's, matched in the catalog), once the catalog is in."""
+        if not self._catalog:
+            return None
+        if not self.detected.isChecked():
+            return next((gpu for gpu in self._catalog if gpu.name == self.gpu.currentText()), None)
+        hosts = self.ticked_hosts()
+        if not hosts or hosts[0] not in self._inventories:
+            return None
+        facts = inventory_facts(self._inventories[hosts[0]])
+        try:
+            return detected_gpu(facts.gpu_name, facts.gpu_memory_bytes, self._catalog)
+        except InputError:
+            return None
+
+    def _update_kv_dtypes(self) -> None:
+        """Grey out the KV cache dtypes a DeepSeek-V4 model refuses on this GPU, each saying why."""
+        v4 = self.model.currentText().strip() in self._v4_models
+        gpu = self.planned_gpu() if v4 else None
+        items = self.kv_dtype.model()
+        assert isinstance(items, QStandardItemModel)  # a QComboBox's own model
+        refused = []
+        for row in range(self.kv_dtype.count()):
+            item = items.item(row)
+            refusal = v4_kv_dtype_refusal(item.text(), gpu) if v4 else None
+            item.setEnabled(refusal is None)
+            item.setToolTip(f"DeepSeek-V4: {refusal}" if refusal else "")
+            refused += [item.text()] if refusal else []
+        where = f" on {gpu.name} ({v4_backend(gpu).value} attention)" if gpu is not None else ""
+        self.kv_dtype.setToolTip(
+            f"vLLM's --kv-cache-dtype. DeepSeek-V4{where} refuses {', '.join(refused)} (hover one for why)"
+            if v4 and refused
+            else "vLLM's --kv-cache-dtype (fp8_ds_mla: V3.2 only; nvfp4_ds_mla: V3.2 on Blackwell only)"
+        )
+
+    def _hosts_ticked(self) -> None:
+        self._name_hosts_release()
+        self._update_kv_dtypes()  # the head host's GPU decides what V4 takes
 
     def _name_hosts_release(self) -> None:
         """ "from the hosts (0.11)": the release the ticked hosts imply (the newest modelled when typed in)."""

@@ -48,7 +48,7 @@ from meshdeck.ui.charts.units import format_bytes
 from meshdeck.ui.context import ConsoleContext
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.planner.disaggregated import DisaggregatedTable
-from meshdeck.ui.views.planner.form import PlannerForm, PlannerInputs
+from meshdeck.ui.views.planner.form import PlannerForm, PlannerInputs, bundled_v4_models
 from meshdeck.ui.views.planner.save import ProfileSaver
 from meshdeck.ui.widgets.memory_bar import MemoryBarsWidget, memory_bars
 from meshdeck.ui.widgets.rank_map import RankMapWidget
@@ -230,6 +230,8 @@ class PlannerView(QWidget):
         context.hosts.changed.connect(lambda _host: self._hosts_timer.start())
         job = context.jobs.start("load GPU catalog", lambda _progress: load_gpu_catalog(), abandon_on_cancel=True)
         job.succeeded.connect(self.form.set_gpu_catalog)
+        models = context.jobs.start("load model cards", lambda _progress: bundled_v4_models(), abandon_on_cancel=True)
+        models.succeeded.connect(self.form.set_v4_models)  # V4's KV cache dtypes follow its own rules
         # the kernel library's import (pandas, its Rust engine) paid before the first Plan click, not on it
         context.jobs.start("load kernel tables", lambda _progress: warm_up_speed_tables(), abandon_on_cancel=True)
         self._refresh_hosts()
