@@ -15,6 +15,7 @@ from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
 from meshdeck.core.serving import Workload
+from meshdeck.core.v4_kv import v4_kv_rules
 from meshdeck.core.v4_layout import v4_kv_format
 from meshdeck.core.v4_releases import check_release_serves
 from meshdeck.core.vllm_releases import (
@@ -130,6 +131,8 @@ class PlanRequest:
         object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
         check_vllm_version(self.vllm_version)
         check_release_serves(self.model, self.vllm_version)  # DeepSeek-V4 from vLLM 0.20 (core/v4_releases.py)
+        if self.model.is_v4 and self.engine == "vllm":
+            v4_kv_rules(self.vllm_version)  # V4's KV sizing is modelled only for the releases read (core/v4_kv.py)
         if self.cudagraph_memory_estimate is not None and not accounting_for(self.vllm_version).cudagraph_estimate_env:
             raise InputError(
                 CUDAGRAPH_ESTIMATE_ENV,
