@@ -110,7 +110,7 @@ def test_v4_on_hosts_whose_vllm_cannot_serve_it_is_refused_naming_the_forms_rele
         planner.form.plan_button.click()
     qtbot.waitUntil(lambda: planner.form.error.isVisible(), timeout=30000)
     assert planner.form.error.text().startswith(f"{RELEASE_PICKER}: 0.11 cannot serve deepseek-v4-pro")
-    assert planner.form.error.text().endswith(f"pick {RELEASE_PICKER} 0.20 or newer")
+    assert f"pick {RELEASE_PICKER} from the modelled ranges 0.23–0.25" in planner.form.error.text()
 
 
 def test_v4s_kv_cache_dtypes_read_right_and_bfloat16_is_refused_in_the_planners_words(qtbot, planner) -> None:

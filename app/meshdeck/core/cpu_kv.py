@@ -22,7 +22,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.layout_parts import pp_partition
 from meshdeck.core.model_card import ModelCard
 from meshdeck.core.text import quoted
-from meshdeck.core.v4_kv import V4Backend, V4KvPlan, plan_v4_kv
+from meshdeck.core.v4_kv import CPU_RELEASE, V4Backend, V4KvPlan, plan_v4_kv
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vllm/config/scheduler.py SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
 
@@ -181,6 +181,7 @@ def _v4_cpu_kv_plan(
             max_model_len=max_model_len,
             max_num_batched_tokens=batched,
             concurrent_batches=pipeline_parallel,
+            release=CPU_RELEASE,  # the installed CPU build
             stage=stage,
         )
         for stage in pp_partition(card.num_hidden_layers, pipeline_parallel)

@@ -180,10 +180,11 @@ class LayoutEvaluator:
             request.kv_cache_dtype,
             settings.max_model_len,
             settings.max_num_batched_tokens,
-            concurrent_batches(pipeline_parallel),
+            concurrent_batches(request.vllm_version, pipeline_parallel, request.cluster.gpu),
             stage.layer_range,
             bool(self.mtp_layers),
             self.speculative_tokens,
+            request.vllm_version,
         )
 
     def v4_stage_weights(self, sharding: Sharding, stage: StageKind, pipeline_parallel: int) -> StageWeights:
@@ -294,7 +295,7 @@ class LayoutEvaluator:
         else:
             # per GPU of the tightest stage, to hold one max_model_len request
             need = max(
-                (blocks_per_request + (1 if v4_kv else 0)) * stage.kv_block_bytes - stage.kv_budget_bytes
+                (v4_kv.required_bytes if v4_kv else blocks_per_request * stage.kv_block_bytes) - stage.kv_budget_bytes
                 for stage in by_kind
             )
             shortfall = max(0, need)
@@ -381,10 +382,11 @@ class LayoutEvaluator:
             request.kv_cache_dtype,
             min(length, settings.max_model_len),
             settings.max_num_batched_tokens,
-            concurrent_batches(pipeline_parallel),
+            concurrent_batches(request.vllm_version, pipeline_parallel, request.cluster.gpu),
             kind.layer_range,
             bool(self.mtp_layers),
             self.speculative_tokens,
+            request.vllm_version,
         )
         return int(blocks / short.blocks_per_request * min(length, settings.max_model_len))
 

@@ -15,6 +15,7 @@ from meshdeck.core.kv_cache import KvFormat, kv_format, normalize_kv_cache_dtype
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, CHECKPOINT_INT4, ModelCard
 from meshdeck.core.reserve import cudagraph_capture_size_count, default_scheduler_limits
 from meshdeck.core.serving import Workload
+from meshdeck.core.v4_kv import v4_kv_rules
 from meshdeck.core.v4_layout import v4_kv_format
 from meshdeck.core.v4_releases import check_release_serves
 from meshdeck.core.vllm_releases import (
@@ -129,8 +130,13 @@ class PlanRequest:
             raise InputError("--weights-dtype", f"{self.weights_dtype!r}; allowed: {', '.join(WEIGHTS_DTYPES)}")
         object.__setattr__(self, "kv_cache_dtype", normalize_kv_cache_dtype(self.kv_cache_dtype))
         check_vllm_version(self.vllm_version)
-        # DeepSeek-V4 from vLLM 0.20 (core/v4_releases.py)
+        # DeepSeek-V4 from vLLM 0.20 (core/v4_releases.py); its KV sizing modelled only for the releases read (v4_kv)
         check_release_serves(self.model, self.vllm_version, self.vllm_version_picker)
+        if self.model.is_v4 and self.engine == "vllm":
+            try:
+                v4_kv_rules(self.vllm_version)
+            except InputError as exc:
+                raise InputError(self.vllm_version_picker, exc.problem) from None
         if self.cudagraph_memory_estimate is not None and not accounting_for(self.vllm_version).cudagraph_estimate_env:
             raise InputError(
                 CUDAGRAPH_ESTIMATE_ENV,

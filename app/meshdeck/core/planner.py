@@ -53,7 +53,8 @@ from meshdeck.core.serving import (
 )
 from meshdeck.core.throughput import MTP_ACCEPTANCE, expected_accepted_tokens
 from meshdeck.core.units import GIB
-from meshdeck.core.v4_layout import V4_KV_READ_FROM, concurrent_batches
+from meshdeck.core.v4_kv import InFlight, v4_kv_rules
+from meshdeck.core.v4_layout import concurrent_batches
 from meshdeck.core.vllm_releases import NEWEST_MODELLED, accounting_for, release_text
 from meshdeck.core.weights import WEIGHTS_CONVENTIONS
 
@@ -351,13 +352,18 @@ V4_WEIGHTS_NOTE = (
 
 def v4_note(request: PlanRequest) -> str:
     """What the V4 numbers stand on, and what has not been checked against a V4 startup log."""
+    rules = v4_kv_rules(request.vllm_version)
+    if rules.in_flight is InFlight.ONE_BATCH:
+        in_flight = "window and compressor-state pages for one batch of max_num_batched_tokens"
+    else:
+        batches = concurrent_batches(request.vllm_version, 1, request.cluster.gpu)
+        in_flight = f"{batches} batches in flight at PP=1 (async scheduling)"
     return (
-        f"DeepSeek-V4: KV cache grouped and sized as vLLM {V4_KV_READ_FROM} does (sliding-window rows, C4/C128 "
-        "latents, indexer keys and fp32 compressor states in one block pool; equal to vLLM's own sizing code), "
-        f"{concurrent_batches(1)} batches in flight at PP=1 (async scheduling); other releases assumed to size it the "
-        "same; requests in flight per replica are vLLM's own concurrency bound at isl + osl tokens (window and "
-        "compressor-state pages for every token; they recycle at run time, so real concurrency can be higher); "
-        "the activation and sampler reserve uses V3's terms at V4's widths and is not yet calibrated"
+        f"DeepSeek-V4: KV cache grouped and sized as vLLM {rules.label} does ({rules.grouping.value}: sliding-window "
+        "rows, C4/C128 latents, indexer keys and fp32 compressor states in one block pool; equal to that range's own "
+        f"sizing code), {in_flight}; requests in flight per replica are vLLM's own concurrency bound at isl + osl "
+        "tokens (window and compressor-state pages for every token; they recycle at run time, so real concurrency can "
+        "be higher); the activation and sampler reserve uses V3's terms at V4's widths and is not yet calibrated"
     )
 
 

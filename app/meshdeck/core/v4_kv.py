@@ -1,4 +1,4 @@
-"""DeepSeek-V4's KV cache exactly as vLLM 0.32.0 sizes it: the groups it forms, blocks, tokens and concurrency.
+"""DeepSeek-V4's KV cache exactly as each modelled vLLM release sizes it: groups, blocks, tokens and concurrency.
 
 A V4 layer caches up to five things, each its own vLLM "layer" with its own KVCacheSpec:
 
@@ -18,9 +18,15 @@ max_model_len as the sum over groups of the pages it needs (`get_max_concurrency
 sliding-window kinds (SWA and compressor states) are sized by the tokens in flight, not by max_model_len
 (`SlidingWindowSpec.max_admission_blocks_per_request`), which is why the fp32 compressor states can dominate.
 
+That is 0.29 onwards. Older releases size the same specs otherwise (`V4_KV_RULES`: which tokens in flight size the
+sliding-window kinds, and how the groups are formed, a block sized and a request counted); releases that serve V4
+but were not read (0.20-0.22) are refused rather than given another release's rules.
+
 This module reimplements those rules on plain numbers (no vLLM import, no I/O). Checked against vLLM 0.32.0's own
 code by tests/integration/vllm/test_v4_kv_matches_vllm.py: the CPU model built by vLLM, and the CUDA backends'
-spec objects handed to vLLM's grouping code for full-size V4-Flash and V4-Pro.
+spec objects handed to vLLM's grouping code for full-size V4-Flash and V4-Pro. The older rules were checked the same
+way, by running each release wheel's own kv_cache_utils on V4-Flash's CUDA FlashMLA specs (0.23.0, 0.24.0, 0.26.0,
+0.27.0, 0.28.0, 0.29.0, 0.31.0: tests/unit/core/test_v4_kv.py holds those numbers).
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.model_card import ModelCard
+from meshdeck.core.vllm_releases import Release, range_text, release_text
 
 V4_BLOCK_SIZE = 256  # cache_config.block_size: the sparse-MLA and V4 indexer backends accept only 256 (platforms/cpu.py
 # forces it; DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend.get_supported_kernel_block_sizes == [256])
@@ -74,6 +81,186 @@ class V4Backend(enum.Enum):
     def uses_fp8_ds_mla_layout(self) -> bool:
         """`DeepseekV4Attention.use_fp8_ds_mla_layout` of the class this backend builds."""
         return self is not V4Backend.CUDA_FLASHINFER
+
+
+class InFlight(enum.Enum):
+    """Which tokens in flight size a request's sliding-window pages (`SlidingWindowSpec.max_admission_blocks_per_request`
+    as `SlidingWindowSpec.max_memory_usage_bytes` calls it)."""
+
+    ONE_BATCH = "one batch"  # scheduler_config.max_num_batched_tokens
+    CONCURRENT_BATCHES = "concurrent batches"  # VllmConfig.max_in_flight_tokens = max_concurrent_batches × batch
+
+
+class Grouping(enum.Enum):
+    """How the V4 caches become KV cache groups, how wide a block is and how many blocks a request counts."""
+
+    # kv_cache_utils.py group_and_unify_kv_cache_specs + _get_kv_cache_groups_uniform_groups: all full-attention
+    # layers in one group, each sliding-window (block, window) bucket split into groups of `num_layer_tuples`
+    # layer tuples, its pages padded up to the nearest full-attention page; a block is the sum over page sizes of
+    # page × most layers of that size in one group (_bucket_layers_by_page_size); a request counts
+    # cdiv(Σ_g pages_g × page_g, page_0) blocks (get_max_concurrency_for_kv_cache_config, weighted by page size).
+    LAYER_TUPLES_PADDED = "layer tuples, padded pages"
+    # The same groups without the padding; groups overlay one block as wide as the widest group
+    # (_get_packed_kv_cache_layout) and a request counts Σ_g pages_g blocks.
+    LAYER_TUPLES = "layer tuples"
+    # _get_packed_kv_cache_groups (see _packed_groups), widest group's block, Σ_g pages_g.
+    PACKED = "packed"
+
+
+class ModelRunner(enum.Enum):
+    """Which model runner V4 gets by default (`VllmConfig.use_v2_model_runner`); it sets max_concurrent_batches."""
+
+    V1 = "v1"
+    V2 = "v2"
+    V2_EXCEPT_ROCM = "v2 (v1 on ROCm)"
+
+
+@dataclass(frozen=True)
+class V4KvRules:
+    """One range of releases that size V4's KV cache the same way, and where each rule was read."""
+
+    first: Release
+    last: Release
+    in_flight: InFlight
+    grouping: Grouping
+    retains_lookahead: bool  # multi-module MTP keeps num_speculative_tokens - 1 more window tokens
+    runner: ModelRunner
+    null_block_in_check: bool  # _check_enough_kv_cache_memory is handed the budget less one block
+    source: str
+
+    def holds(self, version: Release) -> bool:
+        return self.first <= version <= self.last
+
+    @property
+    def label(self) -> str:
+        return range_text(self.first, self.last)
+
+    def max_concurrent_batches(self, pipeline_parallel: int, rocm: bool = False) -> int:
+        """`VllmConfig.max_concurrent_batches` with async scheduling on (its default with the multiprocessing
+        executor and no speculative method that turns it off, config/vllm.py __post_init__ in every range): PP + 1
+        on Model Runner V2; on V1 2 at PP 1 and PP otherwise (V1 does not overlap PP with async scheduling)."""
+        v2 = self.runner is ModelRunner.V2 or (self.runner is ModelRunner.V2_EXCEPT_ROCM and not rocm)
+        if v2:
+            return pipeline_parallel + 1
+        return 2 if pipeline_parallel <= 1 else pipeline_parallel
+
+    def in_flight_tokens(self, max_num_batched_tokens: int, concurrent_batches: int) -> int:
+        """The tokens in flight a request's sliding-window pages are sized for."""
+        if self.in_flight is InFlight.ONE_BATCH:
+            return max_num_batched_tokens
+        return concurrent_batches * max_num_batched_tokens
+
+
+_TUPLES_023 = (
+    "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs 1431, _get_kv_cache_groups_uniform_groups 1504 (pages "
+    "padded to the nearest full-attention page, page_size_padded), _bucket_layers_by_page_size 1196 / "
+    "_get_kv_cache_config_deepseek_v4 1221 (block = Σ page × slots), get_max_concurrency_for_kv_cache_config 899 "
+    "(cdiv(layers × Σ group bytes, layers × group 0's page)), _max_memory_usage_bytes_from_groups 1752 (the start "
+    "check: layer tuples × pages × Σ distinct full-attention pages, no null block)"
+)
+V4_KV_RULES: tuple[V4KvRules, ...] = (
+    V4KvRules(
+        (0, 23),
+        (0, 25),
+        in_flight=InFlight.ONE_BATCH,
+        grouping=Grouping.LAYER_TUPLES_PADDED,
+        retains_lookahead=False,
+        runner=ModelRunner.V1,
+        null_block_in_check=False,
+        source="0.23.0: v1/kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes 510 → "
+        "max_admission_blocks_per_request(scheduler_config.max_num_batched_tokens) 488 (config/vllm.py has no "
+        "max_in_flight_tokens); "
+        + _TUPLES_023
+        + "; 0.24.0 and 0.25.0 the same functions (0.24.0 _pool_bytes_per_block / _get_kv_cache_config_packed keep "
+        "the bucket slots; kv_cache_interface.py 0.24.0 535, 0.25.0 575 pass max_num_batched_tokens); DeepseekV4 "
+        "not in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (V1)",
+    ),
+    V4KvRules(
+        (0, 26),
+        (0, 26),
+        in_flight=InFlight.CONCURRENT_BATCHES,
+        grouping=Grouping.LAYER_TUPLES_PADDED,
+        retains_lookahead=False,
+        runner=ModelRunner.V1,
+        null_block_in_check=False,
+        source="0.26.0: config/vllm.py max_in_flight_tokens 525 (max_concurrent_batches × max_num_batched_tokens), "
+        "kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes 595; kv_cache_utils.py grouping, block and "
+        "concurrency as 0.23–0.25; use_v2_model_runner: DeepseekV4 is 'not otherwise a default-V2 architecture' (V1)",
+    ),
+    V4KvRules(
+        (0, 27),
+        (0, 27),
+        in_flight=InFlight.CONCURRENT_BATCHES,
+        grouping=Grouping.LAYER_TUPLES,
+        retains_lookahead=False,
+        runner=ModelRunner.V1,
+        null_block_in_check=False,
+        source="0.27.0: kv_cache_utils.py _get_kv_cache_groups_uniform_groups 1670 ('The packed block planner "
+        "overlays groups, so their page sizes do not need to match': no padding), _get_packed_kv_cache_layout "
+        "(block = widest group), get_max_concurrency_for_kv_cache_config 937 (Σ_g cdiv(group bytes, group page)), "
+        "_max_memory_usage_bytes_from_groups as 0.23; V1 runner as 0.26",
+    ),
+    V4KvRules(
+        (0, 28),
+        (0, 28),
+        in_flight=InFlight.CONCURRENT_BATCHES,
+        grouping=Grouping.LAYER_TUPLES,
+        retains_lookahead=True,
+        runner=ModelRunner.V2_EXCEPT_ROCM,
+        null_block_in_check=False,
+        source="0.28.0: as 0.27, plus get_kv_cache_configs 2137 (extra_retained_tokens = num_speculative_tokens - 1 "
+        "with multi-module MTP) and config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES with DeepseekV4ForCausalLM "
+        "(removed on ROCm, default_v2_model_runner_architectures)",
+    ),
+    V4KvRules(
+        (0, 29),
+        (0, 31),
+        in_flight=InFlight.CONCURRENT_BATCHES,
+        grouping=Grouping.PACKED,
+        retains_lookahead=True,
+        runner=ModelRunner.V2_EXCEPT_ROCM,
+        null_block_in_check=True,
+        source="0.29.0 and 0.31.0: kv_cache_utils.py _get_packed_kv_cache_groups (0.29.0 1668, 0.31.0 2001), "
+        "get_kv_cache_configs reserves the null block before _check_enough_kv_cache_memory (0.29.0 975, 0.31.0 "
+        "1018); their own code on V4-Flash's specs gives 0.32.0's groups, blocks and tokens; use_v2_model_runner "
+        "defaults to V2 but ROCM_DEFAULT_MRV1_ARCHITECTURES holds DeepseekV4ForCausalLM (0.29.0 71, 0.31.0 75). "
+        "0.30.0 was not read: it lies between two releases that agree",
+    ),
+    V4KvRules(
+        (0, 32),
+        (0, 33),
+        in_flight=InFlight.CONCURRENT_BATCHES,
+        grouping=Grouping.PACKED,
+        retains_lookahead=True,
+        runner=ModelRunner.V2,
+        null_block_in_check=True,
+        source="0.32.0 (the installed build; tests/integration/vllm/test_v4_kv_matches_vllm.py): kv_cache_utils.py "
+        "_get_packed_kv_cache_groups 1860, get_max_concurrency_for_kv_cache_config 1195, config/vllm.py "
+        "max_in_flight_tokens 590, use_v2_model_runner (no ROCm exception). 0.33.0: config/vllm.py "
+        "max_concurrent_batches / max_in_flight_tokens unchanged and kv_cache_utils.py "
+        "get_max_concurrency_for_kv_cache_config the same as 0.32.0; its grouping moved to "
+        "v1/core/kv_cache_planning.py (_get_packed_kv_cache_groups 914) and was not run on V4's specs",
+    ),
+)
+
+CPU_RELEASE: Release = (0, 32)  # the installed CPU build `meshdeck plan --cpu` plans for
+
+
+def v4_kv_modelled_ranges() -> str:
+    return ", ".join(rules.label for rules in V4_KV_RULES)
+
+
+def v4_kv_rules(version: Release) -> V4KvRules:
+    """The V4 KV rules of this release, or an InputError naming `--vllm-version` and the modelled ranges."""
+    for rules in V4_KV_RULES:
+        if rules.holds(version):
+            return rules
+    raise InputError(
+        "--vllm-version",
+        f"{release_text(version)}: how this release sizes DeepSeek-V4's KV cache has not been read (its grouping "
+        f"and in-flight rules changed between releases); the planner models V4's KV cache for vLLM "
+        f"{v4_kv_modelled_ranges()}",
+    )
 
 
 def cuda_backend(capability_major: int, attention_backend: str | None = None) -> V4Backend:
@@ -173,6 +360,8 @@ class V4KvPlan:
     the part of each block a group leaves unused because blocks are as wide as the widest group.
     """
 
+    release: Release  # the vLLM release whose rules sized it (v4_kv_rules)
+    required_bytes: int  # the least budget vLLM starts with: one request at max_model_len (and the null block)
     backend: V4Backend
     kv_cache_dtype: str  # as vLLM resolves it (fp8_ds_mla on the fp8_ds_mla layout)
     kv_budget_bytes: int
@@ -200,6 +389,8 @@ class V4KvPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "vllm_version": release_text(self.release),
+            "required_bytes": self.required_bytes,
             "backend": self.backend.value,
             "kv_cache_dtype": self.kv_cache_dtype,
             "kv_budget_bytes": self.kv_budget_bytes,
@@ -414,6 +605,52 @@ def _state_bucket_groups(bucket: list[tuple[int, V4LayerSpec]], bucketed: list[A
     return max(1, _cdiv(len(bucket), states_per_block))
 
 
+def _layer_tuple_groups(layers: list[tuple[int, V4LayerSpec]], *, pad: bool) -> list[list[tuple[int, V4LayerSpec]]]:
+    """kv_cache_utils.py `get_kv_cache_groups` → `group_and_unify_kv_cache_specs` → `_get_kv_cache_groups_uniform_groups`
+    of 0.23–0.28: the full-attention layers (C4 / C128 latents, indexer keys) are one group; the sliding-window layers
+    are bucketed by (block size, window), and each bucket is split into cdiv(layers per page size, T) groups of
+    layer tuples taken T apart, T = `_approximate_gcd` of the buckets' layer-tuple counts (most layers of one page
+    size) at least the full-attention group's. With `pad` (0.23–0.26) each sliding-window page is padded up to the
+    nearest full-attention page size (`page_size_padded`)."""
+    buckets: dict[tuple[int, int | None], list[tuple[int, V4LayerSpec]]] = {}
+    for layer in layers:
+        buckets.setdefault(layer[1].bucket, []).append(layer)
+    if len(buckets) == 1:
+        return [layers]  # get_kv_cache_groups: one uniform type (every layer SWA-only) is one group
+    full = [layer for layer in layers if layer[1].sliding_window is None]
+    if not full:
+        raise InputError("model", "V4 layers without a compressed cache: vLLM's layer-tuple grouping asserts one")
+    sliding = [bucket for key, bucket in buckets.items() if key[1] is not None]
+
+    def tuples(bucket: list[tuple[int, V4LayerSpec]]) -> int:  # UniformTypeKVCacheSpecs.get_num_layer_tuples
+        return Counter(spec.page_size_bytes for _, spec in bucket).most_common(1)[0][1]
+
+    counts = [tuples(full), *(tuples(bucket) for bucket in sliding)]
+    num_tuples = _approximate_gcd(counts, counts[0])
+    full_pages = sorted({spec.page_size_bytes for _, spec in full})
+    groups: list[list[tuple[int, V4LayerSpec]]] = [full]
+    for bucket in sliding:
+        by_size: dict[int, list[tuple[int, V4LayerSpec]]] = {}
+        for index, spec in bucket:
+            size = spec.page_size_bytes
+            if pad:
+                wider = [page for page in full_pages if page >= size]
+                if not wider:
+                    raise InputError("model", "a V4 window page wider than every compressed page (vLLM asserts)")
+                if wider[0] != size:
+                    spec = replace(spec, page_size_bytes=wider[0])
+                size = wider[0]
+            by_size.setdefault(size, []).append((index, spec))
+        if len({len(named) for named in by_size.values()}) != 1:
+            raise InputError("model", "V4 window caches of unequal layer counts per page size (vLLM asserts)")
+        per_size = len(next(iter(by_size.values())))
+        num_groups = _cdiv(per_size, num_tuples)
+        layer_tuples = list(zip(*by_size.values(), strict=True))
+        for i in range(num_groups):
+            groups.append([layer for layer_tuple in layer_tuples[i::num_groups] for layer in layer_tuple])
+    return groups
+
+
 def plan_v4_kv(
     card: ModelCard,
     *,
@@ -423,6 +660,7 @@ def plan_v4_kv(
     max_model_len: int,
     max_num_batched_tokens: int,
     concurrent_batches: int,
+    release: Release,
     stage: tuple[int, int] | None = None,
     mtp: bool = False,
     holds_mtp: bool | None = None,
@@ -436,7 +674,9 @@ def plan_v4_kv(
     `--kv-cache-memory-bytes` / `VLLM_CPU_KVCACHE_SPACE` budget). `max_num_batched_tokens` as vLLM resolves it
     (vLLM's CPU build without AMX sets it to max(max_model_len, 2048), platforms/cpu.py) and `concurrent_batches`
     as `VllmConfig.max_concurrent_batches` (PP size; 2 with async scheduling at PP 1; PP + 1 with async scheduling
-    on the V2 model runner): their product is `max_in_flight_tokens`, which sizes the sliding-window kinds.
+    on the V2 model runner; `V4KvRules.max_concurrent_batches`): from 0.26 their product is `max_in_flight_tokens`,
+    which sizes the sliding-window kinds (0.23–0.25: max_num_batched_tokens alone). `release`: the vLLM release
+    whose rules apply (`v4_kv_rules`; an unread one is refused).
     `stage`: the decoder layers [start, end) this worker holds (None: all). `mtp`: speculative MTP is on, so the
     engine also has the card's num_nextn_predict_layers MTP layers (each SWA-only); `holds_mtp` (default: the stage
     ends at the last decoder layer) says whether this worker holds them. vLLM forms the groups over the whole engine
@@ -453,6 +693,7 @@ def plan_v4_kv(
     _positive("concurrent_batches", concurrent_batches, 64)
     _positive("layout.tensor_parallel", tensor_parallel, 1 << 16)
     _positive("vllm.num_speculative_tokens", num_speculative_tokens, 64)
+    rules = v4_kv_rules(release)
     layers_total = card.num_hidden_layers
     start, end = stage if stage is not None else (0, layers_total)
     if not 0 <= start < end <= layers_total:
@@ -465,8 +706,11 @@ def plan_v4_kv(
         holds_mtp = end == layers_total
     # VllmConfig.num_prefill_lookahead_tokens: multi-module MTP (min(MTP layers, speculative tokens) > 1) reads
     # num_speculative_tokens ahead, single-module 1; get_kv_cache_configs retains lookahead - 1 extra SWA tokens.
+    # Before 0.28 nothing extra is retained (get_kv_cache_configs has no extra_retained_tokens).
     lookahead = (num_speculative_tokens if min(mtp_layers, num_speculative_tokens) > 1 else 1) if mtp else 0
-    in_flight = concurrent_batches * max_num_batched_tokens
+    if not rules.retains_lookahead:
+        lookahead = 0
+    in_flight = rules.in_flight_tokens(max_num_batched_tokens, concurrent_batches)
     specs = cache_specs(
         card,
         backend=backend,
@@ -481,8 +725,12 @@ def plan_v4_kv(
     def on_worker(index: int) -> bool:
         return start <= index < end if index < layers_total else holds_mtp is True
 
+    if rules.grouping is Grouping.PACKED:
+        engine_groups = _packed_groups(engine)
+    else:
+        engine_groups = _layer_tuple_groups(engine, pad=rules.grouping is Grouping.LAYER_TUPLES_PADDED)
     groups: list[V4KvGroup] = []
-    for members in _packed_groups(engine):
+    for members in engine_groups:
         mine = [spec for index, spec in members if on_worker(index)]
         counted = Counter(mine)
         groups.append(
@@ -493,22 +741,52 @@ def plan_v4_kv(
                 pages_per_request=max(spec.pages_per_request for _, spec in members),
             )
         )
-    # _get_kv_cache_bytes_per_block (block-outermost): the widest group's pages; every V4 block_stride_alignment is
-    # None or MultipleOf(256) at block size 256, i.e. 1 byte.
-    bytes_per_block = max(group.page_size_bytes for group in groups)
+    # _project_kv_cache_groups_to_worker keeps the whole engine's spec for a group with no layer on this worker.
+    engine_pages = [sum(spec.page_size_bytes for _, spec in members) for members in engine_groups]
+    group_pages = [group.page_size_bytes or engine for group, engine in zip(groups, engine_pages, strict=True)]
+    if rules.grouping is Grouping.LAYER_TUPLES_PADDED:
+        # _bucket_layers_by_page_size: one slot per page size for the most layers of it one group holds here.
+        slots: dict[int, int] = {}
+        for group in groups:
+            for spec, count in group.members:
+                slots[spec.page_size_bytes] = max(slots.get(spec.page_size_bytes, 0), count)
+        bytes_per_block = sum(page * count for page, count in slots.items())
+    else:
+        # _get_kv_cache_bytes_per_block / _get_packed_kv_cache_layout (block-outermost): the widest group's pages;
+        # every V4 block_stride_alignment is None or MultipleOf(256) at block size 256, i.e. 1 byte.
+        bytes_per_block = max(group.page_size_bytes for group in groups)
     if bytes_per_block == 0:
         raise InputError("stage", f"[{start}, {end}) holds no KV cache layers")
-    blocks_per_request = sum(group.pages_per_request for group in groups)
-    # get_kv_cache_configs → _check_enough_kv_cache_memory: one block is held back (the null block) and the rest
-    # must fit one request at max_model_len.
-    usable = kv_budget_bytes - bytes_per_block
-    needed = bytes_per_block * blocks_per_request
-    if usable <= 0 or needed > usable:
+    if rules.grouping is Grouping.LAYER_TUPLES_PADDED:
+        # get_max_concurrency_for_kv_cache_config (0.23–0.26): the request's bytes over every group, in blocks of
+        # the first (full-attention) group's page.
+        if group_pages[0] == 0:
+            raise InputError("stage", f"[{start}, {end}) holds no compressed cache (vLLM divides by its page)")
+        request_bytes = sum(g.pages_per_request * page for g, page in zip(groups, group_pages, strict=True))
+        blocks_per_request = _cdiv(request_bytes, group_pages[0])
+    else:
+        blocks_per_request = sum(group.pages_per_request for group in groups)
+    if rules.null_block_in_check:
+        # get_kv_cache_configs → _check_enough_kv_cache_memory: one block is held back (the null block) and the
+        # rest must fit one request at max_model_len.
+        required = bytes_per_block * (blocks_per_request + 1)
+    else:
+        # _max_memory_usage_bytes_from_groups (0.23–0.28): every group's pages × the most layer tuples a group has
+        # here × one tuple of the full-attention group's distinct page sizes, against the whole budget.
+        def tuples(group: V4KvGroup, members: list[tuple[int, V4LayerSpec]]) -> int:
+            specs = [spec for spec, count in group.members for _ in range(count)] or [spec for _, spec in members]
+            return Counter(spec.page_size_bytes for spec in specs).most_common(1)[0][1]
+
+        first = groups[0].members or tuple(Counter(spec for _, spec in engine_groups[0]).items())
+        tuple_bytes = sum({spec.page_size_bytes for spec, _ in first})
+        most = max(tuples(group, members) for group, members in zip(groups, engine_groups, strict=True))
+        required = sum(group.pages_per_request for group in groups) * most * tuple_bytes
+    if required > kv_budget_bytes:
         raise InputError(
             "kv_budget_bytes",
-            f"{kv_budget_bytes:,} bytes do not hold one request of {max_model_len:,} tokens: vLLM needs "
-            f"{needed + bytes_per_block:,} ({blocks_per_request:,} blocks of {bytes_per_block:,} bytes, plus the "
-            "null block); raise the budget or lower max_model_len",
+            f"{kv_budget_bytes:,} bytes do not hold one request of {max_model_len:,} tokens: vLLM "
+            f"{release_text(release)} needs {required:,} ({blocks_per_request:,} blocks of {bytes_per_block:,} bytes"
+            f"{', plus the null block' if rules.null_block_in_check else ''}); raise the budget or lower max_model_len",
         )
     num_blocks = kv_budget_bytes // bytes_per_block
     # get_max_concurrency_for_kv_cache_config and get_kv_cache_capacity, float for float.
@@ -520,6 +798,8 @@ def plan_v4_kv(
             per_kind[spec.kind] += group.pages_per_request * spec.page_size_bytes * count
         per_kind["padding"] += group.pages_per_request * (bytes_per_block - group.page_size_bytes)
     return V4KvPlan(
+        release=release,
+        required_bytes=required,
         backend=backend,
         kv_cache_dtype=resolved,
         kv_budget_bytes=kv_budget_bytes,

@@ -3,8 +3,8 @@ how many a request needs) answered by core.v4_weights and core.v4_kv instead of 
 
 Weights are exact per stage (each V4 layer differs: compressors on ratio-4 / ratio-128 layers, the indexer on
 ratio-4 ones, hash-routed gates on the first layers), so every pipeline stage is its own kind. The KV cache is
-grouped and sized as vLLM 0.32 does (read from its source; other releases that serve V4 are assumed to size it the
-same way and the plan says so). The activation / sampler reserve keeps core.reserve's terms at V4's widths (the
+grouped and sized as the planned release does (core.v4_kv.V4_KV_RULES, read from each release's source; a release
+serving V4 that was not read is refused). The activation / sampler reserve keeps core.reserve's terms at V4's widths (the
 residual stream hc_mult times wider); no public V4 startup log has checked it yet.
 """
 
@@ -17,12 +17,20 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.gpu_spec import GpuSpec
 from meshdeck.core.kv_cache import KvFormat
 from meshdeck.core.model_card import ModelCard
-from meshdeck.core.v4_kv import MAX_KV_BYTES, V4Backend, V4KvPlan, cuda_backend, plan_v4_kv, resolve_kv_cache_dtype
+from meshdeck.core.v4_kv import (
+    MAX_KV_BYTES,
+    V4Backend,
+    V4KvPlan,
+    cuda_backend,
+    plan_v4_kv,
+    resolve_kv_cache_dtype,
+    v4_kv_rules,
+)
 from meshdeck.core.v4_weights import V4Bytes, V4Shard, stage_bytes
 from meshdeck.core.v4_weights import invalid_shard_reason as v4_invalid_shard_reason
+from meshdeck.core.vllm_releases import Release
 from meshdeck.core.weights import ShardShape, ShardTotals
 
-V4_KV_READ_FROM = "0.32"  # the release whose V4 KV grouping core.v4_kv reproduces
 FP8_DS_MLA_ROW_BYTES = 584  # one V4 latent row: 448 fp8 NoPE + 64 bf16 RoPE + 8 B of UE8M0 scales (attention.py)
 
 
@@ -125,9 +133,15 @@ class V4StageKv:
         """vLLM's num_blocks for this budget: budget // bytes per block (get_kv_cache_config_from_groups)."""
         return max(0, budget_bytes) // self.bytes_per_block
 
+    @property
+    def required_bytes(self) -> int:
+        """The least KV budget vLLM starts with (`_check_enough_kv_cache_memory` as the release calls it)."""
+        return self.shape.required_bytes
+
     def holds_one_request(self, blocks: int) -> bool:
-        """`_check_enough_kv_cache_memory`: the null block held back, the rest must hold one request."""
-        return blocks - 1 >= self.blocks_per_request
+        """`_check_enough_kv_cache_memory` on the memory of `blocks` blocks: one request at max_model_len (from 0.29
+        with the null block held back; 0.23–0.28 count layer tuples, see core.v4_kv)."""
+        return blocks * self.bytes_per_block >= self.required_bytes
 
 
 @lru_cache(maxsize=512)
@@ -141,6 +155,7 @@ def v4_stage_kv(
     layers: tuple[int, int],
     mtp: bool,
     num_speculative_tokens: int,
+    release: Release,
 ) -> V4StageKv:
     """The V4 KV groups of one stage's worker (core.v4_kv), cached: a plan asks each stage shape once."""
     plan = plan_v4_kv(
@@ -151,6 +166,7 @@ def v4_stage_kv(
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
         concurrent_batches=concurrent_batches,
+        release=release,
         stage=layers,
         mtp=mtp,
         num_speculative_tokens=max(1, num_speculative_tokens),
@@ -158,10 +174,13 @@ def v4_stage_kv(
     return V4StageKv(plan)
 
 
-def concurrent_batches(pipeline_parallel: int) -> int:
-    """`VllmConfig.max_concurrent_batches` on GPUs in vLLM 0.32: async scheduling is on by default with the
-    multiprocessing executor and Model Runner V2 (config/vllm.py), so PP + 1 batches are in flight."""
-    return pipeline_parallel + 1
+def concurrent_batches(release: Release, pipeline_parallel: int, gpu: GpuSpec | None = None) -> int:
+    """`VllmConfig.max_concurrent_batches` on GPUs in `release` (core.v4_kv.V4KvRules.max_concurrent_batches): async
+    scheduling is on by default with the multiprocessing executor; V4 runs on Model Runner V2 from 0.28 (PP + 1
+    batches; V1 on ROCm in 0.28–0.31), on V1 before (2 at PP 1, PP otherwise). 0.23–0.25 size the window pages
+    for one batch whatever this is. An unread release is refused (InputError naming --vllm-version)."""
+    rocm = gpu is not None and gpu.vendor == "amd"
+    return v4_kv_rules(release).max_concurrent_batches(pipeline_parallel, rocm)
 
 
 def v4_kv_format(card: ModelCard, gpu: GpuSpec, kv_cache_dtype: str) -> KvFormat:

@@ -74,5 +74,14 @@ def check_release_serves(card: ModelCard, version: Release, picker: str = "--vll
         picker,
         f"{release_text(version)} cannot serve {card.name}: vLLM's model registry has {entry.architecture} from "
         f"{release_text(entry.first)} on (not in {release_text(entry.last_without)}); pick {picker} "
-        f"{release_text(entry.first)} or newer",
+        f"{_modelled(card, entry.first)}",
     )
+
+
+def _modelled(card: ModelCard, first: Release) -> str:
+    """What to pick instead: the releases whose V4 KV sizing is modelled (core.v4_kv), else the first serving one."""
+    if card.is_v4:
+        from meshdeck.core.v4_kv import v4_kv_modelled_ranges  # v4_kv reads card shapes; keep this module light
+
+        return f"from the modelled ranges {v4_kv_modelled_ranges()}"
+    return f"{release_text(first)} or newer"

@@ -69,13 +69,16 @@ class VllmAccounting:
 
     @property
     def label(self) -> str:
-        if self.first == self.last:
-            return release_text(self.first)
-        return f"{release_text(self.first)}–{release_text(self.last)}"
+        return range_text(self.first, self.last)
 
 
 def release_text(version: Release) -> str:
     return f"{version[0]}.{version[1]}"
+
+
+def range_text(first: Release, last: Release) -> str:
+    """A range of releases as the notes and refusals name it: "0.21–0.25", or one release."""
+    return release_text(first) if first == last else f"{release_text(first)}–{release_text(last)}"
 
 
 OUTSIDE = "CUDA graphs captured after sizing, outside the KV budget"

@@ -68,6 +68,7 @@ def test_cpu_tiny_v4_matches_vllms_kv_cache_configs(vllm_executable: str, max_mo
             max_model_len=max_model_len,
             max_num_batched_tokens=batched,
             concurrent_batches=1,
+            release=(0, 32),
         )
         _assert_same(plan, run)
 
@@ -176,6 +177,7 @@ def test_cuda_v4_specs_through_vllms_grouping_match(
             "max_model_len": max_model_len,
             "max_num_batched_tokens": batched,
             "concurrent_batches": 1,
+            "release": (0, 32),
             "mtp": mtp,
         }
         if "error" in run:  # vLLM refuses a budget that cannot hold one request; meshdeck must too

@@ -343,25 +343,6 @@ def _v4_log(max_model_len: int) -> str:
 
 
 V4_KV_TOLERANCES = {"weights_gib": WEIGHTS_TOLERANCE, "kv_gib": KV_TOKENS_TOLERANCE, "kv_tokens": KV_TOKENS_TOLERANCE}
-V4_023_KV_SIZING = (
-    "the planner groups and sizes V4's KV cache as vLLM 0.32 does (core.v4_layout, V4_KV_READ_FROM) and 0.23 did it "
-    "otherwise. (1) In flight: 0.23 gives a request's sliding-window kinds (SWA, the fp32 compressor states) pages for "
-    "one batch, min(window - 1 + max_num_batched_tokens, max_model_len) tokens (v1/kv_cache_interface.py "
-    "SlidingWindowSpec.max_admission_blocks_per_request); 0.32 for max_in_flight_tokens = max_concurrent_batches x "
-    "max_num_batched_tokens (config/vllm.py; 2 x 8192 here), twice the compressor-state pages. (2) Grouping: 0.23 "
-    "packs the 5 groups as layer tuples (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups: 22 tuples, "
-    "compressor-state pages padded from 32,832 to 37,440 B, 1,039,680 B a block against 0.32's 1,002,240) and counts "
-    "a request's blocks weighted by page size (get_max_concurrency_for_kv_cache_config: 3,481 at 131072 against "
-    "0.32's 3,866). vLLM 0.23.0's own functions on these layers' specs at the logged 32.08 GiB give the logged "
-    "tokens within 0.02 % at all four lengths; 0.32's rules give -8.0/-7.3/-6.6/-5.4 % with one batch in flight and "
-    "-8.0/-51.8/-49.8/-46.3 % with two. Measured here (planned budget 32.69 GiB, +1.9 %): "
-)
-V4_023_PLANNED_TOKENS = {  # what the planner gives today, for the reason each xfail states
-    4096: "85,184 planned against 90,841 logged (-6.23 %)",
-    65536: "330,816 planned against 673,323 logged (-50.87 %)",
-    131072: "638,087 planned against 1,247,687 logged (-48.86 %)",
-    262144: "1,191,384 planned against 2,175,276 logged (-45.23 %)",
-}
 V4_ROWS = tuple(
     Row(
         _v4_log(length),
@@ -369,7 +350,6 @@ V4_ROWS = tuple(
         {**V4_FLASH_H200_023, "max_model_len": length},
         _logged(_v4_log(length)),
         tolerances=V4_KV_TOLERANCES,
-        known_miss=V4_023_KV_SIZING + V4_023_PLANNED_TOKENS[length],
     )
     for length in V4_MAX_MODEL_LENS
 )
@@ -433,18 +413,13 @@ def test_deepseek_v4_rows_hold_weights_and_kv_budget(row, request_for, request):
     assert len(report) == 2 and not misses, "\n".join(report)
 
 
-@pytest.mark.parametrize(
-    "row",
-    [
-        pytest.param(row, marks=pytest.mark.xfail(strict=True, reason=row.known_miss) if row.known_miss else ())
-        for row in V4_ROWS
-    ],
-    ids=_v4_id,
-)
+@pytest.mark.parametrize("row", V4_ROWS, ids=_v4_id)
 def test_deepseek_v4_rows_hold_kv_tokens(row, request_for, request):
-    """KV tokens within 2 % of the log: a known miss on 0.23 (each row's xfail says why and by how much)."""
+    """KV tokens within 2 % of vLLM 0.23.0's log: the planner sizes V4's KV cache by 0.23's rules when it plans for
+    0.23 (core.v4_kv.V4_KV_RULES: one batch in flight, layer tuples with padded pages, blocks per request weighted
+    by page size). With 0.32's rules these rows missed by -6.2 / -50.9 / -48.9 / -45.2 %."""
     report, misses = _compare(row, request_for, request, keys=("kv_tokens",))
-    assert not misses, "\n".join(report)
+    assert len(report) == 1 and not misses, "\n".join(report)
 
 
 def test_the_table_reads_the_logged_numbers_from_the_fixture():

@@ -40,6 +40,7 @@ def cpu_plan(card: ModelCard, budget: int, max_model_len: int = 4096, **kwargs: 
         "max_model_len": max_model_len,
         "max_num_batched_tokens": max(max_model_len, 2048),
         "concurrent_batches": 1,
+        "release": (0, 32),
     }
     return plan_v4_kv(card, **{**defaults, **kwargs})
 
@@ -115,6 +116,7 @@ def test_flash_and_pro_on_flashmla_at_a_million_tokens(model: str, per_token: fl
         max_model_len=1 << 20,
         max_num_batched_tokens=8192,
         concurrent_batches=1,
+        release=(0, 32),
     )
     assert plan.kv_cache_dtype == "fp8_ds_mla"
     assert plan.kv_bytes_per_token_per_gpu == per_token
@@ -147,6 +149,7 @@ def test_mtp_adds_one_swa_layer_on_the_last_stage() -> None:
         "max_model_len": 131072,
         "max_num_batched_tokens": 8192,
         "concurrent_batches": 1,
+        "release": (0, 32),
     }
     plain = plan_v4_kv(card, **common)
     mtp = plan_v4_kv(card, mtp=True, **common)

@@ -52,6 +52,7 @@ def test_a_layouts_weights_and_kv_are_v4s_own_arithmetic(model, gpu, nodes, tp, 
         max_model_len=131072,
         max_num_batched_tokens=result.settings.max_num_batched_tokens,
         concurrent_batches=2,  # async scheduling at PP 1
+        release=(0, 32),
     )
     assert layout.kv_tokens_per_replica == layout.kv_tokens_logged_per_replica == kv.tokens
     assert layout.max_concurrency == kv.max_concurrency
@@ -81,6 +82,7 @@ def test_pipeline_stages_are_counted_layer_by_layer_and_cut_to_the_smallest_stag
             max_model_len=65536,
             max_num_batched_tokens=result.settings.max_num_batched_tokens,
             concurrent_batches=3,  # PP + 1 with async scheduling on Model Runner V2
+            release=(0, 32),
             stage=bounds,
         )
         for budget, bounds in zip(budgets, pp_partition(card.num_hidden_layers, 2), strict=True)
@@ -132,6 +134,7 @@ def test_requests_in_flight_are_vllms_own_bound_at_the_workloads_length() -> Non
         max_model_len=2048,  # the default workload: 1,024 in + 1,024 out
         max_num_batched_tokens=result.settings.max_num_batched_tokens,
         concurrent_batches=2,
+        release=(0, 32),
     )
     assert layout.serving is not None
     assert layout.serving.capacity_per_replica <= min(short.num_blocks // short.blocks_per_request + 1, 1024)

@@ -36,7 +36,9 @@ def test_a_release_older_than_0_20_is_refused_for_a_v4_card(model, version):
         check_release_serves(card, version)
     assert err.value.field == "--vllm-version"
     assert f"{version[0]}.{version[1]} cannot serve" in err.value.problem
-    assert "--vllm-version 0.20 or newer" in err.value.problem and "DeepseekV4ForCausalLM" in err.value.problem
+    assert "DeepseekV4ForCausalLM" in err.value.problem
+    # what to pick instead is what the planner can size V4's KV cache for (0.20–0.22 serve V4 but are not read)
+    assert "--vllm-version from the modelled ranges 0.23–0.25" in err.value.problem
 
 
 @pytest.mark.parametrize("model", V4_MODELS)
@@ -58,4 +60,8 @@ def test_the_planner_request_refuses_an_old_release_for_v4():
     with pytest.raises(InputError) as err:
         PlanRequest(load_model("deepseek-v4-flash"), make_cluster(gpu), vllm_version=(0, 19))
     assert err.value.field == "--vllm-version" and "0.20" in err.value.problem
-    assert PlanRequest(load_model("deepseek-v4-flash"), make_cluster(gpu), vllm_version=(0, 20)).vllm_version == (0, 20)
+    # 0.20-0.22 serve V4 but their KV sizing was not read (core/v4_kv.py V4_KV_RULES): refused, naming what is modelled
+    with pytest.raises(InputError) as err:
+        PlanRequest(load_model("deepseek-v4-flash"), make_cluster(gpu), vllm_version=(0, 20))
+    assert err.value.field == "--vllm-version" and "0.23–0.25" in err.value.problem
+    assert PlanRequest(load_model("deepseek-v4-flash"), make_cluster(gpu), vllm_version=(0, 23)).vllm_version == (0, 23)
