@@ -161,7 +161,7 @@ class LayoutEvaluator:
             rocm=request.cluster.gpu.vendor == "amd",
             gpu_arch=request.cluster.gpu.arch,
         )
-        totals = v4_shard_totals if card.is_v4 else shard_totals
+        totals = partial(v4_shard_totals, release=request.vllm_version) if card.is_v4 else shard_totals
         return Sharding(
             card=card,
             shape=shape,
@@ -199,6 +199,7 @@ class LayoutEvaluator:
             mtp=bool(self.mtp_layers),
             pipeline_parallel=pipeline_parallel,
             max_num_batched_tokens=self.settings.max_num_batched_tokens,
+            release=self.request.vllm_version,
         )
         return StageWeights(held.components, held.total)
 

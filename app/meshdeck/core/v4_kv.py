@@ -39,7 +39,7 @@ from typing import Any
 
 from meshdeck.core.errors import InputError
 from meshdeck.core.model_card import ModelCard
-from meshdeck.core.vllm_releases import Release, range_text, release_text
+from meshdeck.core.vllm_releases import Release, ReleaseRange, release_text
 
 V4_BLOCK_SIZE = 256  # cache_config.block_size: the sparse-MLA and V4 indexer backends accept only 256 (platforms/cpu.py
 # forces it; DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend.get_supported_kernel_block_sizes == [256])
@@ -116,24 +116,15 @@ class ModelRunner(enum.Enum):
 
 
 @dataclass(frozen=True)
-class V4KvRules:
+class V4KvRules(ReleaseRange):
     """One range of releases that size V4's KV cache the same way, and where each rule was read."""
 
-    first: Release
-    last: Release
     in_flight: InFlight
     grouping: Grouping
     retains_lookahead: bool  # multi-module MTP keeps num_speculative_tokens - 1 more window tokens
     runner: ModelRunner
     null_block_in_check: bool  # _check_enough_kv_cache_memory is handed the budget less one block
     source: str
-
-    def holds(self, version: Release) -> bool:
-        return self.first <= version <= self.last
-
-    @property
-    def label(self) -> str:
-        return range_text(self.first, self.last)
 
     def max_concurrent_batches(self, pipeline_parallel: int, rocm: bool = False) -> int:
         """`VllmConfig.max_concurrent_batches` with async scheduling on (its default with the multiprocessing

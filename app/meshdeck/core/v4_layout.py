@@ -70,8 +70,10 @@ def v4_stage_bytes(
     mtp: bool,
     pipeline_parallel: int,
     max_num_batched_tokens: int,
+    release: Release,
 ) -> V4Bytes:
-    """One GPU of the stage holding decoder layers [start, end): parameters and init-time buffers, by component."""
+    """One GPU of the stage holding decoder layers [start, end): parameters and init-time buffers, by component, as
+    `release` allocates them (core.v4_weights.V4_WEIGHT_RULES)."""
     return stage_bytes(
         card,
         v4_shard(card, shape),
@@ -82,11 +84,14 @@ def v4_stage_bytes(
         mtp=mtp,
         pipeline_parallel=pipeline_parallel,
         max_num_batched_tokens=max_num_batched_tokens,
+        release=release,
     )
 
 
 @lru_cache(maxsize=256)
-def v4_shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_tokens: int) -> ShardTotals:
+def v4_shard_totals(
+    card: ModelCard, shape: ShardShape, mtp: bool, max_num_batched_tokens: int, release: Release
+) -> ShardTotals:
     """The whole model on one rank folded into V3's per-layer pieces — for the roofline decode estimate only (it reads
     bytes per layer and per expert); the memory plan uses v4_stage_bytes, exact per stage."""
     whole = v4_stage_bytes(
@@ -98,6 +103,7 @@ def v4_shard_totals(card: ModelCard, shape: ShardShape, mtp: bool, max_num_batch
         mtp=mtp,
         pipeline_parallel=1,
         max_num_batched_tokens=max_num_batched_tokens,
+        release=release,
     ).as_dict()
     layers = card.num_hidden_layers
     per_layer = ("attention", "compressor_indexer", "hyper_connections", "norms", "gate", "shared_expert")

@@ -35,8 +35,10 @@ the local shape one GPU holds; bytes and counts are sums over those tensors. Rul
   distinct rope a stage uses (common/rope.py build_deepseek_v4_rope; rotary_embedding/deepseek_scaling_rope.py
   DeepseekV4ScalingRotaryEmbedding): sliding-window layers (and MTP) max_position_embeddings rows, compressed layers
   original_max_position_embeddings × factor rows; `topk_indices_buffer` int32 [max_num_batched_tokens, index_topk]
-  (DeepseekV4Model), and with MTP `_mtp_hidden_buffer` BF16 [max_num_batched_tokens, hc_mult·hidden] on the last
-  stage (the MTP's own topk buffer is replaced by the target's in _maybe_share_lm_head).
+  (DeepseekV4Model), and `_mtp_hidden_buffer` BF16 [max_num_batched_tokens, hc_mult·hidden] on the last stage —
+  from 0.27 only with an MTP / EAGLE / draft-model speculator, in 0.23–0.26 whatever the speculative config
+  (`V4_WEIGHT_RULES`: the one tensor that differs by release; the MTP's own topk buffer is replaced by the target's in
+  _maybe_share_lm_head).
 
 Formats (`weights`): "checkpoint" as DeepSeek ships V4 (quant_config.py DeepseekV4FP8Config): every quantized linear
 above (fused_wqa_wkv, wq_b, wo_a, wo_b, indexer.wq_b, shared expert, MTP e_proj/h_proj) FP8 e4m3 with one block
@@ -56,8 +58,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
 
+from meshdeck.core.errors import InputError
 from meshdeck.core.model_card import CHECKPOINT_FP8_BLOCK, ModelCard
 from meshdeck.core.v4_shape import V4Shape
+from meshdeck.core.vllm_releases import Release, ReleaseRange, release_text
 
 V4_FORMATS = ("checkpoint", "bf16")
 COMPONENTS = (
@@ -81,6 +85,50 @@ MXFP4_GPU_ROUND = 128  # oracle/mxfp4.py: DeepGEMM, CUTLASS, Marlin, TRT-LLM, Fl
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class V4WeightRules(ReleaseRange):
+    """One range of releases that allocate the same tensors at init, and where the difference was read."""
+
+    mtp_hidden_buffer_always: bool  # `_mtp_hidden_buffer` on the last PP stage even without a speculator
+    source: str
+
+
+V4_WEIGHT_RULES: tuple[V4WeightRules, ...] = (
+    V4WeightRules(
+        (0, 23),
+        (0, 26),
+        mtp_hidden_buffer_always=True,
+        source="DeepseekV4Model.__init__ allocates `_mtp_hidden_buffer` under `if get_pp_group().is_last_rank:` "
+        "alone: models/deepseek_v4/nvidia/model.py 0.23.0 965, 0.24.0 1009, 0.25.0 1030, 0.26.0 1049 (amd/model.py "
+        "the same: 0.23.0 520, 0.24.0 523, 0.25.0 525, 0.26.0 529); it is counted in 'Model loading took' "
+        "(v1/worker/gpu_model_runner.py load_model: DeviceMemoryProfiler around the model's construction)",
+    ),
+    V4WeightRules(
+        (0, 27),
+        (0, 33),
+        mtp_hidden_buffer_always=False,
+        source="`if get_pp_group().is_last_rank and needs_mtp_hidden_states:` with needs_mtp_hidden_states = "
+        "speculative_config is not None and (use_eagle() or uses_draft_model()): nvidia/model.py 0.27.0 1095-1100, "
+        "0.28.0 1094-1099, 0.29.0 1324-1329, 0.31.0 1503-1508, 0.32.0 1378-1383, 0.33.0 902-907; 0.30.0 was not "
+        "read: it lies between two releases that agree",
+    ),
+)
+WEIGHTS_RELEASE: Release = (0, 32)  # what the tensors above were proven against (and the CPU build plans for)
+
+
+def v4_weight_rules(version: Release) -> V4WeightRules:
+    """The init-time allocations of this release, or an InputError naming `--vllm-version` and the modelled ranges."""
+    for rules in V4_WEIGHT_RULES:
+        if rules.holds(version):
+            return rules
+    modelled = ", ".join(rules.label for rules in V4_WEIGHT_RULES)
+    raise InputError(
+        "--vllm-version",
+        f"{release_text(version)}: what this release allocates for DeepSeek-V4 has not been read; the planner models "
+        f"V4's weights for vLLM {modelled}",
+    )
 
 
 @dataclass(frozen=True)
@@ -287,11 +335,13 @@ def model_tensors(
     mtp: bool = False,
     pipeline_parallel: int = 1,
     max_num_batched_tokens: int = 0,
+    release: Release = WEIGHTS_RELEASE,
 ) -> tuple[Tensor, ...]:
     """Every tensor one GPU of the PP stage holding decoder layers [start_layer, end_layer) allocates.
 
     mtp: the MTP draft (--speculative-config method=mtp) on the last stage; pipeline_parallel decides whether it keeps
-    its own embedding. max_num_batched_tokens > 0 adds the init-time index buffers (0: weights and rope caches only).
+    its own embedding. max_num_batched_tokens > 0 adds the init-time buffers (0: weights and rope caches only), as
+    `release` allocates them (v4_weight_rules).
     """
     v4 = _v4(card)
     end = card.num_hidden_layers if end_layer is None else end_layer
@@ -353,7 +403,7 @@ def model_tensors(
         out.append(
             Tensor("model.topk_indices_buffer", "buffers", (max_num_batched_tokens, card.index_topk), "int32", False)
         )
-        if with_mtp:
+        if with_mtp or (last_stage and v4_weight_rules(release).mtp_hidden_buffer_always):
             out.append(Tensor("model._mtp_hidden_buffer", "buffers", (max_num_batched_tokens, m * h), "bf16", False))
     return tuple(out)
 
@@ -396,6 +446,7 @@ def stage_bytes(
     mtp: bool = False,
     pipeline_parallel: int = 1,
     max_num_batched_tokens: int = 0,
+    release: Release = WEIGHTS_RELEASE,
 ) -> V4Bytes:
     """Bytes one GPU of a stage holds, by component (see model_tensors for the arguments)."""
     tensors = model_tensors(
@@ -408,6 +459,7 @@ def stage_bytes(
         mtp=mtp,
         pipeline_parallel=pipeline_parallel,
         max_num_batched_tokens=max_num_batched_tokens,
+        release=release,
     )
     return V4Bytes(by_component(tensors))
 

@@ -81,6 +81,21 @@ def range_text(first: Release, last: Release) -> str:
     return release_text(first) if first == last else f"{release_text(first)}–{release_text(last)}"
 
 
+@dataclass(frozen=True)
+class ReleaseRange:
+    """A run of releases, first to last, that behave alike in what a subclass records."""
+
+    first: Release
+    last: Release
+
+    def holds(self, version: Release) -> bool:
+        return self.first <= version <= self.last
+
+    @property
+    def label(self) -> str:
+        return range_text(self.first, self.last)
+
+
 OUTSIDE = "CUDA graphs captured after sizing, outside the KV budget"
 # From 0.18 VLLM_FUSED_MOE_CHUNK_SIZE is gone and fused_moe/modular_kernel.py sizes its workspaces for the
 # whole batch, which with DP + EP would be every DP rank's gathered tokens (8 × 8192 on one node). Sized

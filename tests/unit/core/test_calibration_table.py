@@ -24,10 +24,11 @@ KV tokens within 1.1 % at every one of them but 0.20 (reported, see its row). Th
 runs (kept in the fixture) measure reserve.GRAPH_PROFILE_NON_TORCH_BYTES; no DeepSeek row sets it.
 DeepSeek-V4 (issue 28, V4_ROWS): the only public startup logs of the checkpoint meshdeck bundles on a catalog GPU are
 uv-xiao/pto-cu's four vLLM 0.23.0 runs of V4-Flash on 2 x H200 (TP2, fp8 KV, utilization 0.78, eager, 4K to 256K).
-Weights (-0.42 %) and the KV budget the reserve leaves (+1.9 %) are held; the KV tokens are strict xfails: the
-planner sizes V4's KV cache by 0.32's rules, which vLLM reached in two steps read from the release wheels
-(max_in_flight_tokens from 0.26, packed groups from 0.29), and vLLM 0.23.0's own functions reproduce the logged
-tokens within 0.02 %. Searched on 2026-12-03 (issues, pages, code): the other public V4 logs run
+Weights (-0.08 %), the KV budget the reserve leaves (+1.12 %) and the KV tokens (+1.11 %, sized by 0.23's own rules,
+core.v4_kv.V4_KV_RULES) are held. The weights count 0.23's `_mtp_hidden_buffer` (256 MiB, allocated on the last stage
+without MTP in 0.23–0.26: core.v4_weights.V4_WEIGHT_RULES); before it they were -0.42 % and the budget +1.90 %.
+vLLM 0.23.0's own kv_cache_utils reproduce the logged tokens within 0.02 % from the logged budget: the tokens' error
+is the budget's. Searched on 2026-12-03 (issues, pages, code): the other public V4 logs run
 DeepSeek-V4-Flash-0731 or DSpark checkpoints (vLLM issues 51454 on 8 x B200, 51041 on H20, 51799 on B300; an 8 x H100
 guide), whose configs meshdeck does not model, or GPUs the catalog lacks (GH200 in issue 44376, RTX PRO 6000, GB10);
 issue 51041's preview column (2 x H20, 0.26.0, MTP) gives neither the weights nor the MTP, batch or sequence settings.

@@ -3,12 +3,16 @@ back to the whole model, and the shards vLLM 0.32.0 refuses."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
+from meshdeck.core.errors import InputError
 from meshdeck.core.model_card import ModelCard, model_card_from_config
+from meshdeck.core.v4_kv import V4_KV_RULES
 from meshdeck.core.v4_weights import (
+    V4_WEIGHT_RULES,
     V4Shard,
     checkpoint_bytes,
     checkpoint_elements,
@@ -16,6 +20,7 @@ from meshdeck.core.v4_weights import (
     layer_tensors,
     parameter_counts,
     stage_bytes,
+    v4_weight_rules,
 )
 from meshdeck.services.catalog import load_model
 
@@ -152,6 +157,33 @@ def test_rope_caches_per_distinct_rope_and_buffers(pro: ModelCard) -> None:
     assert with_mtp["rope_caches"] == 65536 * 16 * 64 * 4 + 1048576 * 64 * 4  # + the MTP's sliding-window rope
     assert full["buffers"] == 8192 * 1024 * 4  # topk_indices_buffer
     assert with_mtp["buffers"] == 8192 * 1024 * 4 + 8192 * 4 * 7168 * 2  # + _mtp_hidden_buffer
+
+
+@pytest.mark.parametrize(
+    ("release", "without_mtp"), [((0, 23), True), ((0, 26), True), ((0, 27), False), ((0, 32), False)]
+)
+def test_mtp_hidden_buffer_by_release(flash: ModelCard, release: tuple[int, int], without_mtp: bool) -> None:
+    """0.23–0.26 allocate `_mtp_hidden_buffer` on the last stage with no speculator (nvidia/model.py
+    DeepseekV4Model.__init__ `if get_pp_group().is_last_rank:`); from 0.27 only with MTP. Never on an earlier stage."""
+    shard = V4Shard(tensor_parallel=2, moe_ranks=2)
+    topk = 8192 * 512 * 4
+    mtp_hidden = 8192 * 4 * 4096 * 2
+    plain = stage_bytes(flash, shard, max_num_batched_tokens=8192, release=release).as_dict()
+    assert plain["buffers"] == topk + (mtp_hidden if without_mtp else 0)
+    with_mtp = stage_bytes(flash, shard, mtp=True, max_num_batched_tokens=8192, release=release).as_dict()
+    assert with_mtp["buffers"] == topk + mtp_hidden
+    first = stage_bytes(flash, shard, 0, 22, last_stage=False, max_num_batched_tokens=8192, release=release)
+    assert first.as_dict()["buffers"] == topk
+
+
+def test_weight_rules_cover_every_release_v4_is_planned_for() -> None:
+    for kv in V4_KV_RULES:
+        for minor in range(kv.first[1], kv.last[1] + 1):
+            assert v4_weight_rules((0, minor)).holds((0, minor))
+    ranges = [(rules.first, rules.last) for rules in V4_WEIGHT_RULES]
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))  # ordered, no overlap
+    with pytest.raises(InputError, match=r"0\.22"):
+        v4_weight_rules((0, 22))
 
 
 def test_per_gpu_totals_at_common_layouts(pro: ModelCard, flash: ModelCard) -> None:
