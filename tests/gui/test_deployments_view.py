@@ -118,10 +118,16 @@ def test_preflight_launch_and_stop_the_demo_deployment(qtbot, demo_context) -> N
     assert view.planned.table.item(0, 1).text() != "—"  # the prediction the launch carried
     qtbot.waitUntil(lambda: view.planned.table.item(0, 2).text() != "—", timeout=60000)  # vLLM's startup line
 
-    # the case: a second launch of the same profile while the first holds the GPUs and ports
+    # the case: a second launch of the same profile while the first holds the GPUs and ports. The first
+    # launch's job may still be finishing after `launched` (on a loaded machine it was, and the click went nowhere):
+    # wait for it, so the click starts a second job and `second` is that one
+    first = demo_context.jobs.running("launch")
+    qtbot.waitUntil(
+        lambda: demo_context.jobs.running("launch") is None and view.launch_button.isEnabled(), timeout=60000
+    )
     view.launch_button.click()
     second = demo_context.jobs.running("launch")
-    assert second is not None
+    assert second is not None and second is not first
     qtbot.waitUntil(lambda: second.has_ended, timeout=240000)
     assert view.blocked is not None, view.message.text()
     failed = {r.check for r in view.blocked.report.failures}
