@@ -43,6 +43,14 @@ def _add_serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--state-dir", metavar="DIR", help="workers and logs (default: next to the socket)")
     parser.add_argument("--log-level", default="INFO", help="daemon log level (default INFO)")
+    parser.add_argument(
+        "--watch-engine",
+        action="append",
+        default=[],
+        metavar="ID=URL",
+        help="also scrape an engine it did not start (its /metrics URL) as worker ID; repeatable, at most %d"
+        % MAX_WATCHED,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-file", metavar="FILE", help="log here instead of stderr")
     attach = commands.add_parser("attach", help="relay stdin/stdout to the daemon, starting it if needed")
     _add_serve_options(attach)
+    attach.add_argument(
+        "--no-start", action="store_true", help="only reach a daemon that runs already (exit 1 if none answers)"
+    )
     inventory = commands.add_parser("inventory", help="print this server's GPUs, links, NICs, CPU and RAM once")
     inventory.add_argument("--simulate", metavar="SPEC")
     inventory.add_argument("--seed", type=int, default=0)
@@ -76,6 +87,26 @@ class BadOption(Exception):
 def _fail(message: str, code: int = 2) -> int:
     sys.stderr.write("meshdeck-agent: error: %s\n" % message)
     return code
+
+
+MAX_WATCHED = 16
+
+
+def parse_watched(values: List[str]) -> Tuple[Tuple[str, str], ...]:
+    """`--watch-engine ID=URL` values -> (id, url) pairs; ValueError naming the option for a bad one."""
+    from .protocol import WORKER_ID_PATTERN
+
+    if len(values) > MAX_WATCHED:
+        raise ValueError("--watch-engine: at most %d engines, got %d" % (MAX_WATCHED, len(values)))
+    pairs = []
+    for value in values:
+        worker_id, sep, url = value.partition("=")
+        if not sep or WORKER_ID_PATTERN.fullmatch(worker_id) is None:
+            raise ValueError("--watch-engine: %r must be ID=URL with ID a worker id (letters, digits, . _ -)" % value)
+        if not url.startswith(("http://", "https://")) or len(url) > 2048 or not url.isprintable():
+            raise ValueError("--watch-engine: %r: the URL must be http:// or https://" % value)
+        pairs.append((worker_id, url))
+    return tuple(pairs)
 
 
 def _check_interval(value: float) -> Optional[str]:
@@ -124,6 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
             seed=args.seed,
             interval_s=args.interval,
             prometheus=args.prometheus,
+            watch_engines=parse_watched(args.watch_engine),
         )
         daemon = Daemon(config)
     except (SimulateSpecError, UnsafePath, ValueError) as exc:
@@ -158,9 +190,16 @@ def _attach(args: argparse.Namespace) -> int:
     if args.prometheus:
         serve_args += ["--prometheus", args.prometheus]
     try:
+        for worker_id, url in parse_watched(args.watch_engine):
+            serve_args += ["--watch-engine", "%s=%s" % (worker_id, url)]
+    except ValueError as exc:
+        return _fail(str(exc))
+    try:
         socket_path, state_dir = _locations(args)
         serve_args += ["--log-file", os.path.join(state_dir, "agent.log")]
-        sock, hello = attach_socket(socket_path, serve_args, state_dir, before_start=check_simulate)
+        sock, hello = attach_socket(
+            socket_path, serve_args, state_dir, before_start=check_simulate, start=not args.no_start
+        )
     except (BadOption, UnsafePath) as exc:
         return _fail(str(exc))
     except AttachError as exc:

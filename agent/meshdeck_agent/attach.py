@@ -168,9 +168,25 @@ def _stop_daemon(
 
 
 def attach_socket(
-    socket_path: str, serve_args: List[str], state_dir: str, before_start: Optional[Callable[[], None]] = None
+    socket_path: str,
+    serve_args: List[str],
+    state_dir: str,
+    before_start: Optional[Callable[[], None]] = None,
+    start: bool = True,
 ) -> Tuple[socket.socket, bytes]:
-    """A socket to a daemon of this version and the hello line it sent (replacing another version)."""
+    """A socket to a daemon of this version and the hello line it sent (replacing another version).
+    `start=False` (`attach --no-start`): only a daemon that already answers, never one started or replaced
+    here — a daemon some other process owns (a Slurm job's) must not be outlived by one this attach starts."""
+    if not start:
+        sock = _connect(check_socket_path(socket_path))
+        if sock is None:
+            raise AttachError("no meshdeck agent answers on %s (attach --no-start starts none)" % socket_path)
+        hello_line = _read_line(sock)
+        found = hello_version(hello_line.rstrip(b"\n"))
+        if found != (PROTOCOL_VERSION, __version__):
+            sock.close()
+            raise _conflict(found, socket_path, "--no-start leaves it running")
+        return sock, hello_line
     first: Optional[Tuple[int, str]] = None
     for attempt in range(2):
         sock = connect_or_start(socket_path, serve_args, state_dir, before_start=before_start)

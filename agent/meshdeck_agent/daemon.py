@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import __version__, checks, protocol
+from . import __version__, checks, protocol, slurm
 from .accept_backoff import AcceptBackoff, out_of_resources
 from .gpu.processes import build_listing
 from .gpu.simulated import IDLE_USED_BYTES
@@ -70,6 +70,7 @@ class DaemonConfig:
     prometheus: Optional[str] = None
     ring_capacity: Optional[int] = None
     sim_vllm_startup_s: float = DEFAULT_STARTUP_S  # how long a simulated vLLM takes to start (--simulate only)
+    watch_engines: Tuple[Tuple[str, str], ...] = ()  # (worker id, metrics URL) of engines it did not start
 
 
 def new_epoch() -> str:
@@ -182,6 +183,8 @@ class Daemon:
         atomic_write(self._pid_path, json.dumps(record).encode())
         self.machine.start()
         self.supervisor.start()
+        for worker_id, url in self.config.watch_engines:
+            self.supervisor.watch_engine(worker_id, url)
         self.sampler.start()
         if self.config.prometheus:
             self._start_exporter(self.config.prometheus)
@@ -452,6 +455,12 @@ class Daemon:
             self.machine.gpu_processes, self._procs, owners, simulated=simulated, now=time.time()
         ).to_wire()
 
+    def _slurm_run(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return slurm.run_slurm(params)
+
+    def _read_file(self, _session: Session, _request: protocol.Request, params: Dict[str, Any]) -> Any:
+        return slurm.read_file(params)
+
     def _time(self, _session: Session, _request: protocol.Request, _params: Dict[str, Any]) -> Any:
         return {"time": time.time()}
 
@@ -494,6 +503,8 @@ METHOD_TABLE: Dict[str, Method] = dict(
         _method("checks.tcp_connect", Daemon._check_tcp_connect, slow=True),
         _method("checks.route", Daemon._check_route, slow=True),  # resolving a host name may wait on DNS
         _method("processes", Daemon._processes, slow=True),  # NVML and /proc: never on the session's thread
+        _method("slurm.run", Daemon._slurm_run, slow=True),  # a subprocess, up to its timeout
+        _method("files.read", Daemon._read_file, slow=True),  # a shared filesystem may be slow
         _method("agent.time", Daemon._time),
         _method("agent.shutdown", Daemon._shutdown),
     ]

@@ -156,6 +156,23 @@ METHOD_PARAMS: Dict[str, Dict[str, Param]] = {
     #    "worker": {"id", "name"} | null}]}]}  (wire_processes.ProcessListing; see "GPU processes" above).
     #    Added within protocol 1: an older agent answers unknown_method.
     "processes": {},
+    # Slurm's client commands on a login node (meshdeck_agent/slurm.py): {"command": "sbatch" (sinfo, squeue,
+    # sacct, sacctmgr, sbatch, scancel, scontrol), "args": [...], "stdin"?, "timeout_s"?} -> {"rc", "stdout",
+    # "stderr", "truncated", "command": argv run}. Added within protocol 1: an older agent answers unknown_method.
+    "slurm.run": {
+        "command": Param((str,), required=True, maximum=32),
+        "args": Param((list,), maximum=64),
+        "stdin": Param((str,), maximum=4 * 1024 * 1024),
+        "timeout_s": Param(_SECONDS, maximum=300),
+    },
+    # {"path", "offset"? | "tail"? (bytes from the end), "limit"? (default 64 KiB, at most 1 MiB)} -> {"path",
+    # "size", "offset" (where data starts), "data", "eof"}: a regular file (a Slurm job's output)
+    "files.read": {
+        "path": Param((str,), required=True, maximum=4096),
+        "offset": Param((int,)),
+        "tail": Param((int,), maximum=1024 * 1024),
+        "limit": Param((int,), maximum=1024 * 1024),
+    },
     # {} -> {"time": unix seconds on the agent's clock}
     "agent.time": {},
     "agent.shutdown": {},

@@ -69,6 +69,7 @@ class Supervisor:
         self._events: List[Event] = []  # queued under _cond, sent by _send_events outside it
         self._sending = threading.Lock()  # keeps events in order when two threads send
         self._view: Tuple[Tuple[str, Any, Any], ...] = ()  # (state, scrape, tracker) per record, for the sampler
+        self._watched: Tuple[ScrapeLoop, ...] = ()  # engines this agent did not start (`serve --watch-engine`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._monitor, name="workers", daemon=True)
 
@@ -78,9 +79,17 @@ class Supervisor:
         self.recover()
         self._thread.start()
 
+    def watch_engine(self, worker_id: str, url: str) -> None:
+        """Scrape an engine this agent did not start (a Slurm job's) under `worker_id`, until close()."""
+        loop = ScrapeLoop(worker_id, url, self.interval_s)
+        loop.start()
+        self._watched = (*self._watched, loop)
+
     def close(self) -> None:
         """Stop watching. Workers keep running; the next agent re-adopts them."""
         self._stop.set()
+        watched, self._watched = self._watched, ()
+        self._stop_scrapes(list(watched))
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
         with self._cond:
@@ -234,6 +243,8 @@ class Supervisor:
         for state, scrape, _tracker in self._view:
             if scrape is not None and state == "running":
                 entries.extend(scrape.latest(max_age_s=max(5.0, 3 * self.interval_s)))
+        for watched in self._watched:
+            entries.extend(watched.latest(max_age_s=max(5.0, 3 * self.interval_s)))
         return entries
 
     def process_owners(self) -> Dict[int, Tuple[Optional[int], ProcessWorker]]:

@@ -18,6 +18,12 @@ deployment registry (`services.deployments.registry.DeployService`), as the cons
 run are adopted with what the store kept of them (the planner's numbers beside the measured ones, in
 `list --json`), and a stop closes the deployment's stored record.
 
+Deployments submitted to a Slurm cluster (`launch --slurm`) are listed from their stored job records, each
+asked of its cluster's login node once (squeue, then sacct or the completion record): meshdeck's state, the
+job's own (PENDING with Slurm's reason, RUNNING, TIMEOUT, ...) and its nodes. `stop` cancels such a job
+(scancel) and waits for its final state; `logs` prints the end of the job's output file (every node's tasks
+write there). `logs -f` is for deployments on the agents.
+
 A host that cannot be asked (unreachable, no answer, a malformed answer) is named on stderr
 (`meshdeck: HOST could not be asked: WHY`) and in `list --json` (`"unreachable": [{"host", "reason"}]`
 beside `"deployments"`); the others are shown, and stopped. Exit status: 0 when every host answered;
@@ -36,13 +42,15 @@ import json
 import queue
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from meshdeck.commands import Subparsers
+from meshdeck.commands._launch_slurm import job_json
 from meshdeck.core.errors import InputError
 from meshdeck.core.plural import counted
-from meshdeck.core.text import printable
+from meshdeck.core.text import printable, printable_lines
+from meshdeck.remote.errors import RemoteError
 from meshdeck.services.deployments import hosts as deploy_hosts
 from meshdeck.services.deployments.events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
 from meshdeck.services.deployments.found import DeploymentSurvey
@@ -51,7 +59,10 @@ from meshdeck.services.deployments.records import StoreRecorder
 from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.deployments.watch import LOG_POLL_S
 from meshdeck.services.fleet import FleetService
+from meshdeck.services.slurm_jobs import SlurmDeployments, deployment_state, ssh_login
 from meshdeck.store.database import Database, open_database
+from meshdeck.store.hosts import find_host
+from meshdeck.store.slurm_jobs import SlurmJobRecord, find_slurm_job, list_slurm_jobs
 
 EXIT_PART_FAILED = 1  # a part could not be stopped, or its log read (or a stop was not confirmed)
 EXIT_HOSTS_UNREACHABLE = 3
@@ -124,17 +135,72 @@ def _registry(args: argparse.Namespace) -> Iterator[tuple[FleetService, Database
             deploy.close()
 
 
+def _slurm_jobs(fleet: FleetService, db: Database, unanswered: dict[str, str]) -> list[SlurmJobRecord]:
+    """The Slurm jobs meshdeck submitted, the open ones asked of their login node now (one that cannot be
+    asked keeps its last state, and the cluster is named in `unanswered`)."""
+    jobs = list_slurm_jobs(db, limit=100)
+    fresh = []
+    clients: dict[str, SlurmDeployments | None] = {}
+    for job in jobs:
+        if job.final:
+            fresh.append(job)
+            continue
+        if job.cluster not in clients:
+            clients[job.cluster] = _slurm_client(fleet, db, job.cluster, unanswered)
+        client = clients[job.cluster]
+        try:
+            fresh.append(client.refresh(job.deployment) if client else job)
+        except (InputError, RemoteError) as exc:
+            unanswered.setdefault(job.cluster, str(exc))
+            fresh.append(job)
+    return fresh
+
+
+def _slurm_client(
+    fleet: FleetService, db: Database, cluster: str, unanswered: dict[str, str]
+) -> SlurmDeployments | None:
+    record = find_host(db, cluster)
+    if record is None:
+        unanswered.setdefault(cluster, "this Slurm cluster's login node is no longer stored")
+        return None
+    if cluster not in fleet.hosts():
+        reached = deploy_hosts.reach(fleet, [cluster], db)
+        if cluster in reached:
+            unanswered.setdefault(cluster, reached[cluster])
+            return None
+    return SlurmDeployments(fleet, db, ssh_login(record, fleet.settings))
+
+
+def _find_slurm_job(db: Database, key: str) -> SlurmJobRecord | None:
+    """The Slurm job of deployment `key`, or of profile `key` when exactly one of its jobs is open."""
+    found = find_slurm_job(db, key)
+    if found is not None:
+        return found
+    open_jobs = [job for job in list_slurm_jobs(db, open_only=True) if job.profile == key]
+    return open_jobs[0] if len(open_jobs) == 1 else None
+
+
+def _slurm_line(job: SlurmJobRecord) -> str:
+    because = f" ({job.reason})" if job.reason else ""
+    nodes = f" on {','.join(job.node_names)}" if job.node_names else ""
+    return (f"{job.deployment}  {deployment_state(job.state)}  ({job.engine}, Slurm job {job.job_id} on "
+            f"{job.cluster}: {job.state}{because}{nodes})")  # fmt: skip
+
+
 def _list(args: argparse.Namespace) -> int:
     with _registry(args) as (fleet, db, deploy):
         found = _gather(args, fleet, db, deploy)
-    status = EXIT_HOSTS_UNREACHABLE if found.unanswered else 0
+        unanswered = dict(found.unanswered)
+        jobs = _slurm_jobs(fleet, db, unanswered)
+    status = EXIT_HOSTS_UNREACHABLE if unanswered else 0
     if args.json:
-        unreachable = [{"host": host, "reason": why} for host, why in found.unanswered.items()]
-        print(
-            json.dumps({"deployments": [d.as_dict() for d in found.deployments], "unreachable": unreachable}, indent=2)
-        )
+        unreachable = [{"host": host, "reason": why} for host, why in unanswered.items()]
+        listed = [d.as_dict() for d in found.deployments] + [job_json(job) for job in jobs]
+        print(json.dumps({"deployments": listed, "unreachable": unreachable}, indent=2))
         return status
-    if not found.deployments:
+    for job in jobs:
+        print(printable(_slurm_line(job)))
+    if not found.deployments and not jobs:
         print("no deployments" + (" on the hosts that answered" if found.unanswered else ""))
     for deployment in found.deployments:
         print(printable(f"{deployment.id}  {deployment.state}  ({deployment.engine})"))
@@ -175,6 +241,11 @@ def _stop(args: argparse.Namespace) -> int:
     def say(part: PartStopped) -> None:
         print(printable(f"{part.worker.command} on {part.worker.host}: {part.state or 'not stopped: ' + part.error}"))
 
+    with open_database(args.db) as db:
+        job = _find_slurm_job(db, args.deployment)
+        if job is not None:
+            return _stop_slurm(args, db, job)
+
     with _registry(args) as (fleet, db, deploy):
         _gather(args, fleet, db, deploy, warning=True)
         deployment = deploy.find(args.deployment)
@@ -193,7 +264,57 @@ def _stop(args: argparse.Namespace) -> int:
     return EXIT_HOSTS_UNREACHABLE if outcome.unsure_hosts else 0
 
 
+def _stop_slurm(args: argparse.Namespace, db: Database, job: SlurmJobRecord) -> int:
+    """scancel the deployment's job (after asking, as for agents' deployments) and wait for its final state."""
+    if job.final:
+        print(printable(f"{job.deployment}: Slurm job {job.job_id} already ended {job.state}"))
+        return 0
+    if not args.yes:
+        print(printable(f"Stop {job.deployment}? scancel Slurm job {job.job_id} on {job.cluster} "
+                        f"({job.nodes} nodes); the engines' in-flight requests are dropped."), file=sys.stderr)  # fmt: skip
+        print("Stop it? [y/N] ", end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline(16).strip().lower() not in ("y", "yes"):
+            print(f"meshdeck: {printable(job.deployment)} was not stopped (not confirmed)", file=sys.stderr)
+            return EXIT_PART_FAILED
+
+    def stop(client: SlurmDeployments) -> int:
+        ended = client.stop(job.deployment, timeout_s=max(30.0, args.grace * 3))
+        print(printable(f"{ended.deployment}: Slurm job {ended.job_id} {ended.state}"))
+        return 0
+
+    return _on_cluster(db, job, stop)
+
+
+def _on_cluster(db: Database, job: SlurmJobRecord, action: Callable[[SlurmDeployments], int]) -> int:
+    """`action` with the job's cluster reached; its login node named on stderr (exit 3) when it cannot be."""
+    with _fleet() as fleet:
+        unanswered: dict[str, str] = {}
+        client = _slurm_client(fleet, db, job.cluster, unanswered)
+        if client is None:
+            print(printable(f"meshdeck: {job.cluster} could not be asked: {unanswered[job.cluster]}"), file=sys.stderr)
+            return EXIT_HOSTS_UNREACHABLE
+        return action(client)
+
+
+def _logs_slurm(args: argparse.Namespace, db: Database, job: SlurmJobRecord) -> int:
+    if args.follow or args.command:
+        raise InputError("--follow" if args.follow else "--command", "is for deployments on the agents; a Slurm "
+                         "job has one output file")  # fmt: skip
+
+    def show(client: SlurmDeployments) -> int:
+        text = client.logs(job.deployment, lines=max(1, args.lines))
+        print(printable(f"==> Slurm job {job.job_id} on {job.cluster} ({job.state}): {job.output or '?'} <=="))
+        print(printable_lines(text))
+        return 0
+
+    return _on_cluster(db, job, show)
+
+
 def _logs(args: argparse.Namespace) -> int:
+    with open_database(args.db) as db:
+        job = _find_slurm_job(db, args.deployment)
+        if job is not None:
+            return _logs_slurm(args, db, job)
     with _registry(args) as (fleet, db, deploy):
         found = _gather(args, fleet, db, deploy)
         deployment = deploy.find(args.deployment)

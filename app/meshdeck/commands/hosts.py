@@ -2,7 +2,9 @@
 
     meshdeck hosts add gpu-a ubuntu@10.0.0.5 -J bastion -i ~/.ssh/id_ed25519 [--prometheus 10.0.0.5:9400]
     meshdeck hosts add gpu-a ubuntu@10.0.0.5 --accept-new  # and connect once now, pinning its host key
-    meshdeck hosts list [--connect] [--json]              # STATE: recorded (console / record), or asked now
+    meshdeck hosts add hpc login.hpc.example --slurm      # a Slurm cluster, by its login node
+    meshdeck hosts list [--connect] [--json]              # STATE: recorded (console / record), or asked now;
+                                                          # --connect: a Slurm cluster's partitions, accounts, QOS
     meshdeck hosts remove gpu-a
     meshdeck hosts probe gpu-a [--accept-new] [--json]     # a stored name, an ssh alias or user@host
     meshdeck hosts processes gpu-a [--json]                # which processes hold each GPU (_host_processes.py)
@@ -36,6 +38,8 @@ from meshdeck.services import hosts as host_service
 from meshdeck.services.deployments import hosts as deploy_hosts
 from meshdeck.services.fleet import FleetService, FleetSettings, with_overrides
 from meshdeck.services.hosts import HostRecord
+from meshdeck.services.slurm import SlurmClient, SlurmClusterInfo, cluster_info
+from meshdeck.services.slurm_jobs import login_user
 from meshdeck.store.database import Database, default_database_path, open_database
 
 Result = TypeVar("Result")
@@ -49,6 +53,15 @@ def register(subparsers: Subparsers) -> None:
     add.add_argument("name", help="short name, e.g. gpu-a")
     add.add_argument("target", help="[user@]host or an alias from ~/.ssh/config")
     _connection_options(add)
+    add.add_argument(
+        "--slurm",
+        action="store_true",
+        help="the login node of a Slurm cluster: `launch --slurm NAME` submits jobs there, and the cluster's "
+        "compute nodes are reached through it",
+    )
+    add.add_argument(
+        "--node-port", metavar="PORT", help="with --slurm: SSH port of the compute nodes (default: ssh config, else 22)"
+    )
     add.add_argument(
         "--accept-new",
         action="store_true",
@@ -132,13 +145,16 @@ def _add(args: argparse.Namespace, probe_parser: argparse.ArgumentParser) -> int
             jump=args.jump,
             simulate=args.simulate,
             prometheus=args.prometheus,
+            scheduler="slurm" if args.slurm else None,
+            node_port=None if args.node_port is None else parse_port(args.node_port, "node-port"),
         ),
     )
     via = f" via {record.jump}" if record.jump else ""
     port = f" port {record.port}" if record.port else ""
     simulated = f" (simulated {record.simulate})" if record.simulate else ""
     exporter = f" (Prometheus exporter on {record.prometheus})" if record.prometheus else ""
-    print(f"added {record.name}: {record.target}{port}{via}{simulated}{exporter}")
+    slurm = " (Slurm login node)" if record.scheduler == "slurm" else ""
+    print(f"added {record.name}: {record.target}{port}{via}{simulated}{exporter}{slurm}")
     if not args.accept_new:
         return 0
     probe_args = probe_parser.parse_args([record.name, "--accept-new"])  # its defaults: the stored host's settings
@@ -153,24 +169,41 @@ def _add(args: argparse.Namespace, probe_parser: argparse.ArgumentParser) -> int
     return code
 
 
-def _states(args: argparse.Namespace, db: Database, names: list[str]) -> dict[str, host_states.HostState]:
+def _states(
+    args: argparse.Namespace, db: Database, records: list[HostRecord]
+) -> tuple[dict[str, host_states.HostState], dict[str, SlurmClusterInfo]]:
+    names = [r.name for r in records]
     if not args.connect or not names:
-        return host_states.recorded_states(db, names)
+        return host_states.recorded_states(db, names), {}
     with FleetService(deploy_hosts.query_settings()) as fleet:
-        return host_states.asked_states(fleet, names, db, timeout_s=host_states.ASK_TIMEOUT_S)
+        states = host_states.asked_states(fleet, names, db, timeout_s=host_states.ASK_TIMEOUT_S)
+        clusters = {
+            r.name: cluster_info(SlurmClient(fleet, r.name), login_user(r, fleet.settings))
+            for r in records
+            if r.scheduler == "slurm" and states[r.name].state == "connected"
+        }
+        return states, clusters
 
 
 def _list(args: argparse.Namespace) -> int:
     with open_database(args.db) as db:
         records = host_service.list_hosts(db)
-        states = _states(args, db, [r.name for r in records])
+        states, clusters = _states(args, db, records)
     if args.json:
-        print(json.dumps([_record_json(r, states[r.name]) for r in records], indent=2))
+        listed = []
+        for r in records:
+            entry = _record_json(r, states[r.name])
+            if r.name in clusters:
+                entry["slurm"] = clusters[r.name].as_dict()
+            listed.append(entry)
+        print(json.dumps(listed, indent=2))
         return 0
     if not records:
         print("no hosts yet; add one with `meshdeck hosts add NAME [user@]host`")
         return 0
-    rows: list[tuple[str, ...]] = [("NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "NOTE")]
+    rows: list[tuple[str, ...]] = [
+        ("NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "SCHEDULER", "NOTE")
+    ]
     rows += [
         (
             r.name,
@@ -181,6 +214,7 @@ def _list(args: argparse.Namespace) -> int:
             r.identity_file or "",
             r.simulate or "",
             r.prometheus or "",
+            r.scheduler or "",
             printable(states[r.name].reason, 100),
         )
         for r in records
@@ -189,7 +223,29 @@ def _list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for record in records:
+        if record.scheduler == "slurm":
+            print()
+            print(render_cluster(record.name, clusters.get(record.name)))
     return 0
+
+
+def render_cluster(name: str, info: SlurmClusterInfo | None) -> str:
+    """A Slurm cluster under the hosts table: its partitions (nodes, GPUs per node, up), accounts and QOS."""
+    if info is None:
+        return f"{name}: Slurm cluster (login node); partitions, accounts and QOS: `hosts list --connect` asks it"
+    lines = [f"{name}: Slurm {info.version or '?'} cluster (login node)"]
+    for p in info.partitions:
+        flags = ("default " if p.default else "") + ("up" if p.available else "DOWN")
+        lines.append(f"  partition {p.name}: {p.node_count} nodes x {p.gpus_per_node} GPUs ({p.node_list}), {flags}")
+    if not info.partitions:
+        lines.append("  partitions: none readable")
+    if info.accounting:
+        lines.append(f"  accounts  {', '.join(info.accounts) or 'none'}")
+        lines.append(f"  QOS       {', '.join(info.qos) or 'none'}")
+    for problem in info.problems:
+        lines.append(f"  note      {problem}")
+    return "\n".join(printable(line, PROBE_LINE_LIMIT) for line in lines)
 
 
 def _record_json(record: HostRecord, state: host_states.HostState) -> dict[str, Any]:
@@ -204,6 +260,8 @@ def _record_json(record: HostRecord, state: host_states.HostState) -> dict[str, 
         "jump": record.jump,
         "simulate": record.simulate,
         "prometheus": record.prometheus,
+        "scheduler": record.scheduler,
+        "node_port": record.node_port,
         "added_at": record.added_at,
     }
 

@@ -1,5 +1,6 @@
 """`meshdeck launch PROFILE [--stored] [--dry-run] [--json] [--skip-preflight] [--force] [--wait]`
 `meshdeck launch PROFILE --k8s-manifest [-o FILE] [--k8s-* ...]` (commands/_launch_k8s.py)
+`meshdeck launch PROFILE --slurm CLUSTER [--partition P] [--time T] [--dry-run] ...` (commands/_launch_slurm.py)
 `meshdeck launch PROFILE --slurm-script [-o FILE] [--partition P] [--time T] ...` (commands/_launch_slurm.py)
 
 PROFILE         a profile YAML file, or the name of a stored profile (`meshdeck profiles list`); a name that is
@@ -178,10 +179,15 @@ def run(args: argparse.Namespace) -> int:
         _launch_slurm.refuse_without_script(args)
         return _launch_k8s.write_manifest(args, profile_to_write(args))
     if args.slurm_script:
+        if args.slurm is not None:
+            raise InputError("--slurm", "submits the job; --slurm-script only writes it: pick one")
         _launch_k8s.refuse_without_manifest(args, output_too=False)
         return _launch_slurm.write_script(args, profile_to_write(args))
     _launch_k8s.refuse_without_manifest(args)
     _launch_slurm.refuse_without_script(args)
+    if args.slurm is not None:
+        with open_database(args.db) as db:
+            return _launch_slurm.submit(args, db, resolve_profile(args, db, for_launch=True).profile)
     if args.dry_run:
         return dry_run(args)
     # a path is read (and validated) before anything else is opened; a bare name may be a stored profile

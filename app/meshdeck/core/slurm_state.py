@@ -284,3 +284,111 @@ def _count(text: str, where: str) -> int | None:
     if not text.isdigit() or len(text) > 9:
         raise InputError(where, f"{quoted(text)} is not a node count")
     return int(text)
+
+
+# `scontrol show job -o`, `scontrol show node -o` and jobcomp/filetxt lines: `Key=value` words on one line. A value
+# with spaces (a job name, a comment) would spill into the next word; the keys read here have none.
+_KEY_VALUE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=(\S*)")
+
+
+def key_values(line: str, where: str) -> dict[str, str]:
+    """`Key=value` words of one line (the first of a repeated key wins), each value a short printable string."""
+    if len(line) > MAX_OUTPUT_BYTES:
+        raise InputError(where, f"line is over {MAX_OUTPUT_BYTES} bytes")
+    found: dict[str, str] = {}
+    for key, value in _KEY_VALUE.findall(line):
+        found.setdefault(key, _text(value[:MAX_TEXT_CHARS], f"{where}: {key}"))
+    return found
+
+
+def parse_scontrol_job(text: str | bytes) -> tuple[SlurmJob, str | None]:
+    """`scontrol show job -o ID` -> the job and its output file (`StdOut`, absolute, Slurm's patterns filled)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise InputError("scontrol show job", "printed nothing")
+    fields = key_values(lines[0], "scontrol show job")
+    job = _job_from_fields(fields, "scontrol show job")
+    output = fields.get("StdOut") or None
+    return job, output
+
+
+def parse_jobcomp(text: str | bytes, job_id: int) -> SlurmJob | None:
+    """The completion record of `job_id` in a `JobCompType=jobcomp/filetxt` file (one `Key=value` line per job
+    that ended; the last line for the id wins, a requeued job has several), or None when it has none yet."""
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise InputError("jobcomp", f"file is over {MAX_OUTPUT_BYTES} bytes")
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    found = None
+    marker = f"JobId={job_id} "
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith(marker):
+            found = _job_from_fields(key_values(line, f"jobcomp line {number}"), f"jobcomp line {number}")
+    return found
+
+
+def _job_from_fields(fields: Mapping[str, str], where: str) -> SlurmJob:
+    if "JobId" not in fields or "JobState" not in fields:
+        raise InputError(where, "has no JobId or JobState")
+    count = fields.get("NumNodes") or fields.get("NodeCnt") or ""
+    nodes = fields.get("NodeList", "")
+    return SlurmJob(
+        job_id=_job_id(fields["JobId"], f"{where}: JobId"),
+        state=_state(fields["JobState"], f"{where}: JobState"),
+        reason=_reason(fields.get("Reason"), f"{where}: Reason"),
+        node_list="" if nodes in ("(null)", "None") else nodes,
+        node_count=_count(count.split("-")[0], f"{where}: NumNodes") if count else None,
+        partition=fields.get("Partition") or None,
+        name=fields.get("JobName") or fields.get("Name") or None,
+    )
+
+
+def parse_hostnames(text: str | bytes) -> tuple[str, ...]:
+    """`scontrol show hostnames LIST` -> the node names in the allocation's order (SLURM_NODEID's order)."""
+    names = []
+    for number, fields in _rows(text, "scontrol show hostnames", 1):
+        name = fields[0].strip()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
+            raise InputError(f"scontrol show hostnames line {number}", f"{quoted(name)} is not a node name")
+        names.append(name)
+    return tuple(names)
+
+
+def parse_node_addresses(text: str | bytes) -> dict[str, str]:
+    """`scontrol show node -o [NAMES]` -> node name -> the address slurmctld reaches it by (`NodeAddr`)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    found = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = key_values(line, f"scontrol show node line {number}")
+        name, address = fields.get("NodeName"), fields.get("NodeAddr") or fields.get("NodeName")
+        if name and address:
+            found[name] = address
+    return found
+
+
+def parse_associations(text: str | bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`sacctmgr -n -P show assoc user=U format=Account,QOS` -> (accounts, QOS names), each once, in order."""
+    accounts: list[str] = []
+    qos: list[str] = []
+    for _number, fields in _rows(text, "sacctmgr", 2):
+        if fields[0] and fields[0] not in accounts:
+            accounts.append(fields[0])
+        for name in fields[1].split(","):
+            if name and name not in qos:
+                qos.append(name)
+    return tuple(accounts), tuple(qos)
+
+
+def parse_version(text: str | bytes) -> str:
+    """`sinfo --version` (`slurm 22.05.8`) -> `22.05.8`."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    match = re.search(r"slurm(?:-wlm)?\s+(\d+\.\d+(?:\.\d+)?\S*)", text[:4096])
+    if match is None:
+        raise InputError("sinfo --version", f"{quoted(text[:200])} names no Slurm version")
+    return match.group(1)

@@ -23,6 +23,11 @@ READY_KINDS = ("tcp", "log", "running")
 ENGINES = ("vllm", "torch")
 
 
+def worker_id(deployment_id: str, command_name: str) -> str:
+    """The id the agents know a deployment's command by (at most 64 characters: new_deployment_id's bound)."""
+    return f"{deployment_id}.{command_name}"
+
+
 @dataclass(frozen=True)
 class ReadyCheck:
     """How to know a command is far enough along for the next stage to start.

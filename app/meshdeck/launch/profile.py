@@ -39,6 +39,7 @@ from meshdeck.core.serving import parallel_label
 from meshdeck.core.text import printable
 from meshdeck.launch.profile_yaml import MAX_PROFILE_BYTES as MAX_PROFILE_BYTES
 from meshdeck.launch.profile_yaml import parse_yaml
+from meshdeck.launch.slurm_options import slurm_options
 from meshdeck.launch.vllm_flags import flag_as_vllm_reads
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -204,6 +205,25 @@ class TorchSettings(_Strict):
         return _program(value, "script")
 
 
+class SlurmSettings(_Strict):
+    """What a profile asks of a Slurm cluster (`launch --slurm CLUSTER`); the command line's options win. Each
+    value is held to Slurm's own rule (launch/slurm_options.py) when the profile is read."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+
+    @model_validator(mode="after")
+    def _slurm_values(self) -> SlurmSettings:
+        try:
+            slurm_options(job_name="profile", partition=self.partition, account=self.account, qos=self.qos,
+                          time_limit=self.time)  # fmt: skip
+        except InputError as exc:
+            raise ValueError(f"{exc.field.lstrip('-')}: {exc.problem}") from None
+        return self
+
+
 class Profile(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     model: Annotated[str, Field(min_length=1, max_length=4096)]
@@ -214,6 +234,7 @@ class Profile(_Strict):
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     torch: TorchSettings = Field(default_factory=TorchSettings)
     env: dict[EnvName, Text] = Field(default_factory=dict)
+    slurm: SlurmSettings | None = None  # a profile meant for a Slurm cluster may carry its job's options
 
     @field_validator("model")
     @classmethod
@@ -292,6 +313,10 @@ def profile_to_mapping(profile: Profile) -> dict[str, Any]:
     unused = "torch" if profile.engine == "vllm" else "vllm"
     if getattr(profile, unused) == type(getattr(profile, unused))():
         del data[unused]
+    if profile.slurm is None:
+        del data["slurm"]  # profiles written before Slurm options existed export unchanged
+    else:
+        data["slurm"] = {key: value for key, value in data["slurm"].items() if value is not None}
     return data
 
 

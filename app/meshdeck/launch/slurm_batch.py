@@ -18,6 +18,15 @@ order (it would pick the management network as often as the fabric). Where NodeA
 node's name, which the cluster resolves. The plan is built with placeholder addresses (`.invalid` never
 resolves) and exactly those words are swapped; any other use of a placeholder is a builder's bug and refused.
 
+Agents inside the allocation (`JobAgents`, optional): before its engine, each task starts meshdeck's agent in
+the foreground as a background child of the task (`serve`, never `attach`: attach would detach it into its own
+session, out of the step's process tree, and it would outlive the job). Its socket and state live in
+`/tmp/meshdeck-slurm-$SLURM_JOB_ID-$SLURM_NODEID` (node-local; the app computes the same path from the job id
+and the node's index, `job_agent_dir`), and it scrapes the engine's `/metrics` under the worker id meshdeck
+gives that command (`--watch-engine`), so samples land as they do for a launch through the agents. The step's
+end (exit, scancel, the time limit) takes the agent with it. The agent's own command comes from the login
+node's agent (the same zipapp on the cluster's shared home, run only if it still hashes as uploaded).
+
 All nodes start at once (srun has no stages): the workers wait for the head as they do over SSH (torchrun's
 c10d rendezvous and vLLM's TCPStore retry until their timeouts). `--kill-on-bad-exit=1` ends the step when one
 node's command fails. Ray layouts (several commands per node) and secrets in the profile's env are refused:
@@ -35,7 +44,7 @@ from meshdeck.core.errors import InputError
 from meshdeck.core.secret_env import refuse_secret_env
 from meshdeck.launch.build import build_launch_plan
 from meshdeck.launch.network import NodeNetwork
-from meshdeck.launch.plan import LaunchPlan, NodeCommand
+from meshdeck.launch.plan import LaunchPlan, NodeCommand, worker_id
 from meshdeck.launch.profile import Profile
 from meshdeck.launch.slurm_options import SlurmOptions
 
@@ -44,6 +53,26 @@ NODE_ADDR_VAR = "MESHDECK_SLURM_NODE_ADDR"
 HEAD_PLACEHOLDER = "meshdeck-slurm-head.invalid"
 _PLACEHOLDER = re.compile(r"meshdeck-slurm-(head|node[0-9]+)\.invalid")
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # Slurm's default max_script_size (SchedulerParameters)
+AGENT_DIR_PREFIX = "/tmp/meshdeck-slurm-"
+_AGENT_DIR_SHELL = f'"{AGENT_DIR_PREFIX}${{SLURM_JOB_ID}}-${{SLURM_NODEID}}"'
+
+
+def job_agent_dir(job_id: int, node_index: int) -> str:
+    """Where node `node_index` (its SLURM_NODEID) of job `job_id` keeps its agent's socket and state."""
+    return f"{AGENT_DIR_PREFIX}{job_id}-{node_index}"
+
+
+def job_agent_socket(job_id: int, node_index: int) -> str:
+    return f"{job_agent_dir(job_id, node_index)}/agent.sock"
+
+
+@dataclass(frozen=True)
+class JobAgents:
+    """How each node runs meshdeck's agent in the job: `command` runs the agent (the words before its
+    subcommand, e.g. `python3 -I -c <verify> <zipapp> <sha256>`); `interval_s` between samples."""
+
+    command: tuple[str, ...]
+    interval_s: float = 1.0
 
 
 def node_placeholder(rank: int) -> str:
@@ -60,8 +89,11 @@ class BatchScript:
     warnings: tuple[str, ...] = ()
 
 
-def build_batch_script(profile: Profile, options: SlurmOptions, *, run_id: str) -> BatchScript:
-    """The batch script running `profile`'s plan (vLLM or torchrun), one Slurm task per node."""
+def build_batch_script(
+    profile: Profile, options: SlurmOptions, *, run_id: str, agents: JobAgents | None = None
+) -> BatchScript:
+    """The batch script running `profile`'s plan (vLLM or torchrun), one Slurm task per node; with `agents`,
+    each node also runs meshdeck's agent for the job's lifetime."""
     nodes = [NodeNetwork(host, node_placeholder(rank), nics_known=False) for rank, host in enumerate(profile.hosts)]
     plan = build_launch_plan(profile, nodes, run_id=run_id)
     ranks = [command.node_rank for command in plan.commands]
@@ -94,7 +126,7 @@ def build_batch_script(profile: Profile, options: SlurmOptions, *, run_id: str) 
                 "--kill-on-bad-exit=1",
                 "bash",
                 "-c",
-                task_script(plan.commands),
+                task_script(plan.commands, agents=agents, run_id=run_id),
             ]
         ),
         "",
@@ -128,17 +160,30 @@ def sbatch_options(options: SlurmOptions, *, nodes: int, gpus: int) -> list[str]
     return out
 
 
-def task_script(commands: tuple[NodeCommand, ...]) -> str:
-    """The per-task script: the node's own address, then a `case` over `$SLURM_NODEID`, one branch per rank."""
+def task_script(commands: tuple[NodeCommand, ...], *, agents: JobAgents | None = None, run_id: str = "") -> str:
+    """The per-task script: the node's own address, then a `case` over `$SLURM_NODEID`, one branch per rank
+    (its agent started first, when there are `agents`)."""
     lines = [
         "set -euo pipefail",
         f"{NODE_ADDR_VAR}=$({_node_addr('$SLURMD_NODENAME')})",
-        'case "$SLURM_NODEID" in',
     ]
+    if agents is not None:
+        lines += [f"agent_dir={_AGENT_DIR_SHELL}", 'mkdir -p -m 700 "$agent_dir"']
+    lines.append('case "$SLURM_NODEID" in')
     for command in commands:
-        lines.append(f"{command.node_rank}) exec {node_line(command)} ;;")
+        start_agent = "" if agents is None else f"{agent_line(agents, command, run_id)} & "
+        lines.append(f"{command.node_rank}) {start_agent}exec {node_line(command)} ;;")
     lines += ['*) echo "meshdeck: no command for node $SLURM_NODEID" >&2; exit 2 ;;', "esac"]
     return "\n".join(lines) + "\n"
+
+
+def agent_line(agents: JobAgents, command: NodeCommand, run_id: str) -> str:
+    """`<agent> serve` on this node's socket, watching this command's engine under its worker id."""
+    words = [*agents.command, "serve", "--interval", repr(float(agents.interval_s))]
+    if command.metrics_url:
+        words += ["--watch-engine", f"{worker_id(run_id, command.name)}={command.metrics_url}"]
+    options = ' --socket "$agent_dir/agent.sock" --state-dir "$agent_dir" --log-file "$agent_dir/agent.log"'
+    return shlex.join(words) + options + " </dev/null"
 
 
 def node_line(command: NodeCommand) -> str:

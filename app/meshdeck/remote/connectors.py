@@ -73,6 +73,7 @@ class AgentOptions:
     seed: int | None = None
     interval_s: float | None = None  # seconds between samples (the agent's default is 1)
     prometheus: str | None = None  # HOST:PORT: the daemon also serves Prometheus metrics there
+    start: bool = True  # False: reach a running daemon only (`attach --no-start`), e.g. the one a Slurm job runs
 
     def __post_init__(self) -> None:
         if self.prometheus is not None:
@@ -92,6 +93,8 @@ class AgentOptions:
             args += ["--interval", repr(float(self.interval_s))]
         if self.prometheus is not None:
             args += ["--prometheus", self.prometheus]
+        if not self.start:
+            args.append("--no-start")
         return args
 
 
@@ -257,3 +260,18 @@ class LocalConnector:
             ) from None
         details = {"python": self.python, "argv": argv, "pid": process.pid}
         return AgentLink(PipeStream(process, self.name, hub=shared_hub()), details, options=self.agent)
+
+
+def agent_command(details: dict[str, Any]) -> list[str]:
+    """The words that run the agent a link reached, before its subcommand: the uploaded zipapp, run only while it
+    hashes as uploaded (SSH), or this app's own agent package (local; with `site`, which a daemon needs). A job on
+    a Slurm cluster starts its nodes' agents with it (the zipapp sits in the cluster's shared home)."""
+    if details.get("agent_path") and details.get("agent_sha256") and details.get("python"):
+        return run_verified_argv(str(details["python"]), str(details["agent_path"]), str(details["agent_sha256"]), [])
+    if getattr(sys, "frozen", False):
+        python = shutil.which("python3")
+        if python is None:
+            raise BootstrapError("no_python", "the local agent needs python3 on PATH (>= 3.9)")
+        return [python, "-I", str(find_agent_package(None).path)]
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(meshdeck_agent.__file__)))
+    return [str(details.get("python") or sys.executable), "-I", "-c", RUN_AGENT_FROM, folder]

@@ -71,9 +71,12 @@ def add_host(
     simulate: str | None = None,
     prometheus: str | None = None,
     settings: FleetSettings | None = None,
+    scheduler: str | None = None,
+    node_port: int | None = None,
 ) -> HostRecord:
     """Validate and store a host; raises InputError naming the field (bad target, jump, missing key file,
-    exporter address, duplicate). `prometheus` (HOST:PORT) is where its agent serves Prometheus metrics."""
+    exporter address, duplicate). `prometheus` (HOST:PORT) is where its agent serves Prometheus metrics;
+    `scheduler="slurm"`: the login node of a Slurm cluster, its compute nodes reached through it at `node_port`."""
     if identity_file:
         identity_file = os.path.abspath(os.path.expanduser(identity_file))
     simulate = simulate_spec(simulate)
@@ -85,6 +88,8 @@ def add_host(
         jump=jump,
         simulate=simulate,
         prometheus=prometheus,
+        scheduler=scheduler,
+        node_port=node_port,
     )
     ssh_connector(
         settings or FleetSettings(), target, port=port, identity_file=identity_file, jump=jump

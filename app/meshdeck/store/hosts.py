@@ -4,7 +4,9 @@
 `HostRecord` validates itself, because its fields end up in an ssh argv: a target or jump host
 starting with '-' would be read by ssh as an option, so it is refused here, naming the field. Its
 `prometheus` (the agent's exporter address, `attach --prometheus HOST:PORT`) is exactly HOST:PORT
-(core.host_address); a host stored before it existed (schema version 6) has none.
+(core.host_address); a host stored before it existed (schema version 6) has none. `scheduler: slurm` marks a
+Slurm cluster's login node (schema version 7): its agent runs Slurm's client commands and the cluster's compute
+nodes are reached through it as a jump host (at `node_port`, else SSH's default).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _JUMP_HOP_PATTERN = re.compile(
     r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.%\w]+\])(?::\d{1,5})?$"
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+SCHEDULERS = (None, "slurm")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class HostRecord:
     simulate: str | None = None
     added_at: float = field(default_factory=time.time)
     prometheus: str | None = None
+    scheduler: str | None = None  # "slurm": the login node of a Slurm cluster (jobs are submitted there)
+    node_port: int | None = None  # SSH port of the cluster's compute nodes, reached through this host
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not HOST_NAME_PATTERN.match(self.name):
@@ -79,6 +84,14 @@ class HostRecord:
             raise InputError("host.simulate", "must be a non-empty name without control characters")
         if self.prometheus is not None:
             check_exporter_address(self.name, self.prometheus)
+        if self.scheduler not in SCHEDULERS:
+            raise InputError("host.scheduler", f"{self.scheduler!r} must be none or 'slurm'")
+        if self.node_port is not None and (
+            isinstance(self.node_port, bool) or not isinstance(self.node_port, int) or not 1 <= self.node_port <= 65535
+        ):
+            raise InputError("host.node_port", f"{self.node_port!r} must be an integer from 1 to 65535")
+        if self.node_port is not None and self.scheduler is None:
+            raise InputError("host.node_port", "is the SSH port of a cluster's compute nodes: only for --slurm hosts")
         if (
             isinstance(self.added_at, bool)
             or not isinstance(self.added_at, int | float)

@@ -214,6 +214,37 @@ MIGRATIONS += (
     ),
 )
 
+MIGRATIONS += (
+    Migration(
+        7,
+        "Slurm: a host may be a cluster's login node (scheduler, and the SSH port of its compute nodes), and the "
+        "jobs meshdeck submitted there (one row per deployment: its job, where its output goes, the states seen)",
+        (
+            "ALTER TABLE hosts ADD COLUMN scheduler TEXT CHECK (scheduler IS NULL OR scheduler = 'slurm')",
+            "ALTER TABLE hosts ADD COLUMN node_port INTEGER CHECK (node_port IS NULL OR node_port BETWEEN 1 AND 65535)",
+            """CREATE TABLE slurm_jobs (
+                deployment TEXT NOT NULL PRIMARY KEY,
+                cluster TEXT NOT NULL,
+                job_id INTEGER NOT NULL,
+                profile TEXT NOT NULL,
+                engine TEXT NOT NULL,
+                submitted_at REAL NOT NULL,
+                nodes INTEGER NOT NULL,
+                options TEXT NOT NULL DEFAULT '{}',
+                output TEXT,
+                serving_port INTEGER,
+                state TEXT NOT NULL,
+                reason TEXT,
+                states_seen TEXT NOT NULL DEFAULT '[]',
+                node_names TEXT NOT NULL DEFAULT '[]',
+                updated_at REAL NOT NULL,
+                ended_at REAL
+            )""",
+            "CREATE INDEX slurm_jobs_by_cluster ON slurm_jobs (cluster, job_id)",
+        ),
+    ),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

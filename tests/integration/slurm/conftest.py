@@ -29,3 +29,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     finally:
         stop_cluster(root, processes)
         shutil.rmtree(root, ignore_errors=True)
+
+
+from integration.remote.remote_agent_fixtures import agent_pyz  # noqa: E402,F401  (fixtures)
+from sshd import ssh_client_key, sshd_factory  # noqa: E402,F401  (fixtures)

@@ -55,11 +55,11 @@ def test_o_writes_the_script_and_says_how_to_submit_it(tmp_path: Path, capsys: p
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        (["--partition", "gpu"], "--partition: is for --slurm-script only"),
-        (["--time", "1:00:00", "--dry-run"], "--time: is for --slurm-script only"),
+        (["--partition", "gpu"], "--partition: is for --slurm CLUSTER or --slurm-script only"),
+        (["--time", "1:00:00", "--dry-run"], "--time: is for --slurm CLUSTER or --slurm-script only"),
         (["-o", "x.sbatch"], "-o: is for --k8s-manifest or --slurm-script only"),
         (["--slurm-script", "--dry-run"], "--slurm-script: starts nothing; --dry-run does not go with it"),
-        (["--k8s-manifest", "--partition", "gpu"], "--partition: is for --slurm-script only"),
+        (["--k8s-manifest", "--partition", "gpu"], "--partition: is for --slurm CLUSTER or --slurm-script only"),
         (["--k8s-manifest", "--slurm-script"], "--k8s-manifest: starts nothing; --slurm-script does not go with it"),
         (["--slurm-script", "--time", "a b"], "--time: 'a b' is not a Slurm time limit"),
         (["--slurm-script", "--time", "0:00"], "--time: '0:00' is no time at all"),

@@ -38,7 +38,7 @@ def test_add_list_remove_round_trip(capsys, db: str, tmp_path: Path):
     ]
     assert listed[0]["identity_file"] == str(key)
     code, out, _ = _run(capsys, "--db", db, "hosts", "list")
-    header = ["NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "NOTE"]
+    header = ["NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "SCHEDULER", "NOTE"]
     assert out.splitlines()[0].split() == header
     assert "gpu-b" in out and "ops@bastion:2200,jump2" in out
     assert _run(capsys, "--db", db, "hosts", "remove", "gpu-a") == (0, "removed gpu-a (ubuntu@10.0.0.5)\n", "")
@@ -153,7 +153,18 @@ def test_a_host_keeps_its_exporter_address_and_the_listing_shows_it(capsys, db: 
     listed = json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])
     assert [(h["name"], h["prometheus"]) for h in listed] == [("gpu-a", "10.0.0.5:9400"), ("gpu-b", None)]
     lines = _run(capsys, "--db", db, "hosts", "list")[1].splitlines()
-    assert lines[0].split() == ["NAME", "STATE", "TARGET", "PORT", "JUMP", "KEY", "SIMULATE", "PROMETHEUS", "NOTE"]
+    assert lines[0].split() == [
+        "NAME",
+        "STATE",
+        "TARGET",
+        "PORT",
+        "JUMP",
+        "KEY",
+        "SIMULATE",
+        "PROMETHEUS",
+        "SCHEDULER",
+        "NOTE",
+    ]
     assert lines[1].split()[:4] == ["gpu-a", "unknown", "10.0.0.5", "10.0.0.5:9400"]  # nothing recorded of it
     assert lines[2].split()[:3] == ["gpu-b", "unknown", "10.0.0.6"]
 
@@ -202,3 +213,14 @@ def test_probe_shows_where_the_agent_exports_and_what_differs_from_the_host_sett
     shown = off.to_json()
     assert shown["daemon"] == {"prometheus": None} and shown["note"].startswith("Prometheus exporter off")
     assert base.to_json()["daemon"] is None and base.to_json()["note"] == ""
+
+
+def test_a_slurm_login_node_is_stored_listed_and_its_node_port_needs_slurm(capsys, db: str):
+    code, out, _ = _run(capsys, "--db", db, "hosts", "add", "hpc", "me@login.example", "--slurm", "--node-port", "2022")
+    assert code == 0 and out.strip() == "added hpc: me@login.example (Slurm login node)"
+    (listed,) = json.loads(_run(capsys, "--db", db, "hosts", "list", "--json")[1])
+    assert (listed["scheduler"], listed["node_port"]) == ("slurm", 2022)
+    code, out, _ = _run(capsys, "--db", db, "hosts", "list")
+    assert "slurm" in out.splitlines()[1] and "hpc: Slurm cluster (login node)" in out
+    code, _, err = _run(capsys, "--db", db, "hosts", "add", "gpu-a", "10.0.0.5", "--node-port", "22")
+    assert code == 2 and "host.node_port" in err and "only for --slurm hosts" in err

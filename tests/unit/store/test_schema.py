@@ -72,7 +72,7 @@ def test_every_recorded_version_is_still_what_its_migrations_create(tmp_path: Pa
 
 def test_the_query_tables_have_the_columns_keys_and_defaults_the_migrations_give(db_path: Path) -> None:
     assert [c.name for c in schema.ingest_state.columns][-2:] == ["seq_epoch", "raw_rows"]  # migrations 4 and 5
-    assert [c.name for c in schema.hosts.columns][-1] == "prometheus"  # migration 6
+    assert [c.name for c in schema.hosts.columns][-3:] == ["prometheus", "scheduler", "node_port"]  # migrations 6, 7
     assert schema.hosts.c.prometheus.nullable
     assert [c.name for c in schema.samples.primary_key] == ["series_id", "ts"]
     assert not schema.series.c.labels.nullable and schema.series.c.labels.server_default is not None

@@ -26,6 +26,7 @@ from meshdeck_agent.protocol import WorkerRecord
 from meshdeck.core.errors import InputError
 from meshdeck.core.plural import counted
 from meshdeck.core.text import printable
+from meshdeck.launch.plan import worker_id as worker_id
 
 DEPLOYMENT_STATES = (
     "starting",  # stages being started, waiting for each to be ready
@@ -49,10 +50,6 @@ def new_deployment_id(profile_name: str, now: float | None = None) -> str:
     """`<profile>-<MMDDhhmmss>-<4 hex>`; short enough that `<id>.<command>` fits the agent's 64 characters."""
     stamp = time.strftime("%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
     return f"{_SAFE.sub('-', profile_name)[:28]}-{stamp}-{secrets.token_hex(2)}"
-
-
-def worker_id(deployment_id: str, command_name: str) -> str:
-    return f"{deployment_id}.{command_name}"
 
 
 def worker_name(deployment_id: str, stage: int, command_name: str) -> str:

@@ -1,0 +1,156 @@
+"""meshdeck submitting to a real Slurm 22.05 through its login node: a local sshd on 127.0.0.1 (the cluster's
+SLURM_CONF reaches its sessions by sshd's SetEnv), the real agent uploaded there, Slurm's commands run by it.
+
+The job's nodes run their own agents (started by the batch script, reached with the login node as a jump host and
+`attach --no-start`); states come from squeue while the job is there and from the completion record after; stop
+is scancel and leaves no process carrying the cluster's SLURM_CONF. A job asking 3 of the 2 nodes stays PENDING
+with Slurm's reason; one over its time limit ends TIMEOUT; a bad partition is refused at submit in Slurm's words.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from integration.remote.remote_agent_fixtures import isolated_ssh_options, stop_agent
+from meshdeck.core.errors import InputError
+from meshdeck.launch.build import parse_layout_spec
+from meshdeck.launch.profile import Profile
+from meshdeck.launch.slurm_options import slurm_options
+from meshdeck.remote.supervisor import Backoff, SupervisorSettings
+from meshdeck.services.deployments.local import free_port, workload_profile
+from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.services.slurm import SlurmClient, SlurmCommandFailed, cluster_info
+from meshdeck.services.slurm_jobs import SlurmDeployments, ssh_login
+from meshdeck.store.database import Database, open_database
+from meshdeck.store.hosts import HostRecord, add_host
+from slurm_local import SlurmCluster, processes_of
+from sshd import SshdFactory, SshdServer
+
+pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(600)]
+LOGIN = "hpc"
+
+
+@dataclass
+class Login:
+    fleet: FleetService
+    db: Database
+    jobs: SlurmDeployments
+    cluster: SlurmCluster
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def login(
+    slurm_cluster: SlurmCluster,
+    sshd_factory: SshdFactory,
+    ssh_client_key: Path,
+    agent_pyz: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Login]:
+    server: SshdServer = sshd_factory.start(
+        extra_config=f"SetEnv SLURM_CONF={slurm_cluster.conf}\n", authorize=ssh_client_key
+    )
+    root = tmp_path_factory.mktemp("slurm-login")
+    keys = root / "no-default-keys"
+    keys.mkdir()
+    known_hosts = root / "known_hosts"
+    server.write_known_hosts(known_hosts)
+    socket_dir = Path(f"/tmp/md-login-{time.monotonic_ns()}")
+    settings = FleetSettings(
+        known_hosts=str(known_hosts),
+        user_known_hosts=(),
+        ssh_config=None,
+        agent_pyz=str(agent_pyz),
+        remote_cache_dir=str(root / "remote-cache"),
+        agent_socket=str(socket_dir / "a.sock"),
+        ssh=isolated_ssh_options(keys),
+        supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.5, max_s=2.0)),
+    )
+    record = HostRecord(
+        name=LOGIN,
+        target=f"{getpass.getuser()}@127.0.0.1",
+        port=server.port,
+        identity_file=str(ssh_client_key),
+        scheduler="slurm",
+        node_port=server.port,
+    )
+    db = open_database(root / "meshdeck.db")
+    add_host(db, record)
+    fleet = FleetService(settings)
+    try:
+        fleet.add_record(record)
+        deadline = time.monotonic() + 120
+        while fleet.status(LOGIN).state != "connected":
+            assert time.monotonic() < deadline, fleet.status(LOGIN)
+            time.sleep(0.2)
+        yield Login(fleet, db, SlurmDeployments(fleet, db, ssh_login(record, settings)), slurm_cluster, root)
+    finally:
+        fleet.close()
+        stop_agent(socket_dir / "a.sock")
+        db.close()
+        server.stop()
+
+
+def _shim(login: Login, name: str, then: str) -> str:
+    """A `python` for torch profiles: runs the real Python, or sleeps (a job that runs until stopped)."""
+    shim = login.root / name
+    shim.write_text(f"#!/bin/bash\n{then}\n")
+    shim.chmod(0o755)
+    return str(shim)
+
+
+def _profile(login: Login, hosts: list[str], python: str) -> Profile:
+    return workload_profile(
+        "collectives", parse_layout_spec(f"dp={len(hosts)}"), hosts, python=python, master_port=free_port()
+    )
+
+
+def test_the_clusters_partitions_and_gpus_come_from_its_login_node(login: Login) -> None:
+    info = cluster_info(SlurmClient(login.fleet, LOGIN), getpass.getuser())
+    assert info.version and info.version.startswith("22.05")
+    assert [(p.name, p.node_count, p.gpus_per_node, p.available) for p in info.partitions] == [("debug", 2, 8, True)]
+    assert not info.accounting and any("accounting" in p for p in info.problems)
+
+
+def test_a_bad_partition_is_refused_at_submit_in_slurms_words(login: Login) -> None:
+    profile = _profile(login, ["a", "b"], sys.executable)
+    with pytest.raises(SlurmCommandFailed, match="invalid partition specified: nope"):
+        login.jobs.submit(profile, slurm_options(job_name="bad", partition="nope"))
+
+
+def test_three_nodes_of_two_stay_pending_with_slurms_reason(login: Login) -> None:
+    profile = _profile(login, ["a", "b", "c"], sys.executable)
+    record = login.jobs.submit(profile, slurm_options(job_name="toobig"))
+    seen = login.jobs.watch(record.deployment, lambda r: r.reason is not None, timeout_s=30)
+    assert (seen.state, seen.reason) == ("PENDING", "PartitionConfig")
+    stopped = login.jobs.stop(record.deployment)
+    assert stopped.state == "CANCELLED" and stopped.states_seen == ("PENDING", "CANCELLED")
+
+
+def test_a_job_runs_with_agents_on_its_nodes_and_scancel_leaves_nothing(login: Login) -> None:
+    idle = set(processes_of(login.cluster.conf))
+    profile = _profile(login, ["a", "b"], _shim(login, "py-sleep", "exec sleep 600"))
+    record = login.jobs.submit(profile, slurm_options(job_name="sleeper", time_limit="5"))
+    ready = login.jobs.wait_ready(record.deployment, timeout_s=120)
+    assert ready.state == "RUNNING" and ready.node_names == ("node1", "node2")
+    agents = login.jobs.connect_agents(record.deployment)
+    assert not login.jobs.agents_problem, login.jobs.agents_problem
+    for agent in agents:
+        inventory = login.fleet.call(agent.host, "inventory")
+        assert inventory["hostname"], inventory
+    assert "a-node" not in login.jobs.logs(record.deployment)  # the output file is read back (may be empty)
+    stopped = login.jobs.stop(record.deployment)
+    assert stopped.state == "CANCELLED"
+    assert stopped.states_seen[-1] == "CANCELLED" and "RUNNING" in stopped.states_seen
+    deadline = time.monotonic() + 20
+    while (left := set(processes_of(login.cluster.conf)) - idle) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes left after scancel: {sorted(left)}"
+    with pytest.raises(InputError):
+        login.jobs.logs(record.deployment, lines=0)
