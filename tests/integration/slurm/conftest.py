@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurm_local import PARTITION, SlurmCluster, missing_reason, start_cluster, stop_cluster
+from meshdeck.services.slurm_local import PARTITION, SlurmCluster, missing_reason, start_cluster, stop_cluster
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from meshdeck.launch.build import parse_layout_spec
 from meshdeck.launch.slurm_batch import build_batch_script
 from meshdeck.launch.slurm_options import slurm_options
 from meshdeck.services.deployments.local import free_port, workload_profile
-from slurm_local import GPUS_PER_NODE, SlurmCluster, processes_of
+from meshdeck.services.slurm_local import GPUS_PER_NODE, SlurmCluster, processes_of
 
 
 def _python_shim(cluster: SlurmCluster, name: str, *, sleep: bool) -> str:

@@ -10,6 +10,7 @@ with Slurm's reason; one over its time limit ends TIMEOUT; a bad partition is re
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -25,11 +26,15 @@ from meshdeck.launch.slurm_options import slurm_options
 from meshdeck.remote.supervisor import Backoff, SupervisorSettings
 from meshdeck.services.deployments.local import free_port, workload_profile
 from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.services.history import HistoryRecorder
 from meshdeck.services.slurm import SlurmClient, SlurmCommandFailed, cluster_info
+from meshdeck.services.slurm_bench import slurm_vllm_round
 from meshdeck.services.slurm_jobs import SlurmDeployments, ssh_login
+from meshdeck.services.slurm_local import SlurmCluster, processes_of
+from meshdeck.services.vllm_local import VllmNotInstalled, find_vllm_executable
 from meshdeck.store.database import Database, open_database
 from meshdeck.store.hosts import HostRecord, add_host
-from slurm_local import SlurmCluster, processes_of
+from meshdeck.store.writer import SampleWriter
 from sshd import SshdFactory, SshdServer
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -43,6 +48,7 @@ class Login:
     jobs: SlurmDeployments
     cluster: SlurmCluster
     root: Path
+    writer: SampleWriter
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +89,20 @@ def login(
     db = open_database(root / "meshdeck.db")
     add_host(db, record)
     fleet = FleetService(settings)
+    writer = SampleWriter(db).start()
+    unsubscribe = fleet.subscribe(HistoryRecorder(writer).handle)
     try:
         fleet.add_record(record)
         deadline = time.monotonic() + 120
         while fleet.status(LOGIN).state != "connected":
             assert time.monotonic() < deadline, fleet.status(LOGIN)
             time.sleep(0.2)
-        yield Login(fleet, db, SlurmDeployments(fleet, db, ssh_login(record, settings)), slurm_cluster, root)
+        jobs = SlurmDeployments(fleet, db, ssh_login(record, settings))
+        yield Login(fleet, db, jobs, slurm_cluster, root, writer)
     finally:
+        unsubscribe()
         fleet.close()
+        writer.stop()
         stop_agent(socket_dir / "a.sock")
         db.close()
         server.stop()
@@ -154,3 +165,23 @@ def test_a_job_runs_with_agents_on_its_nodes_and_scancel_leaves_nothing(login: L
     assert not left, f"processes left after scancel: {sorted(left)}"
     with pytest.raises(InputError):
         login.jobs.logs(record.deployment, lines=0)
+
+
+def test_the_tiny_vllm_serves_tp2_across_the_slurm_nodes_and_a_job_past_its_limit_ends_timeout(login: Login) -> None:
+    """Item 6 end to end (the bench's round), with a 1-minute job beside it that Slurm ends TIMEOUT meanwhile."""
+    try:
+        executable = find_vllm_executable()
+    except VllmNotInstalled as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the real-vLLM tests (`make vllm-venv`): {exc}")
+        pytest.skip(f"vLLM's CPU build is not installed: {exc}")
+    short = _profile(login, ["a"], _shim(login, "py-timeout", "exec sleep 600"))
+    limited = login.jobs.submit(short, slurm_options(job_name="limited", time_limit="1"))
+    result = slurm_vllm_round(login.jobs, login.writer, executable=executable, conf=login.cluster.conf)
+    assert result["requests_ok"] == 8 and result["requests_failed"] == 0, result
+    assert result["metric_rows_stored"] > 0 and result["agents_problem"] is None, result
+    assert result["states_seen"][-1] == "CANCELLED" and "RUNNING" in result["states_seen"]
+    assert result["stopped_state"] == "CANCELLED" and result["leftover_processes"] == 0, result
+    ended = login.jobs.watch(limited.deployment, lambda r: r.final, timeout_s=150)
+    # it ran on a node until Slurm's time limit ended it (its RUNNING minute was not polled: only what is seen is kept)
+    assert ended.state == "TIMEOUT" and ended.node_names == ("node1",) and ended.states_seen[-1] == "TIMEOUT", ended

@@ -1,4 +1,5 @@
-"""A real Slurm 22.05 cluster of two nodes on loopback, started from a temp dir for the session's Slurm tests.
+"""A real Slurm cluster (Debian's 22.05) of two nodes on loopback, started from a temp dir: the Slurm tests'
+cluster and `meshdeck bench slurm --local`'s.
 
 munged (its own key and socket), `slurmctld -D -i` and one `slurmd -D -N nodeI` per node, all plain foreground
 processes so each is stopped by its own PID at the end. Every node has `NodeAddr=127.0.0.1` and its own
@@ -6,7 +7,8 @@ processes so each is stopped by its own PID at the end. Every node has `NodeAddr
 Accounting is off; finished jobs are read from `JobCompType=jobcomp/filetxt`.
 
 `make system-deps` installs Slurm's Debian packages as root, so under CI (CI set) missing binaries fail the
-tests; elsewhere they skip, naming the packages. Daemons need root here (SlurmUser=root, mknod).
+tests; elsewhere they skip, naming the packages (`missing_reason`). Daemons need root here (SlurmUser=root, mknod).
+It is a test bed, not a cluster to serve from: every "GPU" is a fake device.
 """
 
 from __future__ import annotations
@@ -166,9 +168,12 @@ def start_cluster(root: Path, processes: list[subprocess.Popen[bytes]]) -> Slurm
     munge_socket = root / "munge" / "munge.socket"
     conf = _write_config(root, munge_socket)
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
+
+    def daemon(argv: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
     processes.append(
-        subprocess.Popen(
+        daemon(
             [
                 "munged",
                 "-F",
@@ -178,14 +183,13 @@ def start_cluster(root: Path, processes: list[subprocess.Popen[bytes]]) -> Slurm
                 f"--pid-file={root}/munge/munged.pid",
                 f"--log-file={root}/munge/munged.log",
                 f"--seed-file={root}/munge/munged.seed",
-            ],
-            **quiet,
+            ]
         )
     )
     _wait_until(munge_socket.exists, "munged", root / "munge" / "munged.log")
-    processes.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], **quiet))
+    processes.append(daemon(["slurmctld", "-D", "-i", "-f", str(conf)]))
     for node in NODES:
-        processes.append(subprocess.Popen(["slurmd", "-D", "-N", node, "-f", str(conf)], **quiet))
+        processes.append(daemon(["slurmd", "-D", "-N", node, "-f", str(conf)]))
     cluster = SlurmCluster(root, conf, NODES, PARTITION, tuple(p.pid for p in processes))
 
     def idle() -> bool:
