@@ -100,4 +100,5 @@ def console_context(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 # Real sshd servers and the real agent zipapp, from the fleet engineer's fixtures (tests/ is on sys.path).
 from integration.remote.remote_agent_fixtures import agent_pyz, remote_agent  # noqa: E402, F401
+from slurm_fixtures import slurm_cluster  # noqa: E402, F401  (the real Slurm cluster, for the console's Slurm tests)
 from sshd import ssh_client_key, sshd, sshd_factory  # noqa: E402, F401

@@ -67,3 +67,20 @@ def test_a_flood_of_agent_events_sheds_them_but_never_a_deployment_change(qtbot)
     assert bridge.shed_events > 0 and bridge.backlog <= 101
     bridge.drain(budget_s=5.0)
     assert [c.snapshot.state for c in changes] == ["degraded"]
+
+
+def test_a_slurm_jobs_changes_wait_as_its_newest_record(qtbot) -> None:
+    from meshdeck.services.slurm_service import SlurmJobChanged
+    from meshdeck.store.slurm_jobs import SlurmJobRecord
+
+    bridge = FleetBridge()
+    bridge.stop()
+    delivered: list[SlurmJobChanged] = []
+    bridge.slurm_job_changed.connect(delivered.append)
+    record = SlurmJobRecord("d1", "hpc", 7, "p", "vllm", 2)
+    for state in ("PENDING", "RUNNING", "COMPLETING"):
+        bridge.post(SlurmJobChanged(replace(record, state=state)))
+    bridge.post(SlurmJobChanged(replace(record, deployment="d2")))
+    assert bridge.backlog == 2
+    bridge.drain(budget_s=1.0)
+    assert [(e.record.deployment, e.record.state) for e in delivered] == [("d1", "COMPLETING"), ("d2", "PENDING")]

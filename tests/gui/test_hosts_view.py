@@ -353,3 +353,18 @@ def test_test_connection_is_in_the_toolbar_and_probes_off_the_gui_thread(
     qtbot.waitUntil(lambda: view.message.text().startswith("lab: reached directly"), timeout=30000)
     assert threads and threads[0] is not threading.main_thread()  # SSH never runs on the GUI thread
     assert "8 GPUs in 1.2 s" in view.message.text() or "8 GPUs in 1.3 s" in view.message.text()
+
+
+def test_the_add_host_dialog_adds_a_slurm_login_node_with_its_compute_nodes_port(qtbot) -> None:
+    dialog = AddHostDialog([])
+    qtbot.addWidget(dialog)
+    dialog.target.setCurrentText("me@login.hpc.example")
+    assert not dialog.node_port.isEnabled() and dialog.new_host().scheduler is None
+    dialog.slurm.setChecked(True)
+    assert dialog.node_port.isEnabled()
+    dialog.node_port.setValue(2222)
+    assert dialog.new_host() == NewHost(
+        "login.hpc.example", "me@login.hpc.example", None, None, None, None, scheduler="slurm", node_port=2222
+    )
+    dialog.slurm.setChecked(False)  # a port without --slurm would be meaningless: not sent
+    assert dialog.new_host().node_port is None and not dialog.node_port.isEnabled()

@@ -38,7 +38,7 @@ from meshdeck.services import hosts as host_service
 from meshdeck.services.deployments import hosts as deploy_hosts
 from meshdeck.services.fleet import FleetService, FleetSettings, with_overrides
 from meshdeck.services.hosts import HostRecord
-from meshdeck.services.slurm import SlurmClient, SlurmClusterInfo, cluster_info
+from meshdeck.services.slurm import SlurmClient, SlurmClusterInfo, cluster_info, cluster_lines
 from meshdeck.services.slurm_jobs import login_user
 from meshdeck.store.database import Database, default_database_path, open_database
 
@@ -234,18 +234,8 @@ def render_cluster(name: str, info: SlurmClusterInfo | None) -> str:
     """A Slurm cluster under the hosts table: its partitions (nodes, GPUs per node, up), accounts and QOS."""
     if info is None:
         return f"{name}: Slurm cluster (login node); partitions, accounts and QOS: `hosts list --connect` asks it"
-    lines = [f"{name}: Slurm {info.version or '?'} cluster (login node)"]
-    for p in info.partitions:
-        flags = ("default " if p.default else "") + ("up" if p.available else "DOWN")
-        lines.append(f"  partition {p.name}: {p.node_count} nodes x {p.gpus_per_node} GPUs ({p.node_list}), {flags}")
-    if not info.partitions:
-        lines.append("  partitions: none readable")
-    if info.accounting:
-        lines.append(f"  accounts  {', '.join(info.accounts) or 'none'}")
-        lines.append(f"  QOS       {', '.join(info.qos) or 'none'}")
-    for problem in info.problems:
-        lines.append(f"  note      {problem}")
-    return "\n".join(printable(line, PROBE_LINE_LIMIT) for line in lines)
+    header = printable(f"{name}: Slurm {info.version or '?'} cluster (login node)", PROBE_LINE_LIMIT)
+    return "\n".join([header, *(f"  {line}" for line in cluster_lines(info, limit=PROBE_LINE_LIMIT))])
 
 
 def _record_json(record: HostRecord, state: host_states.HostState) -> dict[str, Any]:

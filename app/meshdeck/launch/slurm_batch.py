@@ -12,6 +12,13 @@ come from the allocation, because only Slurm knows them when the job starts:
   host) and passed to every task in `MESHDECK_SLURM_HEAD_ADDR` (srun exports the batch script's env);
 - the node's own address: `NodeAddr` of `$SLURMD_NODENAME` in each task (`MESHDECK_SLURM_NODE_ADDR`).
 
+The sockets NCCL (bootstrap, its socket transport) and gloo open go on the interface that holds the node's
+NodeAddr: each task finds it (`ip -o -4 addr`, the address resolved by `getent`) and exports NCCL_SOCKET_IFNAME
+and GLOO_SOCKET_IFNAME, unless the profile sets them (its env wins); the job's output says which it chose. Over
+SSH the agents report each server's NICs before the launch; in a job no agent runs before the engine, and the
+network slurmctld reaches a node by is the one every node can reach (InfiniBand data still goes over verbs:
+NCCL_IB_HCA is the profile's).
+
 `NodeAddr` rather than `hostname -I`: it is the address slurmctld itself reaches the node by, one per node and
 the same answer on every node, where `hostname -I` lists every interface of a multi-homed server in no promised
 order (it would pick the management network as often as the fabric). Where NodeAddr is unset Slurm reports the
@@ -23,8 +30,10 @@ the foreground as a background child of the task (`serve`, never `attach`: attac
 session, out of the step's process tree, and it would outlive the job). Its socket and state live in
 `/tmp/meshdeck-slurm-$SLURM_JOB_ID-$SLURM_NODEID` (node-local; the app computes the same path from the job id
 and the node's index, `job_agent_dir`), and it scrapes the engine's `/metrics` under the worker id meshdeck
-gives that command (`--watch-engine`), so samples land as they do for a launch through the agents. The step's
-end (exit, scancel, the time limit) takes the agent with it. The agent's own command comes from the login
+gives that command (`--watch-engine`), so samples land as they do for a launch through the agents. With agents
+the engine runs as the task shell's child (not `exec`): when it ends, or the step is signalled (scancel, the time
+limit), the shell's EXIT trap stops the agent and removes its directory, so nothing of meshdeck's stays on the
+node; the task's exit status is still the engine's. The agent's own command comes from the login
 node's agent (the same zipapp on the cluster's shared home, run only if it still hashes as uploaded).
 
 All nodes start at once (srun has no stages): the workers wait for the head as they do over SSH (torchrun's
@@ -54,7 +63,17 @@ HEAD_PLACEHOLDER = "meshdeck-slurm-head.invalid"
 _PLACEHOLDER = re.compile(r"meshdeck-slurm-(head|node[0-9]+)\.invalid")
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # Slurm's default max_script_size (SchedulerParameters)
 AGENT_DIR_PREFIX = "/tmp/meshdeck-slurm-"
+SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 _AGENT_DIR_SHELL = f'"{AGENT_DIR_PREFIX}${{SLURM_JOB_ID}}-${{SLURM_NODEID}}"'
+# When the task's shell exits — its engine ended, or the step was signalled (scancel, the time limit: Slurm sends
+# SIGTERM to every process of the step, and bash runs its EXIT trap on it) — the engine is waited for (signalled
+# too, it gets its graceful shutdown until Slurm's KillWait, as it would as the task itself), then the agent is
+# stopped and its node-local directory removed. The task's exit status stays the engine's.
+AGENT_CLEANUP = (
+    'trap \'if [ -n "$engine_pid" ]; then wait "$engine_pid" 2>/dev/null || true; fi; '
+    'if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null || true; '
+    'wait "$agent_pid" 2>/dev/null || true; fi; rm -rf -- "$agent_dir"\' EXIT'
+)
 
 
 def job_agent_dir(job_id: int, node_index: int) -> str:
@@ -126,7 +145,7 @@ def build_batch_script(
                 "--kill-on-bad-exit=1",
                 "bash",
                 "-c",
-                task_script(plan.commands, agents=agents, run_id=run_id),
+                task_script(plan.commands, agents=agents, run_id=run_id, interfaces=socket_interfaces(profile)),
             ]
         ),
         "",
@@ -135,11 +154,6 @@ def build_batch_script(
     if len(text.encode()) > MAX_SCRIPT_BYTES:
         raise InputError("torch.script", f"the batch script is over Slurm's default {MAX_SCRIPT_BYTES} bytes")
     warnings = [w for w in plan.warnings if ".invalid" not in w]
-    if count > 1 and "NCCL_SOCKET_IFNAME" not in profile.env:
-        warnings.append(
-            "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME are left to NCCL and gloo (no agent asked the nodes); "
-            "on multi-homed nodes set them in the profile's env"
-        )
     return BatchScript(text=text, plan=plan, warnings=tuple(warnings))
 
 
@@ -160,21 +174,66 @@ def sbatch_options(options: SlurmOptions, *, nodes: int, gpus: int) -> list[str]
     return out
 
 
-def task_script(commands: tuple[NodeCommand, ...], *, agents: JobAgents | None = None, run_id: str = "") -> str:
-    """The per-task script: the node's own address, then a `case` over `$SLURM_NODEID`, one branch per rank
-    (its agent started first, when there are `agents`)."""
+def socket_interfaces(profile: Profile) -> tuple[str, ...]:
+    """The socket-interface variables the job sets from each node's NodeAddr: those the profile leaves unset, on
+    a job of more than one node (within one node NCCL and gloo need no interface)."""
+    if len(profile.hosts) < 2:
+        return ()
+    return tuple(name for name in SOCKET_IFNAME_VARS if name not in profile.env)
+
+
+def task_script(
+    commands: tuple[NodeCommand, ...],
+    *,
+    agents: JobAgents | None = None,
+    run_id: str = "",
+    interfaces: tuple[str, ...] = (),
+) -> str:
+    """The per-task script: the node's own address (and, for `interfaces`, the interface that holds it), then a
+    `case` over `$SLURM_NODEID`, one branch per rank (its agent started first, when there are `agents`)."""
     lines = [
         "set -euo pipefail",
         f"{NODE_ADDR_VAR}=$({_node_addr('$SLURMD_NODENAME')})",
+        *interface_lines(interfaces),
     ]
     if agents is not None:
-        lines += [f"agent_dir={_AGENT_DIR_SHELL}", 'mkdir -p -m 700 "$agent_dir"']
+        lines += [
+            f"agent_dir={_AGENT_DIR_SHELL}",
+            'mkdir -p -m 700 "$agent_dir"',
+            "agent_pid=",
+            "engine_pid=",
+            AGENT_CLEANUP,
+        ]
     lines.append('case "$SLURM_NODEID" in')
     for command in commands:
-        start_agent = "" if agents is None else f"{agent_line(agents, command, run_id)} & "
-        lines.append(f"{command.node_rank}) {start_agent}exec {node_line(command)} ;;")
+        if agents is None:
+            lines.append(f"{command.node_rank}) exec {node_line(command)} ;;")
+        else:  # the engine as a child, so the EXIT trap runs when it ends (or the step is signalled)
+            agent = agent_line(agents, command, run_id)
+            engine = f'{node_line(command)} & engine_pid=$!; wait "$engine_pid"'
+            lines.append(f"{command.node_rank}) {agent} & agent_pid=$!; {engine} ;;")
     lines += ['*) echo "meshdeck: no command for node $SLURM_NODEID" >&2; exit 2 ;;', "esac"]
     return "\n".join(lines) + "\n"
+
+
+def interface_lines(names: tuple[str, ...]) -> list[str]:
+    """Export `names` (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) as the interface holding this node's NodeAddr, and
+    say so in the job's output; where no interface holds it (or `ip` is missing) they are left to NCCL and gloo."""
+    if not names:
+        return []
+    exports = " ".join(f'{name}="$node_if"' for name in names)
+    return [
+        f"node_ip=$(getent ahostsv4 \"${NODE_ADDR_VAR}\" | awk 'NR == 1 {{print $1}}') || node_ip=",
+        'node_if=$(ip -o -4 addr show 2>/dev/null | awk -v a="$node_ip" '
+        "'{split($4, p, \"/\"); if (p[1] == a) {print $2; exit}}') || node_if=",
+        'if [ -n "$node_if" ]; then',
+        f"  export {exports}",
+        f'  echo "meshdeck: $SLURMD_NODENAME: {"/".join(names)}=$node_if (holds its NodeAddr ${NODE_ADDR_VAR})" >&2',
+        "else",
+        f'  echo "meshdeck: $SLURMD_NODENAME: no interface holds NodeAddr ${NODE_ADDR_VAR}; '
+        f'{"/".join(names)} left to NCCL and gloo" >&2',
+        "fi",
+    ]
 
 
 def agent_line(agents: JobAgents, command: NodeCommand, run_id: str) -> str:

@@ -1,6 +1,6 @@
-"""The console's services, wired once: the database, the fleet, the deployment registry and the history
-writer, and the order they stop in. The Qt side (ui/app.py) adds its bridge and views on top; the soak
-test drives exactly this wiring.
+"""The console's services, wired once: the database, the fleet, the deployment registry, the history writer
+and the Slurm jobs' follower, and the order they stop in. The Qt side (ui/app.py) adds its bridge and views on
+top; the soak test drives exactly this wiring.
 
     services = ConsoleServices.start(demo=False, db_path=None)   # the stored hosts over SSH
     unsubscribe = services.fleet.subscribe(bridge.post)          # the window's own view of the events
@@ -33,6 +33,7 @@ from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.history import HistoryRecorder, resume_points
 from meshdeck.services.profiles import StoreDeploymentRecorder
+from meshdeck.services.slurm_service import SlurmService
 from meshdeck.services.writer_claim import WriterClaim, claim_for_console
 from meshdeck.store.database import Database as Database  # the console's views hold it, typed
 from meshdeck.store.database import open_database
@@ -56,6 +57,7 @@ class ConsoleServices:
     claim: WriterClaim
     demo: DemoCluster | None = None  # under --demo
     _stops: list[Callable[[], None]] = field(default_factory=list)
+    slurm: SlurmService | None = None  # the Slurm jobs meshdeck submitted, followed once hosts are connected
 
     @property
     def writer(self) -> SampleWriter:
@@ -101,8 +103,10 @@ class ConsoleServices:
         # The one deployment registry: launched here or found on the agents (surveyed as each host connects).
         deploy = DeployService(fleet, recorder=StoreDeploymentRecorder(db), survey_on_connect=True)
         stops.append(deploy.close)  # the deployments keep running on the agents
+        slurm = SlurmService(fleet, db)  # its follower starts with `connect_hosts`; the jobs keep running
+        stops.append(slurm.close)
         if not held.writes:
-            return cls(fleet, db, deploy, None, held, demo_cluster, stops)
+            return cls(fleet, db, deploy, None, held, demo_cluster, stops, slurm=slurm)
         # The real console lets the writer adapt its commit interval to the number of series (2-30 s).
         settings = writer_settings or (WriterSettings(commit_interval_s=DEMO_COMMIT_INTERVAL_S) if demo else None)
         writer = SampleWriter(db, settings=settings).start()
@@ -112,12 +116,14 @@ class ConsoleServices:
             writer.close_inbox,
             fleet.subscribe(HistoryRecorder(writer).handle),
         ]
-        return cls(fleet, db, deploy, writer, held, demo_cluster, stops)
+        return cls(fleet, db, deploy, writer, held, demo_cluster, stops, slurm=slurm)
 
     def connect_hosts(self) -> None:
         """Supervise every stored host, resuming from the last stored seq and the sequence epoch it
-        belongs to; survey those already connected (the demo's) for their deployments."""
+        belongs to; survey those already connected (the demo's) for their deployments; follow the Slurm jobs."""
         self.deploy.survey_soon(self.fleet.hosts())
+        if self.slurm is not None:
+            self.slurm.start()
         if self.demo is not None:
             return
         resume = resume_points(self.db)

@@ -207,6 +207,27 @@ class SlurmClient:
         return str(reply["data"])
 
 
+def cluster_lines(info: SlurmClusterInfo, *, limit: int = 2000) -> list[str]:
+    """The cluster in words, a line each (escaped): every partition (nodes, GPUs per node, default, up), the
+    user's accounts and QOS where accounting runs, and what could not be read. The CLI and the console show these."""
+    lines = []
+    for p in info.partitions:
+        flags = ("default " if p.default else "") + ("up" if p.available else "DOWN")
+        lines.append(f"partition {p.name}: {p.node_count} nodes x {p.gpus_per_node} GPUs ({p.node_list}), {flags}")
+    if not info.partitions:
+        lines.append("partitions: none readable")
+    if info.accounting:
+        lines.append(f"accounts  {', '.join(info.accounts) or 'none'}")
+        lines.append(f"QOS       {', '.join(info.qos) or 'none'}")
+    lines += [f"note      {problem}" for problem in info.problems]
+    return [printable(line, limit) for line in lines]
+
+
+def cluster_text(info: SlurmClusterInfo) -> str:
+    """`Slurm 22.05.8` and the cluster's lines (`cluster_lines`), for the console."""
+    return "\n".join([f"Slurm {printable(info.version or '(version not known)', 64)}", *cluster_lines(info)])
+
+
 def slurm_message(done: SlurmOutput) -> str:
     """What Slurm said when it refused (stderr, else stdout), printable and short."""
     text = (done.stderr or done.stdout).strip() or f"exited {done.rc} and printed nothing"

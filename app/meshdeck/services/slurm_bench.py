@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from meshdeck.core.errors import InputError
+from meshdeck.core.text import printable
 from meshdeck.launch.slurm_options import slurm_options
 from meshdeck.services.completion_load import send_completions
 from meshdeck.services.deployments.local import LocalAgents, free_port
@@ -111,8 +112,17 @@ def slurm_vllm_round(
     while (left := set(processes_of(conf)) - idle) and time.monotonic() < deadline:
         time.sleep(0.2)
     result["leftover_processes"] = len(left)
+    if left:
+        result["leftover_commands"] = sorted(_command_line(pid) for pid in left)
     result.setdefault("metric_rows_stored", 0)
     return result
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return printable(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"), 300)
+    except OSError:
+        return f"{pid} (gone)"
 
 
 def run_slurm_bench_local(

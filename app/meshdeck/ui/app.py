@@ -160,6 +160,8 @@ def build_context(args: argparse.Namespace, settings: QSettings) -> ConsoleConte
     context.demo = services.demo
     context.on_shutdown.append(services.shutdown)
     context.use_deploy(services.deploy)  # its events reach the views through the bridge
+    if services.slurm is not None:
+        context.use_slurm(services.slurm)
     context.on_shutdown.append(services.fleet.subscribe(bridge.post))
     services.connect_hosts()
     return context

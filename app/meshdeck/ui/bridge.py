@@ -21,7 +21,8 @@ counted per host (`skipped`) and logged, rate-limited.
 Deployment events are never shed, and need not be: each has a `key` (one deployment's snapshot, one
 watched log), and while one is waiting a newer one with the same key is merged into it in place
 (`merged_after`: the newer snapshot wins, log text is appended up to a bound). So at most one per key
-waits, and a view gets the newest state in the order the first change arrived.
+waits, and a view gets the newest state in the order the first change arrived. The Slurm follower's job
+changes (services/slurm_service.py) are keyed the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from meshdeck.core.samples import SeriesKey
 from meshdeck.services.deployments.events import DeploymentChanged, DeploymentEvent, DeploymentLogLines
 from meshdeck.services.events import AgentEvent, FleetEvent, HostStateChanged, InventoryReceived, SamplesReceived
+from meshdeck.services.slurm_service import SlurmJobChanged
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class FleetBridge(QObject):
     inventory_received = Signal(object)  # InventoryReceived
     deployment_changed = Signal(object)  # DeploymentChanged: one deployment's newest snapshot
     deployment_log = Signal(object)  # DeploymentLogLines: new text of a watched log
+    slurm_job_changed = Signal(object)  # SlurmJobChanged: one Slurm job's newest record
 
     def __init__(
         self,
@@ -77,7 +80,7 @@ class FleetBridge(QObject):
         super().__init__(parent)
         self._inbox: deque[FleetEvent | _Latest] = deque()
         self._hosts: deque[HostStateChanged | InventoryReceived] = deque()  # delivered before the inbox
-        self._latest: dict[tuple[str, ...], DeploymentEvent] = {}  # key -> the deployment event waiting
+        self._latest: dict[tuple[str, ...], DeploymentEvent | SlurmJobChanged] = {}  # key -> the keyed event waiting
         self._lock = threading.Lock()
         self._cells = 0
         self._others = 0
@@ -100,9 +103,9 @@ class FleetBridge(QObject):
         posted, on the poster's thread, so what waits for the GUI thread is what it will draw."""
         self._keep = keep
 
-    def post(self, event: FleetEvent | DeploymentEvent) -> None:
+    def post(self, event: FleetEvent | DeploymentEvent | SlurmJobChanged) -> None:
         """Called from any thread (a fleet or registry subscriber). Never blocks, never touches Qt objects."""
-        if isinstance(event, DeploymentChanged | DeploymentLogLines):
+        if isinstance(event, DeploymentChanged | DeploymentLogLines | SlurmJobChanged):
             with self._lock:
                 older = self._latest.get(event.key)
                 if older is None:
@@ -128,7 +131,9 @@ class FleetBridge(QObject):
                 if self._others > self._max_events:
                     self._shed_agent_events()
 
-    def __call__(self, event: FleetEvent | DeploymentEvent) -> None:  # usable directly as a subscriber callback
+    def __call__(
+        self, event: FleetEvent | DeploymentEvent | SlurmJobChanged
+    ) -> None:  # usable directly as a subscriber callback
         self.post(event)
 
     @property
@@ -190,7 +195,7 @@ class FleetBridge(QObject):
 
     # -- the GUI side ----------------------------------------------------------------------------------
 
-    def _next(self) -> FleetEvent | DeploymentEvent | None:
+    def _next(self) -> FleetEvent | DeploymentEvent | SlurmJobChanged | None:
         with self._lock:
             if self._hosts:
                 self._others -= 1
@@ -227,7 +232,7 @@ class FleetBridge(QObject):
         self.delivered += emitted
         return emitted
 
-    def _emit(self, event: FleetEvent | DeploymentEvent) -> None:
+    def _emit(self, event: FleetEvent | DeploymentEvent | SlurmJobChanged) -> None:
         if isinstance(event, SamplesReceived):
             self.samples_received.emit(event)
         elif isinstance(event, HostStateChanged):
@@ -240,5 +245,7 @@ class FleetBridge(QObject):
             self.deployment_changed.emit(event)
         elif isinstance(event, DeploymentLogLines):
             self.deployment_log.emit(event)
+        elif isinstance(event, SlurmJobChanged):
+            self.slurm_job_changed.emit(event)
         else:
             log.debug("fleet bridge: no signal for %s", type(event).__name__)

@@ -20,6 +20,7 @@ from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.events import HostStateChanged, InventoryReceived, SamplesReceived
 from meshdeck.services.fleet import FleetService
 from meshdeck.services.inventory import Inventory
+from meshdeck.services.slurm_service import SlurmService
 from meshdeck.ui.bridge import FleetBridge
 from meshdeck.ui.charts.latest_values import LatestValues
 from meshdeck.ui.charts.live_metrics import LiveMetrics
@@ -118,6 +119,7 @@ class ConsoleContext:
     simulated: bool = False  # the demo: every host is a simulated agent
     deploy: DeployService | None = None  # the deployment registry (set with `use_deploy`)
     demo: DemoCluster | None = None  # under --demo
+    slurm: SlurmService | None = None  # the Slurm clusters and jobs (set with `use_slurm`)
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -134,6 +136,11 @@ class ConsoleContext:
         self.deploy = deploy
         self.on_shutdown.append(deploy.close)
         self.on_shutdown.append(deploy.subscribe(self.bridge.post))
+
+    def use_slurm(self, slurm: SlurmService) -> None:
+        """The Slurm side the views work through: its job changes reach them through the bridge."""
+        self.slurm = slurm
+        self.on_shutdown.append(slurm.subscribe(self.bridge.post))
 
     def _wants(self, key: SeriesKey) -> bool:
         return self.live.wants(key) or self.latest.wants(key)

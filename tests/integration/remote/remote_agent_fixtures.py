@@ -34,6 +34,22 @@ def isolated_ssh_options(key_dir: Path) -> SshOptions:
     )
 
 
+def isolated_fleet_settings(root: Path, agent_pyz: Path, agent_socket: Path, known_hosts: Path) -> FleetSettings:
+    """Settings for a fleet reaching loopback sshd servers with explicit keys only, its remote cache under `root`."""
+    key_dir = root / "no-default-keys"
+    key_dir.mkdir(exist_ok=True)
+    return FleetSettings(
+        known_hosts=str(known_hosts),
+        user_known_hosts=(),
+        ssh_config=None,
+        agent_pyz=str(agent_pyz),
+        remote_cache_dir=str(root / "remote-cache"),
+        agent_socket=str(agent_socket),
+        ssh=isolated_ssh_options(key_dir),
+        supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.5, max_s=2.0)),
+    )
+
+
 @pytest.fixture(scope="session")
 def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The agent zipapp the app uploads: $MESHDECK_AGENT_PYZ if set, else built from this checkout's agent."""
@@ -108,19 +124,8 @@ def short_temp_dir(prefix: str = "mdr-") -> Path:
 def remote_agent(tmp_path: Path, agent_pyz: Path) -> Iterator[RemoteAgentSetup]:
     """FleetSettings with a private remote cache dir, agent socket and known_hosts; stops the agent after."""
     short = short_temp_dir()
-    empty_key_dir = tmp_path / "no-default-keys"
-    empty_key_dir.mkdir(exist_ok=True)
     setup = RemoteAgentSetup(
-        settings=FleetSettings(
-            known_hosts=str(tmp_path / "meshdeck_known_hosts"),
-            user_known_hosts=(),
-            ssh_config=None,
-            agent_pyz=str(agent_pyz),
-            remote_cache_dir=str(tmp_path / "remote-cache"),
-            agent_socket=str(short / "a.sock"),
-            ssh=isolated_ssh_options(empty_key_dir),
-            supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.5, max_s=2.0)),
-        ),
+        settings=isolated_fleet_settings(tmp_path, agent_pyz, short / "a.sock", tmp_path / "meshdeck_known_hosts"),
         socket=short / "a.sock",
         cache_dir=tmp_path / "remote-cache",
         known_hosts=tmp_path / "meshdeck_known_hosts",

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from integration.remote.remote_agent_fixtures import isolated_ssh_options, stop_agent
+from integration.remote.remote_agent_fixtures import stop_agent
 from meshdeck.core.errors import InputError
 from meshdeck.launch.build import parse_layout_spec
 from meshdeck.launch.profile import Profile
+from meshdeck.launch.slurm_batch import job_agent_dir
 from meshdeck.launch.slurm_options import slurm_options
-from meshdeck.remote.supervisor import Backoff, SupervisorSettings
 from meshdeck.services.deployments.local import free_port, workload_profile
-from meshdeck.services.fleet import FleetService, FleetSettings
+from meshdeck.services.fleet import FleetService
 from meshdeck.services.history import HistoryRecorder
 from meshdeck.services.slurm import SlurmClient, SlurmCommandFailed, cluster_info
 from meshdeck.services.slurm_bench import slurm_vllm_round
@@ -35,7 +35,8 @@ from meshdeck.services.vllm_local import VllmNotInstalled, find_vllm_executable
 from meshdeck.store.database import Database, open_database
 from meshdeck.store.hosts import HostRecord, add_host
 from meshdeck.store.writer import SampleWriter
-from sshd import SshdFactory, SshdServer
+from slurm_fixtures import start_login_node
+from sshd import SshdFactory
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(600)]
 LOGIN = "hpc"
@@ -59,25 +60,9 @@ def login(
     agent_pyz: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Login]:
-    server: SshdServer = sshd_factory.start(
-        extra_config=f"SetEnv SLURM_CONF={slurm_cluster.conf}\n", authorize=ssh_client_key
-    )
     root = tmp_path_factory.mktemp("slurm-login")
-    keys = root / "no-default-keys"
-    keys.mkdir()
-    known_hosts = root / "known_hosts"
-    server.write_known_hosts(known_hosts)
-    socket_dir = Path(f"/tmp/md-login-{time.monotonic_ns()}")
-    settings = FleetSettings(
-        known_hosts=str(known_hosts),
-        user_known_hosts=(),
-        ssh_config=None,
-        agent_pyz=str(agent_pyz),
-        remote_cache_dir=str(root / "remote-cache"),
-        agent_socket=str(socket_dir / "a.sock"),
-        ssh=isolated_ssh_options(keys),
-        supervisor=SupervisorSettings(backoff=Backoff(initial_s=0.5, max_s=2.0)),
-    )
+    node = start_login_node(slurm_cluster, sshd_factory, ssh_client_key, root, agent_pyz)
+    server, settings = node.server, node.settings
     record = HostRecord(
         name=LOGIN,
         target=f"{getpass.getuser()}@127.0.0.1",
@@ -103,7 +88,7 @@ def login(
         unsubscribe()
         fleet.close()
         writer.stop()
-        stop_agent(socket_dir / "a.sock")
+        stop_agent(node.agent_socket)
         db.close()
         server.stop()
 
@@ -155,7 +140,8 @@ def test_a_job_runs_with_agents_on_its_nodes_and_scancel_leaves_nothing(login: L
     for agent in agents:
         inventory = login.fleet.call(agent.host, "inventory")
         assert inventory["hostname"], inventory
-    assert "a-node" not in login.jobs.logs(record.deployment)  # the output file is read back (may be empty)
+    output = login.jobs.logs(record.deployment)  # the job's output file, read on the login node
+    assert "node1: NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME=lo (holds its NodeAddr 127.0.0.1)" in output, output
     stopped = login.jobs.stop(record.deployment)
     assert stopped.state == "CANCELLED"
     assert stopped.states_seen[-1] == "CANCELLED" and "RUNNING" in stopped.states_seen
@@ -163,6 +149,7 @@ def test_a_job_runs_with_agents_on_its_nodes_and_scancel_leaves_nothing(login: L
     while (left := set(processes_of(login.cluster.conf)) - idle) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes left after scancel: {sorted(left)}"
+    assert not [i for i in (0, 1) if Path(job_agent_dir(record.job_id, i)).exists()]  # the agents' dirs are gone
     with pytest.raises(InputError):
         login.jobs.logs(record.deployment, lines=0)
 
@@ -177,11 +164,19 @@ def test_the_tiny_vllm_serves_tp2_across_the_slurm_nodes_and_a_job_past_its_limi
         pytest.skip(f"vLLM's CPU build is not installed: {exc}")
     short = _profile(login, ["a"], _shim(login, "py-timeout", "exec sleep 600"))
     limited = login.jobs.submit(short, slurm_options(job_name="limited", time_limit="1"))
+    # running before the round counts its idle processes, so that its own are not taken for the round's leftovers
+    login.jobs.watch(limited.deployment, lambda r: r.state == "RUNNING", timeout_s=60)
+    time.sleep(2)  # its task has started its agent and its `python`
     result = slurm_vllm_round(login.jobs, login.writer, executable=executable, conf=login.cluster.conf)
     assert result["requests_ok"] == 8 and result["requests_failed"] == 0, result
     assert result["metric_rows_stored"] > 0 and result["agents_problem"] is None, result
     assert result["states_seen"][-1] == "CANCELLED" and "RUNNING" in result["states_seen"]
     assert result["stopped_state"] == "CANCELLED" and result["leftover_processes"] == 0, result
     ended = login.jobs.watch(limited.deployment, lambda r: r.final, timeout_s=150)
-    # it ran on a node until Slurm's time limit ended it (its RUNNING minute was not polled: only what is seen is kept)
-    assert ended.state == "TIMEOUT" and ended.node_names == ("node1",) and ended.states_seen[-1] == "TIMEOUT", ended
+    # it ran on a node until Slurm's time limit ended it
+    assert (
+        ended.state == "TIMEOUT"
+        and ended.node_names == ("node1",)
+        and "RUNNING" in ended.states_seen
+        and ended.states_seen[-1] == "TIMEOUT"
+    )

@@ -41,7 +41,8 @@ def test_the_script_printed_is_the_one_the_plan_makes_with_the_options_given(
         "#SBATCH --output=meshdeck-%x-%j.out",
     ]
     assert "--node-rank 1" in printed.out and "--headless" in printed.out
-    assert "NCCL_SOCKET_IFNAME" in printed.err  # the plan's warnings go to stderr
+    assert "does not name DeepSeek V3.2" in printed.err  # the plan's warnings go to stderr
+    assert 'export NCCL_SOCKET_IFNAME="$node_if" GLOO_SOCKET_IFNAME="$node_if"' in printed.out  # chosen per node
 
 
 def test_o_writes_the_script_and_says_how_to_submit_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,11 @@ record keeps the states seen, and the batch script's agents beside each node's e
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,15 @@ from meshdeck.core.slurm_state import (
     parse_version,
 )
 from meshdeck.launch.build import parse_layout_spec
-from meshdeck.launch.slurm_batch import JobAgents, build_batch_script, job_agent_socket
+from meshdeck.launch.slurm_batch import (
+    AGENT_CLEANUP,
+    SOCKET_IFNAME_VARS,
+    JobAgents,
+    build_batch_script,
+    interface_lines,
+    job_agent_socket,
+    socket_interfaces,
+)
 from meshdeck.launch.slurm_options import slurm_options
 from meshdeck.services.deployments.local import workload_profile
 from meshdeck.services.slurm_jobs import deployment_state
@@ -95,7 +107,8 @@ def test_each_node_starts_its_agent_in_the_job_watching_its_engine() -> None:
     worker = task.split("\n1) ", 1)[1].split("\n*) ")[0]
     assert head.startswith("python3 -I /home/me/.cache/meshdeck/agent.pyz serve --interval 1.0 --watch-engine ")
     assert "dep-1.vllm-node0=http://127.0.0.1:8123/metrics" in head
-    assert '--socket "$agent_dir/agent.sock"' in head and " & exec env " in head
+    assert '--socket "$agent_dir/agent.sock"' in head and " & agent_pid=$!; env " in head
+    assert head.rstrip().endswith('& engine_pid=$!; wait "$engine_pid" ;;') and AGENT_CLEANUP in task
     assert "--watch-engine" not in worker and " serve " in worker  # the headless node serves no API
     assert job_agent_socket(12, 1) == "/tmp/meshdeck-slurm-12-1/agent.sock"
     plain = build_batch_script(
@@ -104,3 +117,76 @@ def test_each_node_starts_its_agent_in_the_job_watching_its_engine() -> None:
         run_id="r",
     ).text
     assert "agent_dir" not in plain
+
+
+def _branch(tmp_path: Path, engine: str, *, signal_after_s: float | None = None) -> tuple[int, Path]:
+    """Run the task script's agent bookkeeping for real: `sleep` as the agent, `engine` as the engine."""
+    agent_dir = tmp_path / "meshdeck-slurm-7-0"
+    script = "\n".join([
+        "set -euo pipefail",
+        f"agent_dir={shlex.quote(str(agent_dir))}",
+        'mkdir -p -m 700 "$agent_dir"',
+        "agent_pid=",
+        "engine_pid=",
+        AGENT_CLEANUP,
+        'case 0 in',
+        f'0) sleep 300 & agent_pid=$!; {engine} & engine_pid=$!; wait "$engine_pid" ;;',
+        "esac",
+    ])  # fmt: skip
+    shell = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    if signal_after_s is not None:
+        time.sleep(signal_after_s)
+        os.killpg(shell.pid, signal.SIGTERM)  # as Slurm signals every process of the step at scancel
+    return shell.wait(timeout=30), agent_dir
+
+
+def test_the_task_ends_with_its_engines_status_and_leaves_no_agent_or_directory(tmp_path: Path) -> None:
+    before = _sleepers()
+    rc, agent_dir = _branch(tmp_path, "sh -c 'sleep 0.2; exit 7'")
+    assert rc == 7 and not agent_dir.exists()
+    rc, agent_dir = _branch(tmp_path, "sleep 30", signal_after_s=0.5)
+    assert rc == -signal.SIGTERM and not agent_dir.exists()
+    assert not _sleepers() - before  # neither the agent's stand-in nor the engine is left
+
+
+def test_a_signalled_task_waits_for_its_engine_to_finish_its_shutdown(tmp_path: Path) -> None:
+    """The engine's graceful stop (vLLM drains) is not cut short by the task's shell exiting first."""
+    marker = tmp_path / "drained"
+    engine = f"sh -c 'trap \"sleep 0.5; touch {marker}; exit 0\" TERM; while :; do sleep 0.05; done'"
+    rc, agent_dir = _branch(tmp_path, engine, signal_after_s=0.5)
+    assert marker.exists() and not agent_dir.exists() and rc == -signal.SIGTERM
+
+
+def _sleepers() -> set[str]:
+    out = subprocess.run(["pgrep", "-a", "-f", "^sleep (300|30)$"], capture_output=True, text=True).stdout
+    return {line.split(" ", 1)[1] for line in out.splitlines() if " " in line}
+
+
+@pytest.mark.parametrize(
+    ("node_addr", "expected"),
+    [("127.0.0.1", "lo"), ("localhost", "lo"), ("203.0.113.9", "")],  # 203.0.113.0/24: TEST-NET-3, on no interface
+)
+def test_each_node_sets_the_socket_interfaces_to_the_one_holding_its_nodeaddr(node_addr: str, expected: str) -> None:
+    script = "\n".join(["set -euo pipefail", *interface_lines(SOCKET_IFNAME_VARS),
+                        'echo "${NCCL_SOCKET_IFNAME:-}|${GLOO_SOCKET_IFNAME:-}"'])  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "MESHDECK_SLURM_NODE_ADDR": node_addr, "SLURMD_NODENAME": "node1"}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == f"{expected}|{expected}", done
+    said = "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME=lo (holds" if expected else "no interface holds NodeAddr 203.0.113.9"
+    assert said in done.stderr
+
+
+def test_the_profiles_own_interfaces_win_and_one_node_needs_none() -> None:
+    hosts = ["a", "b"]
+    profile = workload_profile("collectives", parse_layout_spec("dp=2"), hosts, master_port=29500)
+    assert socket_interfaces(profile) == SOCKET_IFNAME_VARS
+    pinned = workload_profile("collectives", parse_layout_spec("dp=2"), hosts, master_port=29500,
+                              env={"NCCL_SOCKET_IFNAME": "ib0"})  # fmt: skip
+    assert socket_interfaces(pinned) == ("GLOO_SOCKET_IFNAME",)
+    text = build_batch_script(pinned, slurm_options(job_name="j"), run_id="r").text
+    assert 'export GLOO_SOCKET_IFNAME="$node_if"' in shlex.split(text.split("\nsrun ", 1)[1])[-1]
+    single = workload_profile("collectives", parse_layout_spec("dp=1"), ["a"], master_port=29500)
+    assert (
+        socket_interfaces(single) == ()
+        and "node_if" not in build_batch_script(single, slurm_options(job_name="j"), run_id="r").text
+    )

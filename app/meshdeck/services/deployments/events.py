@@ -28,7 +28,7 @@ class DeploymentChanged:
     def key(self) -> tuple[str, str]:
         return ("deployment", self.snapshot.id)
 
-    def merged_after(self, older: DeploymentEvent) -> DeploymentChanged:
+    def merged_after(self, older: object) -> DeploymentChanged:
         """The event that stands for both: this newer snapshot."""
         return self
 
@@ -47,7 +47,7 @@ class DeploymentLogLines:
     def key(self) -> tuple[str, str, str]:
         return ("log", self.deployment_id, self.command)
 
-    def merged_after(self, older: DeploymentEvent) -> DeploymentLogLines:
+    def merged_after(self, older: object) -> DeploymentLogLines:
         """The event that stands for both: the older text, then this one (a reset replaces it)."""
         if self.reset or not isinstance(older, DeploymentLogLines):
             return self

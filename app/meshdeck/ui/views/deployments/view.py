@@ -20,6 +20,9 @@ the model when shown. No timer runs here.
 One source for each state: the list's rows, the highlighted row, the state line above it, the worker
 table, the Stop button and planned vs measured are all drawn from the model's snapshots. The line
 under the buttons only reports actions, stamped with their time (status.py).
+
+Deployments run as Slurm jobs have a tab of their own (slurm.py): submitted there with the chosen profile,
+followed by the Slurm follower's events, cancelled with scancel.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from meshdeck.ui.deployments_model import DeploymentsModel
 from meshdeck.ui.jobs import Progress
 from meshdeck.ui.views.deployments.log import LogPanel, WatchedLog
 from meshdeck.ui.views.deployments.panels import NcclPanel, PlannedPanel, WorkersPanel, set_row
+from meshdeck.ui.views.deployments.slurm import SlurmJobsPanel
 from meshdeck.ui.views.deployments.status import (
     NOTHING_SELECTED,
     action_message,
@@ -186,12 +190,14 @@ class DeploymentsView(QWidget):
         self.logs = LogPanel()
         self.nccl = NcclPanel()
         self.planned = PlannedPanel()
+        self.slurm = SlurmJobsPanel(context, self.profile.currentText)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.preflight_panel, "Pre-flight")
         self.tabs.addTab(self.workers, "Workers")
         self.tabs.addTab(self.logs, "Log")
         self.tabs.addTab(self.nccl, "NCCL transports")
         self.tabs.addTab(self.planned, "Planned vs measured")
+        self.tabs.addTab(self.slurm, "Slurm jobs")
         splitter = QSplitter()
         splitter.addWidget(self.list)
         splitter.addWidget(self.tabs)
@@ -241,6 +247,7 @@ class DeploymentsView(QWidget):
         self.blocked = None
         self.preflight_table.setRowCount(0)
         self.preflight_caption.setText(f"No pre-flight of {self.profile.currentText() or 'this profile'} yet.")
+        self.slurm.update_buttons()
         self._buttons()
 
     def _buttons(self, snapshot: DeploymentSnapshot | None = None) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -43,11 +44,13 @@ class NewHost:
     jump: str | None
     simulate: str | None
     prometheus: str | None = None  # HOST:PORT where its agent serves Prometheus metrics
+    scheduler: str | None = None  # "slurm": a cluster's login node (its compute nodes are reached through it)
+    node_port: int | None = None  # the compute nodes' SSH port (a Slurm login node only)
 
 
 class AddHostDialog(QDialog):
     """Name, target (a ~/.ssh/config alias or user@address), and optional port, key, jump, simulation and
-    Prometheus exporter address."""
+    Prometheus exporter address; or a Slurm cluster's login node (its compute nodes' SSH port beside it)."""
 
     def __init__(self, ssh_config_hosts: list[str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -82,6 +85,18 @@ class AddHostDialog(QDialog):
             "The agent also serves Prometheus metrics there, for your Prometheus to scrape. It applies when "
             "meshdeck starts the agent; one already running keeps its own settings (the host's reason says so)."
         )
+        self.slurm = QCheckBox("a Slurm cluster's login node: jobs are submitted through it")
+        self.slurm.setObjectName("hostSlurm")
+        self.slurm.setToolTip(
+            "meshdeck runs sinfo/sbatch/squeue/scancel there, and reaches the agents a job starts on its compute "
+            "nodes with this host as the jump host"
+        )
+        self.node_port = QSpinBox()
+        self.node_port.setObjectName("hostNodePort")
+        self.node_port.setRange(0, 65535)
+        self.node_port.setSpecialValueText("from ssh config / 22")
+        self.node_port.setEnabled(False)
+        self.slurm.toggled.connect(self.node_port.setEnabled)
         self.prometheus_error = QLabel()
         self.prometheus_error.setObjectName("fieldError")
         self.prometheus_error.setWordWrap(True)
@@ -94,6 +109,8 @@ class AddHostDialog(QDialog):
         form.addRow("Jump host", self.jump)
         form.addRow("Simulate", self.simulate)
         form.addRow("Prometheus exporter", self.prometheus)
+        form.addRow("Slurm", self.slurm)
+        form.addRow("Compute nodes' SSH port", self.node_port)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -139,6 +156,8 @@ class AddHostDialog(QDialog):
             jump=text(self.jump),
             simulate=text(self.simulate),
             prometheus=text(self.prometheus),
+            scheduler="slurm" if self.slurm.isChecked() else None,
+            node_port=(self.node_port.value() or None) if self.slurm.isChecked() else None,
         )
 
 

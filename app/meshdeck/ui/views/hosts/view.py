@@ -11,7 +11,9 @@ The short numeric columns come first and are always on screen; the long ones (ro
 are capped and elided, with the whole text as a tooltip and in the details under the table (the selected
 host). A timer only ages labels, once a second while the view is shown: the "last sample" column and the
 "retrying in N s" of hosts waiting to reconnect; a hidden view does nothing and catches up when shown.
-A host that failed on an unknown or changed host key gets "Review host key…"; "Test connection" probes
+A Slurm cluster's login node also shows, in the details, its partitions (nodes, GPUs per node, up/down), the
+user's accounts and QOS — asked of the login node once it is connected and selected (a job), asked again after
+it reconnects. A host that failed on an unknown or changed host key gets "Review host key…"; "Test connection" probes
 the selected stored host once (a job: SSH never runs on the GUI thread). Adding, connecting,
 disconnecting and removing run as jobs: they read ssh configs, write the database and wait for SSH threads.
 """
@@ -42,6 +44,7 @@ from meshdeck.services import hosts as host_service
 from meshdeck.services.events import SamplesReceived
 from meshdeck.services.hosts import HostKeyChanged, HostKeyUnknown, HostRecord, ProbeReport
 from meshdeck.services.inventory import Inventory, describe_gpus
+from meshdeck.services.slurm import SlurmClusterInfo, cluster_text
 from meshdeck.ui import theme
 from meshdeck.ui.context import ConsoleContext, HostView
 from meshdeck.ui.jobs import Progress
@@ -103,6 +106,8 @@ class HostsView(QWidget):
         self.redraws = 0  # how many times every row was drawn
         self.rows_drawn = 0  # rows drawn, one by one or all together
         self._select_next: str | None = None  # a host to select once the rows are drawn (asked while hidden)
+        self.clusters: dict[str, str] = {}  # Slurm login node -> what its cluster said (or why it could not)
+        self._clusters_asked: set[str] = set()  # login nodes being asked now
 
         self.loads = HostLoads(context.live)
         self._loads_due: set[str] = set()  # hosts whose samples came in this delivery pass
@@ -208,6 +213,7 @@ class HostsView(QWidget):
             via = record.target + (f":{record.port}" if record.port else "")
             via += f" via {record.jump}" if record.jump else ""
             via += f" (simulate {record.simulate})" if record.simulate else ""
+            via += " (Slurm login node)" if record.scheduler == "slurm" else ""
             return via + (f" (exporter {record.prometheus})" if record.prometheus else "")
         if self.context.fleet is not None and name in self.context.fleet.hosts():
             return self.context.fleet.supervisor(name).connector.describe()
@@ -259,6 +265,9 @@ class HostsView(QWidget):
             self._stale = True
             return
         assert self.context.hosts is not None
+        view = self.context.hosts.hosts.get(name)
+        if view is None or view.state not in ("connected", "degraded"):
+            self.clusters.pop(name, None)  # read again once it is back
         row = self._row_of.get(name)
         if row is None:
             names = self.host_names()
@@ -450,9 +459,41 @@ class HostsView(QWidget):
         ]
         if load is not None:
             lines.append(f"GPU utilization {load.util_text()}; VRAM {load.vram_text()}")
+        record = self.records.get(name)
+        if record is not None and record.scheduler == "slurm":
+            lines.append(self._cluster_details(name, view))
         text = "\n".join(lines)
         if self.details.text() != text:
             self.details.setText(text)
+
+    def _cluster_details(self, name: str, view: HostView) -> str:
+        """A Slurm login node's cluster (partitions, GPUs per node, accounts, QOS), read once it is connected."""
+        known = self.clusters.get(name)
+        if known is not None:
+            return known
+        if view.state not in ("connected", "degraded") or self.context.slurm is None:
+            return "Slurm cluster: its partitions, accounts and QOS are read once the login node is connected"
+        self._read_cluster(name)
+        return f"Slurm cluster: asking {name} for its partitions…"
+
+    def _read_cluster(self, name: str) -> None:
+        slurm = self.context.slurm
+        if slurm is None or name in self._clusters_asked:
+            return
+        self._clusters_asked.add(name)
+
+        def work(_progress: Progress) -> SlurmClusterInfo:
+            return slurm.info(name)
+
+        job = self.context.jobs.start(f"hosts slurm info {name}", work, abandon_on_cancel=True)
+        job.succeeded.connect(lambda info: self._cluster_read(name, cluster_text(info)))
+        job.failed.connect(lambda message: self._cluster_read(name, f"Slurm cluster: could not be asked: {message}"))
+        job.ended.connect(lambda: self._clusters_asked.discard(name))
+
+    def _cluster_read(self, name: str, text: str) -> None:
+        self.clusters[name] = text
+        if self.selected() == name:
+            self._show_details()
 
     # ------------------------------------------------------------------ actions
 
@@ -489,6 +530,8 @@ class HostsView(QWidget):
                 simulate=new.simulate,
                 prometheus=new.prometheus,
                 settings=fleet.settings,
+                scheduler=new.scheduler,
+                node_port=new.node_port,
             )
             fleet.add_record(record)
             return record
