@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshdeck.core.errors import InputError
 from meshdeck.launch.profile import Profile
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 2.0
 MAX_JOBS = 100  # the newest jobs the console lists and follows
+CLOSE_WAIT_S = 2.0
 LoginFor = Callable[[HostRecord, FleetService], SlurmLogin]
 
 
@@ -156,9 +157,14 @@ class SlurmService:
         return self._subscribers.add(callback)
 
     def _tell(self, event: SlurmJobChanged) -> None:
-        """Publish `event` unless subscribers were told exactly this already."""
+        """Publish `event` unless subscribers were told this already (each refresh stamps the record's
+        `updated_at`: a job asked again with nothing new is not news)."""
         with self._lock:
-            if self._shown.get(event.record.deployment) == event:
+            shown = self._shown.get(event.record.deployment)
+            if (
+                shown is not None
+                and replace(shown, record=replace(shown.record, updated_at=event.record.updated_at)) == event
+            ):
                 return
             self._shown[event.record.deployment] = event
         self._subscribers.publish(event)
@@ -170,10 +176,12 @@ class SlurmService:
         return self
 
     def close(self) -> None:
+        """Stop following (the jobs keep running). A pass waiting on a hung login node (its call may take 45 s)
+        is not waited for past CLOSE_WAIT_S: the window closes; the thread ends when its call does."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=CLOSE_WAIT_S)
             self._thread = None
 
     def _follow(self) -> None:

@@ -56,3 +56,16 @@ def test_only_slurm_login_nodes_are_clusters_and_asking_one_unconnected_says_so(
         slurm.info("hpc")
     with pytest.raises(InputError, match="no Slurm job is recorded for 'nope'"):
         slurm.stop("nope")
+
+
+def test_a_job_asked_again_with_nothing_new_is_not_told_again(service) -> None:
+    from dataclasses import replace
+
+    slurm, db = service
+    told: list[SlurmJobChanged] = []
+    slurm.subscribe(told.append)
+    record = add_slurm_job(db, SlurmJobRecord("d1", "hpc", 12, "p", "vllm", 2, state="RUNNING"))
+    slurm._tell(SlurmJobChanged(record))
+    slurm._tell(SlurmJobChanged(replace(record, updated_at=record.updated_at + 2.0)))  # a refresh's new stamp only
+    slurm._tell(SlurmJobChanged(replace(record, state="COMPLETING", updated_at=record.updated_at + 4.0)))
+    assert [event.record.state for event in told] == ["RUNNING", "COMPLETING"]

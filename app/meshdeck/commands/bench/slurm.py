@@ -15,11 +15,10 @@ import json
 import sys
 from typing import Any
 
-from meshdeck.commands.bench.vllm import EXIT_NOT_INSTALLED, _positive
+from meshdeck.commands.bench._arguments import EXIT_NOT_INSTALLED, local_vllm, request_count
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.services.slurm_bench import run_slurm_bench_local
-from meshdeck.services.vllm_local import VllmNotInstalled, find_vllm_executable
 
 CONTRACT = ("slurm_version", "nodes", "job_id", "states_seen", "ready_s", "requests_ok", "requests_failed",
             "metric_rows_stored", "stopped_state", "leftover_processes")  # fmt: skip
@@ -28,7 +27,7 @@ CONTRACT = ("slurm_version", "nodes", "job_id", "states_seen", "ready_s", "reque
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("slurm", help="the tiny vLLM TP=2 submitted to a loopback Slurm cluster")
     parser.add_argument("--local", action="store_true", help="start the cluster on this machine (the only mode)")
-    parser.add_argument("--requests", type=_positive, default=8, help="completions to send (default 8)")
+    parser.add_argument("--requests", type=request_count, default=8, help="completions to send (default 8)")
     parser.add_argument("--vllm", help="the `vllm` executable (default: $MESHDECK_VLLM, else .venv-vllm/bin/vllm)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=_run)
@@ -37,10 +36,8 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     if not args.local:
         raise InputError("--local", "only a loopback cluster is started from the command line; pass --local")
-    try:
-        executable = find_vllm_executable(args.vllm)
-    except VllmNotInstalled as exc:
-        print(f"meshdeck: {exc}", file=sys.stderr)
+    executable = local_vllm(args.vllm)
+    if executable is None:
         return EXIT_NOT_INSTALLED
     try:
         result = run_slurm_bench_local(

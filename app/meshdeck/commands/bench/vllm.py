@@ -14,30 +14,18 @@ import json
 import sys
 from typing import Any
 
+from meshdeck.commands.bench._arguments import EXIT_NOT_INSTALLED, local_vllm, request_count
 from meshdeck.core.errors import InputError
 from meshdeck.core.text import printable
 from meshdeck.services.deployments.model import LaunchProgress
 from meshdeck.services.vllm_bench import run_vllm_bench
-from meshdeck.services.vllm_local import VllmNotInstalled, find_vllm_executable
-
-EXIT_NOT_INSTALLED = 2
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"{value} must be 1-100000")
-    return value
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("vllm", help="a real vLLM (CPU build) TP=2 across two local agents, loaded")
     parser.add_argument("--local", action="store_true", help="run on agents of this machine (the only mode)")
-    parser.add_argument("--requests", type=_positive, default=32, help="completions to send (default 32)")
-    parser.add_argument("--concurrency", type=_positive, default=8, help="completions in flight (default 8)")
+    parser.add_argument("--requests", type=request_count, default=32, help="completions to send (default 32)")
+    parser.add_argument("--concurrency", type=request_count, default=8, help="completions in flight (default 8)")
     parser.add_argument("--vllm", help="the `vllm` executable (default: $MESHDECK_VLLM, else .venv-vllm/bin/vllm)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=_run)
@@ -46,10 +34,8 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     if not args.local:
         raise InputError("--local", "only local runs are supported from the command line; pass --local")
-    try:
-        executable = find_vllm_executable(args.vllm)
-    except VllmNotInstalled as exc:
-        print(f"meshdeck: {exc}", file=sys.stderr)
+    executable = local_vllm(args.vllm)
+    if executable is None:
         return EXIT_NOT_INSTALLED
 
     def progress(update: LaunchProgress) -> None:

@@ -157,19 +157,17 @@ class SlurmJobsPanel(QWidget):
         self.table.setRowCount(len(events))
         for row, event in enumerate(events):
             record = event.record
-            set_row(
-                self.table,
-                row,
-                (
-                    record.deployment,
-                    record.cluster,
-                    str(record.job_id),
-                    record.state,
-                    printable(record.reason or "", 200),
-                    ",".join(record.node_names) or str(record.nodes),
-                    deployment_state(record.state) + (" (not current)" if event.problem and not record.final else ""),
-                ),
+            cells = (
+                record.deployment,
+                record.cluster,
+                str(record.job_id),
+                record.state,
+                record.reason or "",
+                ",".join(record.node_names) or str(record.nodes),
+                deployment_state(record.state) + (" (not current)" if event.problem and not record.final else ""),
             )
+            # the id stays whole: a row is found again by it
+            set_row(self.table, row, (record.deployment, *(printable(cell, 200) for cell in cells[1:])))
         if self.selected_id in self._order:
             wanted = self._order.index(self.selected_id)
             rows = self.table.selectionModel().selectedRows()
