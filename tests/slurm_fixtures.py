@@ -18,6 +18,10 @@ from integration.remote.remote_agent_fixtures import isolated_fleet_settings
 from meshdeck.services.fleet import FleetSettings
 from meshdeck.services.slurm_local import PARTITION, SlurmCluster, missing_reason, start_cluster, stop_cluster
 
+NODES_BEYOND_PARTITION = frozenset({"PartitionConfig", "PartitionNodeLimit"})
+"""Slurm's reasons for a job asking more nodes than its partition has: which one it names depends on which of its
+checks (partition limits or the node selection) runs first in that scheduling pass."""
+
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
