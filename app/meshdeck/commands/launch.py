@@ -168,7 +168,13 @@ def render_plan(plan: LaunchPlan, notes: list[str] | tuple[str, ...] = ()) -> st
         if command.ready:
             lines.append(f"  ready when: {' or '.join(c.describe() for c in command.ready)}")
     if plan.ports:
-        lines += ["", "ports on the head: " + ", ".join(f"{p.port} ({p.purpose})" for p in plan.ports)]
+        if all(p.host == plan.head_host for p in plan.ports):
+            lines += ["", "ports on the head: " + ", ".join(f"{p.port} ({p.purpose})" for p in plan.ports)]
+        else:
+            lines.append("")
+            for host in dict.fromkeys(p.host for p in plan.ports):
+                used = ", ".join(f"{p.port} ({p.purpose})" for p in plan.ports if p.host == host)
+                lines.append(f"ports on {host}: {used}")
     for warning in (*plan.warnings, *notes):
         lines.append(f"warning: {warning}")
     return "\n".join(printable(line) for line in lines)

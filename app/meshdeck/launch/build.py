@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from meshdeck.core.errors import InputError
+from meshdeck.launch.disaggregated_launch import build_disaggregated_plan
 from meshdeck.launch.network import NodeNetwork
 from meshdeck.launch.plan import LaunchPlan, PlannedStartup
 from meshdeck.launch.profile import Layout, Profile, validation_error_to_input_error
@@ -28,6 +29,8 @@ def build_launch_plan(
 ) -> LaunchPlan:
     """Every command of the launch, in start order. Pure: nothing is contacted or started, and nothing
     depends on whether the agents simulate their GPUs."""
+    if profile.disaggregated is not None:
+        return build_disaggregated_plan(profile, nodes)
     if profile.engine == "vllm":
         return build_vllm_plan(profile, nodes, planned=planned)
     return build_torch_plan(profile, nodes, run_id=run_id)

@@ -35,6 +35,7 @@ _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
 _HCA = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 IB_KINDS = ("infiniband", "roce")
+PORT_UP_STATES = ("", "up", "active", "4: active", "unknown")  # a NIC's `state` read as usable
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class NodeNetwork:
     ib_ports: tuple[IbPort, ...] = ()
     nics_known: bool = True  # False: nobody asked the agent (a dry run); no IB preset either way
     head_route: HeadRoute | None = None  # None: the agent was not asked (single node, dry run, older agent)
+    nearest_nics: tuple[tuple[int, str], ...] = ()  # GPU index -> its closest NIC ("mlx5_0/1"), as its agent saw
 
     def __post_init__(self) -> None:
         check_host_address(self.address, f"host {self.host}: address")
@@ -169,7 +171,7 @@ def node_network_from_inventory(
     ib_ports: list[IbPort] = []
     for index, nic in enumerate(inventory.nics):
         field = f"host {host}: inventory.nics[{index}]"
-        active = (nic.state or "").lower() in ("", "up", "active", "4: active", "unknown")
+        active = (nic.state or "").lower() in PORT_UP_STATES
         addresses = tuple(ipaddress.ip_interface(a) for a in nic.addresses)  # checked by Inventory.from_wire
         if nic.kind in IB_KINDS:
             device, _, port = nic.name.partition("/")
@@ -183,4 +185,18 @@ def node_network_from_inventory(
             raise InputError(f"{field}.name", f"{nic.name!r} is not an interface name")
         if active:
             interfaces.append(NetworkInterface(nic.name, addresses))
-    return NodeNetwork(host, address, tuple(interfaces), tuple(ib_ports), head_route=head_route)
+    nearest = tuple(
+        (gpu, nic)
+        for gpu, nic in inventory.topology.nearest_nic
+        if nic is not None and nic in {n.name for n in inventory.nics}
+    )
+    return NodeNetwork(host, address, tuple(interfaces), tuple(ib_ports), head_route=head_route, nearest_nics=nearest)
+
+
+def rdma_ports_for(node: NodeNetwork, gpus: Sequence[int]) -> tuple[IbPort, ...]:
+    """The active IB/RoCE ports a process owning `gpus` should use: each GPU's nearest port (on a rail network,
+    its own rail), in GPU order; every active port when the agent placed none of them."""
+    active = {f"{p.device}/{p.port}": p for p in node.ib_ports if p.active and p.kind in IB_KINDS}
+    nearest = dict(node.nearest_nics)
+    chosen = {nearest[g]: active[nearest[g]] for g in gpus if nearest.get(g) in active}
+    return tuple(chosen.values()) or tuple(active.values())

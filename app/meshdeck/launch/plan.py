@@ -112,6 +112,7 @@ class PortUse:
     host: str
     port: int
     purpose: str  # "vLLM API", "torch.distributed master", "DP RPC", "Ray GCS", "c10d rendezvous"
+    address: str | None = None  # where the other nodes reach it; None: the head's address
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,10 @@ class LaunchPlan:
                 }
                 for c in self.commands
             ],
-            "ports": [{"host": p.host, "port": p.port, "purpose": p.purpose} for p in self.ports],
+            "ports": [
+                {"host": p.host, "port": p.port, "purpose": p.purpose, "address": p.address or self.head_address}
+                for p in self.ports
+            ],
             "serving_url": self.serving_url,
             "serving_ready": [check.describe() for check in self.serving_ready],
             "warnings": list(self.warnings),

@@ -17,7 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meshdeck_agent.wire_inventory import Inventory
+
 from meshdeck.core.text import printable
+from meshdeck.launch.network import IB_KINDS, PORT_UP_STATES
+from meshdeck.launch.profile import Profile
 
 CLOCK_TOLERANCE_S = 1.0
 GIB = 1024**3
@@ -180,8 +184,10 @@ def gpu_memory(
     return results
 
 
-def ports_free(head: str, purposes: Mapping[int, str], answer: Mapping[str, Any] | str) -> list[CheckResult]:
-    """`answer`: the head's `checks.ports_free` reply {"ports": {"8000": true, ...}} (true = free)."""
+def ports_free(
+    head: str, purposes: Mapping[int, str], answer: Mapping[str, Any] | str, *, where: str = "the head"
+) -> list[CheckResult]:
+    """`answer`: the node's `checks.ports_free` reply {"ports": {"8000": true, ...}} (true = free)."""
     if isinstance(answer, str):
         return [CheckResult("ports free", head, False, f"could not check ports: {answer}")]
     states = answer.get("ports") or {}
@@ -191,7 +197,7 @@ def ports_free(head: str, purposes: Mapping[int, str], answer: Mapping[str, Any]
         if free:
             results.append(CheckResult("ports free", head, True, f"{port} ({purpose}) is free"))
         else:
-            results.append(CheckResult("ports free", head, False, f"{port} ({purpose}) is already taken on the head"))
+            results.append(CheckResult("ports free", head, False, f"{port} ({purpose}) is already taken on {where}"))
     return results
 
 
@@ -238,6 +244,36 @@ def clocks(offsets: Mapping[str, tuple[float, float] | str]) -> list[CheckResult
             results.append(
                 CheckResult(
                     "clocks", None, True, f"within {spread:.3f} s (± {error:.3f} s) across {len(known)} node(s)"
+                )
+            )
+    return results
+
+
+def rdma_devices(profile: Profile, inventories: Mapping[str, Inventory | str]) -> list[CheckResult]:
+    """A disaggregated deployment whose KV moves over RDMA (kv_connector.transport: rdma) needs an active
+    InfiniBand / RoCE port on every engine node, from its agent's inventory: without one UCX falls back to TCP
+    (or fails) and every prompt's KV crawls to decode. A node whose inventory could not be read is named."""
+    pools = profile.disaggregated
+    if pools is None or pools.kv_connector.transport != "rdma":
+        return []
+    results = []
+    for host in profile.hosts:
+        inventory = inventories.get(host)
+        if not isinstance(inventory, Inventory):
+            why = inventory if isinstance(inventory, str) else "no inventory"
+            results.append(CheckResult("rdma devices", host, False, f"could not read its NICs: {why}"))
+            continue
+        ports = [n.name for n in inventory.nics if n.kind in IB_KINDS and (n.state or "").lower() in PORT_UP_STATES]
+        if ports:
+            results.append(CheckResult("rdma devices", host, True, f"{', '.join(ports)} active for NIXL/UCX"))
+        else:
+            results.append(
+                CheckResult(
+                    "rdma devices",
+                    host,
+                    False,
+                    "no active InfiniBand/RoCE port: NIXL would move KV over TCP; fix the fabric, or set "
+                    "disaggregated.kv_connector.transport: tcp to run over TCP knowingly",
                 )
             )
     return results

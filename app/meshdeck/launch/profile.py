@@ -52,6 +52,8 @@ RESERVED_ENV_PREFIX = "MESHDECK_"
 RESERVED_ENV = {  # env variables the launch builders set per node or from the layout; a profile cannot
     "VLLM_HOST_IP": "meshdeck sets it per node from the host's address",
     "VLLM_RAY_DP_PACK_STRATEGY": "meshdeck sets it from the layout",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "meshdeck sets it per engine node from the host's address",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "meshdeck sets it per engine from its pool's side_channel_port",
 }
 
 
@@ -224,6 +226,97 @@ class SlurmSettings(_Strict):
         return self
 
 
+ALL2ALL_BACKENDS = (  # vLLM 0.32's All2AllBackend (vllm/config/parallel.py)
+    "naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori_high_throughput",
+    "mori_low_latency", "moonep", "nixl_ep", "allgather_reducescatter", "flashinfer_nvlink_two_sided",
+)  # fmt: skip
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                   "sticky_least_loaded")  # fmt: skip  # vllm-router 0.1.17's --policy choices
+# Flags a disaggregated pool's engines get from the pool's settings, not from extra_args.
+POOL_FLAGS = {
+    "--kv-transfer-config": "set disaggregated.kv_connector instead (each pool's role is meshdeck's)",
+    "--all2all-backend": "set the pool's wide_ep.all2all_backend instead",
+    "--enable-eplb": "set the pool's wide_ep.eplb instead",
+    "--eplb-config": "set the pool's wide_ep.redundant_experts instead",
+    "--enable-dbo": "set the pool's wide_ep.dbo instead",
+}
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class WideEp(_Strict):
+    """A pool's wide expert parallelism: the all-to-all kernels (DeepEP's high-throughput ones for prefill,
+    low-latency ones for decode), EPLB with its redundant experts, dual-batch overlap."""
+
+    all2all_backend: Literal[ALL2ALL_BACKENDS] | None = None  # type: ignore[valid-type]
+    eplb: bool = False
+    redundant_experts: Annotated[int, Field(ge=0, le=4096)] = 0
+    dbo: bool = False
+
+    @model_validator(mode="after")
+    def _redundant_needs_eplb(self) -> WideEp:
+        if self.redundant_experts and not self.eplb:
+            raise ValueError("redundant_experts needs eplb: true (EPLB places the redundant experts)")
+        return self
+
+
+class Pool(_Strict):
+    """One pool of a disaggregated deployment: `workers` vLLM engines of one layout over the pool's hosts."""
+
+    hosts: Annotated[list[Annotated[str, Field(pattern=HOST_PATTERN)]], Field(min_length=1, max_length=1024)]
+    layout: Layout = Field(default_factory=Layout)
+    workers: Annotated[int, Field(ge=1, le=4096)] = 1
+    port: Port | None = None  # the engines' API port (consecutive ports for engines sharing a node)
+    side_channel_port: Port | None = None  # NIXL's handshake port (VLLM_NIXL_SIDE_CHANNEL_PORT), per DP rank up
+    extra_args: list[ExtraArg] = Field(default_factory=list)
+    wide_ep: WideEp | None = None
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_pool_flags(cls, value: list[str]) -> list[str]:
+        for token in value:
+            flag = flag_as_vllm_reads(token)
+            if flag in POOL_FLAGS:
+                raise ValueError(f"{printable(token.split('=', 1)[0], 40)}: {POOL_FLAGS[flag]}")
+        return value
+
+
+class KvConnector(_Strict):
+    """How KV moves from prefill to decode engines: vLLM's NixlConnector (UCX underneath), its buffer on the
+    GPU (`cuda`, GPUDirect RDMA) or in host memory (`cpu`: vLLM's CPU build, or GPUs without GPUDirect)."""
+
+    name: Literal["NixlConnector"] = "NixlConnector"
+    buffer_device: Literal["cuda", "cpu"] = "cuda"
+    transport: Literal["rdma", "tcp"] = "rdma"  # rdma: the pre-flight wants an active IB/RoCE port per engine node
+
+
+class Router(_Strict):
+    """vLLM's router (vllm-project/router, `pip install vllm-router`) in front of the pools."""
+
+    executable: str = "vllm-router"
+    host: Annotated[str, Field(pattern=HOST_PATTERN)] | None = None  # default: the first prefill host
+    port: Port = 8000
+    prometheus_port: Port = 29000
+    policy: Literal[ROUTER_POLICIES] | None = None  # type: ignore[valid-type]
+    extra_args: list[Text] = Field(default_factory=list)
+
+    @field_validator("executable")
+    @classmethod
+    def _executable_clean(cls, value: str) -> str:
+        return _program(value, "executable")
+
+
+class Disaggregated(_Strict):
+    """A prefill pool and a decode pool joined by a KV connector, behind a router (docs: profile.py)."""
+
+    prefill: Pool
+    decode: Pool
+    kv_connector: KvConnector = Field(default_factory=KvConnector)
+    router: Router = Field(default_factory=Router)
+
+    def pools(self) -> tuple[tuple[str, Pool], ...]:
+        return (("prefill", self.prefill), ("decode", self.decode))
+
+
 class Profile(_Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     model: Annotated[str, Field(min_length=1, max_length=4096)]
@@ -235,6 +328,7 @@ class Profile(_Strict):
     torch: TorchSettings = Field(default_factory=TorchSettings)
     env: dict[EnvName, Text] = Field(default_factory=dict)
     slurm: SlurmSettings | None = None  # a profile meant for a Slurm cluster may carry its job's options
+    disaggregated: Disaggregated | None = None  # prefill/decode pools behind a router (vLLM only)
 
     @field_validator("model")
     @classmethod
@@ -256,6 +350,8 @@ class Profile(_Strict):
 
     @model_validator(mode="after")
     def _layout_matches_hosts(self) -> Profile:
+        if self.disaggregated is not None:
+            return self._pools_match_hosts(self.disaggregated)
         gpus = len(self.hosts) * self.gpus_per_node
         if self.layout.world_size != gpus:
             raise ValueError(
@@ -263,6 +359,41 @@ class Profile(_Strict):
                 f"{self.layout.pipeline_parallel} × {self.layout.data_parallel} = {self.layout.world_size}, but "
                 f"{len(self.hosts)} host(s) × gpus_per_node {self.gpus_per_node} = {gpus} GPUs"
             )
+        return self
+
+    def _pools_match_hosts(self, pools: Disaggregated) -> Profile:
+        """`hosts` is every pool's hosts, prefill's first; each pool's workers fill its hosts' GPUs exactly."""
+        if self.engine != "vllm":
+            raise ValueError("disaggregated: prefill/decode pools are vLLM engines; set engine: vllm")
+        if self.layout != Layout():
+            raise ValueError("layout: a disaggregated profile sets each pool's layout (disaggregated.*.layout)")
+        listed = [*pools.prefill.hosts, *pools.decode.hosts]
+        if listed != self.hosts:
+            raise ValueError(
+                f"hosts: must be the prefill pool's hosts then the decode pool's, in order ({listed}); a host "
+                "serves one pool"
+            )
+        for role, pool in pools.pools():
+            world, gpus = pool.layout.world_size, len(pool.hosts) * self.gpus_per_node
+            if pool.workers * world != gpus:
+                raise ValueError(
+                    f"disaggregated.{role}: {pool.workers} worker(s) × {pool.layout.label()} ({world} GPUs) = "
+                    f"{pool.workers * world} GPUs, but its {len(pool.hosts)} host(s) × gpus_per_node "
+                    f"{self.gpus_per_node} = {gpus}"
+                )
+            if world < self.gpus_per_node and self.gpus_per_node % world:
+                raise ValueError(
+                    f"disaggregated.{role}.layout: a worker of {world} GPUs does not divide gpus_per_node "
+                    f"{self.gpus_per_node}; workers would straddle nodes"
+                )
+            if world > self.gpus_per_node and world % self.gpus_per_node:
+                raise ValueError(
+                    f"disaggregated.{role}.layout: a worker of {world} GPUs is not a whole number of nodes of "
+                    f"{self.gpus_per_node} GPUs"
+                )
+        router = pools.router.host
+        if router is not None and router not in self.hosts:
+            raise ValueError(f"disaggregated.router.host: {router!r} is not one of the profile's hosts")
         return self
 
 
@@ -317,6 +448,10 @@ def profile_to_mapping(profile: Profile) -> dict[str, Any]:
         del data["slurm"]  # profiles written before Slurm options existed export unchanged
     else:
         data["slurm"] = {key: value for key, value in data["slurm"].items() if value is not None}
+    if profile.disaggregated is None:
+        del data["disaggregated"]  # aggregated profiles export as before
+    else:
+        del data["layout"]  # each pool has its own
     return data
 
 

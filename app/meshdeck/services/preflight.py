@@ -139,10 +139,10 @@ def _clock_offset(caller: AgentCaller, host: str, clock: Callable[[], float]) ->
 
 
 def _reachability(
-    caller: AgentCaller, plan: LaunchPlan, ports: list[int], python: str
+    caller: AgentCaller, plan: LaunchPlan, head: str, address: str, ports: list[int], python: str
 ) -> tuple[list[CheckResult], dict[tuple[str, int], Any]]:
-    """Probe listener on the head, a connect from every node to each port, probe stopped."""
-    head = plan.head_host
+    """Probe listener on `head` (the plan's head, or a disaggregated pool's node), a connect from every node to
+    each port at `address`, probe stopped."""
     probe_id = f"preflight-{uuid.uuid4().hex[:8]}"
     spec = {"id": probe_id, "name": "meshdeck pre-flight port probe", "restart": "never",
             "argv": [python, "-c", PORT_PROBE, str(PROBE_SECONDS), *map(str, ports)]}  # fmt: skip
@@ -164,7 +164,7 @@ def _reachability(
         targets = [(host, port) for host in plan.hosts for port in listening]
         with ThreadPoolExecutor(max_workers=min(16, len(targets) or 1)) as pool:
             replies = pool.map(
-                lambda t: _ask(caller, t[0], "checks.tcp_connect", {"host": plan.head_address, "port": t[1],
+                lambda t: _ask(caller, t[0], "checks.tcp_connect", {"host": address, "port": t[1],
                                                                      "timeout_s": 5}), targets)  # fmt: skip
             answers = dict(zip(targets, replies, strict=True))
         return problems, answers
@@ -222,14 +222,25 @@ def run_preflight(
         allow_cpu=profile.engine == "torch" or cpu_vllm,
         cpu_runner="vLLM's CPU build runs the workers" if cpu_vllm else "the workload runs on CPU with gloo",
     )
-    purposes = {use.port: use.purpose for use in plan.ports}
-    results += rules.ports_free(plan.head_host, purposes, _ask(caller, plan.head_host, "checks.ports_free",
-                                                                 {"ports": sorted(purposes)}))  # fmt: skip
+    # the ports each node must have free and every node must reach: the head's; a disaggregated deployment's
+    # on each engine node too (API, NIXL side channel) and the router's
+    purposes: dict[str, dict[int, str]] = {}
+    addresses: dict[str, str] = {}
+    for use in plan.ports:
+        purposes.setdefault(use.host, {})[use.port] = use.purpose
+        addresses[use.host] = use.address or plan.head_address
+    for host, used in purposes.items():
+        where = "the head" if host == plan.head_host and len(purposes) == 1 else host
+        results += rules.ports_free(host, used, _ask(caller, host, "checks.ports_free", {"ports": sorted(used)}),
+                                    where=where)  # fmt: skip
     if all(r.passed for r in results if r.check == "ports free"):
         probe_python = profile.torch.python if profile.engine == "torch" else "python3"
-        problems, answers = _reachability(caller, plan, sorted(purposes), probe_python)
-        results += problems + rules.reach_head(plan.head_address, answers)
+        for host, used in purposes.items():
+            problems, answers = _reachability(caller, plan, host, addresses[host], sorted(used), probe_python)
+            results += problems + rules.reach_head(addresses[host], answers)
     else:
-        results.append(CheckResult("reach head", None, False, "not probed: a port on the head is taken"))
+        results.append(CheckResult("reach head", None, False, "not probed: a port the plan needs is taken"))
+    if profile.disaggregated is not None and not cpu_vllm and not simulated:
+        results += rules.rdma_devices(profile, inventory)
     results += rules.clocks(_per_host(hosts, lambda h: _clock_offset(caller, h, clock)))
     return PreflightReport(tuple(results))

@@ -31,14 +31,14 @@ from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.services.completion_load import LoadResult, send_completions
 from meshdeck.services.cpu_plan import cpu_kv_for_profile
-from meshdeck.services.deployments.local import LocalAgents, free_port
+from meshdeck.services.deployments.local import LocalAgents, distinct_free_ports, free_port
 from meshdeck.services.deployments.model import DeploymentSnapshot, LaunchProgress, new_deployment_id
 from meshdeck.services.deployments.records import StoreRecorder
 from meshdeck.services.deployments.registry import DeployService, LaunchFailed
 from meshdeck.services.deployments.targets import LOCAL_ADDRESS, prepare_launch
 from meshdeck.services.history import HistoryRecorder
 from meshdeck.services.preflight import run_preflight
-from meshdeck.services.vllm_local import local_vllm_profile, tiny_model_dir
+from meshdeck.services.vllm_local import local_disaggregated_profile, local_vllm_profile, tiny_model_dir
 from meshdeck.store.database import Database, open_database
 from meshdeck.store.query import list_series, query_range
 from meshdeck.store.writer import SampleWriter
@@ -62,6 +62,7 @@ class LocalVllmDeployment:
         model: str | None = None,
         port: int | None = None,
         whole_restarts: int | None = 0,
+        disaggregated: bool = False,
     ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="md-vllm-", dir="/tmp"))
         self.whole_restarts = whole_restarts
@@ -79,15 +80,24 @@ class LocalVllmDeployment:
             self._closers.append(self.agents.fleet.subscribe(HistoryRecorder(self.writer).handle))
             self.deploy = DeployService(self.agents.fleet, recorder=StoreRecorder(self.db))
             self._closers.append(self.deploy.close)
-            self.profile: Profile = local_vllm_profile(
-                self.agents.hosts,
-                executable=executable,
-                model=model or str(tiny_model_dir()),
-                port=port or free_port(),
-                master_port=free_port(),
-                tensor_parallel=tensor_parallel,
-                pipeline_parallel=pipeline_parallel,
-                extra_args=extra_args,
+            self.profile: Profile = (
+                local_disaggregated_profile(
+                    self.agents.hosts,
+                    executable=executable,
+                    model=model or str(tiny_model_dir()),
+                    ports=distinct_free_ports(6),
+                )
+                if disaggregated
+                else local_vllm_profile(
+                    self.agents.hosts,
+                    executable=executable,
+                    model=model or str(tiny_model_dir()),
+                    port=port or free_port(),
+                    master_port=free_port(),
+                    tensor_parallel=tensor_parallel,
+                    pipeline_parallel=pipeline_parallel,
+                    extra_args=extra_args,
+                )
             )
             self.deployment_id = new_deployment_id(self.profile.name)
             prepared = prepare_launch(

@@ -107,3 +107,51 @@ def local_vllm_profile(
         },
         source="local vLLM profile",
     )
+
+
+def router_executable(vllm_executable: str) -> str:
+    """`vllm-router` beside the vLLM executable (`make vllm-venv` installs both in .venv-vllm/bin)."""
+    return str(Path(vllm_executable).with_name("vllm-router"))
+
+
+def local_disaggregated_profile(
+    hosts: Sequence[str],
+    *,
+    executable: str,
+    model: str,
+    ports: Sequence[int],
+    name: str = "vllm-cpu-pd",
+) -> Profile:
+    """One prefill engine on hosts[0] and one decode engine on hosts[1] (TP=1, one CPU "GPU" each), NIXL moving
+    KV between their host-memory buffers over TCP (UCX; no RDMA here), vLLM's router in front on hosts[0].
+
+    `ports`: prefill API, decode API, prefill side channel, decode side channel, router, router metrics."""
+    if len(hosts) != 2 or len(ports) != 6:
+        raise InputError("hosts", "a local disaggregated deployment is one prefill host and one decode host")
+    prefill_api, decode_api, prefill_side, decode_side, router, router_metrics = ports
+    return profile_from_mapping(
+        {
+            "name": name,
+            "model": model,
+            "engine": "vllm",
+            "hosts": list(hosts),
+            "gpus_per_node": 1,
+            "vllm": {"executable": executable, "max_model_len": MAX_MODEL_LEN, "extra_args": list(SERVE_ARGS)},
+            "env": {
+                "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_SPACE_GIB,
+                "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                "OMP_NUM_THREADS": "1",
+            },
+            "disaggregated": {
+                "prefill": {"hosts": [hosts[0]], "port": prefill_api, "side_channel_port": prefill_side},
+                "decode": {"hosts": [hosts[1]], "port": decode_api, "side_channel_port": decode_side},
+                "kv_connector": {"buffer_device": "cpu", "transport": "tcp"},
+                "router": {
+                    "executable": router_executable(executable),
+                    "port": router,
+                    "prometheus_port": router_metrics,
+                },
+            },
+        },
+        source="local disaggregated vLLM profile",
+    )

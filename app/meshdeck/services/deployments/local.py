@@ -47,6 +47,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def distinct_free_ports(count: int) -> list[int]:
+    """`count` different free ports (free_port may hand the same one out twice once it was released)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    return ports
+
+
 class LocalAgents:
     """N agent daemons on this machine (`local-0`, `local-1`, ...), each its own socket and state dir.
 
