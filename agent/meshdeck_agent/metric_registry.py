@@ -202,9 +202,82 @@ _WORKER_SCALARS: Tuple[Metric, ...] = (
     ),
     Metric("num_preemptions_total", PREEMPTIONS, MAX_WORKER_VALUE, WORKER, COUNTER, "Requests preempted"),
     Metric("request_success_total", REQUESTS, MAX_WORKER_VALUE, WORKER, COUNTER, "Requests finished"),
+    # Where prompt tokens came from (vLLM's prompt_tokens_by_source); the three add up to prompt_tokens_total.
+    Metric(
+        "prompt_tokens_computed_total",
+        TOKENS,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "Prompt tokens the engine prefilled itself (source local_compute)",
+    ),
+    Metric(
+        "prompt_tokens_local_cache_total",
+        TOKENS,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "Prompt tokens found in the engine's own prefix cache (source local_cache_hit)",
+    ),
+    Metric(
+        "prompt_tokens_transferred_total",
+        TOKENS,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "Prompt tokens whose KV cache came from another instance, e.g. a prefill engine (source external_kv_transfer)",
+    ),
+    # KV-cache transfers between disaggregated prefill and decode instances (vLLM's NixlConnector).
+    Metric(
+        "kv_transfer_bytes_total",
+        BYTES,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "KV-cache bytes moved by the engine's NIXL transfers (vllm:nixl_bytes_transferred_sum)",
+    ),
+    Metric(
+        "kv_transfers_total",
+        UNITLESS,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "NIXL KV-cache transfers completed (vllm:nixl_xfer_time_seconds_count)",
+    ),
+    Metric(
+        "kv_transfers_failed_total",
+        ERRORS,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "NIXL KV-cache transfers, handshakes and notifications that failed",
+    ),
+    # A vLLM router (vllm-router) scraped as a worker: its requests, summed over the workers it routes to.
+    Metric(
+        "router_requests_total",
+        REQUESTS,
+        MAX_WORKER_VALUE,
+        WORKER,
+        COUNTER,
+        "Requests a vLLM router passed to its workers, all workers (vllm_router_processed_requests_total)",
+    ),
     Metric("prompt_tokens_per_s", TOKENS_PER_S, 1e12, WORKER, GAUGE, "Prompt tokens processed per second"),
     Metric("generation_tokens_per_s", TOKENS_PER_S, 1e12, WORKER, GAUGE, "Tokens generated per second"),
     Metric("preemptions_per_s", PREEMPTIONS_PER_S, 1e9, WORKER, GAUGE, "Requests preempted per second"),
+    Metric(
+        "prompt_tokens_computed_per_s", TOKENS_PER_S, 1e12, WORKER, GAUGE, "Prompt tokens prefilled locally per second"
+    ),
+    Metric(
+        "prompt_tokens_transferred_per_s",
+        TOKENS_PER_S,
+        1e12,
+        WORKER,
+        GAUGE,
+        "Prompt tokens whose KV cache came from another instance, per second",
+    ),
+    Metric(
+        "kv_transfer_bytes_per_s", BYTES_PER_S, BYTE_RATE, WORKER, GAUGE, "KV-cache bytes moved over NIXL per second"
+    ),
     Metric(
         "prefix_cache_hit_rate",
         RATIO,

@@ -15,12 +15,23 @@ server exports both:
       vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
       vllm:request_decode_time_seconds                                -> mean and p50/p99
     vllm:cache_config_info{num_gpu_blocks, block_size}               -> KV capacity in tokens
+    vllm:prompt_tokens_by_source_total{source=local_compute | local_cache_hit | external_kv_transfer}
+                                                  -> computed / local-cache / transferred prompt tokens
+  and, from the NixlConnector of a prefill/decode-disaggregated deployment:
+    vllm:nixl_bytes_transferred_sum (the histogram's cumulative bytes)  -> KV bytes moved, bytes/s
+    vllm:nixl_xfer_time_seconds_count, vllm:nixl_num_failed_transfers_total -> transfers, failed ones
+  and, from a vLLM router (vllm-router's --prometheus-port):
+    vllm_router_processed_requests_total{worker}                     -> requests, summed over workers
+
+Samples of one name that differ in a label besides `engine` (a `source`, a router's `worker`, a finished
+request's reason) are summed, unless the label picks the meshdeck name (COUNTERS_BY_LABEL).
 
 Each `engine` label (one per data-parallel rank) gets its own entry; an entry with engine "" sums the
 engines. Rates, means and quantiles are over the interval since the previous scrape (histograms merged
 bucket-wise across engines, quantiles interpolated as PromQL's histogram_quantile does). KV usage across
 engines is weighted by each engine's capacity in tokens; when a server does not say its capacity the
-engines are weighted equally (the DP engines of one vLLM server share one cache config).
+engines are weighted equally (the DP engines of one vLLM server share one cache config). A server whose
+text holds none of these (a router before its first request) is up, with nothing else to say.
 
 What it emits are `WorkerSample` records (wire_sample.py) whose metric names come from the registry
 (metric_registry.WORKER_METRICS: unit, gauge or counter, range); a value the scrape cannot tell (no
@@ -49,6 +60,9 @@ KV_CAPACITY = worker_metric("kv_cache_capacity_tokens")
 PREFIX_HITS = worker_metric("prefix_cache_hits_total")
 PREFIX_QUERIES = worker_metric("prefix_cache_queries_total")
 PREFIX_HIT_RATE = worker_metric("prefix_cache_hit_rate")
+PROMPT_COMPUTED = worker_metric("prompt_tokens_computed_total")
+PROMPT_TRANSFERRED = worker_metric("prompt_tokens_transferred_total")
+KV_TRANSFER_BYTES = worker_metric("kv_transfer_bytes_total")
 
 # vLLM's name -> (meshdeck's name, priority): the lower priority wins when a server exports both.
 GAUGES = {
@@ -66,6 +80,24 @@ COUNTERS = {
     "vllm:gpu_prefix_cache_queries_total": (PREFIX_QUERIES, 1),
     "vllm:num_preemptions_total": (worker_metric("num_preemptions_total"), 0),
     "vllm:request_success_total": (worker_metric("request_success_total"), 0),
+    # NixlConnector (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py): a histogram's _sum and
+    # _count are counters too (the bytes observed only grow; _count is the transfers that completed)
+    "vllm:nixl_bytes_transferred_sum": (KV_TRANSFER_BYTES, 0),
+    "vllm:nixl_xfer_time_seconds_count": (worker_metric("kv_transfers_total"), 0),
+    "vllm:nixl_num_failed_transfers_total": (worker_metric("kv_transfers_failed_total"), 0),
+    "vllm_router_processed_requests_total": (worker_metric("router_requests_total"), 0),
+}
+# vLLM's counter -> (label, {its value: (meshdeck's name, priority)}): one family split by a label. A value
+# not listed (a source a newer vLLM adds) is not read.
+COUNTERS_BY_LABEL = {
+    "vllm:prompt_tokens_by_source_total": (
+        "source",
+        {
+            "local_compute": (PROMPT_COMPUTED, 0),
+            "local_cache_hit": (worker_metric("prompt_tokens_local_cache_total"), 0),
+            "external_kv_transfer": (PROMPT_TRANSFERRED, 0),
+        },
+    ),
 }
 # vLLM's histogram -> (the registry's LATENCY_HISTOGRAMS prefix of its statistics, priority)
 HISTOGRAMS = {
@@ -83,6 +115,9 @@ RATES = {
     worker_metric("prompt_tokens_total"): worker_metric("prompt_tokens_per_s"),
     worker_metric("generation_tokens_total"): worker_metric("generation_tokens_per_s"),
     worker_metric("num_preemptions_total"): worker_metric("preemptions_per_s"),
+    PROMPT_COMPUTED: worker_metric("prompt_tokens_computed_per_s"),
+    PROMPT_TRANSFERRED: worker_metric("prompt_tokens_transferred_per_s"),
+    KV_TRANSFER_BYTES: worker_metric("kv_transfer_bytes_per_s"),
 }
 
 
@@ -211,6 +246,11 @@ def parse_vllm_metrics(text: str) -> Dict[str, EngineSnapshot]:
             elif name in COUNTERS:
                 key, priority = COUNTERS[name]
                 _snapshot(engines, engine).put(key, priority, value, add=True)
+            elif name in COUNTERS_BY_LABEL:
+                label, keys = COUNTERS_BY_LABEL[name]
+                picked = keys.get(labels.get(label, ""))
+                if picked is not None:
+                    _snapshot(engines, engine).put(picked[0], picked[1], value, add=True)
             elif base is not None:
                 key, priority = HISTOGRAMS[base]
                 histogram = _snapshot(engines, engine).histogram(key, priority)
@@ -312,7 +352,9 @@ class VllmMetrics:
                 kv_weighted.append((usage, snapshot.capacity_tokens))
             entries.append(self._entry(engine, metrics))
         self._previous = (now, engines)
-        if len(engines) > 1 or (engines and "" not in engines):
+        if not engines:  # read, yet nothing vLLM's in it (a router that has routed nothing yet): up all the same
+            entries.append(self._entry("", {UP: 1}))
+        elif len(engines) > 1 or "" not in engines:
             entries.append(self._entry("", self._aggregate(totals, merged, kv_weighted, engines, previous)))
         return entries
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 MAX_ERRORS_KEPT = 20
 MAX_REPLY_BYTES = 1 << 20
+MAX_TEXTS_KEPT = 1000
 
 
 @dataclass
@@ -30,6 +31,8 @@ class LoadResult:
     completion_tokens: int = 0
     elapsed_s: float = 0.0
     errors: list[str] = field(default_factory=list)  # the first MAX_ERRORS_KEPT, each one line
+    prompt_tokens: int = 0  # as the server counted them (usage.prompt_tokens)
+    texts: dict[int, str] = field(default_factory=dict)  # request index -> its completion (keep_texts=True)
 
 
 def prompt_for(index: int, prompt_chars: int) -> str:
@@ -50,9 +53,12 @@ def send_completions(
     request_timeout_s: float = 600.0,
     deadline_s: float = 1800.0,
     stop: threading.Event | None = None,
+    keep_texts: bool = False,
 ) -> LoadResult:
     """Send `requests` completions to `base_url`/completions, `concurrency` at a time; count what came back.
-    Setting `stop` ends the run after the requests in flight (the ones not sent count as failed)."""
+    Setting `stop` ends the run after the requests in flight (the ones not sent count as failed). The prompts
+    are the same for the same indices on every run and sampling is greedy, so `keep_texts` answers from two
+    servers of the same weights compare token for token (at most MAX_TEXTS_KEPT are kept)."""
     result = LoadResult()
     lock = threading.Lock()
     next_index = iter(range(requests))
@@ -70,7 +76,9 @@ def send_completions(
             with urllib.request.urlopen(request, timeout=request_timeout_s) as reply:
                 answer = json.loads(reply.read(MAX_REPLY_BYTES))
             tokens = int(answer["usage"]["completion_tokens"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            prompt_tokens = int(answer["usage"].get("prompt_tokens") or 0)
+            text = str(answer["choices"][0]["text"]) if keep_texts else None
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
             message = _one_line(exc)
             with lock:
                 result.failed += 1
@@ -80,6 +88,9 @@ def send_completions(
         with lock:
             result.ok += 1
             result.completion_tokens += tokens
+            result.prompt_tokens += prompt_tokens
+            if text is not None and len(result.texts) < MAX_TEXTS_KEPT:
+                result.texts[index] = text
 
     def run() -> None:
         while time.monotonic() - started < deadline_s and not (stop is not None and stop.is_set()):

@@ -117,6 +117,14 @@ class LocalVllmDeployment:
         self.preflight = run_preflight(self.agents.fleet, self.plan, self.profile, inventories=self._inventories)
         return self.preflight
 
+    def require_preflight(self) -> None:
+        """The pre-flight, or InputError naming every failed check (the benches stop there)."""
+        report = self.run_preflight()
+        if not report.passed:
+            raise InputError(
+                "pre-flight", "; ".join(f"{r.host or 'cluster'}: {r.check}: {r.reason}" for r in report.failures)
+            )
+
     def launch(self, progress: Callable[[LaunchProgress], None] | None = None) -> DeploymentSnapshot:
         """Start it and wait until vLLM says it is up; LaunchFailed (with vLLM's log tail) otherwise."""
         started = time.monotonic()
@@ -133,12 +141,28 @@ class LocalVllmDeployment:
     def current(self) -> DeploymentSnapshot:
         return self.deploy.get(self.deployment_id)
 
-    def send_load(self, requests: int, *, concurrency: int = 8, max_tokens: int = 48) -> LoadResult:
+    def send_load(
+        self, requests: int, *, concurrency: int = 8, max_tokens: int = 48, keep_texts: bool = False
+    ) -> LoadResult:
         if self.plan.serving_url is None:
             raise InputError("plan", "this deployment serves no API")
         return send_completions(
-            self.plan.serving_url, self.profile.model, requests=requests, concurrency=concurrency, max_tokens=max_tokens
+            self.plan.serving_url,
+            self.profile.model,
+            requests=requests,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            keep_texts=keep_texts,
         )
+
+    def worker_pids(self) -> list[int]:
+        """The pids of this deployment's running workers (each leads its own session: session_processes)."""
+        pids = []
+        for host in self.agents.hosts:
+            listing = self.agents.fleet.call(host, "workers.list", timeout=30)["workers"]
+            prefix = f"{self.deployment_id}."
+            pids += [int(w["pid"]) for w in listing if str(w.get("id", "")).startswith(prefix) and w.get("pid")]
+        return pids
 
     def stored(self, metric: str) -> list[tuple[str, str, float, int]]:
         """(host, device, max, rows) of every stored series named `metric`, over its raw samples."""
@@ -157,13 +181,17 @@ class LocalVllmDeployment:
     def stored_rows(self, metrics: Sequence[str] = WORKER_METRICS) -> int:
         return sum(rows for metric in metrics for _, _, _, rows in self.stored(metric))
 
-    def wait_stored(self, load: LoadResult, timeout_s: float = STORED_WAIT_S) -> bool:
+    def wait_stored(
+        self, load: LoadResult, timeout_s: float = STORED_WAIT_S, *, generated: float | None = None
+    ) -> bool:
         """Until the stored generated-token counter reaches what the load got back (every sample up to the
-        load's end has come through the agent, the fleet and the writer), or `timeout_s`."""
+        load's end has come through the agent, the fleet and the writer), or `timeout_s`. `generated`: the
+        count to wait for instead (a decode engine's own, which leaves prefill's first tokens out)."""
         deadline = time.monotonic() + timeout_s
+        target = load.completion_tokens if generated is None else generated
         while time.monotonic() < deadline:
             self.writer.flush(timeout=10)
-            if self.stored_max("generation_tokens_total") >= load.completion_tokens:
+            if self.stored_max("generation_tokens_total") >= target:
                 return True
             time.sleep(0.5)
         return False
@@ -218,11 +246,7 @@ def run_vllm_bench(
 ) -> VllmBenchResult:
     """Launch the real TP=2 two-node deployment, send `requests` completions, stop it, report (the CLI contract)."""
     with LocalVllmDeployment(executable) as run:
-        report = run.run_preflight()
-        if not report.passed:
-            raise InputError(
-                "pre-flight", "; ".join(f"{r.host or 'cluster'}: {r.check}: {r.reason}" for r in report.failures)
-            )
+        run.require_preflight()
         snapshot = run.launch(progress)
         load = run.send_load(requests, concurrency=concurrency)
         run.wait_stored(load)

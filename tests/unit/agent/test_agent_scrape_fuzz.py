@@ -116,7 +116,7 @@ def test_a_scrape_loop_survives_any_body_and_says_when_it_could_not_read_one(tex
     bodies = iter(texts)
     loop = ScrapeLoop("w1", "http://127.0.0.1:9/metrics", 1.0, fetcher=lambda _url, _timeout: next(bodies))
     for _ in texts:
-        entries = loop.scrape_once()  # an empty body has no engines, hence no entries
+        entries = loop.scrape_once()  # a body read with nothing of vLLM's in it is one entry: up
         assert all(entry.id == "w1" for entry in entries)
         if loop.error is not None:
             assert entries == [WorkerSample("w1", "", (("up", 0),), loop.error)]
