@@ -24,6 +24,13 @@ Optional keys with defaults: `vllm.executable` (`vllm`, or a path such as /opt/v
 from the same folder), `vllm.distributed_backend` (mp | ray), `vllm.master_port` (29501, multi-node mp),
 `vllm.data_parallel_rpc_port` (29550, DP across nodes), `vllm.ray_port` (6379), `vllm.max_num_seqs`,
 `vllm.speculative_mtp`; `torch.python` (`python3` on the servers), `torch.master_port` (c10d rendezvous).
+
+A prefill/decode-disaggregated profile has `disaggregated: {prefill: POOL, decode: POOL, kv_connector: {name:
+NixlConnector, buffer_device: cuda|cpu, transport: rdma|tcp}, router: {executable: vllm-router, host, port: 8000,
+prometheus_port: 29000, policy, extra_args}}`, each POOL `{hosts, layout, workers, port, side_channel_port,
+extra_args, wide_ep: {all2all_backend, eplb, redundant_experts, dbo}}`; then `hosts` is the prefill pool's hosts
+followed by the decode pool's, there is no top-level `layout`, and `vllm:` holds what both pools share (the
+engines' ports are the pools'; the router serves the API). launch/disaggregated_launch.py builds its processes.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshdeck.remote.open_files import raise_open_files_limit
+from meshdeck.services.deployments.handoff_watch import HandoffWatch
 from meshdeck.services.deployments.registry import DeployService
 from meshdeck.services.fleet import FleetService, FleetSettings
 from meshdeck.services.history import HistoryRecorder, resume_points
@@ -103,6 +104,7 @@ class ConsoleServices:
         # The one deployment registry: launched here or found on the agents (surveyed as each host connects).
         deploy = DeployService(fleet, recorder=StoreDeploymentRecorder(db), survey_on_connect=True)
         stops.append(deploy.close)  # the deployments keep running on the agents
+        stops.append(fleet.subscribe(HandoffWatch(deploy).handle))  # disaggregated: the KV-handoff alarm
         slurm = SlurmService(fleet, db)  # its follower starts with `connect_hosts`; the jobs keep running
         stops.append(slurm.close)
         if not held.writes:

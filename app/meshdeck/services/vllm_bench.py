@@ -31,6 +31,7 @@ from meshdeck.launch.preflight_rules import PreflightReport
 from meshdeck.launch.profile import Profile
 from meshdeck.services.completion_load import LoadResult, send_completions
 from meshdeck.services.cpu_plan import cpu_kv_for_profile
+from meshdeck.services.deployments.handoff_watch import HandoffWatch
 from meshdeck.services.deployments.local import LocalAgents, distinct_free_ports, free_port
 from meshdeck.services.deployments.model import DeploymentSnapshot, LaunchProgress, new_deployment_id
 from meshdeck.services.deployments.records import StoreRecorder
@@ -80,6 +81,7 @@ class LocalVllmDeployment:
             self._closers.append(self.agents.fleet.subscribe(HistoryRecorder(self.writer).handle))
             self.deploy = DeployService(self.agents.fleet, recorder=StoreRecorder(self.db))
             self._closers.append(self.deploy.close)
+            self._closers.append(self.agents.fleet.subscribe(HandoffWatch(self.deploy).handle))
             self.profile: Profile = (
                 local_disaggregated_profile(
                     self.agents.hosts,

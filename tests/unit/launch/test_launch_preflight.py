@@ -7,6 +7,7 @@ from typing import Any
 from launch_builders import make_node, make_profile
 from meshdeck.launch import preflight_rules as rules
 from meshdeck.launch.build import build_launch_plan
+from meshdeck.launch.profile import profile_from_mapping
 from meshdeck.services.preflight import (
     SIMULATED_NO_RAY,
     SIMULATED_VLLM,
@@ -165,3 +166,40 @@ def test_a_torch_job_on_simulated_agents_needs_no_nccl_it_runs_on_cpu_with_gloo(
     assert {(r.check, r.reason) for r in run_preflight(real, plan, profile).failures} == {
         ("versions", "not installed: nccl")
     }
+
+
+def pd_plan() -> tuple[Any, Any]:
+    profile = profile_from_mapping(
+        {
+            "name": "pd", "model": "deepseek-ai/DeepSeek-V3.2", "hosts": ["gpu-a", "gpu-b"], "gpus_per_node": 8,
+            "disaggregated": {"prefill": {"hosts": ["gpu-a"], "layout": {"tensor_parallel": 8}},
+                              "decode": {"hosts": ["gpu-b"], "layout": {"tensor_parallel": 8}}},
+        }
+    )  # fmt: skip
+    nodes = [make_node("gpu-a", "10.0.0.1"), make_node("gpu-b", "10.0.0.2")]
+    return profile, build_launch_plan(profile, nodes, run_id="r")
+
+
+def test_a_disaggregated_preflight_checks_each_nodes_ports_and_that_every_node_reaches_them() -> None:
+    profile, plan = pd_plan()
+    agents = ScriptedAgents(taken={5700})
+    report = run_preflight(agents, plan, profile)
+    (taken,) = [r for r in report.failures if r.check == "ports free"]
+    assert (taken.host, taken.reason) == ("gpu-b", "5700 (decode0 NIXL side channel) is already taken on gpu-b")
+    assert not [c for c in agents.calls if c[1] == "checks.tcp_connect"]  # a taken port: nothing probed
+    agents = ScriptedAgents()
+    run_preflight(agents, plan, profile)
+    probes = {(h, p["host"], p["port"]) for h, m, p in agents.calls if m == "checks.tcp_connect"}
+    # every node reaches the decode node's API and side channel at the decode node's address
+    assert {("gpu-a", "10.0.0.2", 8200), ("gpu-a", "10.0.0.2", 5700), ("gpu-b", "10.0.0.1", 5600)} <= probes
+    assert ("gpu-a", "10.0.0.1", 8000) in probes  # the router, on the first prefill node
+
+
+def test_rdma_transport_needs_an_active_ib_or_roce_port_on_every_engine_node() -> None:
+    profile, plan = pd_plan()
+    ib = {"gpus": [{"index": i, "memory_total_bytes": 150 * 10**9} for i in range(8)],
+          "nics": [{"name": "mlx5_0/1", "kind": "infiniband", "state": "ACTIVE"}]}  # fmt: skip
+    report = run_preflight(ScriptedAgents(inventories={"gpu-a": ib}), plan, profile)
+    rdma = {r.host: (r.passed, r.reason) for r in report.results if r.check == "rdma devices"}
+    assert rdma["gpu-a"] == (True, "mlx5_0/1 active for NIXL/UCX")
+    assert not rdma["gpu-b"][0] and "kv_connector.transport: tcp" in rdma["gpu-b"][1]

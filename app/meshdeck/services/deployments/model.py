@@ -127,6 +127,7 @@ class DeploymentSnapshot:
     measured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # worker -> vLLM startup numbers
     planned: PlannedNumbers | None = None  # the planner's prediction it was launched with, when known
     adopted: bool = False  # found on the agents (launched elsewhere): watched and stoppable, not restarted
+    alarms: tuple[str, ...] = ()  # what is wrong while it runs, each naming its part (a KV handoff not happening)
 
     @property
     def final(self) -> bool:
@@ -143,6 +144,7 @@ class DeploymentSnapshot:
             "serving_url": self.serving_url,
             "whole_restarts": self.whole_restarts,
             "adopted": self.adopted,
+            "alarms": list(self.alarms),
             "workers": [w.as_dict() for w in self.workers],
             "measured": {k: dict(v) for k, v in self.measured.items()},
             "planned": self.planned.as_dict() if self.planned is not None else None,

@@ -149,6 +149,19 @@ class DeployService(LaunchSteps):
         """Under the lock: tell the subscribers, in the order the changes were made."""
         self._publish(DeploymentChanged(deployment.snapshot()))
 
+    def raise_alarm(self, deployment_id: str, key: str, message: str) -> bool:
+        """Hold `message` on the deployment (its snapshot's `alarms`, once per `key`), publish it and record it as
+        an event; False when the deployment is not known or already holds that alarm."""
+        with self._lock:
+            deployment = self._deployments.get(deployment_id)
+            if deployment is None or key in deployment.alarms or deployment.state in FINAL_STATES:
+                return False
+            deployment.alarms[key] = message
+            self._changed(deployment)
+        log.warning("%s: %s", deployment_id, message)
+        self._record_event(deployment, "alarm", message, {"alarm": key})
+        return True
+
     # -- queries -----------------------------------------------------------------------------------
 
     def get(self, deployment_id: str) -> DeploymentSnapshot:

@@ -50,6 +50,7 @@ class TrackedDeployment:
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
     agent_restarts: dict[str, int] = field(default_factory=dict)  # worker id -> restarts its agent will make
     stopping: bool = False
+    alarms: dict[str, str] = field(default_factory=dict)  # what is wrong while it runs (kind:part -> message)
 
     @classmethod
     def launched(cls, plan: LaunchPlan, deployment_id: str, *, recorded: bool) -> TrackedDeployment:
@@ -129,4 +130,5 @@ class TrackedDeployment:
             measured={k: dict(v) for k, v in self.measured.items()},
             planned=self.planned,
             adopted=self.adopted_from_agents,
+            alarms=tuple(self.alarms.values()),
         )

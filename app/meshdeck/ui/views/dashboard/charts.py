@@ -176,6 +176,19 @@ DASHBOARD_CHARTS: tuple[ChartDefinition, ...] = (
             Pick("prompt_tokens_per_s", dashed=True, suffix=" prompt"),
         ),
     ),
+    # prefill/decode-disaggregated deployments: each engine's part names its pool (prefill0-…, decode0-…)
+    ChartDefinition(
+        "latency",
+        "TTFT p50 (solid) / TPOT p50 (dashed) per vLLM engine",
+        "worker",
+        (Pick("ttft_p50_s", suffix=" TTFT"), Pick("itl_p50_s", dashed=True, suffix=" TPOT")),
+    ),
+    ChartDefinition(
+        "kv_transfer",
+        "KV transfer per engine (NixlConnector; prefill/decode pools)",
+        "worker",
+        (Pick("kv_transfer_bytes_per_s"),),
+    ),
 )
 
 

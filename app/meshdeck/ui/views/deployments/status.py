@@ -34,6 +34,8 @@ def status_line(snapshot: DeploymentSnapshot | None, *, simulated: bool = False,
         text += f"; {running} of {counted(len(workers), 'part')} running"
     if snapshot.whole_restarts:
         text += f"; restarted as a whole {snapshot.whole_restarts}×"
+    for alarm in snapshot.alarms:
+        text += f"; ALARM: {alarm}"
     notes = [n for n, on in (("simulated vLLM", simulated), ("found on the agents", found)) if on]
     return text + (f" ({', '.join(notes)})" if notes else "")
 

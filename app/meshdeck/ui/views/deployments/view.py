@@ -536,6 +536,8 @@ class DeploymentsView(QWidget):
     def _draw_row(self, row: int, snapshot: DeploymentSnapshot) -> None:
         engine = snapshot.engine + (" (simulated)" if self._simulated(snapshot) else "")
         reason = snapshot.reason.splitlines()[0] if snapshot.reason else ""
+        if snapshot.alarms and not snapshot.final:
+            reason = f"ALARM: {snapshot.alarms[0]}"
         if snapshot.adopted:
             reason = reason or "found on the agents (launched elsewhere)"
         set_row(self.list, row, (snapshot.id, engine, snapshot.state, reason, snapshot.serving_url or ""))
