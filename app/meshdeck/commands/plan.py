@@ -132,7 +132,8 @@ def register(subparsers: Subparsers) -> None:
     add(
         "--disaggregated",
         action="store_true",
-        help="also plan prefill/decode-disaggregated pools, rate-matched, against the best aggregated layout",
+        help="also plan prefill/decode-disaggregated pools, rate-matched, against the best aggregated layout; "
+        "--profile-out then writes the chosen one (--disaggregated-rank) as one profile with both pools",
     )
     add(
         "--vllm-version",

@@ -135,6 +135,25 @@ def redundant_experts(experts: int, expert_parallel_size: int) -> int:
     return -experts % expert_parallel_size
 
 
+@dataclass(frozen=True)
+class WideExpertParallel:
+    """How a pool worker whose expert parallel crosses nodes runs it: DeepEP's kernels for its role, EPLB with
+    `redundant_experts`, dual-batch overlap (always both: what the speed model prices)."""
+
+    all2all_backend: str
+    redundant_experts: int
+    eplb: bool = True
+    dbo: bool = True
+
+
+def pool_wide_ep(shape: EngineShape, role: str, experts: int) -> WideExpertParallel | None:
+    """A pool worker's wide-EP settings, None unless its expert parallel crosses nodes (see pool_vllm_args)."""
+    if not shape.expert_parallel_crosses_nodes:
+        return None
+    backend = "deepep_high_throughput" if role == "prefill" else "deepep_low_latency"
+    return WideExpertParallel(backend, redundant_experts(experts, shape.expert_parallel_size))
+
+
 def pool_vllm_args(
     layout: LayoutPlan, shape: EngineShape, role: str, experts: int, release: tuple[int, int]
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
@@ -146,13 +165,13 @@ def pool_vllm_args(
     """
     args = [*layout.vllm_args, "--kv-transfer-config", KV_CONNECTOR]
     env: list[tuple[str, str]] = []
-    if shape.expert_parallel_crosses_nodes:
-        backend = "deepep_high_throughput" if role == "prefill" else "deepep_low_latency"
+    wide = pool_wide_ep(shape, role, experts)
+    if wide is not None:
         if release >= ALL2ALL_FLAG_FROM:
-            args += ["--all2all-backend", backend]
+            args += ["--all2all-backend", wide.all2all_backend]
         else:
-            env.append((ALL2ALL_ENV, backend))
-        redundant = redundant_experts(experts, shape.expert_parallel_size)
+            env.append((ALL2ALL_ENV, wide.all2all_backend))
+        redundant = wide.redundant_experts
         args += ["--enable-dbo", "--enable-eplb", "--eplb-config", f'{{"num_redundant_experts":{redundant}}}']
     return tuple(args), tuple(env)
 

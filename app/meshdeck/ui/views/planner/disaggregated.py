@@ -2,15 +2,17 @@
 
 Each row is a rate-matched pair of pools (core/disaggregated.py) on the plan's GPUs and workload, with how it
 compares to the best aggregated layout; under the table, the chosen plan's prefill and decode workers with the
-exact `vllm serve` flags and environment each needs, and its warnings (RDMA, slow fabric).
+exact `vllm serve` flags and environment each needs, and its warnings (RDMA, slow fabric). "Save as profile…"
+and "Export profile YAML…" ask the view (`save_requested`) to save the chosen plan as one profile with its pools
+(planner/save.py).
 """
 
 from __future__ import annotations
 
 import shlex
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTableWidgetItem, QVBoxLayout, QWidget
 
 from meshdeck.core.disaggregated import DisaggregatedPlan, Pool
 from meshdeck.core.planner import PlanResult
@@ -42,6 +44,8 @@ def _row(rank: int, option: DisaggregatedPlan) -> list[str]:
 
 
 class DisaggregatedTable(QWidget):
+    save_requested = Signal(int, bool)  # the chosen plan's index, to a file (True) or the database
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.options: tuple[DisaggregatedPlan, ...] = ()
@@ -52,10 +56,24 @@ class DisaggregatedTable(QWidget):
         self.pools = QPlainTextEdit()
         self.pools.setObjectName("disaggregatedPools")
         self.pools.setReadOnly(True)
+        self.save_button = QPushButton("Save as profile…")
+        self.save_button.setObjectName("saveDisaggregatedProfile")
+        self.save_button.setToolTip("Store the chosen plan as one profile: both pools, NixlConnector, the router")
+        self.save_button.clicked.connect(lambda: self._save(to_file=False))
+        self.export_button = QPushButton("Export profile YAML…")
+        self.export_button.setObjectName("exportDisaggregatedProfile")
+        self.export_button.clicked.connect(lambda: self._save(to_file=True))
+        for button in (self.save_button, self.export_button):
+            button.setEnabled(False)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.export_button)
+        buttons.addWidget(self.save_button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.pools, 1)
+        layout.addLayout(buttons)
 
     def set_plan(self, result: PlanResult) -> None:
         self.options = result.disaggregated
@@ -79,17 +97,30 @@ class DisaggregatedTable(QWidget):
                 "requests/s); KV moves over NixlConnector."
             )
         self.pools.clear()
+        for button in (self.save_button, self.export_button):
+            button.setEnabled(False)
         if self.options:
             self.table.selectRow(0)
 
     def select(self, index: int) -> None:
         self.table.selectRow(index)
 
-    def _chosen(self) -> None:
+    def selected_index(self) -> int | None:
         rows = self.table.selectionModel().selectedRows()
-        if not rows:
+        return rows[0].row() if rows and rows[0].row() < len(self.options) else None
+
+    def _save(self, *, to_file: bool) -> None:
+        index = self.selected_index()
+        if index is not None:
+            self.save_requested.emit(index, to_file)
+
+    def _chosen(self) -> None:
+        index = self.selected_index()
+        for button in (self.save_button, self.export_button):
+            button.setEnabled(index is not None)
+        if index is None:
             return
-        option = self.options[rows[0].row()]
+        option = self.options[index]
         lines = []
         for pool in (option.prefill, option.decode):
             env = " ".join(f"{key}={value}" for key, value in pool.env)

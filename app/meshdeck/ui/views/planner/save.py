@@ -15,6 +15,11 @@ the same GPUs with a button that saves that one instead; it offers the settings 
 name (V3.2's `max_num_seqs 256`), ticked unless the operator set the value himself. A save ends with a
 confirmation naming every profile written and where each serves (`confirmed`, and a message box that
 does not block).
+
+A prefill/decode-disaggregated plan (the view's "Prefill/decode pools" tab) is saved the same way, through the
+same dialog (`save_disaggregated`): one profile with both pools, checked before the dialog opens (a plan whose
+sub-node workers share a node between the pools is refused there, saying why), the dialog saying which hosts
+each pool takes and where its router serves.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from meshdeck.core.disaggregated import DisaggregatedPlan
 from meshdeck.core.errors import InputError
 from meshdeck.core.layout_plan import LayoutPlan
 from meshdeck.core.planner import PlanResult
@@ -45,11 +51,16 @@ from meshdeck.launch.torch_launch import BUILTIN_WORKLOADS
 from meshdeck.services import profiles as profile_service
 from meshdeck.services.plan_profiles import (
     Mitigation,
+    default_disaggregated_name,
     default_mitigations,
+    default_pools_mitigations,
     default_profile_name,
+    disaggregated_profile,
     instances_notice,
     model_id_for,
     plan_mitigations,
+    pools_mitigations,
+    profile_endpoint,
     profiles_from_layout,
     saved_text,
     single_instance_alternative,
@@ -84,13 +95,15 @@ class ProfileDialog(QDialog):
         notice: str = "",
         alternative: str = "",
         mitigations: tuple[Mitigation, ...] = (),
+        title: str = "Save layout as profile",
     ) -> None:
-        """`notice`: what a layout of several instances makes (plan_profiles.instances_notice); `alternative`:
-        the label of the single-instance layout a button saves instead ("" for none); `mitigations`: the
-        settings the plan's warnings name, each a tick box."""
+        """`notice`: what a layout of several instances makes (plan_profiles.instances_notice), or what a
+        single profile holds (a prefill/decode plan's pools); `alternative`: the label of the single-instance
+        layout a button saves instead ("" for none); `mitigations`: the settings the plan's warnings name,
+        each a tick box."""
         super().__init__(parent)
         self.setObjectName("profileDialog")
-        self.setWindowTitle("Save layout as profile")
+        self.setWindowTitle(title)
         self.name = QLineEdit(default_name)
         self.name.setObjectName("profileName")
         self.model = QLineEdit(default_model)
@@ -122,9 +135,9 @@ class ProfileDialog(QDialog):
             form.addRow(why)
             self.mitigations.append((box, mitigation))
         self.notice: QLabel | None = None
-        if instances > 1:
+        if instances > 1 or notice:
             self.notice = QLabel(notice or f"This layout runs {instances} independent instances: one profile each.")
-            self.notice.setObjectName("instancesNotice")
+            self.notice.setObjectName("instancesNotice" if instances > 1 else "saveNotice")
             self.notice.setWordWrap(True)
             self.notice.setTextFormat(Qt.TextFormat.PlainText)
             form.addRow(self.notice)
@@ -203,6 +216,56 @@ class ProfileSaver(QObject):
         rank = next((i for i, planned in enumerate(result.layouts, start=1) if planned is layout), 0)
         said = [f"saved from the console's planner: rank {rank}, {layout.label()} on {layout.gpus} GPUs"]
         said += [mitigation.text for mitigation in mitigations]
+        self._deliver(profiles, name, said, to_file=to_file)
+
+    def ask_disaggregated(
+        self, plan: DisaggregatedPlan, result: PlanResult, model: str, notice: str
+    ) -> ProfileAnswer | None:
+        """The operator's answer for a prefill/decode plan; None: cancel."""
+        dialog = ProfileDialog(
+            default_disaggregated_name(result, plan),
+            model_id_for(model),
+            1,
+            self._parent,
+            notice=notice,
+            mitigations=pools_mitigations(plan, result),
+            title="Save prefill/decode plan as profile",
+        )
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return None
+        return dialog.answer()
+
+    def save_disaggregated(
+        self, plan: DisaggregatedPlan, result: PlanResult, hosts: Sequence[str] | None, model: str, *, to_file: bool
+    ) -> None:
+        """Save `plan` as one profile with its pools on `hosts` (the detected hosts in order; None: `node<N>`)."""
+        try:  # a plan no profile can hold is refused before the operator types anything
+            planned = disaggregated_profile(plan, result, name="check", hosts=hosts, model=model_id_for(model))
+        except InputError as exc:
+            self._tell(str(exc))
+            return
+        answer = self.ask_disaggregated(plan, result, model, _pools_notice(planned))
+        if answer is None:
+            return
+        mitigations = answer.mitigations
+        if mitigations is None:
+            mitigations = default_pools_mitigations(plan, result)
+        try:
+            profile = disaggregated_profile(
+                plan, result, name=answer.name, hosts=hosts, model=answer.model, mitigations=mitigations
+            )
+        except InputError as exc:
+            self._tell(str(exc))
+            return
+        rank = next((i for i, planned in enumerate(result.disaggregated, start=1) if planned is plan), 0)
+        gpus = plan.prefill.gpus + plan.decode.gpus
+        said = [f"saved from the console's planner: prefill/decode plan {rank}, {plan.label()} on {gpus} GPUs"]
+        said += [mitigation.text for mitigation in mitigations]
+        self._deliver([profile], answer.name, said, to_file=to_file)
+
+    def _deliver(self, profiles: Sequence[Profile], name: str, said: Sequence[str], *, to_file: bool) -> None:
+        """Export the profiles to the file the operator picks, or store them; `said` becomes the file's comment
+        lines or the stored version's note."""
         if to_file:
             target, _ = QFileDialog.getSaveFileName(
                 self._parent, "Export profile", f"{name}.yaml", "YAML (*.yaml *.yml)"
@@ -252,3 +315,16 @@ class ProfileSaver(QObject):
     def _tell(self, message: str) -> None:
         self.failed.emit(message)
         QMessageBox.warning(self._parent, "Profile not saved", message)
+
+
+def _pools_notice(profile: Profile) -> str:
+    """What saving a prefill/decode plan makes: one deployment, each pool's hosts, the router's address."""
+    pools = profile.disaggregated
+    assert pools is not None
+    parts = [
+        f"{role} pool: {pool.workers}× {pool.layout.label()} on {', '.join(pool.hosts)}" for role, pool in pools.pools()
+    ]
+    return (
+        f"One profile, one deployment: {'; '.join(parts)}; KV over {pools.kv_connector.name} "
+        f"({pools.kv_connector.transport}); vllm-router serves it at {profile_endpoint(profile)}."
+    )

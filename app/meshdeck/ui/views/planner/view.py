@@ -10,7 +10,8 @@ Planning runs as a job (model cards, the GPU catalog and the kernel tables are f
 a Cancel button; a new plan lets one still running go. "Save as profile" turns the chosen layout into one
 profile per instance of it (validated by launch.profile) and stores it; "Export YAML" writes the same profile
 to a file (planner/save.py: what an "N×" layout makes, the plan's mitigations); the line beside the buttons
-says what was saved. A layout label's "N×" is explained in the layout column's header and cell tooltips.
+says what was saved. The "Prefill/decode pools" tab saves its chosen plan the same way, as one profile with both
+pools (save_disaggregated). A layout label's "N×" is explained in the layout column's header and cell tooltips.
 """
 
 from __future__ import annotations
@@ -194,6 +195,8 @@ class PlannerView(QWidget):
         for button in (self.save_button, self.export_button):
             button.setEnabled(False)
         self.save_button.setVisible(context.db is not None)  # profiles live in the database
+        self.disaggregated.save_button.setVisible(context.db is not None)
+        self.disaggregated.save_requested.connect(self.save_disaggregated)
         buttons = QHBoxLayout()
         buttons.addWidget(self.save_status, 1)
         buttons.addWidget(self.export_button)
@@ -415,6 +418,14 @@ class PlannerView(QWidget):
         layout = self.selected_layout()
         if layout is not None and self.result is not None:
             self.saver.save(layout, self.result, self.node_names(), self.inputs.model, to_file=True)
+
+    def save_disaggregated(self, index: int, to_file: bool) -> None:
+        """Save the prefill/decode plan at `index` as one profile, its pools on the detected hosts in order."""
+        if self.result is None or index >= len(self.result.disaggregated):
+            return
+        hosts = list(self.detected.hosts) if self.detected is not None else None
+        plan = self.result.disaggregated[index]
+        self.saver.save_disaggregated(plan, self.result, hosts, self.inputs.model, to_file=to_file)
 
     def _save_alternative(self, row: int, to_file: bool) -> None:
         """The save dialog's "Save rank K instead": select that row (its memory, ranks and flags show) and save it."""
