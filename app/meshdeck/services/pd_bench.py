@@ -5,7 +5,8 @@ weights), each on its own local agent, NixlConnector moving the prompt's KV from
 decode's over UCX (TCP here), vLLM's router in front — launched from the disaggregated profile by the same
 pre-flight, ordered start and readiness as any deployment (services.vllm_bench.LocalVllmDeployment). Then:
 
-- N greedy completions through the router;
+- one warm-up completion through the router (NIXL's first handshake; services.vllm_bench.LocalVllmDeployment.
+  warm_up says why, and the failures it took are reported), then N greedy completions through the router;
 - whether the KV handoff happened, from the engines' own counters: the decode engine's
   `vllm:prompt_tokens_by_source_total{source="local_compute"}` (prompt tokens it computed itself: 0 when
   every prompt's KV came over; at most the last partial block each if not) and `external_kv_transfer`, and
@@ -102,6 +103,7 @@ def run_disaggregated_bench(
         run.require_preflight()
         run.launch(progress)
         sessions = run.worker_pids()
+        warm_up_errors = run.warm_up()
         before = engine_counters(pools.decode.port)
         load = run.send_load(requests, concurrency=concurrency, max_tokens=MAX_TOKENS, keep_texts=True)
         after = engine_counters(pools.decode.port)
@@ -134,12 +136,14 @@ def run_disaggregated_bench(
             "decode_prompt_tokens_transferred": int(handoff.transferred),
             "kv_bytes_transferred": int(handoff.nixl_bytes),
             "aggregated_requests_ok": direct.ok,
+            "warm_up_failures": warm_up_errors,
             "stored_in_time": stored_in_time,
             "load_errors": (load.errors + direct.errors)[:3],
         }
         final = run.stop()
         details["stopped"] = final.state
-    left = left_after(sessions)
+        keepers = run.keeper_pids()
+    left = left_after(sessions, keepers=keepers)
     document["leftover_processes"] = len(left)
     details["leftover_commands"] = left
     return VllmBenchResult(document, details, final, load)

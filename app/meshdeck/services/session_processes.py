@@ -45,9 +45,25 @@ def processes_in_sessions(sessions: Iterable[int], proc_root: str = "/proc") -> 
     return found
 
 
-def left_after(sessions: Iterable[int], within_s: float = 30.0) -> list[str]:
-    """The sessions' processes still alive once `within_s` passed (empty as soon as every one is gone)."""
+def alive(pids: Iterable[int], proc_root: str = "/proc") -> list[str]:
+    """`pid command` of each of `pids` still running (not a zombie)."""
+    reader = ProcReader(proc_root)
+    found = []
+    for pid in pids:
+        try:
+            reader.stat(pid)
+            if not process_is_zombie(pid, proc_root):
+                found.append(f"{pid} {(reader.command(pid)[0] or '')[:120]}")
+        except ProcessGone:
+            continue
+    return found
+
+
+def left_after(sessions: Iterable[int], within_s: float = 30.0, *, keepers: Iterable[int] = ()) -> list[str]:
+    """The sessions' processes, and the `keepers` (the agent's per-worker keepers: each ends once its worker's
+    process group and log pipe are gone), still alive once `within_s` passed (empty as soon as all are gone)."""
+    sessions, keepers = list(sessions), list(keepers)
     deadline = time.monotonic() + within_s
-    while (left := processes_in_sessions(sessions)) and time.monotonic() < deadline:
+    while (left := processes_in_sessions(sessions) + alive(keepers)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left

@@ -17,6 +17,7 @@ through StoreRecorder, as in the console.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tempfile
 import time
@@ -156,6 +157,29 @@ class LocalVllmDeployment:
             max_tokens=max_tokens,
             keep_texts=keep_texts,
         )
+
+    def warm_up(self, attempts: int = 3) -> list[str]:
+        """One completion at a time until one is answered (at most `attempts`); the failures' errors.
+
+        A disaggregated deployment's first request makes the decode engine do NIXL's handshake with the prefill
+        engine, which vLLM 0.32 gives 5 s (nixl/base_worker.py, zmq RCVTIMEO) — on two busy cores it can time out,
+        and that request fails (kv_load_failure_policy "fail"); the next one handshakes again."""
+        errors: list[str] = []
+        for _ in range(attempts):
+            load = self.send_load(1, concurrency=1, max_tokens=2)
+            if load.ok:
+                break
+            errors += load.errors
+        return errors
+
+    def keeper_pids(self) -> list[int]:
+        """The pids of this deployment's keepers (the agents' per-worker processes, from their keeper.json)."""
+        pids = []
+        for path in self.root.rglob("keeper.json"):
+            if path.parent.name.startswith(f"{self.deployment_id}."):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    pids.append(int(json.loads(path.read_text())["keeper_pid"]))
+        return pids
 
     def worker_pids(self) -> list[int]:
         """The pids of this deployment's running workers (each leads its own session: session_processes)."""

@@ -79,6 +79,8 @@ def _report_details(result: VllmBenchResult) -> None:
     print(printable(f"deployment {details['deployment']}: {details['stopped']}"), file=sys.stderr)
     for error in details["load_errors"]:
         print(printable(f"a completion failed: {error}"), file=sys.stderr)
+    for error in details.get("warm_up_failures", ()):
+        print(printable(f"a warm-up completion failed (NIXL's first handshake?): {error}"), file=sys.stderr)
     for command in details.get("leftover_commands", ()):
         print(printable(f"left running after the stop: {command}"), file=sys.stderr)
 
