@@ -44,6 +44,17 @@ def test_every_example_loads_and_dry_runs_to_its_layout(path: Path, tmp_path: Pa
     db = tmp_path / "never-created.db"
     assert main(["--db", str(db), "launch", str(path), "--dry-run", "--json"]) == 0
     nodes = json.loads(capsys.readouterr().out)["nodes"]
+    if profile.disaggregated is not None:  # each pool's engines, then the router on the first prefill host
+        assert nodes[-1]["name"] == "router" and nodes[-1]["host"] == profile.hosts[0]
+        assert [node["host"] for node in nodes[:-1]] == profile.hosts
+        for node in nodes[:-1]:
+            pool = profile.disaggregated.prefill if node["name"].startswith("prefill") else profile.disaggregated.decode
+            argv = node["argv"]
+            assert argv[:3] == ["vllm", "serve", profile.model]
+            assert argv[argv.index("--data-parallel-size") + 1] == str(pool.layout.data_parallel)
+            assert ("--enable-expert-parallel" in argv) == pool.layout.expert_parallel
+        assert not db.exists()
+        return
     assert [node["host"] for node in nodes] == profile.hosts
     layout = profile.layout
     for node in nodes:
@@ -92,7 +103,11 @@ def test_the_header_command_writes_the_example_again_byte_for_byte(command: str,
         )
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _header(p).startswith(PLAN_HEADER)], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if _header(p).startswith(PLAN_HEADER) and "--disaggregated" not in _header(p)],
+    ids=lambda p: p.name,
+)
 def test_a_profile_names_its_layout_as_the_plan_that_wrote_it_did(path: Path) -> None:
     """One notation everywhere ("TP1·DP16·EP"): the label a profile shows (profiles list, the console's profiles
     view) is the planner's, as the header's second line quotes it (less the "N×" of several instances)."""
