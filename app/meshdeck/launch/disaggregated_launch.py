@@ -150,6 +150,7 @@ def build_disaggregated_plan(
     ports: list[PortUse] = []
     warnings: list[str] = []
     urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+    engines: list[str] = []  # each engine's name, the prefix of its commands'
     if experts is None and any(p.wide_ep is not None and p.wide_ep.eplb for _, p in pools.pools()):
         warnings.append("EPLB's divisibility was not checked: the model's routed-expert count is not known here")
     for role, pool in pools.pools():
@@ -195,6 +196,7 @@ def build_disaggregated_plan(
                       for use in plan.ports]  # fmt: skip
             warnings += [f"{name}: {w}" for w in plan.warnings if f"{name}: {w}" not in warnings]
             urls[role].append(_url(by_host[hosts[0]].address, api_port))
+            engines.append(name)
     router = pools.router
     router_node = by_host[router.host or pools.prefill.hosts[0]]
     argv = [router.executable, "--vllm-pd-disaggregation"]
@@ -239,7 +241,10 @@ def build_disaggregated_plan(
         serving_url=f"{_url(router_node.address, router.port)}/v1",
         serving_command=ROUTER_COMMAND,
         serving_ready=router_ready,
-        restart_as_whole=False,
+        # an engine over several nodes cannot restart one node's part alone (its peers hang in a collective): such a
+        # plan restarts as a whole, as a multi-node aggregated one does; single-node engines and the router restart
+        # alone, by their agents
+        restart_as_whole=any(len({c.host for c in commands if c.name.startswith(f"{w}-")}) > 1 for w in engines),
         warnings=tuple(warnings),
         layout=disaggregated_summary(profile, pools),
     )

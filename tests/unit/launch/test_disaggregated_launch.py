@@ -133,6 +133,10 @@ def test_prefill_and_decode_engines_then_the_router_each_with_its_role_and_side_
 
 def test_stop_order_is_router_then_decode_then_prefill() -> None:
     plan = plan_of(pd_profile())
+    assert plan.restart_as_whole  # decode0 spans d1 and d2: one node's part cannot restart alone
+    single = pd_profile(hosts=["p1", "p2", "d1"])
+    single["disaggregated"]["decode"] = {"hosts": ["d1"], "layout": {"tensor_parallel": 8}}
+    assert not plan_of(single).restart_as_whole  # every engine on one node: each part restarts alone
     assert [c.name for c in reversed(plan.commands)][:2] == ["router", "decode0-vllm-node1"]
     assert reversed(plan.commands).__next__().role == "router" and plan.commands[0].role == "prefill-head"
 
