@@ -47,6 +47,7 @@ def transfer_failure_alarm(part: str, counters: DecodeCounters) -> str | None:
     if counters.failed_transfers <= 0:
         return None
     return (
-        f"{part}: {counters.failed_transfers:,.0f} KV transfer(s) failed (NIXL handshake or transfer; vLLM "
-        "recomputes those prompts on decode) — see the connector's lines in its log"
+        f"{part}: {counters.failed_transfers:,.0f} KV transfer(s) failed (NIXL handshake or transfer: the requests "
+        "waiting on them failed, or were recomputed on decode under kv_load_failure_policy recompute) — see the "
+        "connector's lines in its log"
     )

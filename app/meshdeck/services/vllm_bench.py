@@ -40,6 +40,7 @@ from meshdeck.services.deployments.registry import DeployService, LaunchFailed
 from meshdeck.services.deployments.targets import LOCAL_ADDRESS, prepare_launch
 from meshdeck.services.history import HistoryRecorder
 from meshdeck.services.preflight import run_preflight
+from meshdeck.services.session_processes import left_after
 from meshdeck.services.vllm_local import local_disaggregated_profile, local_vllm_profile, tiny_model_dir
 from meshdeck.store.database import Database, open_database
 from meshdeck.store.query import list_series, query_range
@@ -228,9 +229,12 @@ class LocalVllmDeployment:
 
     def close(self) -> None:
         """Stop what still runs, then the recorder, the writer, the database and the agents, in that order."""
+        keepers: list[int] = []
         with contextlib.suppress(Exception):
             if self.snapshot is not None and not self.current().final:
                 self.stop()
+            keepers = self.keeper_pids()
+        left_after([], within_s=15, keepers=keepers)  # each ends once its worker's process group has
         while self._closers:
             closer = self._closers.pop()
             with contextlib.suppress(Exception):

@@ -55,3 +55,33 @@ def test_without_vllms_cpu_build_it_exits_2_and_says_how_to_make_it(tmp_path) ->
     ran = bench("--json", env={"MESHDECK_VLLM": str(tmp_path / "no-vllm")})
     assert ran.returncode == 2 and ran.stdout == ""
     assert "make vllm-venv" in ran.stderr and str(tmp_path / "no-vllm") in ran.stderr
+
+
+PD_KEYS = {
+    "prefill_engines",
+    "decode_engines",
+    "router",
+    "ready_s",
+    "requests_ok",
+    "requests_failed",
+    "kv_connector",
+    "kv_transfer_observed",
+    "decode_prompt_tokens_computed",
+    "prompt_tokens_sent",
+    "outputs_match_aggregated",
+    "metric_rows_stored",
+    "leftover_processes",
+}
+
+
+def test_bench_vllm_local_disaggregated_json_hands_the_kv_over_and_answers_as_aggregated(vllm_executable: str) -> None:
+    ran = bench("--disaggregated", "--json", "--requests", "6")
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    document = json.loads(ran.stdout)
+    assert set(document) == PD_KEYS, document
+    assert (document["prefill_engines"], document["decode_engines"], document["router"]) == (1, 1, "vllm-router")
+    assert (document["requests_ok"], document["requests_failed"], document["kv_connector"]) == (6, 0, "NixlConnector")
+    assert document["kv_transfer_observed"] is True and document["decode_prompt_tokens_computed"] == 0
+    assert document["prompt_tokens_sent"] > 0 and document["outputs_match_aggregated"] is True
+    assert document["metric_rows_stored"] > 0 and document["leftover_processes"] == 0
+    assert document["ready_s"] > 0 and "stopped" in ran.stderr

@@ -69,12 +69,12 @@ def routed(running: LocalVllmDeployment) -> dict:
     pools = pools_of(running)
     assert pools.decode.port is not None
     warm_up_errors = running.warm_up()
-    assert len(warm_up_errors) < 3, (warm_up_errors, parts_logs(running))
+    assert len(warm_up_errors) < 3, (warm_up_errors, parts_logs(running))  # NIXL's first handshake: see warm_up
     before = engine_counters(pools.decode.port)
     load = running.send_load(REQUESTS, concurrency=3, max_tokens=MAX_TOKENS, keep_texts=True)
     after = engine_counters(pools.decode.port)
     assert running.wait_stored(load, generated=after.generated), "the stored samples never caught up"
-    return {"load": load, "handoff": after.minus(before)}
+    return {"load": load, "handoff": after.minus(before), "warm_up_errors": warm_up_errors}
 
 
 def test_the_pools_start_in_order_with_their_roles_and_the_router_last(running: LocalVllmDeployment) -> None:
@@ -113,7 +113,10 @@ def test_completions_through_the_router_hand_the_prompts_kv_to_decode(
     assert any(
         "router" in device and peak >= REQUESTS for _, device, peak, _ in running.stored("router_requests_total")
     )
-    assert running.current().alarms == ()  # a working handoff raises no alarm
+    alarms = running.current().alarms
+    assert not [a for a in alarms if " computed " in a], alarms  # a working handoff raises no handoff alarm
+    if not routed["warm_up_errors"]:  # a warm-up that failed on NIXL's first handshake is a failed transfer, said
+        assert alarms == ()
 
 
 def test_the_answers_equal_an_aggregated_engines_and_decode_computing_prompts_raises_the_alarm(
@@ -123,16 +126,16 @@ def test_the_answers_equal_an_aggregated_engines_and_decode_computing_prompts_ra
     direct = send_completions(f"http://127.0.0.1:{pools.decode.port}/v1", running.profile.model,
                               requests=REQUESTS, concurrency=3, max_tokens=MAX_TOKENS, keep_texts=True)  # fmt: skip
     assert direct.ok == REQUESTS and routed["load"].texts == direct.texts  # token for token, greedy
-    assert running.current().alarms == ()  # short prompts: each within one KV block, which decode may compute
+    assert not [a for a in running.current().alarms if " computed " in a]  # short prompts: one KV block each
     # prompts of many blocks asked directly: decode computes them itself, and the handoff alarm names it
     long = send_completions(f"http://127.0.0.1:{pools.decode.port}/v1", running.profile.model, requests=3,
                             concurrency=3, max_tokens=4, prompt_chars=2000)  # fmt: skip
     assert long.ok == 3 and long.prompt_tokens > 3 * BLOCK_ALLOWANCE_TOKENS * 5
     deadline = time.monotonic() + 60
-    while not (alarms := running.current().alarms):
+    while not (computed := [a for a in running.current().alarms if " computed " in a]):
         assert time.monotonic() < deadline, "no alarm after decode computed prompts itself"
         time.sleep(0.5)
-    assert alarms[0].startswith("decode0-vllm-node0 computed ") and "KV handoff is not happening" in alarms[0]
+    assert computed[0].startswith("decode0-vllm-node0 computed ") and "KV handoff is not happening" in computed[0]
 
 
 def test_the_console_shows_the_pools_and_the_router_as_parts_with_the_alarm_and_the_handoff_charts(
