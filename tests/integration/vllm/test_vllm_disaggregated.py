@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from meshdeck.core.kv_handoff import BLOCK_ALLOWANCE_TOKENS
@@ -50,6 +51,22 @@ def parts_logs(run: LocalVllmDeployment) -> str:
         kept = [line for line in part.text.splitlines() if "GET /metrics" not in line]
         texts.append(f"== {part.worker.command}\n" + "\n".join(kept[-60:]))
     return "\n".join(texts)
+
+
+def charts_side_by_side(charts: list) -> Any:
+    """The charts' images two by two on one white canvas (the dashboard's other charts are GPU ones: empty here)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QPainter, QPixmap
+
+    shots = [chart.grab() for chart in charts]
+    width, height = max(s.width() for s in shots), max(s.height() for s in shots)
+    canvas = QPixmap(2 * width, height * ((len(shots) + 1) // 2))
+    canvas.fill(Qt.GlobalColor.white)
+    painter = QPainter(canvas)
+    for index, shot in enumerate(shots):
+        painter.drawPixmap((index % 2) * width, (index // 2) * height, shot)
+    painter.end()
+    return canvas
 
 
 def port_open(port: int) -> bool:
@@ -166,19 +183,29 @@ def test_the_console_shows_the_pools_and_the_router_as_parts_with_the_alarm_and_
         status = view.status.text()
         assert "running" in status and "; 3 of 3 parts running" in status
         assert "ALARM: decode0-vllm-node0 computed" in status
+        view.tabs.setCurrentWidget(view.workers)  # the three parts, each on its host
         dashboard = DashboardView(context.live)
         qtbot.addWidget(dashboard)
         dashboard.resize(1500, 1100)
         dashboard.show()
-        running.send_load(4, concurrency=2, max_tokens=MAX_TOKENS)  # charted as it happens
+        running.send_load(8, concurrency=2, max_tokens=MAX_TOKENS)  # charted as it happens
 
         def charted(chart: str, part: str) -> bool:
             return any(part in label for label in dashboard.charts[chart].legend_labels)
 
         qtbot.waitUntil(lambda: dashboard.refresh() >= 0 and charted("kv_transfer", "decode0-vllm-node0")
                         and charted("latency", "prefill0-vllm-node0"), timeout=60000)  # fmt: skip
-        for widget, name in ((view, "deployments-disaggregated.png"), (dashboard, "dashboard-disaggregated.png")):
-            image = widget.grab()
+        time.sleep(3.0)
+        dashboard.zoom(0.2)  # the operator's + and → keys: the last minute, where the load ran
+        for _ in range(3):
+            dashboard.shift(1.0)
+        handoff_charts = charts_side_by_side(
+            [dashboard.charts[n] for n in ("kv_cache", "tokens", "latency", "kv_transfer")]
+        )
+        for image, name in (
+            (view.grab(), "deployments-disaggregated.png"),
+            (handoff_charts, "dashboard-disaggregated.png"),
+        ):
             for folder in filter(None, (str(tmp_path), os.environ.get("MESHDECK_SCREENSHOT_DIR"))):
                 assert image.save(str(Path(folder) / name))
     finally:
